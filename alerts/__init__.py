@@ -1,0 +1,1 @@
+"""Alert rules, lifecycle, signed webhooks and retrain triggers (next milestone)."""

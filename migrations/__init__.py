@@ -1,0 +1,1 @@
+"""Alembic migrations for every table of driftwarden (``driftwarden db upgrade``)."""

@@ -1,0 +1,1 @@
+"""Drift, data-quality, health and performance monitors."""

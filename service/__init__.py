@@ -1,0 +1,1 @@
+"""HTTP in: serving API, model registry and prediction log."""

@@ -1,0 +1,120 @@
+"""The ``driftwarden`` command line. Imports stay light: TensorFlow loads only inside commands that need it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated
+
+import typer
+
+from service.config import get_settings
+
+app = typer.Typer(
+    name="driftwarden",
+    help=(
+        "Production monitoring and drift detection for TensorFlow models.\n\n"
+        "Train on a TensorFlow cluster, register versions, serve them over HTTP (TF Serving REST and "
+        "Open Inference Protocol v2), log every prediction and detect drift. Settings come from "
+        "DRIFTWARDEN_* environment variables (see `driftwarden config`)."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database schema (alembic migrations).", no_args_is_help=True)
+models_app = typer.Typer(help="The model registry.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(models_app, name="models")
+
+
+def setup_logging(level: str | None = None) -> None:
+    """Structured, one-line log records on stderr."""
+    logging.basicConfig(
+        level=level or get_settings().log_level,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+@app.command("config")
+def config_cmd() -> None:
+    """Print the effective settings as JSON (passwords masked)."""
+    typer.echo(json.dumps(get_settings().masked(), indent=2))
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
+    """Apply migrations to DRIFTWARDEN_DATABASE_URL (creates SQLite files as needed)."""
+    from service import migrate
+
+    url = get_settings().database_url.get_secret_value()
+    migrate.upgrade(url, revision)
+    typer.echo(f"database at revision {migrate.current(url)}")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Print the database's migration revision."""
+    from service import migrate
+
+    typer.echo(migrate.current(get_settings().database_url.get_secret_value()) or "(not migrated)")
+
+
+@models_app.command("list")
+def models_list(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Only this model.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+) -> None:
+    """List registered versions with state, held-out metrics and lineage."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from service.registry.models import ModelVersionRead
+    from service.registry.service import list_versions
+    from service.runtime import open_database
+
+    db = open_database()
+    with db.session() as session:
+        rows = [ModelVersionRead.model_validate(r) for r in list_versions(session=session, model_name=model)]
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        return
+    table = Table(title="Registered model versions")
+    for col in ("model", "version", "state", "accuracy", "auc", "mode", "rows", "created"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.model_name,
+            str(r.version),
+            r.state.value + (f" ({r.state_reason})" if r.state_reason else ""),
+            _fmt(r.metrics.get("accuracy")),
+            _fmt(r.metrics.get("roc_auc")),
+            str(r.lineage.get("mode", "")),
+            str(r.lineage.get("train_rows", "")),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    Console().print(table)
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else ""
+
+
+def _register_domains() -> None:
+    from monitors.cli import register as register_monitors
+    from training.cli import register as register_training
+
+    register_training(app)
+    register_monitors(app)
+
+
+_register_domains()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The one typed settings object, read from ``DRIFTWARDEN_*`` environment variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Effective configuration; every field maps to ``DRIFTWARDEN_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="DRIFTWARDEN_", extra="ignore")
+
+    # storage
+    database_url: SecretStr = Field(
+        default=SecretStr("sqlite:///./var/driftwarden.db"),
+        description="SQLAlchemy URL; sqlite:///... (embedded default) or postgresql+psycopg://...",
+    )
+    registry_path: Path = Field(default=Path("./var/models"), description="Model registry root (TF Serving layout).")
+    checkpoint_path: Path = Field(default=Path("./var/checkpoints"), description="Training checkpoints root.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    # cluster
+    cluster_host: str = Field(default="127.0.0.1", description="Address the local launcher binds TF servers to.")
+    cluster_start_timeout_s: float = Field(default=120.0, gt=0, description="Wait for every node to listen.")
+    checkpoint_every_steps: int = Field(default=50, gt=0, description="Chief saves a checkpoint every N steps.")
+    steps_per_closure: int = Field(default=10, gt=0, description="Async: training steps per scheduled closure.")
+    worker_restart_delay_s: float = Field(default=2.0, ge=0, description="Async: wait before relaunching a lost worker.")
+    sync_max_restarts: int = Field(default=3, ge=0, description="Sync: relaunch-and-restore attempts after a loss.")
+
+    # serving
+    api_host: str = "127.0.0.1"
+    api_port: int = 8501
+
+    def masked(self) -> dict[str, Any]:
+        """Settings as plain values, secrets and URL passwords masked."""
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                out[name] = _mask_url(value.get_secret_value())
+            elif isinstance(value, Path):
+                out[name] = str(value)
+            else:
+                out[name] = value
+        return out
+
+
+def _mask_url(url: str) -> str:
+    """Hide the password part of a URL like ``scheme://user:pw@host``."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (read once from the environment)."""
+    return Settings()

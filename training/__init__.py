@@ -1,0 +1,1 @@
+"""Distributed training on a TensorFlow cluster, export into the model registry."""
