@@ -1,0 +1,105 @@
+"""Preprocessing that travels inside the model: raw feature values in, one dense float32 matrix out.
+
+The same TensorFlow function encodes the training data (in the workers' input pipelines) and the
+serving requests (inside the exported SavedModel), so training and serving cannot disagree.
+
+Numeric feature ``x``: missing (NaN) -> the training mean, then ``z = clip((x - mean) / std, -10, 10)``;
+nullable features add a 0/1 missing indicator. Categorical feature: one-hot over the training
+vocabulary; a missing ("") or unseen value encodes as all zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from service.registry.schema import FeatureKind, ModelSchema, is_missing
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+Z_CLIP = 10.0
+
+
+@dataclass(frozen=True)
+class NumericEncoding:
+    name: str
+    mean: float
+    std: float
+    missing_indicator: bool
+
+
+@dataclass(frozen=True)
+class CategoricalEncoding:
+    name: str
+    vocabulary: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Fitted preprocessing constants, in schema order."""
+
+    numeric: tuple[NumericEncoding, ...]
+    categorical: tuple[CategoricalEncoding, ...]
+    order: tuple[str, ...]
+
+    @property
+    def width(self) -> int:
+        """Columns of the encoded matrix."""
+        return sum(1 + int(n.missing_indicator) for n in self.numeric) + sum(
+            len(c.vocabulary) for c in self.categorical
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fit_preprocessing(columns: Mapping[str, np.ndarray], schema: ModelSchema) -> Preprocessing:
+    """Fit means, spreads and vocabularies on the training columns."""
+    numeric, categorical = [], []
+    for spec in schema.features:
+        col = columns[spec.name]
+        if spec.kind is FeatureKind.NUMERIC:
+            values = col.astype(np.float64)
+            present = values[~np.isnan(values)]
+            mean = float(present.mean()) if present.size else 0.0
+            std = float(present.std()) if present.size else 1.0
+            numeric.append(NumericEncoding(spec.name, mean, std if std > 1e-12 else 1.0, spec.nullable))
+        else:
+            categorical.append(CategoricalEncoding(spec.name, spec.categories))
+    return Preprocessing(tuple(numeric), tuple(categorical), tuple(schema.feature_names))
+
+
+def raw_inputs(columns: Mapping[str, np.ndarray], schema: ModelSchema) -> dict[str, np.ndarray]:
+    """Columns as the model's raw inputs: float32 with NaN for numbers, str with "" for missing categories."""
+    out: dict[str, np.ndarray] = {}
+    for spec in schema.features:
+        col = columns[spec.name]
+        if spec.kind is FeatureKind.NUMERIC:
+            out[spec.name] = col.astype(np.float32)
+        else:
+            missing = is_missing(col)
+            out[spec.name] = np.where(missing, "", col.astype(str)).astype(object)
+    return out
+
+
+def encode(features: Mapping[str, tf.Tensor], prep: Preprocessing) -> tf.Tensor:
+    """Encode a dict of raw 1-D tensors into a ``[batch, prep.width]`` float32 matrix."""
+    import tensorflow as tf
+
+    parts = []
+    for num in prep.numeric:
+        x = tf.cast(features[num.name], tf.float32)
+        missing = tf.math.is_nan(x)
+        z = (tf.where(missing, tf.constant(num.mean, tf.float32), x) - num.mean) / num.std
+        parts.append(tf.clip_by_value(z, -Z_CLIP, Z_CLIP)[:, None])
+        if num.missing_indicator:
+            parts.append(tf.cast(missing, tf.float32)[:, None])
+    for cat in prep.categorical:
+        x = features[cat.name]
+        vocab = tf.constant(list(cat.vocabulary), dtype=tf.string)
+        parts.append(tf.cast(tf.equal(x[:, None], vocab[None, :]), tf.float32))
+    return tf.concat(parts, axis=1)

@@ -1,0 +1,91 @@
+"""The training workflow: prepare -> train (async | sync | local) -> evaluate -> profile -> publish."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitors.profile import build_reference_profile
+from service.registry.models import ModelVersion
+from service.registry.service import latest_version
+from service.runtime import Database
+from training.evaluate import binary_metrics
+from training.jobs import Mode, TrainJob, prepare
+from training.progress import Progress
+
+log = logging.getLogger("driftwarden.training")
+
+
+@dataclass
+class TrainResult:
+    version: ModelVersion
+    metrics: dict[str, float]
+    seconds: float
+
+
+def run_training(
+    *, job: TrainJob, db: Database, registry: Path, checkpoint_root: Path, progress: Progress
+) -> TrainResult:
+    """Train ``job`` on its cluster, evaluate on the held-out split and register a new staged version."""
+    from training.export import ServingModule, predict_proba, publish
+
+    t0 = time.monotonic()
+    data = prepare(job)
+    progress.event(
+        "data %s: %d training rows, %d held out, %d features (%d encoded columns)",
+        job.data, data.train_rows, data.holdout_y.size, len(data.schema.features), data.prep.width,
+    )
+    checkpoint_dir = checkpoint_root / job.key
+    if job.mode is Mode.ASYNC:
+        from training.trainers import async_ps
+
+        weights, cluster_shape = async_ps.train(job, data, progress, checkpoint_dir=checkpoint_dir)
+    elif job.mode is Mode.SYNC:
+        from training.trainers import sync_mwms
+
+        weights, cluster_shape = sync_mwms.train(job, data, progress, checkpoint_dir=checkpoint_dir)
+    else:
+        from training.trainers import local
+
+        weights, cluster_shape = local.train(job, data, progress), {"chief": 1}
+    module = ServingModule(weights, data.prep, data.schema)
+    proba = predict_proba(module, data.holdout_inputs)
+    metrics = binary_metrics(data.holdout_y, proba)
+    profile = build_reference_profile(data.train_columns, data.schema, predictions=proba)
+    seconds = time.monotonic() - t0
+    with db.session() as session:
+        parent = job.parent_version
+        if parent is None:
+            prev = latest_version(session=session, model_name=job.model_name)
+            parent = prev.version if prev else None
+        lineage = {
+            "data_source": str(job.data.resolve()),
+            "train_rows": data.train_rows,
+            "holdout_rows": int(data.holdout_y.size),
+            "mode": job.mode.value,
+            "cluster": cluster_shape,
+            "epochs": job.epochs,
+            "batch_size": job.batch_size,
+            "learning_rate": job.learning_rate,
+            "steps": data.planned_steps(job),
+            "seed": job.seed,
+            "duration_s": round(seconds, 3),
+            "parent_version": parent,
+            "job_key": job.key,
+        }
+        version = publish(
+            session=session,
+            registry=registry,
+            model_name=job.model_name,
+            module=module,
+            schema=data.schema,
+            documents={"profile": profile, "preprocessing": data.prep.to_dict()},
+            metrics=metrics,
+            lineage=lineage,
+            parent_version=parent,
+        )
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the run is complete; a rerun trains a new version
+    return TrainResult(version=version, metrics=metrics, seconds=seconds)

@@ -1,0 +1,108 @@
+"""A training job's description and its data preparation (no TensorFlow here)."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.registry.schema import ModelSchema, infer_schema
+from service.tabular import Columns, read_table
+from training.datagen import TARGET
+from training.features import Preprocessing, fit_preprocessing, raw_inputs
+
+
+class Mode(enum.StrEnum):
+    ASYNC = "async"  # parameter servers, each gradient applied on arrival
+    SYNC = "sync"  # all workers contribute to each step (all-reduce)
+    LOCAL = "local"  # one process, no cluster (development only)
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """Everything that determines a training run; its ``key`` names the checkpoint folder."""
+
+    model_name: str
+    data: Path
+    mode: Mode = Mode.ASYNC
+    ps: int = 1
+    workers: int = 2
+    epochs: float = 3.0
+    batch_size: int = 64
+    learning_rate: float = 0.003
+    holdout: float = 0.2
+    seed: int = 0
+    target: str = TARGET
+    steps_per_closure: int = 10
+    checkpoint_every: int = 50
+    parent_version: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """Stable id of the run: same data file and same settings give the same key (so reruns resume)."""
+        stat = self.data.stat()
+        ident = {
+            **{k: str(v) for k, v in asdict(self).items() if k not in {"extra", "parent_version"}},
+            "data": str(self.data.resolve()),
+            "size": stat.st_size,
+            "mtime": int(stat.st_mtime),
+        }
+        digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.model_name}-{self.mode.value}-{digest}"
+
+
+@dataclass
+class PreparedData:
+    """The split, the contract, the fitted preprocessing and the raw training columns."""
+
+    schema: ModelSchema
+    prep: Preprocessing
+    train_columns: Columns
+    train_y: np.ndarray
+    holdout_inputs: dict[str, np.ndarray]
+    holdout_y: np.ndarray
+
+    @property
+    def train_rows(self) -> int:
+        return int(self.train_y.size)
+
+    def planned_steps(self, job: TrainJob) -> int:
+        """Total optimizer steps: epochs x rows / batch, rounded up to whole closures."""
+        steps = max(1, math.ceil(job.epochs * self.train_rows / job.batch_size))
+        per = job.steps_per_closure if job.mode is Mode.ASYNC else 1
+        return math.ceil(steps / per) * per
+
+
+def prepare(job: TrainJob) -> PreparedData:
+    """Read the data, split off the held-out rows (seeded), infer the contract, fit preprocessing."""
+    columns = read_table(job.data)
+    if job.target not in columns:
+        raise ValueError(f"{job.data}: no target column {job.target!r} (columns: {', '.join(columns)})")
+    y_all = columns[job.target]
+    if y_all.dtype.kind == "f" and np.isnan(y_all).any():
+        raise ValueError(f"{job.data}: target column {job.target!r} has missing labels")
+    n = len(y_all)
+    if n < 50:
+        raise ValueError(f"{job.data}: {n} rows is too few to train and hold out (need at least 50)")
+    order = np.random.default_rng(job.seed).permutation(n)
+    n_hold = max(1, int(round(n * job.holdout)))
+    hold, train = order[:n_hold], order[n_hold:]
+    train_cols = {k: v[train] for k, v in columns.items()}
+    schema = infer_schema(train_cols, target=job.target)
+    prep = fit_preprocessing(train_cols, schema)
+    hold_cols = {k: v[hold] for k, v in columns.items()}
+    return PreparedData(
+        schema=schema,
+        prep=prep,
+        train_columns={k: v for k, v in train_cols.items() if k != job.target},
+        train_y=train_cols[job.target].astype(np.float32),
+        holdout_inputs=raw_inputs(hold_cols, schema),
+        holdout_y=hold_cols[job.target].astype(np.int64),
+    )

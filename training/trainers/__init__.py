@@ -1,0 +1,1 @@
+"""One trainer per update mode: async (parameter servers), sync (all-reduce), local (one process)."""
