@@ -1,0 +1,151 @@
+"""Model performance per window: with labels (realised) and without (confidence-based estimate).
+
+Realised metrics compare labels ``y`` with probabilities ``p`` thresholded at ``t`` (default 0.5).
+ROC AUC is the Mann-Whitney form ``U / (n_pos * n_neg)`` with mid-ranks for ties.
+
+The label-free estimate (CBPE, as in NannyML) treats the calibrated probability ``c(p_i)`` as the
+chance that row ``i`` is positive. The expected confusion matrix is then
+``TP = sum c_i [p_i >= t]``, ``FP = sum (1 - c_i) [p_i >= t]``, ``FN = sum c_i [p_i < t]``,
+``TN = sum (1 - c_i) [p_i < t]``, and expected ROC AUC integrates the expected ROC curve with
+``TPR(k) = sum_{j<=k} c_j / sum c`` and ``FPR(k) = sum_{j<=k} (1 - c_j) / sum (1 - c)`` over rows
+sorted by decreasing ``p``. It holds while ``P(y | x)`` is unchanged (covariate shift); a pure
+concept drift is invisible to it and shows only in realised metrics and the error stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import rankdata
+
+
+@dataclass(frozen=True)
+class ClassificationMetrics:
+    """Binary classification metrics of one window."""
+
+    rows: int
+    accuracy: float
+    precision: float
+    recall: float
+    f1: float
+    roc_auc: float
+    positive_rate: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class RegressionMetrics:
+    """Regression metrics of one window."""
+
+    rows: int
+    mae: float
+    rmse: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else float("nan")
+
+
+def _from_confusion(
+    *, rows: int, tp: float, fp: float, fn: float, tn: float, auc: float, pos: float
+) -> ClassificationMetrics:
+    precision = _ratio(tp, tp + fp)
+    recall = _ratio(tp, tp + fn)
+    f1 = _ratio(2 * tp, 2 * tp + fp + fn)
+    return ClassificationMetrics(
+        rows=rows,
+        accuracy=_ratio(tp + tn, tp + tn + fp + fn),
+        precision=precision,
+        recall=recall,
+        f1=f1,
+        roc_auc=auc,
+        positive_rate=_ratio(pos, rows),
+    )
+
+
+def roc_auc(*, y_true: np.ndarray, y_score: np.ndarray) -> float:
+    """ROC AUC as the normalised Mann-Whitney U statistic (mid-ranks for tied scores)."""
+    y = np.asarray(y_true).astype(bool)
+    n_pos = int(y.sum())
+    n_neg = y.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(y_score)
+    u = float(ranks[y].sum()) - n_pos * (n_pos + 1) / 2.0
+    return u / (n_pos * n_neg)
+
+
+def classification_metrics(
+    *, y_true: np.ndarray, y_prob: np.ndarray, threshold: float = 0.5
+) -> ClassificationMetrics:
+    """Accuracy, precision, recall, F1 (at ``threshold``) and ROC AUC of labelled rows."""
+    y = np.asarray(y_true).astype(bool)
+    p = np.asarray(y_prob, dtype=np.float64)
+    pred = p >= threshold
+    tp = float(np.sum(pred & y))
+    fp = float(np.sum(pred & ~y))
+    fn = float(np.sum(~pred & y))
+    tn = float(np.sum(~pred & ~y))
+    return _from_confusion(
+        rows=int(y.size), tp=tp, fp=fp, fn=fn, tn=tn, auc=roc_auc(y_true=y, y_score=p), pos=float(y.sum())
+    )
+
+
+def regression_metrics(*, y_true: np.ndarray, y_pred: np.ndarray) -> RegressionMetrics:
+    """Mean absolute error and root mean squared error."""
+    err = np.asarray(y_pred, dtype=np.float64) - np.asarray(y_true, dtype=np.float64)
+    if err.size == 0:
+        return RegressionMetrics(rows=0, mae=float("nan"), rmse=float("nan"))
+    mae, rmse = float(np.abs(err).mean()), float(np.sqrt((err**2).mean()))
+    return RegressionMetrics(rows=int(err.size), mae=mae, rmse=rmse)
+
+
+def calibrate(y_prob: np.ndarray, calibration: dict[str, list[float]] | None) -> np.ndarray:
+    """Map raw probabilities through the reference reliability table (identity without one)."""
+    p = np.asarray(y_prob, dtype=np.float64)
+    if not calibration or not calibration.get("mean_prediction"):
+        return np.clip(p, 0.0, 1.0)
+    xp = np.asarray(calibration["mean_prediction"], dtype=np.float64)
+    fp = np.asarray(calibration["mean_label"], dtype=np.float64)
+    return np.clip(np.interp(p, xp, fp), 0.0, 1.0)
+
+
+def estimate_classification_metrics(
+    *, y_prob: np.ndarray, threshold: float = 0.5, calibration: dict[str, list[float]] | None = None
+) -> ClassificationMetrics:
+    """Confidence-based estimate of the window's metrics without labels (see module docstring)."""
+    p = np.asarray(y_prob, dtype=np.float64)
+    p = p[~np.isnan(p)]
+    c = calibrate(p, calibration)
+    pred = p >= threshold
+    tp = float(c[pred].sum())
+    fp = float((1.0 - c[pred]).sum())
+    fn = float(c[~pred].sum())
+    tn = float((1.0 - c[~pred]).sum())
+    order = np.argsort(-p, kind="stable")
+    cs = c[order]
+    pos, neg = float(cs.sum()), float((1.0 - cs).sum())
+    auc = float("nan")
+    if pos > 0 and neg > 0:
+        # rows with tied scores form one step of the ROC curve
+        ps = p[order]
+        last = np.r_[np.flatnonzero(np.diff(ps) != 0), ps.size - 1]
+        tpr = np.r_[0.0, np.cumsum(cs)[last] / pos]
+        fpr = np.r_[0.0, np.cumsum(1.0 - cs)[last] / neg]
+        auc = float(np.trapezoid(tpr, fpr))
+    return _from_confusion(rows=int(p.size), tp=tp, fp=fp, fn=fn, tn=tn, auc=auc, pos=pos)
+
+
+def label_coverage(*, labels: np.ndarray) -> float:
+    """Share of rows whose label has arrived (NaN or None = not yet)."""
+    y = np.asarray(labels)
+    if y.size == 0:
+        return 0.0
+    missing = np.isnan(y.astype(np.float64)) if y.dtype.kind in "fiub" else np.array([v is None for v in y])
+    return float(1.0 - missing.mean())

@@ -1,0 +1,359 @@
+"""The reference profile: everything drift monitors compare a window against, without raw training data.
+
+``build_reference_profile`` turns the training (or held-out) columns into a JSON-serialisable dict,
+stored with each model version as ``profile.json``. Per numeric feature it keeps moments, range, a
+1001-point quantile sketch (``method="inverted_cdf"``, so every quantile is an observed value), the
+exact counts on the grid of distinct quantiles (see :mod:`monitors.binning`) and the decile bins used
+by PSI and Jensen-Shannon. Per categorical feature it keeps the category counts. The model's
+held-out output probabilities are profiled like a numeric feature under ``"prediction"``; with
+labels, the reference performance and a calibration table for label-free estimation are kept too.
+A PCA of the standardised numeric features (``"multivariate"``) lets joint shifts be detected.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitors.binning import as_float, count_on_grid
+from service.registry.schema import FeatureKind, ModelSchema
+
+PROFILE_FORMAT = "driftwarden.profile/1"
+N_QUANTILES = 1001  # quantile sketch size: F is known to within 1/1000 between grid points
+N_BINS = 10  # reference-quantile (decile) bins for PSI and Jensen-Shannon
+PREDICTION = "prediction"
+MISSING_CATEGORY = None  # categorical missing values: None or ""
+PCA_MAX_ROWS = 200_000
+PCA_VARIANCE = 0.9
+CALIBRATION_BINS = 20
+
+
+# ---------------------------------------------------------------- typed view
+
+
+@dataclass(frozen=True)
+class NumericProfile:
+    """Reference summary of one numeric column."""
+
+    name: str
+    count: int
+    missing: int
+    mean: float
+    std: float
+    min: float
+    max: float
+    quantiles: np.ndarray  # N_QUANTILES values, non-decreasing
+    grid: np.ndarray  # distinct quantiles
+    grid_counts: np.ndarray  # 2 * len(grid) + 1 exact cell counts
+    bin_cuts: np.ndarray  # interior decile cut points (a subset of the grid)
+    bin_counts: np.ndarray  # len(bin_cuts) + 1
+    observed_min: float | None = None
+    observed_max: float | None = None
+    allowed_min: float | None = None
+    allowed_max: float | None = None
+    kind: FeatureKind = FeatureKind.NUMERIC
+
+    @property
+    def missing_rate(self) -> float:
+        total = self.count + self.missing
+        return self.missing / total if total else 0.0
+
+    @property
+    def scale(self) -> float:
+        """Spread used to normalise distances: the std, else IQR/1.349, else 1."""
+        if self.std > 0:
+            return self.std
+        q = self.quantiles
+        iqr = float(q[int(0.75 * (len(q) - 1))] - q[int(0.25 * (len(q) - 1))]) if len(q) else 0.0
+        return iqr / 1.349 if iqr > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class CategoricalProfile:
+    """Reference summary of one categorical column."""
+
+    name: str
+    count: int
+    missing: int
+    categories: dict[str, int]
+    kind: FeatureKind = FeatureKind.CATEGORICAL
+
+    @property
+    def missing_rate(self) -> float:
+        total = self.count + self.missing
+        return self.missing / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class PCAProfile:
+    """PCA of standardised numeric features and the reference distribution of reconstruction error."""
+
+    features: tuple[str, ...]
+    center: np.ndarray
+    scale: np.ndarray
+    components: np.ndarray  # (n_components, n_features), orthonormal rows
+    explained_variance: float
+    error: NumericProfile
+
+
+FeatureProfile = NumericProfile | CategoricalProfile
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A parsed ``profile.json``."""
+
+    rows: int
+    features: dict[str, FeatureProfile]
+    prediction: NumericProfile | None = None
+    performance: dict[str, float] | None = None
+    calibration: dict[str, list[float]] | None = None
+    multivariate: PCAProfile | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- building
+
+
+def numeric_summary(
+    values: np.ndarray, *, name: str, n_quantiles: int = N_QUANTILES, n_bins: int = N_BINS
+) -> dict[str, Any]:
+    """Summary dict of one numeric column (NaN = missing)."""
+    x = as_float(values)
+    present = np.sort(x[~np.isnan(x)])
+    out: dict[str, Any] = {"kind": FeatureKind.NUMERIC.value, "name": name, "count": int(present.size)}
+    out["missing"] = int(x.size - present.size)
+    if present.size == 0:
+        out.update(mean=0.0, std=0.0, min=None, max=None, quantiles=[], grid=[], grid_counts=[0])
+        out.update(bin_cuts=[], bin_counts=[0])
+        return out
+    q = np.quantile(present, np.linspace(0.0, 1.0, n_quantiles), method="inverted_cdf")
+    grid = np.unique(q)
+    counts = count_on_grid(present, grid)
+    # decile cuts are taken from the sketch itself, so they are grid points
+    cuts = np.unique(q[np.round(np.arange(1, n_bins) * (n_quantiles - 1) / n_bins).astype(np.int64)])
+    cuts = cuts[cuts < grid[-1]]  # a cut at the maximum would leave an always-empty last bin
+    bin_counts = np.diff(np.concatenate([[0], np.searchsorted(present, cuts, side="right"), [present.size]]))
+    out.update(
+        mean=float(present.mean()),
+        std=float(present.std()),
+        min=float(present[0]),
+        max=float(present[-1]),
+        quantiles=q.tolist(),
+        grid=grid.tolist(),
+        grid_counts=counts.cells.tolist(),
+        bin_cuts=cuts.tolist(),
+        bin_counts=bin_counts.astype(int).tolist(),
+    )
+    return out
+
+
+def categorical_summary(values: np.ndarray, *, name: str) -> dict[str, Any]:
+    """Summary dict of one categorical column (None or "" = missing)."""
+    counts = Counter(values.tolist())
+    missing = 0
+    cats: dict[str, int] = {}
+    for key, n in counts.items():
+        if key is None or key == "" or (isinstance(key, float) and np.isnan(key)):
+            missing += n
+        else:
+            cats[str(key)] = cats.get(str(key), 0) + n
+    return {
+        "kind": FeatureKind.CATEGORICAL.value,
+        "name": name,
+        "count": int(sum(cats.values())),
+        "missing": int(missing),
+        "categories": dict(sorted(cats.items())),
+    }
+
+
+def _pca_summary(columns: Mapping[str, np.ndarray], names: list[str]) -> dict[str, Any] | None:
+    if len(names) < 2:
+        return None
+    x = np.column_stack([as_float(columns[n]) for n in names])
+    if x.shape[0] > PCA_MAX_ROWS:
+        x = x[np.linspace(0, x.shape[0] - 1, PCA_MAX_ROWS).astype(np.int64)]
+    center = np.nanmean(x, axis=0)
+    scale = np.nanstd(x, axis=0)
+    scale[~(scale > 0)] = 1.0
+    center = np.nan_to_num(center)
+    z = np.nan_to_num((x - center) / scale)
+    if z.shape[0] < 2 * len(names):
+        return None
+    _, s, vt = np.linalg.svd(z, full_matrices=False)
+    var = s**2 / max(float((s**2).sum()), 1e-300)
+    k = int(np.searchsorted(np.cumsum(var), PCA_VARIANCE) + 1)
+    k = min(max(k, 1), len(names) - 1)
+    comps = vt[:k]
+    err = reconstruction_error(z, comps)
+    return {
+        "features": names,
+        "center": center.tolist(),
+        "scale": scale.tolist(),
+        "components": comps.tolist(),
+        "explained_variance": float(var[:k].sum()),
+        "error": numeric_summary(err, name="pca_reconstruction_error"),
+    }
+
+
+def reconstruction_error(z: np.ndarray, components: np.ndarray) -> np.ndarray:
+    """Mean squared residual per row of standardised ``z`` after projecting on ``components``."""
+    proj = (z @ components.T) @ components
+    resid = z - proj
+    return np.asarray(np.einsum("ij,ij->i", resid, resid) / z.shape[1])
+
+
+def _calibration(predictions: np.ndarray, labels: np.ndarray) -> dict[str, list[float]]:
+    """Reliability table on prediction-quantile bins: mean prediction and mean label per bin."""
+    order = np.argsort(predictions, kind="stable")
+    p, y = predictions[order], labels[order].astype(np.float64)
+    chunks = np.array_split(np.arange(p.size), min(CALIBRATION_BINS, max(p.size, 1)))
+    mean_p = [float(p[c].mean()) for c in chunks if c.size]
+    mean_y = [float(y[c].mean()) for c in chunks if c.size]
+    # isotonic (pool adjacent violators) so the map is monotone
+    from scipy.optimize import isotonic_regression
+
+    weights = [float(c.size) for c in chunks if c.size]
+    fitted = isotonic_regression(mean_y, weights=weights).x
+    return {"mean_prediction": mean_p, "mean_label": [float(v) for v in fitted]}
+
+
+def build_reference_profile(
+    columns: Mapping[str, np.ndarray],
+    schema: ModelSchema,
+    *,
+    predictions: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Build the JSON-serialisable reference profile of ``columns`` under ``schema``."""
+    features: dict[str, Any] = {}
+    numeric: list[str] = []
+    rows = 0
+    for spec in schema.features:
+        if spec.name not in columns:
+            raise ValueError(f"feature {spec.name!r} of the schema is missing from the data")
+        col = np.asarray(columns[spec.name])
+        rows = max(rows, int(col.shape[0]))
+        if spec.kind is FeatureKind.NUMERIC:
+            summary = numeric_summary(col, name=spec.name)
+            summary.update(
+                observed_min=spec.observed_min,
+                observed_max=spec.observed_max,
+                allowed_min=spec.allowed_min,
+                allowed_max=spec.allowed_max,
+            )
+            numeric.append(spec.name)
+        else:
+            summary = categorical_summary(col, name=spec.name)
+        features[spec.name] = summary
+    out: dict[str, Any] = {
+        "format": PROFILE_FORMAT,
+        "rows": rows,
+        "target": schema.target,
+        "task": schema.task,
+        "n_quantiles": N_QUANTILES,
+        "n_bins": N_BINS,
+        "features": features,
+        "prediction": None,
+        "performance": None,
+        "calibration": None,
+        "multivariate": _pca_summary(columns, numeric),
+    }
+    if predictions is not None:
+        p = np.asarray(predictions, dtype=np.float64).reshape(-1)
+        out["prediction"] = numeric_summary(p, name=PREDICTION)
+        if labels is not None:
+            from monitors.performance import classification_metrics
+
+            y = np.asarray(labels).reshape(-1)
+            if y.shape != p.shape:
+                raise ValueError(f"labels {y.shape} and predictions {p.shape} differ in length")
+            ok = ~np.isnan(p)
+            out["performance"] = classification_metrics(y_true=y[ok], y_prob=p[ok]).as_dict()
+            out["calibration"] = _calibration(p[ok], y[ok])
+    return out
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _arr(values: Any) -> np.ndarray:
+    return np.asarray(values if values is not None else [], dtype=np.float64)
+
+
+def _numeric_from_dict(d: Mapping[str, Any]) -> NumericProfile:
+    return NumericProfile(
+        name=str(d["name"]),
+        count=int(d["count"]),
+        missing=int(d["missing"]),
+        mean=float(d["mean"]),
+        std=float(d["std"]),
+        min=float(d["min"]) if d.get("min") is not None else float("nan"),
+        max=float(d["max"]) if d.get("max") is not None else float("nan"),
+        quantiles=_arr(d["quantiles"]),
+        grid=_arr(d["grid"]),
+        grid_counts=np.asarray(d["grid_counts"], dtype=np.int64),
+        bin_cuts=_arr(d["bin_cuts"]),
+        bin_counts=np.asarray(d["bin_counts"], dtype=np.int64),
+        observed_min=d.get("observed_min"),
+        observed_max=d.get("observed_max"),
+        allowed_min=d.get("allowed_min"),
+        allowed_max=d.get("allowed_max"),
+    )
+
+
+def _feature_from_dict(d: Mapping[str, Any]) -> FeatureProfile:
+    if FeatureKind(d["kind"]) is FeatureKind.NUMERIC:
+        return _numeric_from_dict(d)
+    return CategoricalProfile(
+        name=str(d["name"]),
+        count=int(d["count"]),
+        missing=int(d["missing"]),
+        categories={str(k): int(v) for k, v in d["categories"].items()},
+    )
+
+
+def profile_from_dict(data: Mapping[str, Any]) -> Profile:
+    """Parse a profile dict (as built by :func:`build_reference_profile`)."""
+    if data.get("format") != PROFILE_FORMAT:
+        raise ValueError(f"unsupported profile format {data.get('format')!r} (expected {PROFILE_FORMAT!r})")
+    mv = data.get("multivariate")
+    pca = None
+    if mv:
+        pca = PCAProfile(
+            features=tuple(mv["features"]),
+            center=_arr(mv["center"]),
+            scale=_arr(mv["scale"]),
+            components=np.asarray(mv["components"], dtype=np.float64),
+            explained_variance=float(mv["explained_variance"]),
+            error=_numeric_from_dict(mv["error"]),
+        )
+    known = {"format", "rows", "features", "prediction", "performance", "calibration", "multivariate"}
+    return Profile(
+        rows=int(data["rows"]),
+        features={name: _feature_from_dict(d) for name, d in data["features"].items()},
+        prediction=_numeric_from_dict(data["prediction"]) if data.get("prediction") else None,
+        performance=data.get("performance"),
+        calibration=data.get("calibration"),
+        multivariate=pca,
+        extra={k: v for k, v in data.items() if k not in known},
+    )
+
+
+def write_profile(profile: Mapping[str, Any], path: str | Path) -> Path:
+    """Write a profile dict as JSON."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(profile, allow_nan=False, separators=(",", ":")))
+    return p
+
+
+def read_profile(path: str | Path) -> Profile:
+    """Read and parse a ``profile.json``."""
+    return profile_from_dict(json.loads(Path(path).read_text()))
