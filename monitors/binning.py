@@ -29,6 +29,7 @@ class GridCounts:
     below_sum: float  # sum of (g_0 - x) over x < g_0
     above_sum: float  # sum of (x - g_{k-1}) over x > g_{k-1}
     missing: int
+    outside: int = 0  # values outside the given limits (contract violations)
 
     @property
     def count(self) -> int:
@@ -42,6 +43,7 @@ class GridCounts:
             below_sum=self.below_sum + other.below_sum,
             above_sum=self.above_sum + other.above_sum,
             missing=self.missing + other.missing,
+            outside=self.outside + other.outside,
         )
 
     @classmethod
@@ -63,16 +65,28 @@ def as_float(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def count_on_grid(values: np.ndarray, grid: np.ndarray) -> GridCounts:
-    """Exact cell counts of ``values`` (NaN = missing) on ``grid``; one sort, O(n log n)."""
+def count_on_grid(
+    values: np.ndarray, grid: np.ndarray, *, limits: tuple[float | None, float | None] = (None, None)
+) -> GridCounts:
+    """Exact cell counts of ``values`` (NaN = missing) on ``grid``; one sort, O(n log n).
+
+    ``outside`` counts values below ``limits[0]`` or above ``limits[1]`` (either may be None).
+    """
     x = np.sort(as_float(values))  # NaN sorts last
     n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
     x = x[:n_valid]
+    outside = 0
+    if limits[0] is not None:
+        outside += int(np.searchsorted(x, limits[0], side="left"))
+    if limits[1] is not None:
+        outside += int(n_valid - np.searchsorted(x, limits[1], side="right"))
     k = len(grid)
     cells = np.zeros(2 * k + 1, dtype=np.int64)
     if k == 0:
         cells[0] = n_valid
-        return GridCounts(cells=cells, below_sum=0.0, above_sum=0.0, missing=int(values.size - n_valid))
+        return GridCounts(
+            cells=cells, below_sum=0.0, above_sum=0.0, missing=int(values.size - n_valid), outside=outside
+        )
     lt = np.searchsorted(x, grid, side="left")  # #x < g_j
     le = np.searchsorted(x, grid, side="right")  # #x <= g_j
     cells[0] = lt[0]
@@ -81,7 +95,9 @@ def count_on_grid(values: np.ndarray, grid: np.ndarray) -> GridCounts:
     cells[-1] = n_valid - le[-1]
     below = float(grid[0] * lt[0] - x[: lt[0]].sum()) if lt[0] else 0.0
     above = float(x[le[-1] :].sum() - grid[-1] * (n_valid - le[-1])) if n_valid - le[-1] else 0.0
-    return GridCounts(cells=cells, below_sum=below, above_sum=above, missing=int(values.size - n_valid))
+    return GridCounts(
+        cells=cells, below_sum=below, above_sum=above, missing=int(values.size - n_valid), outside=outside
+    )
 
 
 def cdf_at_cell_ends(cells: np.ndarray) -> np.ndarray:

@@ -117,29 +117,62 @@ def calibrate(y_prob: np.ndarray, calibration: dict[str, list[float]] | None) ->
 
 
 def estimate_classification_metrics(
-    *, y_prob: np.ndarray, threshold: float = 0.5, calibration: dict[str, list[float]] | None = None
+    *,
+    y_prob: np.ndarray,
+    threshold: float = 0.5,
+    calibration: dict[str, list[float]] | None = None,
+    weights: np.ndarray | None = None,
 ) -> ClassificationMetrics:
-    """Confidence-based estimate of the window's metrics without labels (see module docstring)."""
+    """Confidence-based estimate of the window's metrics without labels (see module docstring).
+
+    ``weights`` lets a histogram stand for the rows: ``y_prob`` are bin values, ``weights`` counts.
+    """
     p = np.asarray(y_prob, dtype=np.float64)
-    p = p[~np.isnan(p)]
+    w = np.ones(p.shape) if weights is None else np.asarray(weights, dtype=np.float64)
+    ok = ~np.isnan(p) & (w > 0)
+    p, w = p[ok], w[ok]
     c = calibrate(p, calibration)
     pred = p >= threshold
-    tp = float(c[pred].sum())
-    fp = float((1.0 - c[pred]).sum())
-    fn = float(c[~pred].sum())
-    tn = float((1.0 - c[~pred]).sum())
+    tp = float((w * c)[pred].sum())
+    fp = float((w * (1.0 - c))[pred].sum())
+    fn = float((w * c)[~pred].sum())
+    tn = float((w * (1.0 - c))[~pred].sum())
     order = np.argsort(-p, kind="stable")
-    cs = c[order]
-    pos, neg = float(cs.sum()), float((1.0 - cs).sum())
+    pos_w, neg_w = (w * c)[order], (w * (1.0 - c))[order]
+    pos, neg = float(pos_w.sum()), float(neg_w.sum())
     auc = float("nan")
     if pos > 0 and neg > 0:
         # rows with tied scores form one step of the ROC curve
         ps = p[order]
         last = np.r_[np.flatnonzero(np.diff(ps) != 0), ps.size - 1]
-        tpr = np.r_[0.0, np.cumsum(cs)[last] / pos]
-        fpr = np.r_[0.0, np.cumsum(1.0 - cs)[last] / neg]
+        tpr = np.r_[0.0, np.cumsum(pos_w)[last] / pos]
+        fpr = np.r_[0.0, np.cumsum(neg_w)[last] / neg]
         auc = float(np.trapezoid(tpr, fpr))
-    return _from_confusion(rows=int(p.size), tp=tp, fp=fp, fn=fn, tn=tn, auc=auc, pos=pos)
+    return _from_confusion(rows=int(round(w.sum())), tp=tp, fp=fp, fn=fn, tn=tn, auc=auc, pos=pos)
+
+
+def roc_auc_from_counts(*, positive: np.ndarray, negative: np.ndarray) -> float:
+    """ROC AUC from per-bin counts of positives and negatives on ordered score bins (ties within a bin).
+
+    ``AUC = sum_j pos_j (neg_{<j} + neg_j / 2) / (P N)``: equal to :func:`roc_auc` when each bin
+    holds a single score value.
+    """
+    pos = np.asarray(positive, dtype=np.float64)
+    neg = np.asarray(negative, dtype=np.float64)
+    p_total, n_total = pos.sum(), neg.sum()
+    if p_total == 0 or n_total == 0:
+        return float("nan")
+    below = np.cumsum(neg) - neg
+    return float(np.sum(pos * (below + neg / 2.0)) / (p_total * n_total))
+
+
+def metrics_from_counts(
+    *, tp: int, fp: int, fn: int, tn: int, positive: np.ndarray, negative: np.ndarray
+) -> ClassificationMetrics:
+    """Realised metrics of a window summarised by its confusion counts and per-bin class counts."""
+    rows = tp + fp + fn + tn
+    auc = roc_auc_from_counts(positive=positive, negative=negative)
+    return _from_confusion(rows=rows, tp=tp, fp=fp, fn=fn, tn=tn, auc=auc, pos=float(tp + fn))
 
 
 def label_coverage(*, labels: np.ndarray) -> float:

@@ -1,0 +1,81 @@
+"""Data-quality checks of a window against the reference: missing, out-of-range, unseen, violations.
+
+Each check compares the window's rate with the rate expected from the reference and flags it when
+the window's rate is higher by at least ``min_increase`` (absolute) *and* a one-sided binomial test
+(``scipy.stats.binom.sf``) rejects "rate <= expected" at ``alpha``. Expected rates: the reference
+missing rate; ``2 / (n_ref + 1)`` for values outside the reference [min, max] (the chance that a new
+draw from a continuous reference falls beyond its extremes); the Good-Turing estimate ``n_1 / N``
+(share of categories seen once) for unseen categories. Contract violations (values outside the
+schema's allowed range) are expected never to occur and are flagged from the first one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scipy.stats import binom
+
+
+@dataclass(frozen=True)
+class QualityCheck:
+    """One data-quality measurement of one feature."""
+
+    feature: str
+    check: str  # missing | out_of_range | unseen_category | contract_violation
+    count: int
+    rows: int
+    rate: float
+    expected_rate: float
+    p_value: float | None
+    flagged: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def rate_check(
+    *,
+    feature: str,
+    check: str,
+    count: int,
+    rows: int,
+    expected_rate: float,
+    alpha: float = 0.05,
+    min_increase: float = 0.01,
+) -> QualityCheck:
+    """Flag ``count`` of ``rows`` when clearly and significantly above ``expected_rate``."""
+    rate = count / rows if rows else 0.0
+    p_exp = min(max(expected_rate, 0.0), 1.0)
+    p_value = float(binom.sf(count - 1, rows, p_exp)) if rows else 1.0
+    flagged = rows > 0 and rate - p_exp >= min_increase and p_value < alpha
+    return QualityCheck(
+        feature=feature,
+        check=check,
+        count=int(count),
+        rows=int(rows),
+        rate=rate,
+        expected_rate=p_exp,
+        p_value=p_value,
+        flagged=bool(flagged),
+    )
+
+
+def violation_check(*, feature: str, count: int, rows: int) -> QualityCheck:
+    """Values outside the contract's allowed range: any is a flag."""
+    return QualityCheck(
+        feature=feature,
+        check="contract_violation",
+        count=int(count),
+        rows=int(rows),
+        rate=count / rows if rows else 0.0,
+        expected_rate=0.0,
+        p_value=None,
+        flagged=count > 0,
+    )
+
+
+def good_turing_unseen(counts: dict[str, int]) -> float:
+    """Good-Turing estimate of the probability mass of categories never seen: ``n_1 / N``."""
+    total = sum(counts.values())
+    return sum(1 for v in counts.values() if v == 1) / total if total else 0.0

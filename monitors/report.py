@@ -1,0 +1,97 @@
+"""The drift report: per-feature results sorted by severity, dataset verdict, quality, performance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitors.drift.base import TestResult, _json_number
+from monitors.quality import QualityCheck
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Reference and current proportions on shared bins (for display)."""
+
+    labels: list[str]
+    reference: list[float]
+    current: list[float]
+
+
+@dataclass(frozen=True)
+class FeatureDrift:
+    """The verdict of one feature (or of the prediction, or of the multivariate detector)."""
+
+    name: str
+    kind: str
+    result: TestResult
+    statistics: dict[str, TestResult]
+    rows: int
+    missing: int
+    histogram: Histogram
+
+    @property
+    def drifted(self) -> bool:
+        return self.result.drifted
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "drifted": self.drifted,
+            "result": self.result.as_dict(),
+            "statistics": {k: v.as_dict() for k, v in self.statistics.items()},
+            "rows": self.rows,
+            "missing": self.missing,
+            "histogram": _json_number(self.histogram.__dict__),
+        }
+
+
+@dataclass(frozen=True)
+class DatasetDrift:
+    """Dataset-level verdict: share of drifted features against ``drift_share``."""
+
+    drifted: bool
+    n_features: int
+    n_drifted: int
+    share: float
+    drift_share: float
+    correction: str
+    alpha: float
+
+
+@dataclass
+class DriftReport:
+    """Everything one monitor run found."""
+
+    rows: int
+    reference_rows: int
+    dataset: DatasetDrift
+    features: list[FeatureDrift]
+    prediction: FeatureDrift | None = None
+    multivariate: FeatureDrift | None = None
+    quality: list[QualityCheck] = field(default_factory=list)
+    performance: dict[str, Any] | None = None
+    estimated_performance: dict[str, Any] | None = None
+    reference_performance: dict[str, Any] | None = None
+    concept_drift: dict[str, Any] | None = None
+
+    @property
+    def drifted(self) -> bool:
+        return self.dataset.drifted
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rows": self.rows,
+            "reference_rows": self.reference_rows,
+            "dataset": self.dataset.__dict__,
+            "features": [f.as_dict() for f in self.features],
+            "prediction": self.prediction.as_dict() if self.prediction else None,
+            "multivariate": self.multivariate.as_dict() if self.multivariate else None,
+            "quality": [q.as_dict() for q in self.quality],
+            "performance": self.performance,
+            "estimated_performance": self.estimated_performance,
+            "reference_performance": self.reference_performance,
+            "concept_drift": self.concept_drift,
+        }
+        return dict(_json_number(out))

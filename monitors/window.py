@@ -1,0 +1,139 @@
+"""A window's mergeable sketch: everything the drift report needs, bounded by the profile's size.
+
+Feed chunks of the prediction log (columns as numpy arrays, plus predictions and labels when known)
+with :meth:`WindowSketch.update`, in time order; sketches of different chunks or replicas combine
+with :meth:`WindowSketch.merge` (except the streaming error detector, which needs order).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from monitors.binning import GridCounts, count_on_grid
+from monitors.drift.multivariate import pca_error_counts
+from monitors.drift.streaming import PageHinkley
+from monitors.profile import CategoricalProfile, NumericProfile, Profile
+
+
+@dataclass
+class LabelCounts:
+    """Labelled rows: confusion counts at the threshold and prediction counts per class on the grid."""
+
+    rows: int = 0
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+    positive_cells: np.ndarray | None = None
+    negative_cells: np.ndarray | None = None
+
+    def merge(self, other: LabelCounts) -> LabelCounts:
+        def add(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+            return b if a is None else a if b is None else a + b
+
+        return LabelCounts(
+            rows=self.rows + other.rows,
+            tp=self.tp + other.tp,
+            fp=self.fp + other.fp,
+            fn=self.fn + other.fn,
+            tn=self.tn + other.tn,
+            positive_cells=add(self.positive_cells, other.positive_cells),
+            negative_cells=add(self.negative_cells, other.negative_cells),
+        )
+
+
+@dataclass
+class WindowSketch:
+    """Mergeable summary of one window of traffic, counted on the reference profile's grids."""
+
+    rows: int = 0
+    numeric: dict[str, GridCounts] = field(default_factory=dict)
+    categorical: dict[str, Counter[str | None]] = field(default_factory=dict)
+    prediction: GridCounts | None = None
+    labels: LabelCounts = field(default_factory=LabelCounts)
+    pca_error: GridCounts | None = None
+    errors: PageHinkley = field(default_factory=PageHinkley)
+    threshold: float = 0.5
+
+    def update(
+        self,
+        profile: Profile,
+        columns: Mapping[str, np.ndarray],
+        *,
+        predictions: np.ndarray | None = None,
+        labels: np.ndarray | None = None,
+    ) -> WindowSketch:
+        """Add one chunk of rows (in time order); returns self."""
+        n = len(next(iter(columns.values()))) if columns else (0 if predictions is None else len(predictions))
+        self.rows += n
+        for name, fp in profile.features.items():
+            if name not in columns:
+                continue
+            values = np.asarray(columns[name])
+            if isinstance(fp, NumericProfile):
+                counts = count_on_grid(values, fp.grid, limits=(fp.allowed_min, fp.allowed_max))
+                prev = self.numeric.get(name)
+                self.numeric[name] = counts if prev is None else prev.merge(counts)
+            elif isinstance(fp, CategoricalProfile):
+                self.categorical.setdefault(name, Counter()).update(values.tolist())
+        pca = profile.multivariate
+        if pca is not None and all(f in columns for f in pca.features):
+            err = pca_error_counts(columns, pca)
+            self.pca_error = err if self.pca_error is None else self.pca_error.merge(err)
+        if predictions is not None and profile.prediction is not None:
+            p = np.asarray(predictions, dtype=np.float64).reshape(-1)
+            counts = count_on_grid(p, profile.prediction.grid)
+            self.prediction = counts if self.prediction is None else self.prediction.merge(counts)
+            if labels is not None:
+                self._update_labels(
+                    profile.prediction.grid, p, np.asarray(labels, dtype=np.float64).reshape(-1)
+                )
+        return self
+
+    def _update_labels(self, grid: np.ndarray, p: np.ndarray, y: np.ndarray) -> None:
+        ok = ~np.isnan(y) & ~np.isnan(p)
+        p, y = p[ok], y[ok].astype(bool)
+        pred = p >= self.threshold
+        chunk = LabelCounts(
+            rows=int(y.size),
+            tp=int(np.sum(pred & y)),
+            fp=int(np.sum(pred & ~y)),
+            fn=int(np.sum(~pred & y)),
+            tn=int(np.sum(~pred & ~y)),
+            positive_cells=count_on_grid(p[y], grid).cells,
+            negative_cells=count_on_grid(p[~y], grid).cells,
+        )
+        self.labels = self.labels.merge(chunk)
+        self.errors.update(np.abs(y.astype(np.float64) - p))
+
+    def merge(self, other: WindowSketch) -> WindowSketch:
+        """Combine two sketches of the same profile (keeps the error-stream detector of ``self``)."""
+        out = WindowSketch(rows=self.rows + other.rows, threshold=self.threshold, errors=self.errors)
+        for name in set(self.numeric) | set(other.numeric):
+            a, b = self.numeric.get(name), other.numeric.get(name)
+            out.numeric[name] = b if a is None else a if b is None else a.merge(b)  # type: ignore[assignment]
+        for name in set(self.categorical) | set(other.categorical):
+            out.categorical[name] = self.categorical.get(name, Counter()) + other.categorical.get(
+                name, Counter()
+            )
+        for attr in ("prediction", "pca_error"):
+            a, b = getattr(self, attr), getattr(other, attr)
+            setattr(out, attr, b if a is None else a if b is None else a.merge(b))
+        out.labels = self.labels.merge(other.labels)
+        return out
+
+
+def split_missing(counter: Counter[str | None]) -> tuple[dict[str, int], int]:
+    """Category counts without missing keys (None, "" or NaN), and the number of missing values."""
+    cats: dict[str, int] = {}
+    missing = 0
+    for key, n in counter.items():
+        if key is None or key == "" or (isinstance(key, float) and key != key):
+            missing += n
+        else:
+            cats[str(key)] = cats.get(str(key), 0) + n
+    return cats, missing
