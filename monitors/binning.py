@@ -9,9 +9,9 @@ splits the real line into ``2k + 1`` *cells*, alternating open intervals and sin
 
 Counts per cell are exact, additive across chunks, and give both ``F(g_j)`` and the left limit
 ``F(g_j-)`` of an empirical CDF at every grid point, which is what the Kolmogorov-Smirnov statistic
-and the coarse PSI/JS bins need. Values below ``g_0`` and above ``g_{k-1}`` also keep their total
-distance to the grid end (``below_sum``/``above_sum``), so Wasserstein distance sees how far
-out-of-range values went.
+and the coarse PSI/JS bins need. The sum of the values in each cell is kept too, so each cell's
+mass can be placed at its own mean for the Wasserstein distance (exact for atoms and for values
+beyond the reference range, where the other side has no mass).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ class GridCounts:
     """Cell counts of one numeric column on a grid (mergeable by addition)."""
 
     cells: np.ndarray  # int64, shape (2k + 1,)
-    below_sum: float  # sum of (g_0 - x) over x < g_0
-    above_sum: float  # sum of (x - g_{k-1}) over x > g_{k-1}
+    sums: np.ndarray  # float64, sum of the values in each cell
     missing: int
     outside: int = 0  # values outside the given limits (contract violations)
 
@@ -40,8 +39,7 @@ class GridCounts:
         """The counts of the union of both chunks."""
         return GridCounts(
             cells=self.cells + other.cells,
-            below_sum=self.below_sum + other.below_sum,
-            above_sum=self.above_sum + other.above_sum,
+            sums=self.sums + other.sums,
             missing=self.missing + other.missing,
             outside=self.outside + other.outside,
         )
@@ -49,7 +47,8 @@ class GridCounts:
     @classmethod
     def empty(cls, grid: np.ndarray) -> GridCounts:
         """Zero counts for ``grid``."""
-        return cls(cells=np.zeros(2 * len(grid) + 1, dtype=np.int64), below_sum=0.0, above_sum=0.0, missing=0)
+        size = 2 * len(grid) + 1
+        return cls(cells=np.zeros(size, dtype=np.int64), sums=np.zeros(size), missing=0)
 
 
 def as_float(values: np.ndarray) -> np.ndarray:
@@ -82,22 +81,23 @@ def count_on_grid(
         outside += int(n_valid - np.searchsorted(x, limits[1], side="right"))
     k = len(grid)
     cells = np.zeros(2 * k + 1, dtype=np.int64)
+    missing = int(values.size - n_valid)
     if k == 0:
         cells[0] = n_valid
-        return GridCounts(
-            cells=cells, below_sum=0.0, above_sum=0.0, missing=int(values.size - n_valid), outside=outside
-        )
+        return GridCounts(cells=cells, sums=np.array([x.sum()]), missing=missing, outside=outside)
     lt = np.searchsorted(x, grid, side="left")  # #x < g_j
     le = np.searchsorted(x, grid, side="right")  # #x <= g_j
     cells[0] = lt[0]
     cells[1::2] = le - lt
     cells[2:-1:2] = lt[1:] - le[:-1]
     cells[-1] = n_valid - le[-1]
-    below = float(grid[0] * lt[0] - x[: lt[0]].sum()) if lt[0] else 0.0
-    above = float(x[le[-1] :].sum() - grid[-1] * (n_valid - le[-1])) if n_valid - le[-1] else 0.0
-    return GridCounts(
-        cells=cells, below_sum=below, above_sum=above, missing=int(values.size - n_valid), outside=outside
-    )
+    # cell j starts at the running count of the cells before it; sum each run of the sorted values
+    starts = np.concatenate([[0], np.cumsum(cells)[:-1]])
+    nonempty = cells > 0
+    sums = np.zeros(cells.size)
+    if n_valid:
+        sums[nonempty] = np.add.reduceat(x, starts[nonempty])
+    return GridCounts(cells=cells, sums=sums, missing=missing, outside=outside)
 
 
 def cdf_at_cell_ends(cells: np.ndarray) -> np.ndarray:
@@ -120,17 +120,21 @@ def coarse_counts(cells: np.ndarray, grid: np.ndarray, cuts: np.ndarray) -> np.n
 
 
 def cell_points(
-    grid: np.ndarray, *, below_mean: float | None = None, above_mean: float | None = None
+    grid: np.ndarray, *, cells: np.ndarray | None = None, sums: np.ndarray | None = None
 ) -> np.ndarray:
-    """A representative value per cell: the grid point for atoms, the midpoint for open cells.
-
-    The two outer cells are represented by the mean of the values that fell there (or the grid
-    end when none did), so distances to out-of-range values stay exact on average.
-    """
+    """A representative value per cell: the mean of its values when known, else the grid point
+    (atoms), the midpoint (inner open cells) or the grid end (outer cells)."""
     k = len(grid)
     pts = np.empty(2 * k + 1, dtype=np.float64)
-    pts[1::2] = grid
-    pts[2:-1:2] = (grid[:-1] + grid[1:]) / 2.0
-    pts[0] = grid[0] if below_mean is None else below_mean
-    pts[-1] = grid[-1] if above_mean is None else above_mean
+    if k:
+        pts[1::2] = grid
+        pts[2:-1:2] = (grid[:-1] + grid[1:]) / 2.0
+        pts[0], pts[-1] = grid[0], grid[-1]
+    else:
+        pts[0] = 0.0
+    if cells is not None and sums is not None and sums.shape == pts.shape:
+        has = cells > 0
+        pts[has] = sums[has] / cells[has]
+        if k:
+            pts[1::2] = grid  # atoms are exact; avoid rounding in sum / count
     return pts

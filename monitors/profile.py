@@ -51,6 +51,7 @@ class NumericProfile:
     quantiles: np.ndarray  # N_QUANTILES values, non-decreasing
     grid: np.ndarray  # distinct quantiles
     grid_counts: np.ndarray  # 2 * len(grid) + 1 exact cell counts
+    grid_sums: np.ndarray  # sum of the values per cell (empty when not stored)
     bin_cuts: np.ndarray  # interior decile cut points (a subset of the grid)
     bin_counts: np.ndarray  # len(bin_cuts) + 1
     observed_min: float | None = None
@@ -130,7 +131,9 @@ def numeric_summary(
     out: dict[str, Any] = {"kind": FeatureKind.NUMERIC.value, "name": name, "count": int(present.size)}
     out["missing"] = int(x.size - present.size)
     if present.size == 0:
-        out.update(mean=0.0, std=0.0, min=None, max=None, quantiles=[], grid=[], grid_counts=[0])
+        out.update(
+            mean=0.0, std=0.0, min=None, max=None, quantiles=[], grid=[], grid_counts=[0], grid_sums=[0.0]
+        )
         out.update(bin_cuts=[], bin_counts=[0])
         return out
     q = np.quantile(present, np.linspace(0.0, 1.0, n_quantiles), method="inverted_cdf")
@@ -148,6 +151,7 @@ def numeric_summary(
         quantiles=q.tolist(),
         grid=grid.tolist(),
         grid_counts=counts.cells.tolist(),
+        grid_sums=counts.sums.tolist(),
         bin_cuts=cuts.tolist(),
         bin_counts=bin_counts.astype(int).tolist(),
     )
@@ -299,6 +303,7 @@ def _numeric_from_dict(d: Mapping[str, Any]) -> NumericProfile:
         quantiles=_arr(d["quantiles"]),
         grid=_arr(d["grid"]),
         grid_counts=np.asarray(d["grid_counts"], dtype=np.int64),
+        grid_sums=_arr(d.get("grid_sums")),
         bin_cuts=_arr(d["bin_cuts"]),
         bin_counts=np.asarray(d["bin_counts"], dtype=np.int64),
         observed_min=d.get("observed_min"),

@@ -279,9 +279,7 @@ def _add_prediction(
         histogram=_numeric_histogram(ref, cur),
     )
     c = sketch.prediction.cells
-    below = fp.grid[0] - sketch.prediction.below_sum / c[0] if c[0] else None
-    above = fp.grid[-1] + sketch.prediction.above_sum / c[-1] if c[-1] else None
-    points = cell_points(fp.grid, below_mean=below, above_mean=above)
+    points = cell_points(fp.grid, cells=c, sums=sketch.prediction.sums)
     est = estimate_classification_metrics(
         y_prob=points, weights=c, threshold=sketch.threshold, calibration=profile.calibration
     )

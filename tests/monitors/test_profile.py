@@ -69,8 +69,11 @@ def test_counts_merge_across_chunks() -> None:
     parts = count_on_grid(x[:3000], grid).merge(count_on_grid(x[3000:], grid))
     assert np.array_equal(whole.cells, parts.cells)
     assert whole.missing == parts.missing == int(np.isnan(x).sum())
-    assert np.isclose(whole.below_sum, np.sum(grid[0] - x[x < grid[0]]))
-    assert np.isclose(whole.above_sum, np.sum(x[x > grid[-1]] - grid[-1]))
+    assert np.allclose(whole.sums, parts.sums, rtol=1e-12)
+    assert np.isclose(whole.sums[0], np.sum(x[x < grid[0]]))
+    assert np.isclose(whole.sums[-1], np.sum(x[x > grid[-1]]))
+    assert np.isclose(whole.sums[3], np.sum(x[x == grid[1]]))
+    assert np.isclose(whole.sums[4], np.sum(x[(x > grid[1]) & (x < grid[2])]))
 
 
 def test_json_round_trip(tmp_path: Path, profile_dict: dict[str, Any]) -> None:
