@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from alembic import context
 
 import service.registry.models  # noqa: F401  (register tables on the metadata)
@@ -10,10 +12,8 @@ from service.database import Base, make_engine
 
 # Each domain that owns tables imports its models module here, so autogenerate sees them.
 for module in ("service.predictions.models", "monitors.models"):
-    try:
+    with contextlib.suppress(ModuleNotFoundError):
         __import__(module)
-    except ModuleNotFoundError:
-        pass
 
 config = context.config
 target_metadata = Base.metadata

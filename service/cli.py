@@ -1,4 +1,7 @@
-"""The ``driftwarden`` command line. Imports stay light: TensorFlow loads only inside commands that need it."""
+"""The ``driftwarden`` command line.
+
+Imports stay light: TensorFlow loads only inside the commands that need it.
+"""
 
 from __future__ import annotations
 

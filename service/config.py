@@ -20,21 +20,69 @@ class Settings(BaseSettings):
         default=SecretStr("sqlite:///./var/driftwarden.db"),
         description="SQLAlchemy URL; sqlite:///... (embedded default) or postgresql+psycopg://...",
     )
-    registry_path: Path = Field(default=Path("./var/models"), description="Model registry root (TF Serving layout).")
+    registry_path: Path = Field(
+        default=Path("./var/models"), description="Model registry root (TF Serving layout)."
+    )
     checkpoint_path: Path = Field(default=Path("./var/checkpoints"), description="Training checkpoints root.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     # cluster
-    cluster_host: str = Field(default="127.0.0.1", description="Address the local launcher binds TF servers to.")
+    cluster_host: str = Field(
+        default="127.0.0.1", description="Address the local launcher binds TF servers to."
+    )
     cluster_start_timeout_s: float = Field(default=120.0, gt=0, description="Wait for every node to listen.")
-    checkpoint_every_steps: int = Field(default=50, gt=0, description="Chief saves a checkpoint every N steps.")
-    steps_per_closure: int = Field(default=10, gt=0, description="Async: training steps per scheduled closure.")
-    worker_restart_delay_s: float = Field(default=2.0, ge=0, description="Async: wait before relaunching a lost worker.")
-    sync_max_restarts: int = Field(default=3, ge=0, description="Sync: relaunch-and-restore attempts after a loss.")
+    checkpoint_every_steps: int = Field(
+        default=50, gt=0, description="Chief saves a checkpoint every N steps."
+    )
+    steps_per_closure: int = Field(
+        default=10, gt=0, description="Async: training steps per scheduled closure."
+    )
+    worker_restart_delay_s: float = Field(
+        default=2.0, ge=0, description="Async: wait before relaunching a lost worker."
+    )
+    max_restarts: int = Field(
+        default=3, ge=0, description="Relaunches of a lost async chief, or of all sync workers after a loss."
+    )
 
     # serving
     api_host: str = "127.0.0.1"
     api_port: int = 8501
+
+    # serving / prediction log (service/serving, service/predictions)
+    serve_models: list[str] = Field(
+        default_factory=list, description="Models to serve (empty: every model that has a serving version)."
+    )
+    model_poll_interval_s: float = Field(
+        default=2.0, gt=0, description="How often the server checks the registry for promotions and labels."
+    )
+    batch_max_rows: int = Field(default=512, gt=0, description="Micro-batcher: most rows per model call.")
+    batch_max_wait_ms: float = Field(
+        default=0.0, ge=0, description="Micro-batcher: extra wait for more requests once load is seen (0: none)."
+    )
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Largest request body accepted.")
+    max_rows_per_request: int | None = Field(
+        default=None, gt=0, description="Row limit per request (default: the version schema's limit)."
+    )
+    prediction_log_enabled: bool = Field(default=True, description="Log every prediction (off: no monitoring).")
+    metrics_enabled: bool = Field(default=True, description="Prometheus counters at /metrics.")
+    log_durability: Literal["durable", "fast"] = Field(
+        default="durable",
+        description="durable: answer after the row is committed or fsynced to the spool (group commit); "
+        "fast: answer first, write within log_flush_interval_ms.",
+    )
+    log_queue_max_rows: int = Field(default=100_000, gt=0, description="Writer queue bound; beyond: the spool.")
+    log_batch_max_rows: int = Field(default=2000, gt=0, description="Most rows per database write.")
+    log_flush_interval_ms: float = Field(default=50.0, gt=0, description="fast mode: time between writes.")
+    log_commit_timeout_s: float = Field(
+        default=1.0, gt=0, description="durable mode: a commit slower than this spools the rows instead."
+    )
+    log_retry_interval_s: float = Field(default=1.0, gt=0, description="Retry a failed database after this.")
+    spool_path: Path = Field(default=Path("./var/spool"), description="Local spool of unwritten log rows.")
+    retention_days: float = Field(default=30.0, gt=0, description="Prediction log retention window.")
+    retention_interval_s: float = Field(
+        default=3600.0, ge=0, description="Seconds between retention cleanups in the server (0: off)."
+    )
+    shutdown_timeout_s: float = Field(default=30.0, gt=0, description="Graceful shutdown: time to flush the log.")
 
     def masked(self) -> dict[str, Any]:
         """Settings as plain values, secrets and URL passwords masked."""

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-PG_ADMIN_URL = os.environ.get("DRIFTWARDEN_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "DRIFTWARDEN_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 
 
 def _pg_available() -> bool:

@@ -1,4 +1,7 @@
-"""Training commands: ``data generate``, ``train`` and ``cluster node``. TensorFlow loads inside commands only."""
+"""Training commands: ``data generate``, ``train`` and ``cluster node|chief|sync-worker``.
+
+TensorFlow loads inside the commands only, never at import.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +14,51 @@ from training.datagen import Scenario
 from training.jobs import Mode
 
 data_app = typer.Typer(help="Synthetic data sets with planted drift.", no_args_is_help=True)
+cluster_app = typer.Typer(help="TensorFlow cluster nodes.", no_args_is_help=True)
+
+
+@cluster_app.command("node")
+def cluster_node(
+    role: Annotated[str, typer.Option("--role", help="ps or worker.")],
+    index: Annotated[int, typer.Option("--index", min=0, help="Task index within the role.")],
+    cluster: Annotated[
+        str,
+        typer.Option(
+            "--cluster",
+            help='Cluster spec: JSON like {"chief": ["h:p"], "ps": ["h:p"], "worker": ["h:p", "h:p"]}, '
+            "a path to such a file, or a TF_CONFIG document.",
+        ),
+    ],
+) -> None:
+    """Run one TF server (ps or worker) of a cluster until killed: what each cluster machine runs.
+
+    The chief is not a node: it is `driftwarden train`, which connects to the nodes.
+    """
+    from service.cli import setup_logging
+    from training.cluster import ClusterSpec
+    from training.node import run_server
+
+    setup_logging()
+    try:
+        spec = ClusterSpec.parse(cluster)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--cluster") from exc
+    if role not in {"ps", "worker"}:
+        raise typer.BadParameter("must be ps or worker", param_hint="--role")
+    if index >= len(getattr(spec, role)):
+        raise typer.BadParameter(
+            f"the spec has {len(getattr(spec, role))} {role} task(s)", param_hint="--index"
+        )
+    run_server(role=role, index=index, spec=spec)
 
 
 @data_app.command("generate")
 def data_generate(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output file: .csv or .parquet.")],
     rows: Annotated[int, typer.Option("--rows", "-n", min=1, help="Number of rows.")] = 20_000,
-    scenario: Annotated[Scenario, typer.Option("--scenario", "-s", help="Which drift to plant.")] = Scenario.BASELINE,
+    scenario: Annotated[
+        Scenario, typer.Option("--scenario", "-s", help="Which drift to plant.")
+    ] = Scenario.BASELINE,
     seed: Annotated[int, typer.Option("--seed", help="Random seed; same seed, same table.")] = 0,
     severity: Annotated[float, typer.Option("--severity", min=0.0, help="Scale of the planted drift.")] = 1.0,
 ) -> None:
@@ -27,22 +68,56 @@ def data_generate(
 
     cols = generate(rows, scenario=scenario, seed=seed, severity=severity)
     write_table(cols, out)
-    typer.echo(f"wrote {rows} rows ({scenario.value}, seed {seed}, default rate {cols[TARGET].mean():.3f}) to {out}")
+    typer.echo(
+        f"wrote {rows} rows ({scenario.value}, seed {seed}, default rate {cols[TARGET].mean():.3f}) to {out}"
+    )
+
+
+@cluster_app.command("chief")
+def cluster_chief(
+    job: Annotated[Path, typer.Option("--job", help="job.json written by `driftwarden train`.")],
+) -> None:
+    """Run the async chief of a job: connect to its ps/worker nodes, train, write the final weights."""
+    from service.cli import setup_logging
+    from training.trainers.async_ps import run_chief
+
+    setup_logging()
+    run_chief(job)
+
+
+@cluster_app.command("sync-worker")
+def cluster_sync_worker(
+    job: Annotated[Path, typer.Option("--job", help="job.json written by `driftwarden train`.")],
+    index: Annotated[int, typer.Option("--index", min=0, help="Worker index; 0 acts as chief.")],
+) -> None:
+    """Run one synchronous (all-reduce) worker of a job."""
+    from service.cli import setup_logging
+    from training.trainers.sync_mwms import run_worker
+
+    setup_logging()
+    run_worker(job, index)
 
 
 def train(
     model: Annotated[str, typer.Option("--model", "-m", help="Model name in the registry.")],
-    data: Annotated[Path, typer.Option("--data", "-d", help="Training data: .csv or .parquet with a 0/1 target.")],
-    mode: Annotated[Mode, typer.Option("--mode", help="async: parameter servers; sync: all-reduce; local: one process.")] = Mode.ASYNC,
+    data: Annotated[
+        Path, typer.Option("--data", "-d", help="Training data: .csv or .parquet with a 0/1 target.")
+    ],
+    mode: Annotated[
+        Mode, typer.Option("--mode", help="async: parameter servers; sync: all-reduce; local: one process.")
+    ] = Mode.ASYNC,
     ps: Annotated[int, typer.Option("--ps", min=1, help="Parameter servers (async).")] = 1,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 2,
     epochs: Annotated[float, typer.Option("--epochs", min=0.01, help="Passes over the training rows.")] = 3.0,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Global batch size.")] = 64,
-    learning_rate: Annotated[float, typer.Option("--learning-rate", min=0.0, help="Adam learning rate.")] = 0.003,
+    learning_rate: Annotated[
+        float, typer.Option("--learning-rate", min=0.0, help="Adam learning rate.")
+    ] = 0.003,
     target: Annotated[str, typer.Option("--target", help="Name of the 0/1 label column.")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Seed for the split, init and shuffling.")] = 0,
     checkpoint_every: Annotated[
-        int | None, typer.Option("--checkpoint-every", min=1, help="Steps between checkpoints (default: settings).")
+        int | None,
+        typer.Option("--checkpoint-every", min=1, help="Steps between checkpoints (default: settings)."),
     ] = None,
 ) -> None:
     """Train MODEL on a local TensorFlow cluster and register a new (staged) version.
@@ -74,13 +149,26 @@ def train(
         checkpoint_every=checkpoint_every or settings.checkpoint_every_steps,
     )
     if not data.exists():
-        raise typer.BadParameter(f"{data} does not exist (make one with `driftwarden data generate`)", param_hint="--data")
+        raise typer.BadParameter(
+            f"{data} does not exist (make one with `driftwarden data generate`)", param_hint="--data"
+        )
+    from training.cluster import NodeLost
+
     db = open_database()
     progress = Progress(f"train {model} ({mode.value})")
     try:
         result = run_training(
-            job=job, db=db, registry=settings.registry_path, checkpoint_root=settings.checkpoint_path, progress=progress
+            job=job,
+            db=db,
+            registry=settings.registry_path,
+            checkpoint_root=settings.checkpoint_path,
+            progress=progress,
         )
+    except (NodeLost, TimeoutError, ValueError, FileNotFoundError) as exc:
+        progress.close()
+        typer.secho(f"training failed: {exc}", fg=typer.colors.RED, err=True)
+        typer.echo("progress up to the last checkpoint is kept: rerun the same command to resume", err=True)
+        raise typer.Exit(1) from exc
     finally:
         progress.close()
         db.dispose()
@@ -94,4 +182,5 @@ def train(
 def register(app: typer.Typer) -> None:
     """Add the training commands to the root CLI."""
     app.add_typer(data_app, name="data")
+    app.add_typer(cluster_app, name="cluster")
     app.command("train")(train)

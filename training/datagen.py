@@ -87,7 +87,9 @@ def default_logit(cols: Columns, *, concept: bool = False) -> np.ndarray:
     return -3.2 - 3.9 * score + 3.3 * dti + 2.2 * lti - 1.2 * emp - 0.45 * age + 0.9 * rent + 3.0 * purpose
 
 
-def generate(rows: int, *, scenario: Scenario | str = Scenario.BASELINE, seed: int = 0, severity: float = 1.0) -> Columns:
+def generate(
+    rows: int, *, scenario: Scenario | str = Scenario.BASELINE, seed: int = 0, severity: float = 1.0
+) -> Columns:
     """Generate ``rows`` applications under ``scenario``; the same seed gives the same table."""
     scenario = Scenario(scenario)
     if rows <= 0:
@@ -99,7 +101,9 @@ def generate(rows: int, *, scenario: Scenario | str = Scenario.BASELINE, seed: i
         target_rate = min(0.9, float(y.mean()) + 0.2 * severity)
         n_pos = int(round(rows * target_rate))
         pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
-        idx = np.concatenate([rng.choice(pos, n_pos, replace=n_pos > pos.size), rng.choice(neg, rows - n_pos)])
+        idx = np.concatenate(
+            [rng.choice(pos, n_pos, replace=n_pos > pos.size), rng.choice(neg, rows - n_pos)]
+        )
         rng.shuffle(idx)
         cols = {k: v[idx] for k, v in pool.items()}
         cols[TARGET] = y[idx]

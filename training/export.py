@@ -27,13 +27,23 @@ from training.features import Preprocessing, encode
 class ServingModule(tf.Module):
     """Raw features -> encoded matrix -> MLP -> probability of the positive class."""
 
-    def __init__(self, weights: list[tuple[np.ndarray, np.ndarray]], prep: Preprocessing, schema: ModelSchema):
+    def __init__(
+        self, weights: list[tuple[np.ndarray, np.ndarray]], prep: Preprocessing, schema: ModelSchema
+    ):
         super().__init__(name="driftwarden_model")
         self.prep = prep
-        self.kernels = [tf.Variable(k.astype(np.float32), trainable=False, name=f"kernel_{i}") for i, (k, _) in enumerate(weights)]
-        self.biases = [tf.Variable(b.astype(np.float32), trainable=False, name=f"bias_{i}") for i, (_, b) in enumerate(weights)]
+        self.kernels = [
+            tf.Variable(k.astype(np.float32), trainable=False, name=f"kernel_{i}")
+            for i, (k, _) in enumerate(weights)
+        ]
+        self.biases = [
+            tf.Variable(b.astype(np.float32), trainable=False, name=f"bias_{i}")
+            for i, (_, b) in enumerate(weights)
+        ]
         spec = {
-            f.name: tf.TensorSpec([None], tf.float32 if f.kind is FeatureKind.NUMERIC else tf.string, name=f.name)
+            f.name: tf.TensorSpec(
+                [None], tf.float32 if f.kind is FeatureKind.NUMERIC else tf.string, name=f.name
+            )
             for f in schema.features
         }
         self.serve = tf.function(self._serve, input_signature=[spec])
@@ -48,7 +58,9 @@ class ServingModule(tf.Module):
         return {"probability": tf.sigmoid(x[:, 0])}
 
 
-def predict_proba(module: ServingModule, inputs: Mapping[str, np.ndarray], *, batch: int = 4096) -> np.ndarray:
+def predict_proba(
+    module: ServingModule, inputs: Mapping[str, np.ndarray], *, batch: int = 4096
+) -> np.ndarray:
     """Run the serving function over raw input columns in batches."""
     n = len(next(iter(inputs.values())))
     out = []

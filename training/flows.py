@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitors.profile import build_reference_profile
+from service.config import get_settings
 from service.registry.models import ModelVersion
 from service.registry.service import latest_version
 from service.runtime import Database
 from training.evaluate import binary_metrics
-from training.jobs import Mode, TrainJob, prepare
+from training.jobs import Mode, RunFiles, TrainJob, prepare
+from training.launcher import train_on_cluster
 from training.progress import Progress
 
 log = logging.getLogger("driftwarden.training")
@@ -36,21 +38,21 @@ def run_training(
     data = prepare(job)
     progress.event(
         "data %s: %d training rows, %d held out, %d features (%d encoded columns)",
-        job.data, data.train_rows, data.holdout_y.size, len(data.schema.features), data.prep.width,
+        job.data,
+        data.train_rows,
+        data.holdout_y.size,
+        len(data.schema.features),
+        data.prep.width,
     )
-    checkpoint_dir = checkpoint_root / job.key
-    if job.mode is Mode.ASYNC:
-        from training.trainers import async_ps
-
-        weights, cluster_shape = async_ps.train(job, data, progress, checkpoint_dir=checkpoint_dir)
-    elif job.mode is Mode.SYNC:
-        from training.trainers import sync_mwms
-
-        weights, cluster_shape = sync_mwms.train(job, data, progress, checkpoint_dir=checkpoint_dir)
-    else:
+    files = RunFiles(checkpoint_root / job.key)
+    if job.mode is Mode.LOCAL:
         from training.trainers import local
 
         weights, cluster_shape = local.train(job, data, progress), {"chief": 1}
+    else:
+        weights, cluster_shape = train_on_cluster(
+            job=job, files=files, progress=progress, settings=get_settings()
+        )
     module = ServingModule(weights, data.prep, data.schema)
     proba = predict_proba(module, data.holdout_inputs)
     metrics = binary_metrics(data.holdout_y, proba)
@@ -87,5 +89,7 @@ def run_training(
             lineage=lineage,
             parent_version=parent,
         )
-    shutil.rmtree(checkpoint_dir, ignore_errors=True)  # the run is complete; a rerun trains a new version
+    # the run is complete: a rerun trains a new version; node logs, pids and progress stay for operators
+    shutil.rmtree(files.checkpoints, ignore_errors=True)
+    files.weights.unlink(missing_ok=True)
     return TrainResult(version=version, metrics=metrics, seconds=seconds)

@@ -106,3 +106,63 @@ def prepare(job: TrainJob) -> PreparedData:
         holdout_inputs=raw_inputs(hold_cols, schema),
         holdout_y=hold_cols[job.target].astype(np.int64),
     )
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Where one run keeps its job, checkpoints, progress, node logs and final weights."""
+
+    root: Path
+
+    @property
+    def job(self) -> Path:
+        return self.root / "job.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "ckpt"
+
+    @property
+    def progress(self) -> Path:
+        return self.root / "progress.jsonl"
+
+    @property
+    def weights(self) -> Path:
+        return self.root / "weights.npz"
+
+    @property
+    def nodes(self) -> Path:
+        return self.root / "nodes"
+
+
+def write_job(job: TrainJob, *, cluster: dict[str, list[str]], files: RunFiles) -> Path:
+    """Persist the job and its cluster for the chief / worker processes."""
+    files.root.mkdir(parents=True, exist_ok=True)
+    doc = {**asdict(job), "data": str(job.data.resolve()), "mode": job.mode.value, "cluster": cluster}
+    files.job.write_text(json.dumps(doc, indent=2))
+    return files.job
+
+
+def read_job(path: Path) -> tuple[TrainJob, dict[str, list[str]], RunFiles]:
+    """The job, its cluster and its files, as written by :func:`write_job`."""
+    doc = json.loads(path.read_text())
+    cluster = doc.pop("cluster")
+    job = TrainJob(**{**doc, "data": Path(doc["data"]), "mode": Mode(doc["mode"])})
+    return job, cluster, RunFiles(path.parent)
+
+
+def save_weights(weights: list[tuple[np.ndarray, np.ndarray]], path: Path) -> None:
+    """Final Dense weights as ``k0, b0, k1, b1, ...`` (written atomically)."""
+    arrays = {}
+    for i, (k, b) in enumerate(weights):
+        arrays[f"k{i}"], arrays[f"b{i}"] = k, b
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)  # type: ignore[arg-type]
+    tmp.replace(path)
+
+
+def load_weights(path: Path) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Inverse of :func:`save_weights`."""
+    with np.load(path) as z:
+        n = len(z.files) // 2
+        return [(z[f"k{i}"], z[f"b{i}"]) for i in range(n)]

@@ -48,4 +48,9 @@ def dataset(x: np.ndarray, y: np.ndarray, *, batch: int, seed: int, shard: tuple
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     if shard[0] > 1:
         ds = ds.shard(shard[0], shard[1])
-    return ds.shuffle(min(len(y), 10_000), seed=seed + shard[1]).repeat().batch(batch, drop_remainder=True).prefetch(2)
+    return (
+        ds.shuffle(min(len(y), 10_000), seed=seed + shard[1])
+        .repeat()
+        .batch(batch, drop_remainder=True)
+        .prefetch(2)
+    )

@@ -1,0 +1,168 @@
+"""Run a training job on a local cluster of OS processes, and supervise it to the end.
+
+async: ps and worker servers start first; then the chief process connects and trains. A lost worker is
+relaunched on its address (the chief re-queues its work); a lost chief is relaunched and resumes from the
+latest checkpoint; a lost parameter server ends the run with an error naming it.
+sync: N worker processes run the all-reduce program; any loss stops them all and they are relaunched
+together, restoring the latest checkpoint (up to ``max_restarts`` times).
+Every process started here is stopped here, by PID, whatever happens (and dies with this process).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from service.config import Settings
+from training.cluster import (
+    ClusterSpec,
+    LocalCluster,
+    Node,
+    NodeLost,
+    chief_argv,
+    child_env,
+    node_argv,
+    sync_worker_argv,
+)
+from training.jobs import Mode, RunFiles, TrainJob, load_weights, write_job
+from training.progress import Progress, follow
+
+Weights = list[tuple[np.ndarray, np.ndarray]]
+POLL_S = 0.2
+
+
+def train_on_cluster(
+    *, job: TrainJob, files: RunFiles, progress: Progress, settings: Settings
+) -> tuple[Weights, dict[str, int]]:
+    """Train ``job`` on a local cluster; returns the final weights and the cluster's shape."""
+    files.root.mkdir(parents=True, exist_ok=True)
+    files.weights.unlink(missing_ok=True)
+    if job.mode is Mode.ASYNC:
+        _run_async(job=job, files=files, progress=progress, settings=settings)
+        shape = {"chief": 1, "ps": job.ps, "worker": job.workers}
+    elif job.mode is Mode.SYNC:
+        _run_sync(job=job, files=files, progress=progress, settings=settings)
+        shape = {"worker": job.workers}
+    else:
+        raise ValueError(f"mode {job.mode.value} does not use a cluster")
+    return load_weights(files.weights), shape
+
+
+def _offset(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    if not path.exists():
+        return ""
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def _run_async(*, job: TrainJob, files: RunFiles, progress: Progress, settings: Settings) -> None:
+    spec = ClusterSpec.local(host=settings.cluster_host, chief=1, ps=job.ps, workers=job.workers)
+    write_job(job, cluster=spec.as_dict(), files=files)
+    cluster = LocalCluster(
+        run_dir=files.nodes,
+        restart_roles=frozenset({"worker"}),
+        restart_delay_s=settings.worker_restart_delay_s,
+        on_event=lambda msg: progress.event("%s", msg),
+    )
+    servers = [
+        cluster.add(
+            role=role, index=i, address=addr, argv=node_argv(role=role, index=i, spec=spec), env=child_env()
+        )
+        for role, i, addr in spec.nodes()
+        if role != "chief"
+    ]
+    chief = cluster.add(
+        role="chief", index=0, address=spec.chief[0], argv=chief_argv(files.job), env=child_env()
+    )
+    offset = _offset(files.progress)
+    with cluster:
+        t0 = time.monotonic()
+        cluster.start(servers, timeout_s=settings.cluster_start_timeout_s)
+        progress.event("cluster up in %.1fs: %s", time.monotonic() - t0, spec.as_dict())
+        cluster.launch(chief)
+        while True:
+            offset = follow(files.progress, progress, offset)
+            ps_lost = cluster.first_loss("ps")
+            rc = chief.returncode
+            if ps_lost is not None:
+                # give the chief a moment to checkpoint-free exit with its own message, then stop everything
+                deadline = time.monotonic() + 10
+                while chief.alive() and time.monotonic() < deadline:
+                    time.sleep(POLL_S)
+                offset = follow(files.progress, progress, offset)
+                raise NodeLost(
+                    ps_lost.role, ps_lost.index, ps_lost.address, ps_lost.returncode, ps_lost.log_path
+                )
+            if rc is None:
+                time.sleep(POLL_S)
+                continue
+            if rc == 0:
+                break
+            if chief.restarts >= settings.max_restarts:
+                raise RuntimeError(
+                    f"chief failed {chief.restarts + 1} times (last exit {rc}); "
+                    f"last log lines of {chief.log_path}:\n{_tail(chief.log_path)}"
+                )
+            err = NodeLost(chief.role, 0, chief.address, rc, chief.log_path)
+            progress.event("%s; relaunching the chief: it resumes from the latest checkpoint", err)
+            cluster.launch(chief)
+        follow(files.progress, progress, offset)
+    if not files.weights.exists():
+        raise RuntimeError(f"chief exited without writing {files.weights}; see {chief.log_path}")
+
+
+def _run_sync(*, job: TrainJob, files: RunFiles, progress: Progress, settings: Settings) -> None:
+    offset = _offset(files.progress)
+    attempt = 0
+    while True:
+        spec = ClusterSpec.local(host=settings.cluster_host, chief=0, ps=0, workers=job.workers)
+        write_job(job, cluster=spec.as_dict(), files=files)
+        cluster = LocalCluster(run_dir=files.nodes, on_event=lambda msg: progress.event("%s", msg))
+        nodes = [
+            cluster.add(
+                role="worker", index=i, address=addr, argv=sync_worker_argv(files.job, i), env=child_env()
+            )
+            for i, addr in enumerate(spec.worker)
+        ]
+        with cluster:
+            for node in nodes:
+                cluster.launch(node)
+            failed = _wait_all(nodes, files=files, progress=progress, offset_ref=[offset])
+            offset = _offset(files.progress)
+        if failed is None:
+            return
+        attempt += 1
+        if attempt > settings.max_restarts:
+            raise RuntimeError(
+                f"{failed}; gave up after {settings.max_restarts} relaunch(es). Last log lines:\n"
+                + _tail(failed.log_path)
+            )
+        progress.event(
+            "%s; stopping all workers and relaunching %d (attempt %d/%d): they restore the latest checkpoint",
+            failed,
+            job.workers,
+            attempt,
+            settings.max_restarts,
+        )
+
+
+def _wait_all(
+    nodes: list[Node], *, files: RunFiles, progress: Progress, offset_ref: list[int]
+) -> NodeLost | None:
+    """Wait until every worker exits 0 (None) or the first one fails (that loss)."""
+    while True:
+        offset_ref[0] = follow(files.progress, progress, offset_ref[0])
+        codes = [n.returncode for n in nodes]
+        for node, rc in zip(nodes, codes, strict=True):
+            if rc is not None and rc != 0:
+                return NodeLost(node.role, node.index, node.address, rc, node.log_path)
+        if all(rc == 0 for rc in codes):
+            offset_ref[0] = follow(files.progress, progress, offset_ref[0])
+            return None
+        time.sleep(POLL_S)
