@@ -23,7 +23,9 @@ def version_dir(*, registry: Path, model_name: str, version: int) -> Path:
 
 def next_version(*, session: Session, registry: Path, model_name: str) -> int:
     """One more than the highest version known to the table or present on disk."""
-    in_db = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.model_name == model_name))
+    in_db = session.scalar(
+        select(func.max(ModelVersion.version)).where(ModelVersion.model_name == model_name)
+    )
     on_disk = [int(p.name) for p in (registry / model_name).glob("*") if p.name.isdigit()]
     return max([in_db or 0, *on_disk]) + 1
 
@@ -32,7 +34,9 @@ def publish_files(*, staging: Path, registry: Path, model_name: str, version: in
     """Move a fully written staging folder into place atomically and make it read-only."""
     target = version_dir(registry=registry, model_name=model_name, version=version)
     if target.exists():
-        raise FileExistsError(f"version {model_name}:{version} already exists at {target}; versions are immutable")
+        raise FileExistsError(
+            f"version {model_name}:{version} already exists at {target}; versions are immutable"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(staging), str(target))
     for path in target.rglob("*"):

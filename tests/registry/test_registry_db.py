@@ -37,8 +37,12 @@ def test_versions_lifecycle(database_url: str, tmp_path: Path) -> None:
             assert next_version(session=s, registry=tmp_path, model_name="m") == 1
             for v in (1, 2):
                 register_version(
-                    session=s, model_name="m", version=v, path=tmp_path / str(v),
-                    metrics={"accuracy": 0.9}, lineage={"mode": "async"},
+                    session=s,
+                    model_name="m",
+                    version=v,
+                    path=tmp_path / str(v),
+                    metrics={"accuracy": 0.9},
+                    lineage={"mode": "async"},
                 )
             assert next_version(session=s, registry=tmp_path, model_name="m") == 3
         with db.session() as s:
