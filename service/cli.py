@@ -105,9 +105,11 @@ def _fmt(value: object) -> str:
 
 def _register_domains() -> None:
     from monitors.cli import register as register_monitors
+    from service.serving.cli import register as register_serving
     from training.cli import register as register_training
 
     register_training(app)
+    register_serving(app)
     register_monitors(app)
 
 

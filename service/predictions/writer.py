@@ -1,0 +1,288 @@
+"""The background log writer: a bounded queue in front of batched database writes, with a disk spool.
+
+Requests hand their rows to :meth:`LogWriter.submit`; one writer thread drains the queue in batches (one
+transaction each: PostgreSQL COPY, SQLite one prepared multi-row insert). If a write fails, or the queue is
+full because the database is slow, rows go to the :class:`~service.predictions.spool.Spool` on disk; while
+the spool holds rows every new row is appended behind them, and the writer replays the spool in order as
+soon as the database answers again. Nothing is dropped: ``rows_dropped`` only moves if the local disk
+itself refuses a write.
+
+Durability (setting ``log_durability``):
+- ``durable``: a request is answered only once its rows are committed to the database or fsynced to the
+  spool. Concurrent requests share one commit (group commit), so the cost is one commit's latency per
+  request, not per row.
+- ``fast``: a request is answered as soon as its rows are queued; the writer flushes every
+  ``flush_interval``. A crash of the process (not a database outage) can lose the rows still queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy import Engine
+
+from service.predictions.service import LogRow, write_log_rows
+from service.predictions.spool import Spool
+
+log = logging.getLogger("driftwarden.predictions.writer")
+
+Durability = Literal["durable", "fast"]
+
+
+class LogUnavailable(RuntimeError):
+    """Rows could be written neither to the database nor to the spool."""
+
+
+@dataclass
+class _Entry:
+    rows: list[LogRow]
+    future: asyncio.Future[None] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+
+
+@dataclass
+class WriterStats:
+    """Counters of the write path (exported as Prometheus metrics and at ``/status``)."""
+
+    rows_written: int = 0  # rows committed by the direct path
+    rows_replayed: int = 0  # rows committed from the spool
+    rows_spooled: int = 0  # rows that went to the spool (write failure, slow database, overflow)
+    rows_dropped: int = 0  # rows lost: only if the spool's disk fails; must stay 0
+    write_errors: int = 0
+    batches: int = 0
+    last_error: str | None = None
+    database_ok: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LogWriter:
+    """Bounded queue + writer thread + spool; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        spool: Spool,
+        durability: Durability = "durable",
+        queue_max_rows: int = 100_000,
+        batch_max_rows: int = 2000,
+        flush_interval_s: float = 0.05,
+        commit_timeout_s: float = 2.0,
+        retry_interval_s: float = 1.0,
+    ) -> None:
+        self.engine = engine
+        self.spool = spool
+        self.durability = durability
+        self.queue_max_rows = queue_max_rows
+        self.batch_max_rows = batch_max_rows
+        self.flush_interval_s = flush_interval_s
+        self.commit_timeout_s = commit_timeout_s
+        self.retry_interval_s = retry_interval_s
+        self.stats = WriterStats()
+        self._queue: deque[_Entry] = deque()
+        self._queued_rows = 0
+        self._busy = False
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._next_retry = 0.0
+        self._thread: threading.Thread | None = None
+        self._seq_in = 0  # entries queued so far
+        self._seq_out = 0  # entries handled (committed or spooled) so far, in queue order
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the writer thread (it first replays whatever a previous process left in the spool)."""
+        self._thread = threading.Thread(target=self._run, name="driftwarden-log-writer", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Write everything queued, replay the spool while the database answers, stop the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.error("log writer did not stop within %.0fs; queued rows go to the spool", timeout_s)
+        with self._cond:
+            rest = [r for e in self._queue for r in e.rows]
+            self._queue.clear()
+            self._queued_rows = 0
+        if rest:
+            self._spill(rest, sync=True)
+        self.spool.close()
+
+    # -- producer side ---------------------------------------------------------------------------
+    @property
+    def queued_rows(self) -> int:
+        return self._queued_rows
+
+    async def submit(self, rows: list[LogRow]) -> None:
+        """Hand rows to the writer; in ``durable`` mode return once they are committed or spooled."""
+        durable = self.durability == "durable"
+        entry = _Entry(rows)
+        if durable:
+            entry.loop = asyncio.get_running_loop()
+            entry.future = entry.loop.create_future()
+        with self._cond:
+            if self._queued_rows + len(rows) <= self.queue_max_rows and not self._stopping:
+                self._queue.append(entry)
+                self._queued_rows += len(rows)
+                self._seq_in += 1
+                if durable or self._queued_rows >= self.batch_max_rows:
+                    self._cond.notify()
+                queued = True
+            else:
+                queued = False
+        if not queued:  # the database is too slow to keep up: straight to disk
+            await asyncio.to_thread(self._spill, rows, sync=durable)
+            return
+        if entry.future is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(entry.future), self.commit_timeout_s)
+        except TimeoutError:
+            # The database is slow: make the rows durable on disk now; if the pending commit also lands,
+            # the replay skips the prediction ids the database already has.
+            await asyncio.to_thread(self._spill, rows, sync=True)
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every row submitted before the call is handled and the spool is replayed."""
+        with self._cond:
+            target = self._seq_in
+            self._cond.notify()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._seq_out >= target and self.spool.pending_rows == 0:
+                return True
+            with self._cond:
+                self._cond.notify()
+            time.sleep(0.005)
+        return False
+
+    # -- writer thread ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            entries = self._take()
+            if entries:
+                try:
+                    self._handle(entries)
+                finally:
+                    with self._cond:
+                        self._busy = False
+                        self._seq_out += len(entries)
+            self._replay(max_batches=4 if not self._stopping else 1_000_000)
+            with self._cond:
+                if self._stopping and not self._queue:
+                    return
+            if self._stopping and self.spool.pending_rows and not self.stats.database_ok:
+                return  # database down at shutdown: the rows stay in the spool for the next start
+
+    def _take(self) -> list[_Entry]:
+        with self._cond:
+            if self.durability == "durable":
+                if not self._queue and not self._stopping:
+                    self._cond.wait(timeout=self._idle_wait())
+            elif not self._stopping and self._queued_rows < self.batch_max_rows:
+                self._cond.wait(timeout=self.flush_interval_s)
+            entries: list[_Entry] = []
+            n = 0
+            while self._queue and (n < self.batch_max_rows or not entries):
+                entry = self._queue.popleft()
+                entries.append(entry)
+                n += len(entry.rows)
+            self._queued_rows -= n
+            self._busy = bool(entries)
+            return entries
+
+    def _idle_wait(self) -> float:
+        if self.spool.pending_rows:
+            return max(0.01, min(self.retry_interval_s, self._next_retry - time.monotonic()))
+        return 1.0
+
+    def _handle(self, entries: list[_Entry]) -> None:
+        rows = [r for e in entries for r in e.rows]
+        error: BaseException | None = None
+        durable = self.durability == "durable"
+        if self.spool.pending_rows:  # keep the order: new rows queue up behind the spooled ones
+            error = self._spill(rows, sync=durable)
+        else:
+            try:
+                write_log_rows(engine=self.engine, rows=rows, idempotent=False)
+                self.stats.rows_written += len(rows)
+                self.stats.batches += 1
+                self._mark_ok()
+            except Exception as exc:
+                self._mark_failed(exc)
+                error = self._spill(rows, sync=durable)
+        self._resolve(entries, error)
+
+    def _replay(self, *, max_batches: int) -> None:
+        if not self.spool.pending_rows or (not self.stats.database_ok and time.monotonic() < self._next_retry):
+            return
+        for _ in range(max_batches):
+            batch = self.spool.peek(self.batch_max_rows)
+            if batch is None:
+                return
+            try:
+                write_log_rows(engine=self.engine, rows=batch.rows, idempotent=True)
+            except Exception as exc:
+                self._mark_failed(exc)
+                return
+            self.spool.commit(batch)
+            self.stats.rows_replayed += len(batch.rows)
+            self._mark_ok()
+            with self._cond:
+                if self._queue and not self._stopping:
+                    return  # let queued requests be spooled (durable callers wait for that) first
+
+    def _spill(self, rows: list[LogRow], *, sync: bool) -> BaseException | None:
+        try:
+            self.spool.append(rows, sync=sync)
+        except Exception as exc:  # the local disk failed too: this is the only way to lose rows
+            self.stats.rows_dropped += len(rows)
+            log.critical("prediction log: %d rows LOST, spool append failed: %s", len(rows), exc)
+            return exc
+        self.stats.rows_spooled += len(rows)
+        return None
+
+    def _mark_ok(self) -> None:
+        if not self.stats.database_ok:
+            log.warning("prediction log: database reachable again, replaying the spool")
+        self.stats.database_ok = True
+
+    def _mark_failed(self, exc: BaseException) -> None:
+        self.stats.write_errors += 1
+        self.stats.last_error = f"{type(exc).__name__}: {exc}"[:500]
+        if self.stats.database_ok:
+            log.warning("prediction log: database write failed (%s); spooling to %s", exc, self.spool.directory)
+        self.stats.database_ok = False
+        self._next_retry = time.monotonic() + self.retry_interval_s
+
+    @staticmethod
+    def _resolve(entries: list[_Entry], error: BaseException | None) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+        for e in entries:
+            if e.future is not None and e.loop is not None:
+                by_loop.setdefault(e.loop, []).append(e.future)
+        for loop, futures in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, futures, error)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+
+
+def _settle(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for fut in futures:
+        if fut.done():
+            continue
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(LogUnavailable(str(error)))

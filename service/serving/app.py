@@ -1,0 +1,167 @@
+"""The FastAPI application: wiring of settings, database, model manager, log writer and routes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.config import Settings, get_settings
+from service.database import make_engine
+from service.predictions.service import purge_predictions, utcnow
+from service.predictions.spool import Spool
+from service.predictions.writer import LogWriter
+from service.runtime import open_database
+from service.serving.batcher import Runner
+from service.serving.flows import AppState
+from service.serving.manager import ModelManager
+from service.serving.metrics import Metrics, NullMetrics
+from service.serving.views import error_response, request_id_of, router
+
+log = logging.getLogger("driftwarden.serving")
+
+DESCRIPTION = """
+Predictions from the model registry's SavedModels over two wire protocols that existing clients speak:
+
+* **TensorFlow Serving REST** (`/v1/models/...`): `:predict` in row (`instances`) or columnar (`inputs`) format.
+* **Open Inference Protocol v2** (`/v2/...`, KServe/Triton): typed tensors; stock v2 clients work unmodified.
+
+Every request is checked against the version's input contract (a violation answers **400** naming the row,
+the feature and the rule), every output against the output contract, and every prediction is logged with
+an id (`prediction_ids`) that ground truth can later be attached to (`POST /v1/models/{name}/feedback`).
+"""
+
+
+def _writer_engine(url: str) -> Any:
+    kwargs: dict[str, Any] = {"json_serializer": lambda o: orjson.dumps(o).decode(), "pool_size": 2}
+    if not url.startswith("sqlite"):
+        kwargs["connect_args"] = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 10,
+                                  "keepalives_interval": 5, "keepalives_count": 3}
+    else:
+        kwargs.pop("pool_size")
+    return make_engine(url, **kwargs)
+
+
+def spool_dir(settings: Settings, url: str) -> Path:
+    """One spool folder per database, so that replays never cross databases."""
+    return settings.spool_path / hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
+def create_app(settings: Settings | None = None, *, loader: Callable[[Path], Runner] | None = None) -> FastAPI:
+    """Build the app; nothing heavy happens until the server starts it (lifespan)."""
+    cfg = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = cfg.database_url.get_secret_value()
+        db = await asyncio.to_thread(open_database, url)
+        if loader is None:
+            from service.serving.tf_model import load as tf_load
+
+            model_loader: Callable[[Path], Runner] = tf_load
+        else:
+            model_loader = loader
+        metrics: Metrics = Metrics() if cfg.metrics_enabled else NullMetrics()
+        writer = None
+        if cfg.prediction_log_enabled:
+            writer = LogWriter(
+                engine=_writer_engine(url),
+                spool=Spool(spool_dir(cfg, url)),
+                durability=cfg.log_durability,
+                queue_max_rows=cfg.log_queue_max_rows,
+                batch_max_rows=cfg.log_batch_max_rows,
+                flush_interval_s=cfg.log_flush_interval_ms / 1000.0,
+                commit_timeout_s=cfg.log_commit_timeout_s,
+                retry_interval_s=cfg.log_retry_interval_s,
+            )
+            writer.start()
+            metrics.watch_writer(writer)
+        manager = ModelManager(
+            db=db, loader=model_loader, only=cfg.serve_models, poll_interval_s=cfg.model_poll_interval_s,
+            batch_max_rows=cfg.batch_max_rows, batch_max_wait_s=cfg.batch_max_wait_ms / 1000.0,
+        )
+        await manager.start()
+        app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
+        retention = asyncio.get_running_loop().create_task(_retention_loop(app.state.dw))
+        log.info("serving %s; prediction log %s", sorted(manager.models) or "no models yet",
+                 f"on ({cfg.log_durability})" if writer else "off")
+        try:
+            yield
+        finally:
+            retention.cancel()
+            await manager.close()
+            if writer is not None:
+                await asyncio.to_thread(writer.close, cfg.shutdown_timeout_s)
+                s = writer.stats
+                log.info("prediction log closed: written=%d replayed=%d spooled=%d left_in_spool=%d dropped=%d",
+                         s.rows_written, s.rows_replayed, s.rows_spooled, writer.spool.pending_rows, s.rows_dropped)
+                writer.engine.dispose()
+            db.dispose()
+
+    app = FastAPI(
+        title="driftwarden serving",
+        description=DESCRIPTION,
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url="/docs",
+    )
+    app.include_router(router)
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)
+    return app
+
+
+async def _retention_loop(state: AppState) -> None:
+    """Delete log rows older than the retention window, now and then."""
+    interval = state.settings.retention_interval_s
+    if interval <= 0:
+        return
+    while True:
+        try:
+            deleted = await asyncio.to_thread(purge_old_predictions, state)
+            if deleted:
+                log.info("retention: deleted %d predictions older than %.1f days", deleted,
+                         state.settings.retention_days)
+        except Exception as exc:
+            log.warning("retention cleanup failed: %s", exc)
+        await asyncio.sleep(interval)
+
+
+def purge_old_predictions(state: AppState) -> int:
+    """One retention pass: delete in chunks until nothing older than the window is left."""
+    cutoff = utcnow() - timedelta(days=state.settings.retention_days)
+    total = 0
+    while True:
+        with state.db.session() as session:
+            n = purge_predictions(session=session, before=cutoff)
+        total += n
+        if n == 0:
+            return total
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path} ({message})"
+    return error_response(exc.status_code, message, request_id_of(request))
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    parts = ["{}: {}".format(".".join(str(x) for x in e.get("loc", ())), e.get("msg", "")) for e in exc.errors()]
+    return error_response(400, "; ".join(parts) or "invalid request", request_id_of(request))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response(500, f"internal error ({type(exc).__name__})", request_id_of(request))

@@ -1,0 +1,122 @@
+"""Adaptive micro-batching (TF Serving's batching idea): concurrent requests share one model call.
+
+While a model call runs in the executor thread, new requests queue up; the next call takes all of them
+(up to ``max_rows`` rows). Under no load a request runs alone at once, under load batches grow by
+themselves. ``max_wait_s`` > 0 additionally lets a batch wait that long for company, but only when the
+previous call was shared by several requests (there is load to wait for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger("driftwarden.serving.batcher")
+
+Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+@dataclass
+class _Item:
+    columns: dict[str, np.ndarray]
+    n: int
+    future: asyncio.Future[dict[str, np.ndarray]]
+
+
+class BatcherClosed(RuntimeError):
+    """The version this batcher belongs to was unloaded."""
+
+
+class MicroBatcher:
+    """Queue requests for one model version and run them in combined calls."""
+
+    def __init__(self, runner: Runner, *, max_rows: int, max_wait_s: float, executor: ThreadPoolExecutor) -> None:
+        self.runner = runner
+        self.max_rows = max_rows
+        self.max_wait_s = max_wait_s
+        self.executor = executor
+        self.calls = 0
+        self.rows = 0
+        self._pending: deque[_Item] = deque()
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+        self._last_shared = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="micro-batcher")
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def submit(self, columns: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+        """Queue one request's columns; resolves to its slice of the outputs."""
+        if self._closed:
+            raise BatcherClosed("model version unloaded")
+        fut: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Item(columns, n, fut))
+        self._wake.set()
+        return await fut
+
+    async def close(self) -> None:
+        """Finish what is queued, then stop."""
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._pending:
+                if self._closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self.max_wait_s > 0 and self._last_shared and self._rows_pending() < self.max_rows:
+                await asyncio.sleep(self.max_wait_s)
+            batch: list[_Item] = []
+            rows = 0
+            while self._pending and (not batch or rows + self._pending[0].n <= self.max_rows):
+                item = self._pending.popleft()
+                if item.future.cancelled():
+                    continue
+                batch.append(item)
+                rows += item.n
+            if not batch:
+                continue
+            self._last_shared = len(batch) > 1
+            try:
+                outputs = await loop.run_in_executor(self.executor, self._run, batch)
+            except Exception as exc:  # the model failed: every caller of this batch gets the error
+                log.exception("model call failed for a batch of %d rows", rows)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            self.calls += 1
+            self.rows += rows
+            start = 0
+            for item in batch:
+                part = {k: v[start : start + item.n] for k, v in outputs.items()}
+                start += item.n
+                if not item.future.done():
+                    item.future.set_result(part)
+
+    def _rows_pending(self) -> int:
+        return sum(i.n for i in self._pending)
+
+    def _run(self, batch: list[_Item]) -> dict[str, np.ndarray]:
+        if len(batch) == 1:
+            return self.runner(batch[0].columns)
+        names = batch[0].columns.keys()
+        merged = {k: np.concatenate([item.columns[k] for item in batch]) for k in names}
+        return self.runner(merged)

@@ -1,0 +1,229 @@
+"""Request bodies of both protocols -> named columns of raw values (pure, no I/O).
+
+TF Serving REST: ``{"instances": [{...}, ...]}`` (row format) or ``{"inputs": {"f": [...], ...}}``
+(columnar), never both. Open Inference Protocol v2: ``{"inputs": [{"name", "shape", "datatype", "data"}]}``
+with one tensor per feature, or one 2-D tensor ``[rows, features]`` in schema order; tensor data may also
+come in Triton's binary extension (``Inference-Header-Content-Length``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from service.registry.schema import FeatureKind, ModelSchema
+from service.serving.contracts import ContractViolation, Violation, check_columns, rows_to_columns
+
+NUMERIC_TYPES = {
+    "BOOL": None, "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1",
+    "INT16": "<i2", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8",
+}
+
+
+class BadRequest(ValueError):
+    """A body that is not a valid request of its protocol (answered with 400)."""
+
+    def __init__(self, message: str, rule: str = "format") -> None:
+        self.rule = rule
+        super().__init__(f"{message} (rule: {rule})")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Raw values per feature, the row count and which format the client used."""
+
+    values: dict[str, Sequence[Any]]
+    n: int
+    fmt: str  # "row" | "columnar" | "tensors" | "matrix"
+
+
+def parse_json(body: bytes) -> Any:
+    """Parse JSON; NaN and Infinity literals are accepted here so the contract can name them."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}", "json") from None
+
+
+# -- TF Serving REST ------------------------------------------------------------------------------
+def parse_v1(schema: ModelSchema, payload: Any) -> Columns:
+    """A ``:predict`` body -> columns."""
+    if not isinstance(payload, Mapping):
+        raise BadRequest('the body must be a JSON object with "instances" or "inputs"')
+    signature = payload.get("signature_name", "serving_default")
+    if signature not in ("serving_default", "", None):
+        raise BadRequest(f"unknown signature_name {signature!r}; this model has 'serving_default'", "signature")
+    unknown = set(payload) - {"instances", "inputs", "signature_name"}
+    if unknown:
+        raise BadRequest(f"unknown request keys {sorted(unknown)}; use 'instances' or 'inputs'")
+    if "instances" in payload and "inputs" in payload:
+        raise BadRequest('send either "instances" (row format) or "inputs" (columnar format), not both')
+    if "instances" in payload:
+        instances = payload["instances"]
+        if not isinstance(instances, list):
+            raise BadRequest('"instances" must be a list of objects')
+        values, n = rows_to_columns(schema, instances)
+        return Columns(values, n, "row")
+    if "inputs" in payload:
+        inputs = payload["inputs"]
+        if not isinstance(inputs, Mapping):
+            raise BadRequest('"inputs" must be an object of named lists (one per feature)')
+        for name, col in inputs.items():
+            if not isinstance(col, list):
+                raise ContractViolation([Violation("shape", "must be a list of values (a 1-D tensor)",
+                                                   feature=str(name))])
+        n = check_columns(schema, inputs)
+        return Columns(dict(inputs), n, "columnar")
+    raise BadRequest('missing "instances" (row format) or "inputs" (columnar format)')
+
+
+# -- Open Inference Protocol v2 -------------------------------------------------------------------
+def split_binary(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
+    """Triton's binary tensor extension: JSON header, then raw tensor bytes."""
+    if header_length is None:
+        return body, b""
+    try:
+        size = int(header_length)
+    except ValueError:
+        raise BadRequest("Inference-Header-Content-Length must be an integer", "binary_data") from None
+    if not 0 <= size <= len(body):
+        raise BadRequest("Inference-Header-Content-Length exceeds the body", "binary_data")
+    return body[:size], body[size:]
+
+
+def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
+    """An ``/infer`` body -> columns."""
+    if not isinstance(payload, Mapping):
+        raise BadRequest('the body must be a JSON object with "inputs"')
+    tensors = payload.get("inputs")
+    if not isinstance(tensors, list) or not tensors:
+        raise BadRequest('"inputs" must be a non-empty list of tensors')
+    outputs = payload.get("outputs")
+    if outputs is not None:
+        names = {o.get("name") if isinstance(o, Mapping) else None for o in outputs} if isinstance(
+            outputs, list) else {None}
+        known = {o.name for o in schema.outputs}
+        if not names <= known:
+            raise BadRequest(f"unknown requested outputs {sorted(map(str, names - known))}; this model has "
+                             f"{sorted(known)}", "outputs")
+    decoded: list[tuple[str, list[int], str, list[Any]]] = []
+    offset = 0
+    for k, t in enumerate(tensors):
+        if not isinstance(t, Mapping):
+            raise BadRequest(f"input tensor {k} must be an object")
+        name, shape, dtype = t.get("name"), t.get("shape"), t.get("datatype")
+        if not isinstance(name, str):
+            raise BadRequest(f"input tensor {k} has no name")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                   for d in shape):
+            raise ContractViolation([Violation("shape", "needs a shape: a list of non-negative integers",
+                                               feature=name)])
+        if not isinstance(dtype, str) or (dtype not in NUMERIC_TYPES and dtype != "BYTES"):
+            raise ContractViolation([Violation("type", f"unknown datatype {dtype!r}", feature=name)])
+        params = t.get("parameters") or {}
+        size = params.get("binary_data_size") if isinstance(params, Mapping) else None
+        if size is not None:
+            if not isinstance(size, int) or offset + size > len(binary):
+                raise BadRequest(f"binary_data_size of input '{name}' exceeds the binary part", "binary_data")
+            data = _decode_binary(name, dtype, binary[offset : offset + size])
+            offset += size
+        else:
+            if "data" not in t:
+                raise ContractViolation([Violation("shape", "has no data", feature=name)])
+            data = _flatten(t["data"])
+        expected = math.prod(shape)
+        if len(data) != expected:
+            raise ContractViolation([Violation(
+                "shape", f"shape {shape} needs {expected} values, got {len(data)}", feature=name)])
+        decoded.append((name, shape, dtype, data))
+    features = set(schema.feature_names)
+    if len(decoded) == 1 and decoded[0][0] not in features:
+        return _matrix(schema, *decoded[0])
+    values: dict[str, Sequence[Any]] = {}
+    for name, shape, dtype, data in decoded:
+        if name not in features:
+            raise ContractViolation([Violation("unknown_feature", "is not an input of this model", feature=name)])
+        if len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
+            raise ContractViolation([Violation("shape", f"shape {shape} must be [rows] or [rows, 1]", feature=name)])
+        kind = schema.feature(name).kind
+        if kind is FeatureKind.NUMERIC and dtype in ("BYTES", "BOOL"):
+            raise ContractViolation([Violation("type", f"is numeric; datatype {dtype} is not allowed", feature=name)])
+        if kind is FeatureKind.CATEGORICAL and dtype != "BYTES":
+            raise ContractViolation([Violation("type", f"is categorical: use datatype BYTES, not {dtype}",
+                                               feature=name)])
+        values[name] = data
+    n = check_columns(schema, values)
+    return Columns(values, n, "tensors")
+
+
+def _matrix(schema: ModelSchema, name: str, shape: list[int], dtype: str, data: list[Any]) -> Columns:
+    width = len(schema.features)
+    if len(shape) != 2 or shape[1] != width:
+        raise ContractViolation([Violation(
+            "shape", f"a single input tensor must have shape [rows, {width}] (features in schema order: "
+            f"{', '.join(schema.feature_names)}), got {shape}", feature=name)])
+    n = shape[0]
+    values: dict[str, Sequence[Any]] = {}
+    for j, spec in enumerate(schema.features):
+        col = data[j::width]
+        if spec.kind is FeatureKind.NUMERIC and dtype == "BYTES":
+            col = [_number(v) for v in col]
+        values[spec.name] = col
+    return Columns(values, n, "matrix")
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    if not any(isinstance(v, list) for v in data):
+        return data
+    out: list[Any] = []
+    for v in data:
+        out.extend(_flatten(v))
+    return out
+
+
+def _decode_binary(name: str, dtype: str, raw: bytes) -> list[Any]:
+    if dtype == "BYTES":
+        out: list[Any] = []
+        pos = 0
+        while pos < len(raw):
+            if pos + 4 > len(raw):
+                raise BadRequest(f"binary BYTES data of input '{name}' is truncated", "binary_data")
+            (length,) = struct.unpack_from("<I", raw, pos)
+            pos += 4
+            chunk = raw[pos : pos + length]
+            pos += length
+            try:
+                out.append(chunk.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise ContractViolation([Violation("type", "BYTES values must be UTF-8 text", feature=name)]) from None
+        return out
+    code = NUMERIC_TYPES[dtype]
+    if code is None:
+        return np.frombuffer(raw, dtype=np.bool_).tolist()
+    item = np.dtype(code).itemsize
+    if len(raw) % item:
+        raise BadRequest(f"binary data of input '{name}' is not a whole number of {dtype} values", "binary_data")
+    values: list[Any] = np.frombuffer(raw, dtype=code).astype(np.float64).tolist()
+    return values

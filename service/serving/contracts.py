@@ -1,0 +1,247 @@
+"""Input and output contracts: checks of request values against a version's schema (pure, no I/O).
+
+Hard rules always reject the request (HTTP 400): ``unknown_feature``, ``missing_feature``, ``type``,
+``finite``, ``allowed_range``, ``max_rows``, ``empty``. Soft rules (``observed_range``,
+``unseen_category``, ``not_null``) follow the feature's policy: ``reject`` makes them violations, ``flag``
+accepts the row and records ``"<feature>:<rule>"`` in its flags (logged and counted).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
+
+MAX_REPORTED = 20  # violations listed in one error answer
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: where (row, feature) and which rule."""
+
+    rule: str
+    message: str
+    row: int | None = None
+    feature: str | None = None
+
+    def describe(self) -> str:
+        where = []
+        if self.row is not None:
+            where.append(f"row {self.row}")
+        if self.feature is not None:
+            where.append(f"feature '{self.feature}'")
+        prefix = ", ".join(where)
+        return f"{prefix + ': ' if prefix else ''}{self.message} (rule: {self.rule})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"row": self.row, "feature": self.feature, "rule": self.rule, "message": self.message}
+
+
+class ContractViolation(ValueError):
+    """A request broke its contract; answered with 400."""
+
+    def __init__(self, violations: Sequence[Violation]) -> None:
+        self.violations = list(violations)[:MAX_REPORTED]
+        shown = "; ".join(v.describe() for v in self.violations[:5])
+        more = len(violations) - 5
+        super().__init__(shown + (f"; and {more} more" if more > 0 else ""))
+
+
+@dataclass(frozen=True)
+class CheckedInputs:
+    """Validated model inputs (one array per feature), the rows as logged, and each row's flags."""
+
+    arrays: dict[str, np.ndarray]
+    rows: list[dict[str, Any]]
+    flags: list[list[str] | None]
+    n: int
+
+
+def rows_to_columns(schema: ModelSchema, instances: Sequence[Any]) -> tuple[dict[str, list[Any]], int]:
+    """Row format (a list of objects of named features) -> columns; unknown/missing features are violations."""
+    names = schema.feature_names
+    known = set(names)
+    problems: list[Violation] = []
+    for i, row in enumerate(instances):
+        if not isinstance(row, Mapping):
+            problems.append(
+                Violation("type", f"an instance must be an object of named features, got {_kind(row)}", row=i)
+            )
+            continue
+        for key in row:
+            if key not in known:
+                problems.append(Violation("unknown_feature", "is not an input of this model", row=i, feature=str(key)))
+        for name in names:
+            if name not in row:
+                problems.append(Violation("missing_feature", "is required (send null for a missing value)", row=i,
+                                          feature=name))
+        if len(problems) >= MAX_REPORTED:
+            break
+    if problems:
+        raise ContractViolation(problems)
+    return {name: [row[name] for row in instances] for name in names}, len(instances)
+
+
+def check_columns(schema: ModelSchema, columns: Mapping[str, Sequence[Any]]) -> int:
+    """Columnar format: every feature present, none unknown, equal lengths; returns the row count."""
+    problems = [Violation("unknown_feature", "is not an input of this model", feature=str(k))
+                for k in columns if k not in set(schema.feature_names)]
+    problems += [Violation("missing_feature", "is required", feature=n) for n in schema.feature_names
+                 if n not in columns]
+    if problems:
+        raise ContractViolation(problems)
+    lengths = {name: len(columns[name]) for name in schema.feature_names}
+    n = lengths[schema.feature_names[0]]
+    for name, length in lengths.items():
+        if length != n:
+            raise ContractViolation([Violation(
+                "shape", f"has {length} values but '{schema.feature_names[0]}' has {n}", feature=name)])
+    return n
+
+
+def check_inputs(
+    schema: ModelSchema, columns: Mapping[str, Sequence[Any]], n: int, *, max_rows: int | None = None
+) -> CheckedInputs:
+    """Check every value against the schema; raise :class:`ContractViolation` or return model inputs."""
+    limit = max_rows or schema.max_rows_per_request
+    if n == 0:
+        raise ContractViolation([Violation("empty", "the request holds no rows")])
+    if n > limit:
+        raise ContractViolation([Violation("max_rows", f"{n} rows exceed the limit of {limit} per request")])
+    problems: list[Violation] = []
+    flags: list[list[str] | None] = [None] * n
+    arrays: dict[str, np.ndarray] = {}
+    clean: dict[str, list[Any]] = {}
+    for spec in schema.features:
+        values = columns[spec.name]
+        if spec.kind is FeatureKind.NUMERIC:
+            arrays[spec.name], clean[spec.name] = _numeric(spec, values, problems, flags)
+        else:
+            arrays[spec.name], clean[spec.name] = _categorical(spec, values, problems, flags)
+        if len(problems) >= MAX_REPORTED:
+            break
+    if problems:
+        raise ContractViolation(problems)
+    names = schema.feature_names
+    rows = [dict(zip(names, vals, strict=True)) for vals in zip(*(clean[k] for k in names), strict=True)]
+    return CheckedInputs(arrays=arrays, rows=rows, flags=flags, n=n)
+
+
+def _soft(spec: FeatureSpec, i: int, rule: str, message: str, problems: list[Violation],
+          flags: list[list[str] | None]) -> None:
+    if spec.policy is Policy.REJECT:
+        problems.append(Violation(rule, message, row=i, feature=spec.name))
+        return
+    row_flags = flags[i]
+    if row_flags is None:
+        row_flags = flags[i] = []
+    row_flags.append(f"{spec.name}:{rule}")
+
+
+def _numeric(spec: FeatureSpec, values: Sequence[Any], problems: list[Violation],
+             flags: list[list[str] | None]) -> tuple[np.ndarray, list[Any]]:
+    out = np.empty(len(values), dtype=np.float32)
+    clean: list[Any] = []
+    lo_a, hi_a, lo_o, hi_o = spec.allowed_min, spec.allowed_max, spec.observed_min, spec.observed_max
+    for i, v in enumerate(values):
+        if v is None:
+            out[i] = np.nan
+            clean.append(None)
+            if not spec.nullable:
+                _soft(spec, i, "not_null", "is missing but was never missing in training", problems, flags)
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            problems.append(Violation("type", f"expected a number, got {_kind(v)}", row=i, feature=spec.name))
+            clean.append(None)
+            continue
+        f = float(v)
+        if not math.isfinite(f):
+            problems.append(Violation("finite", f"value {v} is not finite (send null for a missing value)",
+                                      row=i, feature=spec.name))
+            clean.append(None)
+            continue
+        if lo_a is not None and f < lo_a:
+            problems.append(Violation("allowed_range", f"value {v} is below the allowed minimum {lo_a:g}",
+                                      row=i, feature=spec.name))
+        elif hi_a is not None and f > hi_a:
+            problems.append(Violation("allowed_range", f"value {v} is above the allowed maximum {hi_a:g}",
+                                      row=i, feature=spec.name))
+        elif (lo_o is not None and f < lo_o) or (hi_o is not None and f > hi_o):
+            _soft(spec, i, "observed_range", f"value {v} is outside the training range [{lo_o:g}, {hi_o:g}]",
+                  problems, flags)
+        out[i] = f
+        clean.append(v)
+    return out, clean
+
+
+def _categorical(spec: FeatureSpec, values: Sequence[Any], problems: list[Violation],
+                 flags: list[list[str] | None]) -> tuple[np.ndarray, list[Any]]:
+    out = np.empty(len(values), dtype=object)
+    clean: list[Any] = []
+    cats = spec.categories
+    for i, v in enumerate(values):
+        if isinstance(v, Mapping) and set(v) == {"b64"}:  # TF Serving's encoding of binary strings
+            v = _b64(v["b64"])
+        if v is None or v == "":
+            out[i] = ""
+            clean.append(None)
+            if not spec.nullable:
+                _soft(spec, i, "not_null", "is missing but was never missing in training", problems, flags)
+            continue
+        if not isinstance(v, str):
+            problems.append(Violation("type", f"expected a string category, got {_kind(v)}", row=i,
+                                      feature=spec.name))
+            clean.append(None)
+            continue
+        if v not in cats:
+            _soft(spec, i, "unseen_category", f"category {v!r} was not seen in training", problems, flags)
+        out[i] = v
+        clean.append(v)
+    return out, clean
+
+
+def check_outputs(spec: OutputSpec, values: np.ndarray) -> list[Violation]:
+    """Every output value finite and within ``[spec.min, spec.max]``."""
+    problems: list[Violation] = []
+    finite = np.isfinite(values)
+    for i in np.flatnonzero(~finite)[:MAX_REPORTED]:
+        problems.append(Violation("output_finite", f"model output {values[i]} is not finite", row=int(i),
+                                  feature=spec.name))
+    lo = spec.min if spec.min is not None else -np.inf
+    hi = spec.max if spec.max is not None else np.inf
+    with np.errstate(invalid="ignore"):
+        outside = finite & ((values < lo) | (values > hi))
+    for i in np.flatnonzero(outside)[:MAX_REPORTED]:
+        problems.append(Violation("output_range", f"model output {float(values[i]):g} is outside [{lo:g}, {hi:g}]",
+                                  row=int(i), feature=spec.name))
+    return problems
+
+
+def _b64(value: Any) -> Any:
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, TypeError, ValueError):
+        return {"b64": value}  # reported as a type violation
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__

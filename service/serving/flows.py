@@ -1,0 +1,157 @@
+"""The request workflows: predict (check -> batch -> check output -> log) and feedback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from service.config import Settings
+from service.predictions.models import PredictionStatus
+from service.predictions.service import LogRow, new_prediction_id, record_feedback
+from service.predictions.writer import LogWriter
+from service.runtime import Database
+from service.serving.batcher import BatcherClosed
+from service.serving.codecs import BadRequest, Columns
+from service.serving.contracts import Violation, check_inputs, check_outputs
+from service.serving.manager import LoadedVersion, ModelManager, NotServed
+from service.serving.metrics import Metrics
+
+log = logging.getLogger("driftwarden.serving")
+
+MAX_FEEDBACK_LABELS = 10_000
+
+
+@dataclass
+class AppState:
+    """What the routes need: settings, database, loaded models, log writer, counters."""
+
+    settings: Settings
+    db: Database
+    manager: ModelManager
+    writer: LogWriter | None
+    metrics: Metrics
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The answer to one predict request."""
+
+    model_name: str
+    version: int
+    output_name: str
+    values: list[float]
+    prediction_ids: list[str]
+
+
+class OutputContractError(RuntimeError):
+    """The model answered outside its output contract; the caller gets an error, never the value."""
+
+    def __init__(self, violations: list[Violation]) -> None:
+        self.violations = violations
+        super().__init__("the model's output broke its contract: " + "; ".join(v.describe() for v in violations[:5]))
+
+
+async def predict(
+    *,
+    state: AppState,
+    model_name: str,
+    version: int | None,
+    label: str | None,
+    parse: Any,
+    request_id: str,
+    protocol: str,
+    started: float,
+) -> Prediction:
+    """Resolve the version, check the inputs, run the batched model, check the outputs, log every row."""
+    for attempt in (1, 2):
+        lv = state.manager.resolve(model_name, version=version, label=label)
+        columns: Columns = parse(lv.schema)
+        checked = check_inputs(lv.schema, columns.values, columns.n, max_rows=state.settings.max_rows_per_request)
+        try:
+            outputs = await lv.batcher.submit(checked.arrays, checked.n)
+            break
+        except BatcherClosed:  # the version was swapped out between resolve and submit: take the new one
+            if attempt == 2:
+                raise NotServed(f"model '{model_name}' is being reloaded; retry") from None
+    spec = lv.schema.outputs[0]
+    values = np.asarray(outputs[spec.name], dtype=np.float64).reshape(-1)
+    problems = check_outputs(spec, values)
+    latency_ms = (time.perf_counter() - started) * 1000.0
+    ids = [new_prediction_id() for _ in range(checked.n)]
+    floats = [v if math.isfinite(v) else None for v in values.tolist()]
+    if state.writer is not None:
+        await state.writer.submit(_rows(lv, checked.rows, checked.flags, floats, ids, request_id, protocol,
+                                        latency_ms, PredictionStatus.OUTPUT_VIOLATION if problems else None))
+    if problems:
+        state.metrics.output_violation(model_name, sorted({p.rule for p in problems}))
+        log.error("output contract violated by %s:%d: %s", model_name, lv.version, problems[0].describe())
+        raise OutputContractError(problems)
+    state.metrics.predicted(model_name, lv.version, checked.n, checked.flags)
+    return Prediction(model_name, lv.version, spec.name, values.tolist(), ids)
+
+
+def _rows(
+    lv: LoadedVersion,
+    inputs: list[dict[str, Any]],
+    flags: list[list[str] | None],
+    values: list[float | None],
+    ids: list[str],
+    request_id: str,
+    protocol: str,
+    latency_ms: float,
+    bad: PredictionStatus | None,
+) -> list[LogRow]:
+    now = datetime.now(UTC)
+    status = (bad or PredictionStatus.OK).value
+    return [
+        LogRow(pid, request_id, lv.model_name, lv.version, now, row, value, row_flags, latency_ms, status, protocol)
+        for pid, row, value, row_flags in zip(ids, inputs, values, flags, strict=True)
+    ]
+
+
+def parse_feedback(payload: Any) -> list[tuple[str, float]]:
+    """``{"labels": [{"prediction_id": "...", "label": 0|1}]}`` -> pairs; errors name the item and rule."""
+    if not isinstance(payload, Mapping) or not isinstance(payload.get("labels"), list):
+        raise BadRequest('the body must be {"labels": [{"prediction_id": "...", "label": 0 or 1}, ...]}')
+    items = payload["labels"]
+    if not items:
+        raise BadRequest('"labels" is empty', "empty")
+    if len(items) > MAX_FEEDBACK_LABELS:
+        raise BadRequest(f"{len(items)} labels exceed the limit of {MAX_FEEDBACK_LABELS} per request", "max_rows")
+    out: list[tuple[str, float]] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise BadRequest(f"labels[{i}] must be an object", "format")
+        pid, label = item.get("prediction_id"), item.get("label")
+        if not isinstance(pid, str) or not pid or len(pid) > 36:
+            raise BadRequest(f"labels[{i}].prediction_id must be a prediction id string", "type")
+        if isinstance(label, bool):
+            label = int(label)
+        if not isinstance(label, int | float) or label not in (0, 1):
+            raise BadRequest(f"labels[{i}].label must be 0 or 1 (binary classification), got {label!r}", "label")
+        out.append((pid, float(label)))
+    return out
+
+
+async def feedback(*, state: AppState, model_name: str, labels: list[tuple[str, float]]) -> dict[str, Any]:
+    """Store labels of known predictions; unknown ids are reported back."""
+    if model_name not in state.manager.models:
+        raise NotServed(f"Servable not found for request: model '{model_name}' is not served here")
+    if state.writer is not None:  # predictions answered moments ago may still be on their way to the table
+        await asyncio.to_thread(state.writer.flush, 5.0)
+
+    def _store() -> tuple[int, list[str]]:
+        with state.db.session() as session:
+            return record_feedback(session=session, model_name=model_name, labels=labels)
+
+    stored, unknown = await asyncio.to_thread(_store)
+    state.metrics.labels(model_name, stored, len(unknown))
+    return {"stored": stored, "unknown_ids": unknown}

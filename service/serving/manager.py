@@ -1,0 +1,251 @@
+"""Which versions are loaded and which one answers: follows the registry without a restart.
+
+For every served model the manager keeps the version in state ``serving`` and every labelled version
+loaded. It polls the registry; a newly promoted (or re-labelled) version is loaded and warmed up beside the
+old one, then the pointer is swapped. Requests resolve their version once, so in-flight requests finish on
+the version they started with; a replaced version is unloaded after a grace period, once its queue is empty.
+If a new version fails to load, the old one keeps serving and the failure is reported in the status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import distinct, select
+
+from service.registry.models import ModelVersion, VersionLabel, VersionState
+from service.registry.schema import FeatureKind, ModelSchema
+from service.registry.service import read_schema
+from service.runtime import Database
+from service.serving.batcher import MicroBatcher, Runner
+
+log = logging.getLogger("driftwarden.serving.manager")
+
+RETIRE_GRACE_S = 5.0
+
+
+class NotServed(LookupError):
+    """The requested model, version or label is not loaded (answered with 404)."""
+
+
+@dataclass
+class LoadedVersion:
+    """A version ready to answer."""
+
+    model_name: str
+    version: int
+    path: Path
+    schema: ModelSchema
+    runner: Runner
+    batcher: MicroBatcher
+    loaded_at: datetime
+
+
+@dataclass
+class ServedModel:
+    """One model's loaded versions and the pointers into them."""
+
+    name: str
+    versions: dict[int, LoadedVersion] = field(default_factory=dict)
+    serving: int | None = None
+    labels: dict[str, int] = field(default_factory=dict)
+    loading: set[int] = field(default_factory=set)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the registry says one model should serve."""
+
+    serving: int | None
+    labels: dict[str, int]
+    paths: dict[int, str]
+
+
+def read_registry(db: Database, only: list[str]) -> dict[str, Wanted]:
+    """The serving and labelled versions of each model (of ``only``, or of every registered model)."""
+    out: dict[str, Wanted] = {}
+    with db.session() as s:
+        names = only or list(s.scalars(select(distinct(ModelVersion.model_name))))
+        for name in names:
+            serving = s.execute(
+                select(ModelVersion.version, ModelVersion.path).where(
+                    ModelVersion.model_name == name, ModelVersion.state == VersionState.SERVING
+                )
+            ).first()
+            labelled = s.execute(
+                select(VersionLabel.label, ModelVersion.version, ModelVersion.path, ModelVersion.state)
+                .join(ModelVersion, VersionLabel.version_id == ModelVersion.id)
+                .where(VersionLabel.model_name == name)
+            ).all()
+            paths = {v: p for _, v, p, state in labelled if state is not VersionState.REJECTED}
+            if serving is not None:
+                paths[serving[0]] = serving[1]
+            out[name] = Wanted(
+                serving=serving[0] if serving else None,
+                labels={lab: v for lab, v, _, state in labelled if state is not VersionState.REJECTED},
+                paths=paths,
+            )
+    return out
+
+
+def warmup_columns(schema: ModelSchema) -> dict[str, np.ndarray]:
+    """One plausible row, to trace and warm the signature before it takes traffic."""
+    cols: dict[str, np.ndarray] = {}
+    for f in schema.features:
+        if f.kind is FeatureKind.NUMERIC:
+            cols[f.name] = np.array([f.observed_min or 0.0], dtype=np.float32)
+        else:
+            cols[f.name] = np.array([f.categories[0] if f.categories else ""], dtype=object)
+    return cols
+
+
+class ModelManager:
+    """Loads, swaps and unloads versions as the registry changes."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        loader: Callable[[Path], Runner],
+        only: list[str],
+        poll_interval_s: float,
+        batch_max_rows: int,
+        batch_max_wait_s: float,
+    ) -> None:
+        self.db = db
+        self.loader = loader
+        self.only = only
+        self.poll_interval_s = poll_interval_s
+        self.batch_max_rows = batch_max_rows
+        self.batch_max_wait_s = batch_max_wait_s
+        self.models: dict[str, ServedModel] = {}
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="model")
+        self.started = False
+        self.last_refresh_error: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Load what the registry says, then follow it."""
+        await self.refresh()
+        self.started = True
+        self._task = asyncio.get_running_loop().create_task(self._poll(), name="model-manager")
+
+    async def close(self) -> None:
+        """Stop polling; let every version finish its queued requests."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for served in self.models.values():
+            for lv in served.versions.values():
+                await lv.batcher.close()
+        for task in list(self._retiring):
+            task.cancel()
+        self.executor.shutdown(wait=True)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("model manager refresh failed")
+
+    async def refresh(self) -> None:
+        """Bring loaded versions and pointers in line with the registry."""
+        async with self._lock:
+            try:
+                wanted = await asyncio.to_thread(read_registry, self.db, self.only)
+                self.last_refresh_error = None
+            except Exception as exc:
+                self.last_refresh_error = f"{type(exc).__name__}: {exc}"[:300]
+                log.warning("registry unreachable, keeping the loaded versions: %s", exc)
+                return
+            for name, w in wanted.items():
+                await self._apply(self.models.setdefault(name, ServedModel(name)), w)
+
+    async def _apply(self, served: ServedModel, w: Wanted) -> None:
+        for version in sorted(set(w.paths) - set(served.versions)):
+            if served.failed.get(version):
+                continue
+            served.loading.add(version)
+            try:
+                lv = await asyncio.to_thread(self._load, served.name, version, Path(w.paths[version]))
+            except Exception as exc:
+                served.failed[version] = f"{type(exc).__name__}: {exc}"[:500]
+                log.error("could not load %s:%d: %s", served.name, version, exc)
+                continue
+            finally:
+                served.loading.discard(version)
+            lv.batcher.start()
+            served.versions[version] = lv
+            log.info("loaded %s:%d from %s", served.name, version, lv.path)
+        if w.serving in served.versions:
+            if served.serving != w.serving:
+                log.info("%s: serving version %s -> %d", served.name, served.serving, w.serving)
+            served.serving = w.serving
+        elif w.serving is None:
+            served.serving = None
+        served.labels = {label: v for label, v in w.labels.items() if v in served.versions}
+        keep = set(w.paths) | ({served.serving} if served.serving is not None else set())
+        for version in list(served.versions):
+            if version not in keep:
+                lv = served.versions.pop(version)
+                task = asyncio.get_running_loop().create_task(self._retire(lv))
+                self._retiring.add(task)
+                task.add_done_callback(self._retiring.discard)
+
+    async def _retire(self, lv: LoadedVersion) -> None:
+        await asyncio.sleep(RETIRE_GRACE_S)
+        await lv.batcher.close()
+        log.info("unloaded %s:%d", lv.model_name, lv.version)
+
+    def _load(self, name: str, version: int, path: Path) -> LoadedVersion:
+        t0 = time.monotonic()
+        schema = read_schema(path=path)
+        runner = self.loader(path)
+        out = runner(warmup_columns(schema))
+        missing = {o.name for o in schema.outputs} - set(out)
+        if missing:
+            raise ValueError(f"the signature lacks the schema's outputs {sorted(missing)}")
+        batcher = MicroBatcher(
+            runner, max_rows=self.batch_max_rows, max_wait_s=self.batch_max_wait_s, executor=self.executor
+        )
+        log.info("%s:%d loaded and warmed up in %.2fs", name, version, time.monotonic() - t0)
+        return LoadedVersion(name, version, path, schema, runner, batcher, datetime.now(UTC))
+
+    def resolve(self, name: str, *, version: int | None = None, label: str | None = None) -> LoadedVersion:
+        """The loaded version a request goes to; :class:`NotServed` names what is missing."""
+        served = self.models.get(name)
+        if served is None:
+            raise NotServed(f"Servable not found for request: model '{name}' is not served here")
+        if label is not None:
+            if label not in served.labels:
+                raise NotServed(f"model '{name}' has no label '{label}' (labels: {sorted(served.labels) or 'none'})")
+            version = served.labels[label]
+        elif version is None:
+            if served.serving is None:
+                raise NotServed(f"model '{name}' has no version in state 'serving'; promote one")
+            version = served.serving
+        lv = served.versions.get(version)
+        if lv is None:
+            loaded = ", ".join(map(str, sorted(served.versions))) or "none"
+            raise NotServed(f"version {version} of model '{name}' is not loaded (loaded: {loaded})")
+        return lv
+
+    def ready(self) -> bool:
+        """The first registry sync is done (versions it asked for are loaded or reported failed)."""
+        return self.started
