@@ -99,6 +99,7 @@ class PCAProfile:
     center: np.ndarray
     scale: np.ndarray
     components: np.ndarray  # (n_components, n_features), orthonormal rows
+    residual_components: np.ndarray  # the remaining principal axes: the error is the energy along them
     explained_variance: float
     error: NumericProfile
 
@@ -194,23 +195,27 @@ def _pca_summary(columns: Mapping[str, np.ndarray], names: list[str]) -> dict[st
     var = s**2 / max(float((s**2).sum()), 1e-300)
     k = int(np.searchsorted(np.cumsum(var), PCA_VARIANCE) + 1)
     k = min(max(k, 1), len(names) - 1)
-    comps = vt[:k]
-    err = reconstruction_error(z, comps)
+    comps, resid = vt[:k], vt[k:]
+    err = reconstruction_error(z, resid)
     return {
         "features": names,
         "center": center.tolist(),
         "scale": scale.tolist(),
         "components": comps.tolist(),
+        "residual_components": resid.tolist(),
         "explained_variance": float(var[:k].sum()),
         "error": numeric_summary(err, name="pca_reconstruction_error"),
     }
 
 
-def reconstruction_error(z: np.ndarray, components: np.ndarray) -> np.ndarray:
-    """Mean squared residual per row of standardised ``z`` after projecting on ``components``."""
-    proj = (z @ components.T) @ components
-    resid = z - proj
-    return np.asarray(np.einsum("ij,ij->i", resid, resid) / z.shape[1])
+def reconstruction_error(z: np.ndarray, residual_components: np.ndarray) -> np.ndarray:
+    """Mean squared residual per row of standardised ``z`` after projecting on the kept components.
+
+    With an orthonormal basis split into kept and ``residual_components`` (the discarded principal
+    axes), the residual's squared norm is the energy along the discarded axes: ``||z R^T||^2``.
+    """
+    along = z @ residual_components.T
+    return np.asarray(np.einsum("ij,ij->i", along, along) / z.shape[1])
 
 
 def _calibration(predictions: np.ndarray, labels: np.ndarray) -> dict[str, list[float]]:
@@ -336,6 +341,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
             center=_arr(mv["center"]),
             scale=_arr(mv["scale"]),
             components=np.asarray(mv["components"], dtype=np.float64),
+            residual_components=np.asarray(mv["residual_components"], dtype=np.float64),
             explained_variance=float(mv["explained_variance"]),
             error=_numeric_from_dict(mv["error"]),
         )

@@ -2,9 +2,10 @@
 
 The reference profile holds a PCA fitted on the training rows (components explaining about 90 % of
 the variance, at most ``d - 1``) and the distribution of each row's reconstruction error
-``||z - z V^T V||^2 / d``. A window whose rows break the reference correlations (even with unchanged
-marginals) reconstructs worse; its error distribution is compared with the reference one by the
-default numeric test (KS significance and a minimum normalised Wasserstein distance).
+``||z - z V^T V||^2 / d`` (computed as the energy along the discarded axes). A window whose rows
+break the reference correlations (even with unchanged marginals) reconstructs worse; its error
+distribution is compared with the reference one by the default numeric test (KS significance and
+a minimum normalised Wasserstein distance).
 """
 
 from __future__ import annotations
@@ -26,5 +27,5 @@ def pca_error_counts(columns: Mapping[str, np.ndarray], pca: PCAProfile) -> Grid
     for start in range(0, n, CHUNK_ROWS):
         block = np.column_stack([as_float(columns[f][start : start + CHUNK_ROWS]) for f in pca.features])
         z = np.nan_to_num((block - pca.center) / pca.scale)
-        total = total.merge(count_on_grid(reconstruction_error(z, pca.components), pca.error.grid))
+        total = total.merge(count_on_grid(reconstruction_error(z, pca.residual_components), pca.error.grid))
     return total

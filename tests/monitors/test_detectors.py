@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from monitors.drift.streaming import PageHinkley
-from monitors.profile import build_reference_profile, profile_from_dict
+from monitors.profile import build_reference_profile, profile_from_dict, reconstruction_error
 from monitors.service import compare, evaluate, sketch_columns
 from service.registry.schema import infer_schema
 from service.tabular import Columns
@@ -112,3 +112,13 @@ def _assert_same(a: Any, b: Any) -> None:
         assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (a, b)
     else:
         assert a == b
+
+
+def test_reconstruction_error_equals_the_direct_residual(profile_dict: dict[str, Any]) -> None:
+    prof = profile_from_dict(profile_dict)
+    pca = prof.multivariate
+    assert pca is not None
+    z = np.random.default_rng(48).normal(size=(500, pca.components.shape[1]))
+    residual = z - (z @ pca.components.T) @ pca.components
+    want = (residual**2).sum(axis=1) / z.shape[1]
+    assert np.allclose(reconstruction_error(z, pca.residual_components), want, rtol=1e-9, atol=1e-12)
