@@ -1,0 +1,61 @@
+"""Monitor tables: one row per monitor run, one row per feature result of a run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.database import Base
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, UTC."""
+    return datetime.now(UTC)
+
+
+class MonitorRun(Base):
+    """One evaluation of a model's window against its version's reference profile."""
+
+    __tablename__ = "monitor_runs"
+    __table_args__ = (Index("ix_monitor_runs_model_name_created_at", "model_name", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_name: Mapped[str] = mapped_column(String(128))
+    model_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    window_start: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    window_end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    rows: Mapped[int] = mapped_column(Integer)
+    dataset_drifted: Mapped[bool] = mapped_column(Boolean)
+    n_features: Mapped[int] = mapped_column(Integer)
+    n_drifted: Mapped[int] = mapped_column(Integer)
+    prediction_drifted: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    multivariate_drifted: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    concept_drifted: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    report: Mapped[dict[str, Any]] = mapped_column()
+    features: Mapped[list[FeatureResult]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class FeatureResult(Base):
+    """The verdict of one feature (or ``prediction`` / ``pca_reconstruction_error``) in a run."""
+
+    __tablename__ = "monitor_feature_results"
+    __table_args__ = (UniqueConstraint("run_id", "feature", name="uq_monitor_feature_results_run_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("monitor_runs.id", ondelete="CASCADE"))
+    feature: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))
+    test: Mapped[str] = mapped_column(String(32))
+    statistic: Mapped[float | None] = mapped_column(Float, nullable=True)
+    p_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    adjusted_p_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    effect: Mapped[float | None] = mapped_column(Float, nullable=True)
+    threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
+    drifted: Mapped[bool] = mapped_column(Boolean)
+    run: Mapped[MonitorRun] = relationship(back_populates="features")

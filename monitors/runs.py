@@ -1,0 +1,74 @@
+"""Storing monitor runs: a report becomes one ``monitor_runs`` row and its feature results."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from monitors.models import FeatureResult, MonitorRun
+from monitors.report import DriftReport, FeatureDrift
+
+
+def _feature_row(f: FeatureDrift) -> FeatureResult:
+    r = f.as_dict()["result"]
+    return FeatureResult(
+        feature=f.name,
+        kind=f.kind,
+        test=r["test"],
+        statistic=r["statistic"],
+        p_value=r["p_value"],
+        adjusted_p_value=r["adjusted_p_value"],
+        effect=r["effect"],
+        threshold=r["threshold"],
+        drifted=bool(r["drifted"]),
+    )
+
+
+def record_run(
+    *,
+    session: Session,
+    model_name: str,
+    model_version: int,
+    report: DriftReport,
+    window_start: datetime | None = None,
+    window_end: datetime | None = None,
+) -> MonitorRun:
+    """Persist ``report`` as a monitor run with one row per feature."""
+    run = MonitorRun(
+        model_name=model_name,
+        model_version=model_version,
+        window_start=window_start,
+        window_end=window_end,
+        rows=report.rows,
+        dataset_drifted=report.drifted,
+        n_features=report.dataset.n_features,
+        n_drifted=report.dataset.n_drifted,
+        prediction_drifted=report.prediction.drifted if report.prediction else None,
+        multivariate_drifted=report.multivariate.drifted if report.multivariate else None,
+        concept_drifted=bool(report.concept_drift["drifted"]) if report.concept_drift else None,
+        report=report.as_dict(),
+    )
+    extra = [x for x in (report.prediction, report.multivariate) if x is not None]
+    run.features = [_feature_row(f) for f in [*report.features, *extra]]
+    session.add(run)
+    session.flush()
+    return run
+
+
+def list_runs(*, session: Session, model_name: str, limit: int = 50) -> list[MonitorRun]:
+    """A model's runs, newest first."""
+    stmt = (
+        select(MonitorRun)
+        .where(MonitorRun.model_name == model_name)
+        .order_by(MonitorRun.created_at.desc(), MonitorRun.id.desc())
+        .limit(limit)
+    )
+    return list(session.scalars(stmt))
+
+
+def latest_run(*, session: Session, model_name: str) -> MonitorRun | None:
+    """The newest run of a model, or None."""
+    runs = list_runs(session=session, model_name=model_name, limit=1)
+    return runs[0] if runs else None

@@ -1,0 +1,44 @@
+"""Monitor-run tables: migration 0003 applies and reverts on SQLite; runs round-trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from monitors.profile import profile_from_dict
+from monitors.runs import latest_run, list_runs, record_run
+from monitors.service import compare
+from service import migrate
+from service.database import make_engine, make_session_factory, session_scope
+from training.datagen import generate
+
+
+def test_migration_and_round_trip(tmp_path: Path, profile_dict: dict[str, Any]) -> None:
+    url = f"sqlite:///{tmp_path / 'dw.db'}"
+    migrate.upgrade(url, "head")
+    assert migrate.current(url) == "0003_monitor_runs"
+    report = compare(
+        profile=profile_from_dict(profile_dict), columns=generate(3_000, scenario="covariate_shift", seed=71)
+    )
+    engine = make_engine(url)
+    factory = make_session_factory(engine)
+    with session_scope(factory) as session:
+        record_run(session=session, model_name="credit", model_version=2, report=report)
+        record_run(session=session, model_name="other", model_version=1, report=report)
+    with session_scope(factory) as session:
+        run = latest_run(session=session, model_name="credit")
+        assert run is not None and run.dataset_drifted is report.drifted is True
+        expected = {f.name for f in report.features if f.drifted}
+        if report.multivariate is not None and report.multivariate.drifted:
+            expected.add(report.multivariate.name)
+        assert {f.feature for f in run.features if f.drifted} == expected
+        assert {"age", "income", "credit_score"} <= expected
+        assert len(run.features) == len(report.features) + (report.multivariate is not None)
+        assert run.report["dataset"]["n_drifted"] == report.dataset.n_drifted
+        assert len(list_runs(session=session, model_name="credit")) == 1
+    engine.dispose()
+    migrate.downgrade(url, "0002_prediction_log")
+    tables = sa.inspect(make_engine(url)).get_table_names()
+    assert "monitor_runs" not in tables and "prediction_log" in tables
