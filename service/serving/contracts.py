@@ -97,12 +97,12 @@ def check_columns(schema: ModelSchema, columns: Mapping[str, Sequence[Any]]) -> 
                  if n not in columns]
     if problems:
         raise ContractViolation(problems)
-    lengths = {name: len(columns[name]) for name in schema.feature_names}
-    n = lengths[schema.feature_names[0]]
-    for name, length in lengths.items():
-        if length != n:
-            raise ContractViolation([Violation(
-                "shape", f"has {length} values but '{schema.feature_names[0]}' has {n}", feature=name)])
+    lengths = [len(columns[name]) for name in schema.feature_names]
+    n = max(set(lengths), key=lengths.count)  # the length most features agree on
+    odd = [Violation("shape", f"has {length} values, the other features have {n}", feature=name)
+           for name, length in zip(schema.feature_names, lengths, strict=True) if length != n]
+    if odd:
+        raise ContractViolation(odd)
     return n
 
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import distinct, select
+from sqlalchemy import select
 
 from service.registry.models import ModelVersion, VersionLabel, VersionState
 from service.registry.schema import FeatureKind, ModelSchema
@@ -74,7 +74,7 @@ def read_registry(db: Database, only: list[str]) -> dict[str, Wanted]:
     """The serving and labelled versions of each model (of ``only``, or of every registered model)."""
     out: dict[str, Wanted] = {}
     with db.session() as s:
-        names = only or list(s.scalars(select(distinct(ModelVersion.model_name))))
+        names = only or list(s.scalars(select(ModelVersion.model_name).distinct()))
         for name in names:
             serving = s.execute(
                 select(ModelVersion.version, ModelVersion.path).where(
