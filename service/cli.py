@@ -31,12 +31,25 @@ app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
 
 
-def setup_logging(level: str | None = None) -> None:
-    """Structured, one-line log records on stderr."""
-    logging.basicConfig(
-        level=level or get_settings().log_level,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+def setup_logging(level: str | None = None, *, driftwarden_level: str | None = None) -> None:
+    """One-line log records on stderr (rich on a terminal, so progress bars stay intact)."""
+    import sys
+
+    if sys.stderr.isatty():
+        from rich.logging import RichHandler
+
+        logging.basicConfig(
+            level=level or get_settings().log_level,
+            format="%(name)s %(message)s",
+            handlers=[RichHandler(show_path=False)],
+        )
+    else:
+        logging.basicConfig(
+            level=level or get_settings().log_level,
+            format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        )
+    if driftwarden_level:
+        logging.getLogger("driftwarden").setLevel(driftwarden_level)
 
 
 @app.command("config")
@@ -97,6 +110,24 @@ def models_list(
             r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
     Console().print(table)
+
+
+@app.command("demo")
+def demo(
+    model: Annotated[str, typer.Option("--model", help="Model name to train and serve.")] = "credit",
+    rows: Annotated[int, typer.Option("--rows", min=1000, help="Rows per generated data set.")] = 20_000,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Cluster workers.")] = 2,
+    epochs: Annotated[float, typer.Option("--epochs", min=0.1, help="Training epochs.")] = 3.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for the data and training.")] = 0,
+) -> None:
+    """The end-to-end tour on the embedded default: data -> cluster training -> registry -> serving.
+
+    Writes under ./var (SQLite database, registry, checkpoints, demo data); needs no Docker.
+    """
+    from service.demo import run_demo
+
+    setup_logging("WARNING", driftwarden_level="INFO")
+    run_demo(settings=get_settings(), model=model, rows=rows, workers=workers, epochs=epochs, seed=seed)
 
 
 def _fmt(value: object) -> str:

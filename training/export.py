@@ -90,6 +90,8 @@ def publish(
     """Write SavedModel + metadata to a staging folder, move it into place, record the version."""
     registry.mkdir(parents=True, exist_ok=True)
     staging = registry / model_name / f".staging-{uuid.uuid4().hex}"
+    version = next_version(session=session, registry=registry, model_name=model_name)
+    lineage = {**lineage, "model": model_name, "version": version}
     try:
         write_saved_model(module, staging)
         meta = staging / META_DIR
@@ -97,12 +99,10 @@ def publish(
         docs = {"schema": schema.to_dict(), "metrics": metrics, "lineage": lineage, **documents}
         for name, doc in docs.items():
             (meta / f"{name}.json").write_text(json.dumps(doc, indent=2, default=_json_default))
-        version = next_version(session=session, registry=registry, model_name=model_name)
         path = publish_files(staging=staging, registry=registry, model_name=model_name, version=version)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    lineage = {**lineage, "version": version}
     return register_version(
         session=session,
         model_name=model_name,

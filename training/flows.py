@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from monitors.performance import classification_metrics
 from monitors.profile import build_reference_profile
 from service.config import get_settings
 from service.registry.models import ModelVersion
 from service.registry.service import latest_version
 from service.runtime import Database
-from training.evaluate import binary_metrics
 from training.jobs import Mode, RunFiles, TrainJob, prepare
 from training.launcher import train_on_cluster
 from training.progress import Progress
@@ -55,8 +55,9 @@ def run_training(
         )
     module = ServingModule(weights, data.prep, data.schema)
     proba = predict_proba(module, data.holdout_inputs)
-    metrics = binary_metrics(data.holdout_y, proba)
-    profile = build_reference_profile(data.train_columns, data.schema, predictions=proba)
+    metrics = classification_metrics(y_true=data.holdout_y, y_prob=proba).as_dict()
+    metrics["rows"] = int(metrics["rows"])
+    profile = build_reference_profile(data.train_columns, data.schema, predictions=proba, labels=data.holdout_y)
     seconds = time.monotonic() - t0
     with db.session() as session:
         parent = job.parent_version

@@ -63,8 +63,6 @@ class Progress:
 
     def event(self, message: str, *args: object) -> None:
         """A notable event (checkpoint, resume, node lost, restart)."""
-        if self._bar is not None:
-            self._bar.console.log(message % args if args else message)
         log.info(message, *args)
 
     def close(self) -> None:

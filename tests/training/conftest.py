@@ -69,7 +69,9 @@ class Workspace:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            raise AssertionError(f"driftwarden {' '.join(args)} timed out; log:\n{log.read_text()[-4000:]}") from None
+            raise AssertionError(
+                f"driftwarden {' '.join(args)} timed out; log:\n{log.read_text()[-4000:]}"
+            ) from None
         return rc, log.read_text()
 
     def pids(self) -> dict[str, list[int]]:
@@ -93,7 +95,9 @@ class Workspace:
         assert not alive, f"cluster processes survived: {alive}"
 
 
-def wait_for(log: Path, pattern: str, *, proc: subprocess.Popen[bytes], timeout: float = 180) -> re.Match[str]:
+def wait_for(
+    log: Path, pattern: str, *, proc: subprocess.Popen[bytes], timeout: float = 180
+) -> re.Match[str]:
     """Block until ``pattern`` appears in ``log`` (fail if the process ends first)."""
     rx = re.compile(pattern)
     deadline = time.monotonic() + timeout
@@ -103,7 +107,9 @@ def wait_for(log: Path, pattern: str, *, proc: subprocess.Popen[bytes], timeout:
         if m:
             return m
         if proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before {pattern!r}; log:\n{text[-4000:]}")
+            raise AssertionError(
+                f"process exited ({proc.returncode}) before {pattern!r}; log:\n{text[-4000:]}"
+            )
         time.sleep(0.1)
     raise AssertionError(f"{pattern!r} not seen in {timeout}s; log:\n{log.read_text()[-4000:]}")
 

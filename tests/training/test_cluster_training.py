@@ -38,7 +38,9 @@ def test_train_registers_accurate_version(workspace: Workspace, mode_args: tuple
     assert v["lineage"]["mode"] == mode_args[1]
     assert v["lineage"]["train_rows"] == 16_000
     assert v["metrics"]["accuracy"] == pytest.approx(float(m.group(2)), abs=1e-4)
-    files = {p.name for p in (workspace.root / "var" / "models" / "credit" / m.group(1) / "driftwarden").iterdir()}
+    files = {
+        p.name for p in (workspace.root / "var" / "models" / "credit" / m.group(1) / "driftwarden").iterdir()
+    }
     assert {"schema.json", "profile.json", "metrics.json", "lineage.json"} <= files
     workspace.assert_no_cluster_process()
 
@@ -84,7 +86,8 @@ def test_killed_chief_is_relaunched_and_killed_command_resumes_on_rerun(workspac
 
 def test_sync_run_relaunches_all_workers_and_restores_after_a_loss(workspace: Workspace) -> None:
     proc, log = workspace.start(
-        *_train(workspace, "--mode", "sync", "--epochs", "6", "--checkpoint-every", "40"), log_name="train.log"
+        *_train(workspace, "--mode", "sync", "--epochs", "6", "--checkpoint-every", "40"),
+        log_name="train.log",
     )
     wait_for(log, r"checkpoint step=\d+", proc=proc)
     kill(workspace.pids()["worker:1"][0])

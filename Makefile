@@ -1,0 +1,38 @@
+# Two commands set up a fresh machine:  `make demo`  and  `make test`.
+# Both create .venv/ and install everything they need on first use (and again when pyproject.toml changes).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## Generate data, train on a local TF cluster, register, serve, send traffic, detect drift.
+demo: $(STAMP)
+	$(BIN)/driftwarden demo
+
+## The whole test suite (SQLite and the PostgreSQL at 127.0.0.1:5432, real TF cluster processes, real uvicorn).
+test: $(STAMP)
+	bash scripts/system-deps.sh
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/predict_latency.py
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache
