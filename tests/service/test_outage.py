@@ -1,0 +1,155 @@
+"""PostgreSQL connection cut mid-load: every request is answered and no log row is lost once it is back."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.service.conftest import Server, TrainedModels, count_rows, free_port, seed_registry, serve_settings
+
+
+class TcpProxy:
+    """Forwards a loopback port to PostgreSQL; ``cut()`` closes the listener and every connection."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.port = free_port()
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        with self._lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+            for conn in self._conns:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                conn.close()
+            self._conns.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+
+@pytest.fixture
+def proxied_pg(postgres_url: str) -> Iterator[tuple[str, str, TcpProxy]]:
+    """A schema on the real PostgreSQL, reachable directly and through a proxy that can be cut."""
+    schema = f"o_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = engine.url
+    proxy = TcpProxy((url.host or "127.0.0.1", url.port or 5432))
+    proxy.start()
+    direct = f"{postgres_url}?options=-csearch_path%3D{schema}"
+    via_proxy = direct.replace(f"{url.host}:{url.port or 5432}", f"127.0.0.1:{proxy.port}")
+    assert via_proxy != direct
+    yield direct, via_proxy, proxy
+    proxy.cut()
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    engine.dispose()
+
+
+def test_connection_cut_mid_load_loses_no_row(
+    proxied_pg: tuple[str, str, TcpProxy], trained: TrainedModels, tmp_path: Path
+) -> None:
+    direct, via_proxy, proxy = proxied_pg
+    seed_registry(direct, trained, serving=1)
+    answered = 0
+    failures: list[str] = []
+    lock = threading.Lock()
+    phase = {"name": "before"}
+
+    def load(k: int, stop: threading.Event) -> None:
+        nonlocal answered
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            i = k
+            while not stop.is_set():
+                rows = [trained.rows[(i + j) % 300] for j in range(1 + i % 2)]
+                i += 3
+                r = c.post("/v1/models/credit:predict", json={"instances": rows},
+                           headers={"X-Request-Id": f"outage-{phase['name']}"})
+                with lock:
+                    if r.status_code == 200:
+                        answered += len(rows)
+                    else:
+                        failures.append(f"{r.status_code} {r.text[:200]}")
+
+    with Server(serve_settings(via_proxy, tmp_path / "spool", log_retry_interval_s=0.2)) as srv:
+        stop = threading.Event()
+        threads = [threading.Thread(target=load, args=(k, stop)) for k in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        phase["name"] = "down"
+        proxy.cut()  # every connection to PostgreSQL dies mid-load
+        time.sleep(2.0)
+        writer = srv.state.writer
+        spooled_while_down = writer.spool.pending_rows
+        db_ok_while_down = writer.stats.database_ok
+        phase["name"] = "after"
+        proxy.start()
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert writer.flush(timeout_s=30)
+        stats = writer.stats
+    assert failures == []
+    assert spooled_while_down > 0 and not db_ok_while_down
+    assert stats.rows_dropped == 0 and stats.rows_replayed >= spooled_while_down
+    assert count_rows(direct, "request_id like 'outage-%'") == answered
+    assert count_rows(direct, "request_id = 'outage-down'") > 0
+    engine = create_engine(direct)
+    with engine.connect() as conn:
+        dupes = conn.execute(text("select count(*) - count(distinct prediction_id) from prediction_log")).scalar_one()
+    engine.dispose()
+    assert dupes == 0
