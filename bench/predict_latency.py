@@ -102,7 +102,8 @@ def main() -> None:
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"version: {path}")
     print(
-        f"fresh process: load SavedModel {res['load_s'] * 1e3:.1f} ms (process total incl. TF import {wall:.1f} s)"
+        f"fresh process: load SavedModel {res['load_s'] * 1e3:.1f} ms "
+        f"(process total incl. TF import {wall:.1f} s)"
     )
     for rows in ("1", "64"):
         r = res[rows]

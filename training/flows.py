@@ -57,7 +57,9 @@ def run_training(
     proba = predict_proba(module, data.holdout_inputs)
     metrics = classification_metrics(y_true=data.holdout_y, y_prob=proba).as_dict()
     metrics["rows"] = int(metrics["rows"])
-    profile = build_reference_profile(data.train_columns, data.schema, predictions=proba, labels=data.holdout_y)
+    profile = build_reference_profile(
+        data.train_columns, data.schema, predictions=proba, labels=data.holdout_y
+    )
     seconds = time.monotonic() - t0
     with db.session() as session:
         parent = job.parent_version

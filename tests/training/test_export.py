@@ -41,10 +41,11 @@ import json, sys
 import numpy as np, tensorflow as tf
 fn = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 rows = json.loads(sys.argv[2])
-inputs = {k: tf.constant(np.array(v, dtype=np.float32 if isinstance(v[0], (int, float)) or v[0] is None else object))
-          for k, v in rows.items()}
-inputs = {k: (tf.constant([float("nan") if x is None else x for x in rows[k]], tf.float32)
-              if v.dtype != tf.string else v) for k, v in inputs.items()}
+def tensor(values):
+    if any(isinstance(x, str) for x in values):
+        return tf.constant(values, tf.string)
+    return tf.constant([float("nan") if x is None else x for x in values], tf.float32)
+inputs = {k: tensor(v) for k, v in rows.items()}
 sig = {k: v.dtype.name for k, v in fn.structured_input_signature[1].items()}
 print(json.dumps({"p": fn(**inputs)["probability"].numpy().tolist(), "sig": sig}))
 """
