@@ -79,10 +79,14 @@ def cluster_chief(
 ) -> None:
     """Run the async chief of a job: connect to its ps/worker nodes, train, write the final weights."""
     from service.cli import setup_logging
-    from training.trainers.async_ps import run_chief
+    from training.trainers.async_ps import ParameterServerLost, run_chief
 
     setup_logging()
-    run_chief(job)
+    try:
+        run_chief(job)
+    except ParameterServerLost as exc:
+        typer.secho(str(exc), fg=typer.colors.RED, err=True)
+        raise typer.Exit(3) from exc
 
 
 @cluster_app.command("sync-worker")
@@ -119,11 +123,22 @@ def train(
         int | None,
         typer.Option("--checkpoint-every", min=1, help="Steps between checkpoints (default: settings)."),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Async only: train on an already running cluster (JSON spec or file with chief, ps and "
+            "worker addresses; each ps/worker machine runs `driftwarden cluster node`). "
+            "Default: start a local cluster on loopback.",
+        ),
+    ] = None,
 ) -> None:
-    """Train MODEL on a local TensorFlow cluster and register a new (staged) version.
+    """Train MODEL on a TensorFlow cluster and register a new (staged) version.
 
-    The cluster (ps and worker processes on loopback) is started for the run and always stopped.
-    Rerunning the same command after a crash resumes from the latest checkpoint.
+    By default a local cluster (ps and worker processes on loopback) is started for the run and always
+    stopped. async: parameter servers hold the variables, each worker's gradient is applied on arrival.
+    sync: every step waits for all workers (all-reduce). Rerunning the same command after a crash resumes
+    from the latest checkpoint.
     """
     from service.cli import setup_logging
     from service.config import get_settings
@@ -152,8 +167,16 @@ def train(
         raise typer.BadParameter(
             f"{data} does not exist (make one with `driftwarden data generate`)", param_hint="--data"
         )
-    from training.cluster import NodeLost
+    from training.cluster import ClusterSpec, NodeLost
 
+    external = None
+    if cluster is not None:
+        try:
+            external = ClusterSpec.parse(cluster)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--cluster") from exc
+        if mode is not Mode.ASYNC:
+            raise typer.BadParameter("an external cluster needs --mode async", param_hint="--cluster")
     db = open_database()
     progress = Progress(f"train {model} ({mode.value})")
     try:
@@ -163,8 +186,9 @@ def train(
             registry=settings.registry_path,
             checkpoint_root=settings.checkpoint_path,
             progress=progress,
+            cluster=external,
         )
-    except (NodeLost, TimeoutError, ValueError, FileNotFoundError) as exc:
+    except (NodeLost, TimeoutError, ValueError, FileNotFoundError, RuntimeError) as exc:
         progress.close()
         typer.secho(f"training failed: {exc}", fg=typer.colors.RED, err=True)
         typer.echo("progress up to the last checkpoint is kept: rerun the same command to resume", err=True)

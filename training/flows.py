@@ -14,6 +14,7 @@ from service.config import get_settings
 from service.registry.models import ModelVersion
 from service.registry.service import latest_version
 from service.runtime import Database
+from training.cluster import ClusterSpec
 from training.jobs import Mode, RunFiles, TrainJob, prepare
 from training.launcher import train_on_cluster
 from training.progress import Progress
@@ -29,7 +30,13 @@ class TrainResult:
 
 
 def run_training(
-    *, job: TrainJob, db: Database, registry: Path, checkpoint_root: Path, progress: Progress
+    *,
+    job: TrainJob,
+    db: Database,
+    registry: Path,
+    checkpoint_root: Path,
+    progress: Progress,
+    cluster: ClusterSpec | None = None,
 ) -> TrainResult:
     """Train ``job`` on its cluster, evaluate on the held-out split and register a new staged version."""
     from training.export import ServingModule, predict_proba, publish
@@ -51,7 +58,7 @@ def run_training(
         weights, cluster_shape = local.train(job, data, progress), {"chief": 1}
     else:
         weights, cluster_shape = train_on_cluster(
-            job=job, files=files, progress=progress, settings=get_settings()
+            job=job, files=files, progress=progress, settings=get_settings(), external=cluster
         )
     module = ServingModule(weights, data.prep, data.schema)
     proba = predict_proba(module, data.holdout_inputs)

@@ -23,6 +23,7 @@ from training.cluster import (
     NodeLost,
     chief_argv,
     child_env,
+    is_listening,
     node_argv,
     sync_worker_argv,
 )
@@ -31,23 +32,45 @@ from training.progress import Progress, follow
 
 Weights = list[tuple[np.ndarray, np.ndarray]]
 POLL_S = 0.2
+PS_LOST_EXIT = 3  # the chief's exit code when a parameter server is gone
 
 
 def train_on_cluster(
-    *, job: TrainJob, files: RunFiles, progress: Progress, settings: Settings
+    *,
+    job: TrainJob,
+    files: RunFiles,
+    progress: Progress,
+    settings: Settings,
+    external: ClusterSpec | None = None,
 ) -> tuple[Weights, dict[str, int]]:
-    """Train ``job`` on a local cluster; returns the final weights and the cluster's shape."""
+    """Train ``job`` on a local cluster (or, async only, on the running ``external`` one)."""
     files.root.mkdir(parents=True, exist_ok=True)
     files.weights.unlink(missing_ok=True)
+    if external is not None and job.mode is not Mode.ASYNC:
+        raise ValueError("--cluster (an external, already running cluster) is supported in async mode only")
     if job.mode is Mode.ASYNC:
-        _run_async(job=job, files=files, progress=progress, settings=settings)
-        shape = {"chief": 1, "ps": job.ps, "worker": job.workers}
+        _run_async(job=job, files=files, progress=progress, settings=settings, external=external)
+        spec = external
+        shape = (
+            {"chief": 1, "ps": len(spec.ps), "worker": len(spec.worker)}
+            if spec
+            else {"chief": 1, "ps": job.ps, "worker": job.workers}
+        )
     elif job.mode is Mode.SYNC:
         _run_sync(job=job, files=files, progress=progress, settings=settings)
         shape = {"worker": job.workers}
     else:
         raise ValueError(f"mode {job.mode.value} does not use a cluster")
     return load_weights(files.weights), shape
+
+
+def _last_error(path: Path) -> str:
+    """The chief's last 'parameter server lost' line (or its log's tail)."""
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    for line in reversed(lines):
+        if "parameter server lost" in line:
+            return line[line.index("parameter server lost") :]
+    return _tail(path)
 
 
 def _offset(path: Path) -> int:
@@ -61,8 +84,27 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
-def _run_async(*, job: TrainJob, files: RunFiles, progress: Progress, settings: Settings) -> None:
-    spec = ClusterSpec.local(host=settings.cluster_host, chief=1, ps=job.ps, workers=job.workers)
+def wait_for_nodes(spec: ClusterSpec, *, timeout_s: float) -> None:
+    """Block until every ps and worker of an external cluster accepts connections."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        down = [f"{r}:{i} ({a})" for r, i, a in spec.nodes() if r != "chief" and not is_listening(a)]
+        if not down:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"cluster nodes not reachable after {timeout_s:.0f}s: {', '.join(down)}; "
+                "start them with `driftwarden cluster node` (see docs/training.md)"
+            )
+        time.sleep(0.5)
+
+
+def _run_async(
+    *, job: TrainJob, files: RunFiles, progress: Progress, settings: Settings, external: ClusterSpec | None
+) -> None:
+    if external is not None and not external.chief:
+        raise ValueError('the cluster spec needs a "chief" address (this machine) for the coordinator')
+    spec = external or ClusterSpec.local(host=settings.cluster_host, chief=1, ps=job.ps, workers=job.workers)
     write_job(job, cluster=spec.as_dict(), files=files)
     cluster = LocalCluster(
         run_dir=files.nodes,
@@ -75,7 +117,7 @@ def _run_async(*, job: TrainJob, files: RunFiles, progress: Progress, settings: 
             role=role, index=i, address=addr, argv=node_argv(role=role, index=i, spec=spec), env=child_env()
         )
         for role, i, addr in spec.nodes()
-        if role != "chief"
+        if role != "chief" and external is None
     ]
     chief = cluster.add(
         role="chief", index=0, address=spec.chief[0], argv=chief_argv(files.job), env=child_env()
@@ -83,7 +125,10 @@ def _run_async(*, job: TrainJob, files: RunFiles, progress: Progress, settings: 
     offset = _offset(files.progress)
     with cluster:
         t0 = time.monotonic()
-        cluster.start(servers, timeout_s=settings.cluster_start_timeout_s)
+        if external is None:
+            cluster.start(servers, timeout_s=settings.cluster_start_timeout_s)
+        else:
+            wait_for_nodes(external, timeout_s=settings.cluster_start_timeout_s)
         progress.event("cluster up in %.1fs: %s", time.monotonic() - t0, spec.as_dict())
         cluster.launch(chief)
         while True:
@@ -104,6 +149,12 @@ def _run_async(*, job: TrainJob, files: RunFiles, progress: Progress, settings: 
                 continue
             if rc == 0:
                 break
+            if rc == PS_LOST_EXIT:
+                time.sleep(1.0)  # let the supervisor thread register the exit of a local ps
+                lost = cluster.first_loss("ps")
+                if lost is not None:
+                    raise lost
+                raise RuntimeError(f"the chief stopped: {_last_error(chief.log_path)}")
             if chief.restarts >= settings.max_restarts:
                 raise RuntimeError(
                     f"chief failed {chief.restarts + 1} times (last exit {rc}); "

@@ -111,3 +111,45 @@ def test_lost_parameter_server_fails_with_its_name(workspace: Workspace) -> None
     assert re.search(r"training failed: ps:0 at 127\.0\.0\.1:\d+ was lost \(signal 9\)", out), out[-3000:]
     assert "rerun the same command to resume" in out
     workspace.assert_no_cluster_process()
+
+
+def test_train_on_an_external_cluster_started_node_by_node(workspace: Workspace) -> None:
+    """As on many machines: each runs `cluster node`; the chief machine runs `train --cluster`."""
+    from training.cluster import ClusterSpec
+
+    spec = ClusterSpec.local(host="127.0.0.1", chief=1, ps=1, workers=2)
+    spec_file = workspace.root / "cluster.json"
+    spec_file.write_text(json.dumps(spec.as_dict()))
+    nodes = [
+        workspace.start(
+            "cluster",
+            "node",
+            "--role",
+            role,
+            "--index",
+            str(i),
+            "--cluster",
+            str(spec_file),
+            log_name=f"{role}-{i}.log",
+        )[0]
+        for role, i, _ in spec.nodes()
+        if role != "chief"
+    ]
+    try:
+        rc, out = workspace.run(
+            *_train(workspace, "--cluster", str(spec_file), "--epochs", "1"), log_name="t.log"
+        )
+        assert rc == 0, out[-4000:]
+        assert ACCURACY.search(out)
+        assert re.search(r"cluster up in [0-9.]+s: .*" + re.escape(spec.ps[0]), out)
+        assert all(n.poll() is None for n in nodes), (
+            "the external nodes belong to their machines: never stopped"
+        )
+        rc, out = workspace.run(
+            *_train(workspace, "--cluster", str(spec_file), "--mode", "sync"), log_name="s.log"
+        )
+        assert rc == 2 and "--mode async" in out
+    finally:
+        for n in nodes:
+            n.kill()
+            n.wait()

@@ -32,6 +32,7 @@ def test_generator_is_seeded_and_plants_each_scenario() -> None:
     assert prior[TARGET].mean() > base[TARGET].mean() + 0.15
     concept = generate(20_000, scenario=Scenario.CONCEPT_DRIFT, seed=1)
     assert abs(concept["credit_score"].mean() - base["credit_score"].mean()) < 3
+
     # same inputs, another concept: debt_to_income no longer separates defaulters
     def gap(cols: dict[str, np.ndarray]) -> float:
         dti, y = cols["debt_to_income"], cols[TARGET]
