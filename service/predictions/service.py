@@ -57,7 +57,7 @@ def _json(value: Any) -> str | None:
 
 def _sqlite_time(value: datetime) -> str:
     """The text SQLAlchemy stores for a DateTime on SQLite (UTC, no offset)."""
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) -> int:

@@ -42,7 +42,7 @@ class LogUnavailable(RuntimeError):
 @dataclass
 class _Entry:
     rows: list[LogRow]
-    future: asyncio.Future[None] | None = None
+    future: asyncio.Future[bool] | None = None
     loop: asyncio.AbstractEventLoop | None = None
 
 
@@ -143,14 +143,19 @@ class LogWriter:
         if not queued:  # the database is too slow to keep up: straight to disk
             await asyncio.to_thread(self._spill, rows, sync=durable)
             return
-        if entry.future is None:
+        if entry.future is None or entry.loop is None:
             return
+        timer = entry.loop.call_later(self.commit_timeout_s, _time_out, entry.future)
         try:
-            await asyncio.wait_for(asyncio.shield(entry.future), self.commit_timeout_s)
-        except TimeoutError:
+            timed_out = await entry.future
+        finally:
+            timer.cancel()
+        if timed_out:
             # The database is slow: make the rows durable on disk now; if the pending commit also lands,
             # the replay skips the prediction ids the database already has.
-            await asyncio.to_thread(self._spill, rows, sync=True)
+            error = await asyncio.to_thread(self._spill, rows, sync=True)
+            if error is not None:
+                raise LogUnavailable(str(error))
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every row submitted before the call is handled and the spool is replayed."""
@@ -267,7 +272,7 @@ class LogWriter:
 
     @staticmethod
     def _resolve(entries: list[_Entry], error: BaseException | None) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[bool]]] = {}
         for e in entries:
             if e.future is not None and e.loop is not None:
                 by_loop.setdefault(e.loop, []).append(e.future)
@@ -278,11 +283,16 @@ class LogWriter:
                 pass
 
 
-def _settle(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
+def _settle(futures: list[asyncio.Future[bool]], error: BaseException | None) -> None:
     for fut in futures:
         if fut.done():
             continue
         if error is None:
-            fut.set_result(None)
+            fut.set_result(False)
         else:
             fut.set_exception(LogUnavailable(str(error)))
+
+
+def _time_out(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(True)
