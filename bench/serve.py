@@ -31,7 +31,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = (1, 8, 64)
-PG_ADMIN = os.environ.get("DRIFTWARDEN_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN = os.environ.get(
+    "DRIFTWARDEN_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 
 
 # -- load generator -------------------------------------------------------------------------------
@@ -54,8 +56,15 @@ class LevelResult:
         return data[min(len(data) - 1, int(q * len(data)))]
 
 
-async def _worker(host: str, port: int, request: bytes, deadline: float, budget: list[int],
-                  out: list[float], errors: list[int]) -> None:
+async def _worker(
+    host: str,
+    port: int,
+    request: bytes,
+    deadline: float,
+    budget: list[int],
+    out: list[float],
+    errors: list[int],
+) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
         while time.perf_counter() < deadline and budget[0] > 0:
@@ -75,17 +84,25 @@ async def _worker(host: str, port: int, request: bytes, deadline: float, budget:
         writer.close()
 
 
-async def run_level(url: str, path: str, body: bytes, concurrency: int, seconds: float, max_requests: int) -> LevelResult:
+async def run_level(
+    url: str, path: str, body: bytes, concurrency: int, seconds: float, max_requests: int
+) -> LevelResult:
     """Closed-loop load: ``concurrency`` keep-alive connections, each sending the next request on answer."""
     host, port = url.removeprefix("http://").split(":")
-    request = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
     latencies: list[float] = []
     errors = [0]
     budget = [max_requests]
     t0 = time.perf_counter()
-    await asyncio.gather(*(_worker(host, int(port), request, t0 + seconds, budget, latencies, errors)
-                           for _ in range(concurrency)))
+    await asyncio.gather(
+        *(
+            _worker(host, int(port), request, t0 + seconds, budget, latencies, errors)
+            for _ in range(concurrency)
+        )
+    )
     return LevelResult(concurrency, len(latencies), errors[0], time.perf_counter() - t0, latencies)
 
 
@@ -113,8 +130,11 @@ def wait_ready(url: str, probe: str, proc: subprocess.Popen[bytes], timeout: flo
 
 def start_driftwarden(env: dict[str, str], extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen([str(ROOT / ".venv/bin/driftwarden"), "serve", "--port", str(port), *extra],
-                            env={**os.environ, **env, "DRIFTWARDEN_LOG_LEVEL": "WARNING"}, cwd=ROOT)
+    proc = subprocess.Popen(
+        [str(ROOT / ".venv/bin/driftwarden"), "serve", "--port", str(port), *extra],
+        env={**os.environ, **env, "DRIFTWARDEN_LOG_LEVEL": "WARNING"},
+        cwd=ROOT,
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, "/v2/models/bench/ready", proc)
     return proc, url
@@ -122,8 +142,9 @@ def start_driftwarden(env: dict[str, str], extra: list[str]) -> tuple[subprocess
 
 def start_naive(model_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "naive-server", "--model", str(model_path), "--port", str(port)],
-                            cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "naive-server", "--model", str(model_path), "--port", str(port)], cwd=ROOT
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, "/health", proc)
     return proc, url
@@ -147,8 +168,12 @@ def naive_server(model: Path, port: int) -> None:
 
     schema = json.loads((model / "driftwarden" / "schema.json").read_text())
     layer = keras.layers.TFSMLayer(str(model), call_endpoint="serve")
-    inputs = {f["name"]: keras.Input(shape=(), name=f["name"], dtype="float32" if f["kind"] == "numeric" else "string")
-              for f in schema["features"]}
+    inputs = {
+        f["name"]: keras.Input(
+            shape=(), name=f["name"], dtype="float32" if f["kind"] == "numeric" else "string"
+        )
+        for f in schema["features"]
+    }
     net = keras.Model(inputs, layer(inputs))
     app = FastAPI()
 
@@ -159,9 +184,13 @@ def naive_server(model: Path, port: int) -> None:
     @app.post("/v1/models/bench:predict")
     def predict(body: dict[str, Any]) -> dict[str, Any]:
         rows = body["instances"]
-        x = {f["name"]: np.array([np.nan if r[f["name"]] is None else r[f["name"]] for r in rows],
-                                 dtype=np.float32 if f["kind"] == "numeric" else object)
-             for f in schema["features"]}
+        x = {
+            f["name"]: np.array(
+                [np.nan if r[f["name"]] is None else r[f["name"]] for r in rows],
+                dtype=np.float32 if f["kind"] == "numeric" else object,
+            )
+            for f in schema["features"]
+        }
         out = net.predict(x, verbose=0)
         return {"predictions": out["probability"].tolist()}
 
@@ -180,8 +209,13 @@ def train_model(root: Path) -> tuple[Path, list[dict[str, Any]]]:
     data = root / "train.parquet"
     write_table(generate(3000, seed=0), data)
     db = open_database(f"sqlite:///{root / 'train.db'}")
-    result = run_training(job=TrainJob(model_name="bench", data=data, mode=Mode.LOCAL, epochs=1.0), db=db,
-                          registry=root / "models", checkpoint_root=root / "ckpt", progress=Progress("t", show_bar=False))
+    result = run_training(
+        job=TrainJob(model_name="bench", data=data, mode=Mode.LOCAL, epochs=1.0),
+        db=db,
+        registry=root / "models",
+        checkpoint_root=root / "ckpt",
+        progress=Progress("t", show_bar=False),
+    )
     db.dispose()
     sample = generate(64, seed=3)
     rows = []
@@ -218,7 +252,9 @@ def count_log(url: str) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="cmd")
     naive = sub.add_parser("naive-server")
     naive.add_argument("--model", type=Path, required=True)
@@ -255,29 +291,41 @@ def main() -> None:
                     proc, url = start_naive(model_path)
                 else:
                     prepare_db(db_url, model_path)
-                    env = {"DRIFTWARDEN_DATABASE_URL": db_url, "DRIFTWARDEN_SPOOL_PATH": str(root / "spool" / config),
-                           "DRIFTWARDEN_RETENTION_INTERVAL_S": "0"}
+                    env = {
+                        "DRIFTWARDEN_DATABASE_URL": db_url,
+                        "DRIFTWARDEN_SPOOL_PATH": str(root / "spool" / config),
+                        "DRIFTWARDEN_RETENTION_INTERVAL_S": "0",
+                    }
                     extra = ["--no-log"] if config == "b" else ["--durability", config.rsplit("-", 1)[-1]]
                     proc, url = start_driftwarden(env, extra)
                 try:
                     asyncio.run(run_level(url, "/v1/models/bench:predict", body, 8, 1.0, 500))  # warm-up
                     results[config] = []
                     for level in LEVELS:
-                        r = asyncio.run(run_level(url, "/v1/models/bench:predict", body, level, args.seconds,
-                                                  args.max_requests))
+                        r = asyncio.run(
+                            run_level(
+                                url, "/v1/models/bench:predict", body, level, args.seconds, args.max_requests
+                            )
+                        )
                         results[config].append(r)
-                        print(f"{config:18s} c={level:<3d} {r.rps:8.1f} req/s  p50 {r.pct(0.5):7.2f} ms  "
-                              f"p99 {r.pct(0.99):7.2f} ms  n={r.requests} errors={r.errors}", flush=True)
+                        print(
+                            f"{config:18s} c={level:<3d} {r.rps:8.1f} req/s  p50 {r.pct(0.5):7.2f} ms  "
+                            f"p99 {r.pct(0.99):7.2f} ms  n={r.requests} errors={r.errors}",
+                            flush=True,
+                        )
                     status = httpx.get(url + "/status").json()["prediction_log"] if config != "c" else {}
                 finally:
                     stop(proc)
                 if config.startswith("a"):
                     answered = sum(r.requests - r.errors for r in results[config]) + 500
                     logged = count_log(db_url)
-                    checks[config] = {"answered_rows_incl_warmup": answered, "logged_rows": logged,
-                                      "rows_dropped": status.get("rows_dropped"),
-                                      "rows_spooled": status.get("rows_spooled"),
-                                      "queue_rows_at_end": status.get("queue_rows")}
+                    checks[config] = {
+                        "answered_rows_incl_warmup": answered,
+                        "logged_rows": logged,
+                        "rows_dropped": status.get("rows_dropped"),
+                        "rows_spooled": status.get("rows_spooled"),
+                        "queue_rows_at_end": status.get("queue_rows"),
+                    }
                     print(f"{config:18s} log: {checks[config]}", flush=True)
         finally:
             with admin.connect() as conn:
@@ -285,17 +333,37 @@ def main() -> None:
             admin.dispose()
     _summary(results, checks)
     if args.json:
-        args.json.write_text(json.dumps({
-            "results": {k: [{"concurrency": r.concurrency, "rps": r.rps, "p50_ms": r.pct(0.5), "p99_ms": r.pct(0.99),
-                             "requests": r.requests, "errors": r.errors} for r in v] for k, v in results.items()},
-            "log_checks": checks}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "results": {
+                        k: [
+                            {
+                                "concurrency": r.concurrency,
+                                "rps": r.rps,
+                                "p50_ms": r.pct(0.5),
+                                "p99_ms": r.pct(0.99),
+                                "requests": r.requests,
+                                "errors": r.errors,
+                            }
+                            for r in v
+                        ]
+                        for k, v in results.items()
+                    },
+                    "log_checks": checks,
+                },
+                indent=2,
+            )
+        )
 
 
 def _summary(results: dict[str, list[LevelResult]], checks: dict[str, dict[str, Any]]) -> None:
     print("\nsummary")
     print(f"{'config':18s} " + "  ".join(f"c={c:<3d} req/s   p50    p99" for c in LEVELS))
     for name, levels in results.items():
-        print(f"{name:18s} " + "  ".join(f"{r.rps:9.1f} {r.pct(0.5):6.2f} {r.pct(0.99):6.2f}" for r in levels))
+        print(
+            f"{name:18s} " + "  ".join(f"{r.rps:9.1f} {r.pct(0.5):6.2f} {r.pct(0.99):6.2f}" for r in levels)
+        )
     base = results.get("b")
     naive = results.get("c")
     for name, levels in results.items():
@@ -305,14 +373,18 @@ def _summary(results: dict[str, list[LevelResult]], checks: dict[str, dict[str, 
             worst = min(a.rps / b.rps for a, b in zip(levels, base, strict=True) if b.rps)
             print(f"{name}: throughput vs (b) logging off: worst level {worst:.2f}x (target >= 0.9)")
         if naive:
-            print(f"{name}: throughput vs (c) naive at c=64: {levels[-1].rps / max(naive[-1].rps, 1e-9):.1f}x "
-                  "(target >= 30)")
+            print(
+                f"{name}: throughput vs (c) naive at c=64: {levels[-1].rps / max(naive[-1].rps, 1e-9):.1f}x "
+                "(target >= 30)"
+            )
         print(f"{name}: p99 at c=8: {levels[1].pct(0.99):.2f} ms (target < 10 ms)")
         if name in checks:
             c = checks[name]
             ok = c["logged_rows"] == c["answered_rows_incl_warmup"] and c["rows_dropped"] == 0
-            print(f"{name}: logged {c['logged_rows']} of {c['answered_rows_incl_warmup']} answered rows, "
-                  f"dropped {c['rows_dropped']}: {'OK' if ok else 'MISMATCH'}")
+            print(
+                f"{name}: logged {c['logged_rows']} of {c['answered_rows_incl_warmup']} answered rows, "
+                f"dropped {c['rows_dropped']}: {'OK' if ok else 'MISMATCH'}"
+            )
 
 
 if __name__ == "__main__":

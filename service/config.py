@@ -57,20 +57,20 @@ class Settings(BaseSettings):
     )
     batch_max_rows: int = Field(default=512, gt=0, description="Micro-batcher: most rows per model call.")
     batch_max_wait_ms: float = Field(
-        default=0.0, ge=0, description="Micro-batcher: extra wait for more requests once load is seen (0: none)."
+        default=0.0, ge=0, description="Micro-batcher: extra wait for company under load (0: none)."
     )
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Largest request body accepted.")
     max_rows_per_request: int | None = Field(
         default=None, gt=0, description="Row limit per request (default: the version schema's limit)."
     )
-    prediction_log_enabled: bool = Field(default=True, description="Log every prediction (off: no monitoring).")
+    prediction_log_enabled: bool = Field(default=True, description="Log every prediction (off: none).")
     metrics_enabled: bool = Field(default=True, description="Prometheus counters at /metrics.")
     log_durability: Literal["durable", "fast"] = Field(
         default="durable",
         description="durable: answer after the row is committed or fsynced to the spool (group commit); "
         "fast: answer first, write within log_flush_interval_ms.",
     )
-    log_queue_max_rows: int = Field(default=100_000, gt=0, description="Writer queue bound; beyond: the spool.")
+    log_queue_max_rows: int = Field(default=100_000, gt=0, description="Writer queue bound (beyond: spool).")
     log_batch_max_rows: int = Field(default=2000, gt=0, description="Most rows per database write.")
     log_flush_interval_ms: float = Field(default=50.0, gt=0, description="fast mode: time between writes.")
     log_commit_timeout_s: float = Field(
@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     retention_interval_s: float = Field(
         default=3600.0, ge=0, description="Seconds between retention cleanups in the server (0: off)."
     )
-    shutdown_timeout_s: float = Field(default=30.0, gt=0, description="Graceful shutdown: time to flush the log.")
+    shutdown_timeout_s: float = Field(default=30.0, gt=0, description="Graceful shutdown: time to flush.")
 
     def masked(self) -> dict[str, Any]:
         """Settings as plain values, secrets and URL passwords masked."""

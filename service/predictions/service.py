@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -87,17 +88,22 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
             cur.executemany(
                 f"INSERT OR IGNORE INTO prediction_log ({cols}) VALUES ({marks})",
                 [
-                    (*r[:4], _sqlite_time(r.logged_at), _json(r.inputs), r.probability, _json(r.flags), *r[8:])
+                    (
+                        *r[:4],
+                        _sqlite_time(r.logged_at),
+                        _json(r.inputs),
+                        r.probability,
+                        _json(r.flags),
+                        *r[8:],
+                    )
                     for r in rows
                 ],
             )
             cur.close()
         raw.commit()
     except BaseException:
-        try:
+        with contextlib.suppress(Exception):  # the connection may be gone
             raw.rollback()
-        except Exception:  # the connection may be gone
-            pass
         raw.invalidate()  # never hand a broken connection out again
         raise
     finally:
@@ -148,7 +154,7 @@ def record_feedback(
 def recent_predictions(
     *, session: Session, model_name: str, limit: int | None = None, since: datetime | None = None
 ) -> list[PredictionLog]:
-    """The newest logged predictions of one model (last ``limit`` rows and/or since ``since``), newest first."""
+    """The newest logged predictions of one model (last ``limit`` rows and/or since ``since``)."""
     stmt = select(PredictionLog).where(PredictionLog.model_name == model_name)
     if since is not None:
         stmt = stmt.where(PredictionLog.logged_at >= since)

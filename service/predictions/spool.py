@@ -161,7 +161,9 @@ class Spool:
                     self._head.close()
                 self._head, self._head_seg, self._head_size = None, 0, 0
                 self._drop_first()
-            elif batch.segment != self._head_seg and self._read_off >= self._path(batch.segment).stat().st_size:
+            elif (
+                batch.segment != self._head_seg and self._read_off >= self._path(batch.segment).stat().st_size
+            ):
                 self._drop_first()
             self._save_cursor()
 

@@ -18,6 +18,7 @@ Durability (setting ``log_durability``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -229,7 +230,9 @@ class LogWriter:
         self._resolve(entries, error)
 
     def _replay(self, *, max_batches: int) -> None:
-        if not self.spool.pending_rows or (not self.stats.database_ok and time.monotonic() < self._next_retry):
+        if not self.spool.pending_rows or (
+            not self.stats.database_ok and time.monotonic() < self._next_retry
+        ):
             return
         for _ in range(max_batches):
             batch = self.spool.peek(self.batch_max_rows)
@@ -266,7 +269,9 @@ class LogWriter:
         self.stats.write_errors += 1
         self.stats.last_error = f"{type(exc).__name__}: {exc}"[:500]
         if self.stats.database_ok:
-            log.warning("prediction log: database write failed (%s); spooling to %s", exc, self.spool.directory)
+            log.warning(
+                "prediction log: database write failed (%s); spooling to %s", exc, self.spool.directory
+            )
         self.stats.database_ok = False
         self._next_retry = time.monotonic() + self.retry_interval_s
 
@@ -277,10 +282,8 @@ class LogWriter:
             if e.future is not None and e.loop is not None:
                 by_loop.setdefault(e.loop, []).append(e.future)
         for loop, futures in by_loop.items():
-            try:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_settle, futures, error)
-            except RuntimeError:  # the loop is closed: nobody waits any more
-                pass
 
 
 def _settle(futures: list[asyncio.Future[bool]], error: BaseException | None) -> None:

@@ -33,7 +33,8 @@ log = logging.getLogger("driftwarden.serving")
 DESCRIPTION = """
 Predictions from the model registry's SavedModels over two wire protocols that existing clients speak:
 
-* **TensorFlow Serving REST** (`/v1/models/...`): `:predict` in row (`instances`) or columnar (`inputs`) format.
+* **TensorFlow Serving REST** (`/v1/models/...`): `:predict` in row (`instances`) or columnar (`inputs`)
+  format.
 * **Open Inference Protocol v2** (`/v2/...`, KServe/Triton): typed tensors; stock v2 clients work unmodified.
 
 Every request is checked against the version's input contract (a violation answers **400** naming the row,
@@ -45,8 +46,13 @@ an id (`prediction_ids`) that ground truth can later be attached to (`POST /v1/m
 def _writer_engine(url: str) -> Any:
     kwargs: dict[str, Any] = {"json_serializer": lambda o: orjson.dumps(o).decode(), "pool_size": 2}
     if not url.startswith("sqlite"):
-        kwargs["connect_args"] = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 10,
-                                  "keepalives_interval": 5, "keepalives_count": 3}
+        kwargs["connect_args"] = {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
     else:
         kwargs.pop("pool_size")
     return make_engine(url, **kwargs)
@@ -57,7 +63,9 @@ def spool_dir(settings: Settings, url: str) -> Path:
     return settings.spool_path / hashlib.sha256(url.encode()).hexdigest()[:12]
 
 
-def create_app(settings: Settings | None = None, *, loader: Callable[[Path], Runner] | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, loader: Callable[[Path], Runner] | None = None
+) -> FastAPI:
     """Build the app; nothing heavy happens until the server starts it (lifespan)."""
     cfg = settings or get_settings()
 
@@ -87,14 +95,21 @@ def create_app(settings: Settings | None = None, *, loader: Callable[[Path], Run
             writer.start()
             metrics.watch_writer(writer)
         manager = ModelManager(
-            db=db, loader=model_loader, only=cfg.serve_models, poll_interval_s=cfg.model_poll_interval_s,
-            batch_max_rows=cfg.batch_max_rows, batch_max_wait_s=cfg.batch_max_wait_ms / 1000.0,
+            db=db,
+            loader=model_loader,
+            only=cfg.serve_models,
+            poll_interval_s=cfg.model_poll_interval_s,
+            batch_max_rows=cfg.batch_max_rows,
+            batch_max_wait_s=cfg.batch_max_wait_ms / 1000.0,
         )
         await manager.start()
         app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
         retention = asyncio.get_running_loop().create_task(_retention_loop(app.state.dw))
-        log.info("serving %s; prediction log %s", sorted(manager.models) or "no models yet",
-                 f"on ({cfg.log_durability})" if writer else "off")
+        log.info(
+            "serving %s; prediction log %s",
+            sorted(manager.models) or "no models yet",
+            f"on ({cfg.log_durability})" if writer else "off",
+        )
         try:
             yield
         finally:
@@ -103,8 +118,14 @@ def create_app(settings: Settings | None = None, *, loader: Callable[[Path], Run
             if writer is not None:
                 await asyncio.to_thread(writer.close, cfg.shutdown_timeout_s)
                 s = writer.stats
-                log.info("prediction log closed: written=%d replayed=%d spooled=%d left_in_spool=%d dropped=%d",
-                         s.rows_written, s.rows_replayed, s.rows_spooled, writer.spool.pending_rows, s.rows_dropped)
+                log.info(
+                    "prediction log closed: written=%d replayed=%d spooled=%d left_in_spool=%d dropped=%d",
+                    s.rows_written,
+                    s.rows_replayed,
+                    s.rows_spooled,
+                    writer.spool.pending_rows,
+                    s.rows_dropped,
+                )
                 writer.engine.dispose()
             db.dispose()
 
@@ -131,8 +152,11 @@ async def _retention_loop(state: AppState) -> None:
         try:
             deleted = await asyncio.to_thread(purge_old_predictions, state)
             if deleted:
-                log.info("retention: deleted %d predictions older than %.1f days", deleted,
-                         state.settings.retention_days)
+                log.info(
+                    "retention: deleted %d predictions older than %.1f days",
+                    deleted,
+                    state.settings.retention_days,
+                )
         except Exception as exc:
             log.warning("retention cleanup failed: %s", exc)
         await asyncio.sleep(interval)
@@ -158,7 +182,9 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-    parts = ["{}: {}".format(".".join(str(x) for x in e.get("loc", ())), e.get("msg", "")) for e in exc.errors()]
+    parts = [
+        "{}: {}".format(".".join(str(x) for x in e.get("loc", ())), e.get("msg", "")) for e in exc.errors()
+    ]
     return error_response(400, "; ".join(parts) or "invalid request", request_id_of(request))
 
 

@@ -36,7 +36,9 @@ class BatcherClosed(RuntimeError):
 class MicroBatcher:
     """Queue requests for one model version and run them in combined calls."""
 
-    def __init__(self, runner: Runner, *, max_rows: int, max_wait_s: float, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, runner: Runner, *, max_rows: int, max_wait_s: float, executor: ThreadPoolExecutor
+    ) -> None:
         self.runner = runner
         self.max_rows = max_rows
         self.max_wait_s = max_wait_s

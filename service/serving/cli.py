@@ -1,4 +1,4 @@
-"""``driftwarden serve`` (and ``driftwarden predictions purge``). TensorFlow loads inside the commands only."""
+"""``driftwarden serve`` and ``driftwarden predictions purge``; TensorFlow loads inside commands only."""
 
 from __future__ import annotations
 
@@ -10,12 +10,18 @@ predictions_app = typer.Typer(help="The prediction log.", no_args_is_help=True)
 
 
 def serve(
-    host: Annotated[str | None, typer.Option("--host", help="Bind address (default: settings api_host).")] = None,
-    port: Annotated[int | None, typer.Option("--port", "-p", help="Port (default: settings api_port).")] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Bind address (default: settings api_host).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", "-p", help="Port (default: settings api_port).")
+    ] = None,
     durability: Annotated[
         str | None, typer.Option("--durability", help="Prediction log: 'durable' (group commit) or 'fast'.")
     ] = None,
-    no_log: Annotated[bool, typer.Option("--no-log", help="Serve without the prediction log and metrics.")] = False,
+    no_log: Annotated[
+        bool, typer.Option("--no-log", help="Serve without the prediction log and metrics.")
+    ] = False,
 ) -> None:
     """Serve the registry's models over TF Serving REST (/v1) and Open Inference Protocol v2 (/v2).
 

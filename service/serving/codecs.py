@@ -22,8 +22,18 @@ from service.registry.schema import FeatureKind, ModelSchema
 from service.serving.contracts import ContractViolation, Violation, check_columns, rows_to_columns
 
 NUMERIC_TYPES = {
-    "BOOL": None, "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1",
-    "INT16": "<i2", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8",
+    "BOOL": None,
+    "UINT8": "<u1",
+    "UINT16": "<u2",
+    "UINT32": "<u4",
+    "UINT64": "<u8",
+    "INT8": "<i1",
+    "INT16": "<i2",
+    "INT32": "<i4",
+    "INT64": "<i8",
+    "FP16": "<f2",
+    "FP32": "<f4",
+    "FP64": "<f8",
 }
 
 
@@ -39,7 +49,7 @@ class BadRequest(ValueError):
 class Columns:
     """Raw values per feature, the row count and which format the client used."""
 
-    values: dict[str, Sequence[Any]]
+    values: Mapping[str, Sequence[Any]]
     n: int
     fmt: str  # "row" | "columnar" | "tensors" | "matrix"
 
@@ -63,7 +73,9 @@ def parse_v1(schema: ModelSchema, payload: Any) -> Columns:
         raise BadRequest('the body must be a JSON object with "instances" or "inputs"')
     signature = payload.get("signature_name", "serving_default")
     if signature not in ("serving_default", "", None):
-        raise BadRequest(f"unknown signature_name {signature!r}; this model has 'serving_default'", "signature")
+        raise BadRequest(
+            f"unknown signature_name {signature!r}; this model has 'serving_default'", "signature"
+        )
     unknown = set(payload) - {"instances", "inputs", "signature_name"}
     if unknown:
         raise BadRequest(f"unknown request keys {sorted(unknown)}; use 'instances' or 'inputs'")
@@ -81,8 +93,9 @@ def parse_v1(schema: ModelSchema, payload: Any) -> Columns:
             raise BadRequest('"inputs" must be an object of named lists (one per feature)')
         for name, col in inputs.items():
             if not isinstance(col, list):
-                raise ContractViolation([Violation("shape", "must be a list of values (a 1-D tensor)",
-                                                   feature=str(name))])
+                raise ContractViolation(
+                    [Violation("shape", "must be a list of values (a 1-D tensor)", feature=str(name))]
+                )
         n = check_columns(schema, inputs)
         return Columns(dict(inputs), n, "columnar")
     raise BadRequest('missing "instances" (row format) or "inputs" (columnar format)')
@@ -111,12 +124,18 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
         raise BadRequest('"inputs" must be a non-empty list of tensors')
     outputs = payload.get("outputs")
     if outputs is not None:
-        names = {o.get("name") if isinstance(o, Mapping) else None for o in outputs} if isinstance(
-            outputs, list) else {None}
+        names = (
+            {o.get("name") if isinstance(o, Mapping) else None for o in outputs}
+            if isinstance(outputs, list)
+            else {None}
+        )
         known = {o.name for o in schema.outputs}
         if not names <= known:
-            raise BadRequest(f"unknown requested outputs {sorted(map(str, names - known))}; this model has "
-                             f"{sorted(known)}", "outputs")
+            raise BadRequest(
+                f"unknown requested outputs {sorted(map(str, names - known))}; this model has "
+                f"{sorted(known)}",
+                "outputs",
+            )
     decoded: list[tuple[str, list[int], str, list[Any]]] = []
     offset = 0
     for k, t in enumerate(tensors):
@@ -125,10 +144,12 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
         name, shape, dtype = t.get("name"), t.get("shape"), t.get("datatype")
         if not isinstance(name, str):
             raise BadRequest(f"input tensor {k} has no name")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                                   for d in shape):
-            raise ContractViolation([Violation("shape", "needs a shape: a list of non-negative integers",
-                                               feature=name)])
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise ContractViolation(
+                [Violation("shape", "needs a shape: a list of non-negative integers", feature=name)]
+            )
         if not isinstance(dtype, str) or (dtype not in NUMERIC_TYPES and dtype != "BYTES"):
             raise ContractViolation([Violation("type", f"unknown datatype {dtype!r}", feature=name)])
         params = t.get("parameters") or {}
@@ -144,8 +165,9 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
             data = _flatten(t["data"])
         expected = math.prod(shape)
         if len(data) != expected:
-            raise ContractViolation([Violation(
-                "shape", f"shape {shape} needs {expected} values, got {len(data)}", feature=name)])
+            raise ContractViolation(
+                [Violation("shape", f"shape {shape} needs {expected} values, got {len(data)}", feature=name)]
+            )
         decoded.append((name, shape, dtype, data))
     features = set(schema.feature_names)
     if len(decoded) == 1 and decoded[0][0] not in features:
@@ -153,15 +175,22 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
     values: dict[str, Sequence[Any]] = {}
     for name, shape, dtype, data in decoded:
         if name not in features:
-            raise ContractViolation([Violation("unknown_feature", "is not an input of this model", feature=name)])
+            raise ContractViolation(
+                [Violation("unknown_feature", "is not an input of this model", feature=name)]
+            )
         if len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
-            raise ContractViolation([Violation("shape", f"shape {shape} must be [rows] or [rows, 1]", feature=name)])
+            raise ContractViolation(
+                [Violation("shape", f"shape {shape} must be [rows] or [rows, 1]", feature=name)]
+            )
         kind = schema.feature(name).kind
         if kind is FeatureKind.NUMERIC and dtype in ("BYTES", "BOOL"):
-            raise ContractViolation([Violation("type", f"is numeric; datatype {dtype} is not allowed", feature=name)])
+            raise ContractViolation(
+                [Violation("type", f"is numeric; datatype {dtype} is not allowed", feature=name)]
+            )
         if kind is FeatureKind.CATEGORICAL and dtype != "BYTES":
-            raise ContractViolation([Violation("type", f"is categorical: use datatype BYTES, not {dtype}",
-                                               feature=name)])
+            raise ContractViolation(
+                [Violation("type", f"is categorical: use datatype BYTES, not {dtype}", feature=name)]
+            )
         values[name] = data
     n = check_columns(schema, values)
     return Columns(values, n, "tensors")
@@ -170,9 +199,16 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
 def _matrix(schema: ModelSchema, name: str, shape: list[int], dtype: str, data: list[Any]) -> Columns:
     width = len(schema.features)
     if len(shape) != 2 or shape[1] != width:
-        raise ContractViolation([Violation(
-            "shape", f"a single input tensor must have shape [rows, {width}] (features in schema order: "
-            f"{', '.join(schema.feature_names)}), got {shape}", feature=name)])
+        raise ContractViolation(
+            [
+                Violation(
+                    "shape",
+                    f"a single input tensor must have shape [rows, {width}] (features in schema order: "
+                    f"{', '.join(schema.feature_names)}), got {shape}",
+                    feature=name,
+                )
+            ]
+        )
     n = shape[0]
     values: dict[str, Sequence[Any]] = {}
     for j, spec in enumerate(schema.features):
@@ -217,13 +253,17 @@ def _decode_binary(name: str, dtype: str, raw: bytes) -> list[Any]:
             try:
                 out.append(chunk.decode("utf-8"))
             except UnicodeDecodeError:
-                raise ContractViolation([Violation("type", "BYTES values must be UTF-8 text", feature=name)]) from None
+                raise ContractViolation(
+                    [Violation("type", "BYTES values must be UTF-8 text", feature=name)]
+                ) from None
         return out
     code = NUMERIC_TYPES[dtype]
     if code is None:
         return np.frombuffer(raw, dtype=np.bool_).tolist()
     item = np.dtype(code).itemsize
     if len(raw) % item:
-        raise BadRequest(f"binary data of input '{name}' is not a whole number of {dtype} values", "binary_data")
+        raise BadRequest(
+            f"binary data of input '{name}' is not a whole number of {dtype} values", "binary_data"
+        )
     values: list[Any] = np.frombuffer(raw, dtype=code).astype(np.float64).tolist()
     return values

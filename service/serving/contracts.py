@@ -65,7 +65,7 @@ class CheckedInputs:
 
 
 def rows_to_columns(schema: ModelSchema, instances: Sequence[Any]) -> tuple[dict[str, list[Any]], int]:
-    """Row format (a list of objects of named features) -> columns; unknown/missing features are violations."""
+    """Row format (a list of objects of named features) -> columns; unknown/missing features violate."""
     names = schema.feature_names
     known = set(names)
     problems: list[Violation] = []
@@ -77,11 +77,16 @@ def rows_to_columns(schema: ModelSchema, instances: Sequence[Any]) -> tuple[dict
             continue
         for key in row:
             if key not in known:
-                problems.append(Violation("unknown_feature", "is not an input of this model", row=i, feature=str(key)))
+                problems.append(
+                    Violation("unknown_feature", "is not an input of this model", row=i, feature=str(key))
+                )
         for name in names:
             if name not in row:
-                problems.append(Violation("missing_feature", "is required (send null for a missing value)", row=i,
-                                          feature=name))
+                problems.append(
+                    Violation(
+                        "missing_feature", "is required (send null for a missing value)", row=i, feature=name
+                    )
+                )
         if len(problems) >= MAX_REPORTED:
             break
     if problems:
@@ -91,16 +96,25 @@ def rows_to_columns(schema: ModelSchema, instances: Sequence[Any]) -> tuple[dict
 
 def check_columns(schema: ModelSchema, columns: Mapping[str, Sequence[Any]]) -> int:
     """Columnar format: every feature present, none unknown, equal lengths; returns the row count."""
-    problems = [Violation("unknown_feature", "is not an input of this model", feature=str(k))
-                for k in columns if k not in set(schema.feature_names)]
-    problems += [Violation("missing_feature", "is required", feature=n) for n in schema.feature_names
-                 if n not in columns]
+    problems = [
+        Violation("unknown_feature", "is not an input of this model", feature=str(k))
+        for k in columns
+        if k not in set(schema.feature_names)
+    ]
+    problems += [
+        Violation("missing_feature", "is required", feature=n)
+        for n in schema.feature_names
+        if n not in columns
+    ]
     if problems:
         raise ContractViolation(problems)
     lengths = [len(columns[name]) for name in schema.feature_names]
     n = max(set(lengths), key=lengths.count)  # the length most features agree on
-    odd = [Violation("shape", f"has {length} values, the other features have {n}", feature=name)
-           for name, length in zip(schema.feature_names, lengths, strict=True) if length != n]
+    odd = [
+        Violation("shape", f"has {length} values, the other features have {n}", feature=name)
+        for name, length in zip(schema.feature_names, lengths, strict=True)
+        if length != n
+    ]
     if odd:
         raise ContractViolation(odd)
     return n
@@ -134,8 +148,14 @@ def check_inputs(
     return CheckedInputs(arrays=arrays, rows=rows, flags=flags, n=n)
 
 
-def _soft(spec: FeatureSpec, i: int, rule: str, message: str, problems: list[Violation],
-          flags: list[list[str] | None]) -> None:
+def _soft(
+    spec: FeatureSpec,
+    i: int,
+    rule: str,
+    message: str,
+    problems: list[Violation],
+    flags: list[list[str] | None],
+) -> None:
     if spec.policy is Policy.REJECT:
         problems.append(Violation(rule, message, row=i, feature=spec.name))
         return
@@ -145,8 +165,9 @@ def _soft(spec: FeatureSpec, i: int, rule: str, message: str, problems: list[Vio
     row_flags.append(f"{spec.name}:{rule}")
 
 
-def _numeric(spec: FeatureSpec, values: Sequence[Any], problems: list[Violation],
-             flags: list[list[str] | None]) -> tuple[np.ndarray, list[Any]]:
+def _numeric(
+    spec: FeatureSpec, values: Sequence[Any], problems: list[Violation], flags: list[list[str] | None]
+) -> tuple[np.ndarray, list[Any]]:
     out = np.empty(len(values), dtype=np.float32)
     clean: list[Any] = []
     lo_a, hi_a, lo_o, hi_o = spec.allowed_min, spec.allowed_max, spec.observed_min, spec.observed_max
@@ -163,26 +184,51 @@ def _numeric(spec: FeatureSpec, values: Sequence[Any], problems: list[Violation]
             continue
         f = float(v)
         if not math.isfinite(f):
-            problems.append(Violation("finite", f"value {v} is not finite (send null for a missing value)",
-                                      row=i, feature=spec.name))
+            problems.append(
+                Violation(
+                    "finite",
+                    f"value {v} is not finite (send null for a missing value)",
+                    row=i,
+                    feature=spec.name,
+                )
+            )
             clean.append(None)
             continue
         if lo_a is not None and f < lo_a:
-            problems.append(Violation("allowed_range", f"value {v} is below the allowed minimum {lo_a:g}",
-                                      row=i, feature=spec.name))
+            problems.append(
+                Violation(
+                    "allowed_range",
+                    f"value {v} is below the allowed minimum {lo_a:g}",
+                    row=i,
+                    feature=spec.name,
+                )
+            )
         elif hi_a is not None and f > hi_a:
-            problems.append(Violation("allowed_range", f"value {v} is above the allowed maximum {hi_a:g}",
-                                      row=i, feature=spec.name))
+            problems.append(
+                Violation(
+                    "allowed_range",
+                    f"value {v} is above the allowed maximum {hi_a:g}",
+                    row=i,
+                    feature=spec.name,
+                )
+            )
         elif (lo_o is not None and f < lo_o) or (hi_o is not None and f > hi_o):
-            _soft(spec, i, "observed_range", f"value {v} is outside the training range [{lo_o:g}, {hi_o:g}]",
-                  problems, flags)
+            _soft(
+                spec,
+                i,
+                "observed_range",
+                f"value {v} is outside the training range [{lo_o:g}, {hi_o:g}]",
+                problems,
+                flags,
+            )
         out[i] = f
         clean.append(v)
     return out, clean
 
 
-def _categorical(spec: FeatureSpec, values: Sequence[Any], problems: list[Violation],
-                 flags: list[list[str] | None]) -> tuple[np.ndarray, list[Any]]:
+def _categorical(
+    spec: FeatureSpec, values: Sequence[Any], problems: list[Violation], flags: list[list[str] | None]
+) -> tuple[np.ndarray, list[Any]]:
     out = np.empty(len(values), dtype=object)
     clean: list[Any] = []
     cats = spec.categories
@@ -196,8 +242,9 @@ def _categorical(spec: FeatureSpec, values: Sequence[Any], problems: list[Violat
                 _soft(spec, i, "not_null", "is missing but was never missing in training", problems, flags)
             continue
         if not isinstance(v, str):
-            problems.append(Violation("type", f"expected a string category, got {_kind(v)}", row=i,
-                                      feature=spec.name))
+            problems.append(
+                Violation("type", f"expected a string category, got {_kind(v)}", row=i, feature=spec.name)
+            )
             clean.append(None)
             continue
         if v not in cats:
@@ -212,15 +259,24 @@ def check_outputs(spec: OutputSpec, values: np.ndarray) -> list[Violation]:
     problems: list[Violation] = []
     finite = np.isfinite(values)
     for i in np.flatnonzero(~finite)[:MAX_REPORTED]:
-        problems.append(Violation("output_finite", f"model output {values[i]} is not finite", row=int(i),
-                                  feature=spec.name))
+        problems.append(
+            Violation(
+                "output_finite", f"model output {values[i]} is not finite", row=int(i), feature=spec.name
+            )
+        )
     lo = spec.min if spec.min is not None else -np.inf
     hi = spec.max if spec.max is not None else np.inf
     with np.errstate(invalid="ignore"):
         outside = finite & ((values < lo) | (values > hi))
     for i in np.flatnonzero(outside)[:MAX_REPORTED]:
-        problems.append(Violation("output_range", f"model output {float(values[i]):g} is outside [{lo:g}, {hi:g}]",
-                                  row=int(i), feature=spec.name))
+        problems.append(
+            Violation(
+                "output_range",
+                f"model output {float(values[i]):g} is outside [{lo:g}, {hi:g}]",
+                row=int(i),
+                feature=spec.name,
+            )
+        )
     return problems
 
 

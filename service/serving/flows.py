@@ -56,7 +56,9 @@ class OutputContractError(RuntimeError):
 
     def __init__(self, violations: list[Violation]) -> None:
         self.violations = violations
-        super().__init__("the model's output broke its contract: " + "; ".join(v.describe() for v in violations[:5]))
+        super().__init__(
+            "the model's output broke its contract: " + "; ".join(v.describe() for v in violations[:5])
+        )
 
 
 async def predict(
@@ -74,7 +76,9 @@ async def predict(
     for attempt in (1, 2):
         lv = state.manager.resolve(model_name, version=version, label=label)
         columns: Columns = parse(lv.schema)
-        checked = check_inputs(lv.schema, columns.values, columns.n, max_rows=state.settings.max_rows_per_request)
+        checked = check_inputs(
+            lv.schema, columns.values, columns.n, max_rows=state.settings.max_rows_per_request
+        )
         try:
             outputs = await lv.batcher.submit(checked.arrays, checked.n)
             break
@@ -88,8 +92,19 @@ async def predict(
     ids = [new_prediction_id() for _ in range(checked.n)]
     floats = [v if math.isfinite(v) else None for v in values.tolist()]
     if state.writer is not None:
-        await state.writer.submit(_rows(lv, checked.rows, checked.flags, floats, ids, request_id, protocol,
-                                        latency_ms, PredictionStatus.OUTPUT_VIOLATION if problems else None))
+        await state.writer.submit(
+            _rows(
+                lv,
+                checked.rows,
+                checked.flags,
+                floats,
+                ids,
+                request_id,
+                protocol,
+                latency_ms,
+                PredictionStatus.OUTPUT_VIOLATION if problems else None,
+            )
+        )
     if problems:
         state.metrics.output_violation(model_name, sorted({p.rule for p in problems}))
         log.error("output contract violated by %s:%d: %s", model_name, lv.version, problems[0].describe())
@@ -112,7 +127,19 @@ def _rows(
     now = datetime.now(UTC)
     status = (bad or PredictionStatus.OK).value
     return [
-        LogRow(pid, request_id, lv.model_name, lv.version, now, row, value, row_flags, latency_ms, status, protocol)
+        LogRow(
+            pid,
+            request_id,
+            lv.model_name,
+            lv.version,
+            now,
+            row,
+            value,
+            row_flags,
+            latency_ms,
+            status,
+            protocol,
+        )
         for pid, row, value, row_flags in zip(ids, inputs, values, flags, strict=True)
     ]
 
@@ -125,7 +152,9 @@ def parse_feedback(payload: Any) -> list[tuple[str, float]]:
     if not items:
         raise BadRequest('"labels" is empty', "empty")
     if len(items) > MAX_FEEDBACK_LABELS:
-        raise BadRequest(f"{len(items)} labels exceed the limit of {MAX_FEEDBACK_LABELS} per request", "max_rows")
+        raise BadRequest(
+            f"{len(items)} labels exceed the limit of {MAX_FEEDBACK_LABELS} per request", "max_rows"
+        )
     out: list[tuple[str, float]] = []
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
@@ -136,7 +165,9 @@ def parse_feedback(payload: Any) -> list[tuple[str, float]]:
         if isinstance(label, bool):
             label = int(label)
         if not isinstance(label, int | float) or label not in (0, 1):
-            raise BadRequest(f"labels[{i}].label must be 0 or 1 (binary classification), got {label!r}", "label")
+            raise BadRequest(
+                f"labels[{i}].label must be 0 or 1 (binary classification), got {label!r}", "label"
+            )
         out.append((pid, float(label)))
     return out
 

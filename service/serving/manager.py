@@ -10,6 +10,7 @@ If a new version fails to load, the old one keeps serving and the failure is rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -145,10 +146,8 @@ class ModelManager:
         """Stop polling; let every version finish its queued requests."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         for served in self.models.values():
             for lv in served.versions.values():
                 await lv.batcher.close()
@@ -234,7 +233,9 @@ class ModelManager:
             raise NotServed(f"Servable not found for request: model '{name}' is not served here")
         if label is not None:
             if label not in served.labels:
-                raise NotServed(f"model '{name}' has no label '{label}' (labels: {sorted(served.labels) or 'none'})")
+                raise NotServed(
+                    f"model '{name}' has no label '{label}' (labels: {sorted(served.labels) or 'none'})"
+                )
             version = served.labels[label]
         elif version is None:
             if served.serving is None:

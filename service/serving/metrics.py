@@ -20,18 +20,36 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("driftwarden_requests", "Prediction requests by protocol and outcome.",
-                                ["protocol", "outcome"], registry=r)
-        self.predictions = Counter("driftwarden_predictions", "Rows predicted.", ["model", "version"], registry=r)
-        self.flags = Counter("driftwarden_contract_flags", "Rows accepted with a contract flag.",
-                             ["model", "feature", "rule"], registry=r)
-        self.violations = Counter("driftwarden_contract_violations", "Input contract violations (400 answers).",
-                                  ["model", "rule"], registry=r)
-        self.output_violations = Counter("driftwarden_output_violations",
-                                         "Model outputs that broke the output contract.", ["model", "rule"],
-                                         registry=r)
-        self.feedback = Counter("driftwarden_feedback_labels", "Ground-truth labels received.",
-                                ["model", "outcome"], registry=r)
+        self.requests = Counter(
+            "driftwarden_requests",
+            "Prediction requests by protocol and outcome.",
+            ["protocol", "outcome"],
+            registry=r,
+        )
+        self.predictions = Counter(
+            "driftwarden_predictions", "Rows predicted.", ["model", "version"], registry=r
+        )
+        self.flags = Counter(
+            "driftwarden_contract_flags",
+            "Rows accepted with a contract flag.",
+            ["model", "feature", "rule"],
+            registry=r,
+        )
+        self.violations = Counter(
+            "driftwarden_contract_violations",
+            "Input contract violations (400 answers).",
+            ["model", "rule"],
+            registry=r,
+        )
+        self.output_violations = Counter(
+            "driftwarden_output_violations",
+            "Model outputs that broke the output contract.",
+            ["model", "rule"],
+            registry=r,
+        )
+        self.feedback = Counter(
+            "driftwarden_feedback_labels", "Ground-truth labels received.", ["model", "outcome"], registry=r
+        )
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, counter: Counter, *labels: str) -> Any:
@@ -110,11 +128,17 @@ class _WriterCollector(Collector):
             ("write_errors", s.write_errors, "Failed database writes."),
         ):
             yield CounterMetricFamily(f"driftwarden_prediction_log_{name}", doc, value=value)
-        yield GaugeMetricFamily("driftwarden_prediction_log_queue_rows", "Rows waiting in the writer queue.",
-                                value=w.queued_rows)
-        yield GaugeMetricFamily("driftwarden_prediction_log_spool_rows", "Rows in the spool.",
-                                value=w.spool.pending_rows)
-        yield GaugeMetricFamily("driftwarden_prediction_log_spool_bytes", "Bytes in the spool.",
-                                value=w.spool.pending_bytes)
-        yield GaugeMetricFamily("driftwarden_prediction_log_database_up", "1 if the last write succeeded.",
-                                value=1.0 if s.database_ok else 0.0)
+        yield GaugeMetricFamily(
+            "driftwarden_prediction_log_queue_rows", "Rows waiting in the writer queue.", value=w.queued_rows
+        )
+        yield GaugeMetricFamily(
+            "driftwarden_prediction_log_spool_rows", "Rows in the spool.", value=w.spool.pending_rows
+        )
+        yield GaugeMetricFamily(
+            "driftwarden_prediction_log_spool_bytes", "Bytes in the spool.", value=w.spool.pending_bytes
+        )
+        yield GaugeMetricFamily(
+            "driftwarden_prediction_log_database_up",
+            "1 if the last write succeeded.",
+            value=1.0 if s.database_ok else 0.0,
+        )

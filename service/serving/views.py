@@ -89,8 +89,14 @@ async def _predict(
         header, binary = split_binary(raw, request.headers.get("inference-header-content-length"))
         payload = parse_json(header)
         result = await predict(
-            state=state, model_name=name, version=_version(version), label=label, parse=decode(payload, binary),
-            request_id=rid, protocol=protocol, started=started,
+            state=state,
+            model_name=name,
+            version=_version(version),
+            label=label,
+            parse=decode(payload, binary),
+            request_id=rid,
+            protocol=protocol,
+            started=started,
         )
     except ContractViolation as exc:
         state.metrics.violation(name, sorted({v.rule for v in exc.violations}))
@@ -123,8 +129,11 @@ def _v1_shape(result: Prediction, payload: Any) -> dict[str, Any]:
     return {key: result.values, "prediction_ids": result.prediction_ids, "model_version": str(result.version)}
 
 
-PREDICT_DOC: dict[str, Any] = {"openapi_extra": docs.V1_PREDICT, "responses": docs.V1_PREDICT_RESPONSES,
-                               "tags": [V1]}
+PREDICT_DOC: dict[str, Any] = {
+    "openapi_extra": docs.V1_PREDICT,
+    "responses": docs.V1_PREDICT_RESPONSES,
+    "tags": [V1],
+}
 
 
 @router.post("/v1/models/{name}:predict", summary="Predict with the serving version", **PREDICT_DOC)
@@ -134,13 +143,17 @@ async def v1_predict(request: Request, name: str) -> Response:
     return await _predict(request, name, None, None, "v1", _v1_shape, _v1_decode)
 
 
-@router.post("/v1/models/{name}/versions/{version}:predict", summary="Predict with one version", **PREDICT_DOC)
+@router.post(
+    "/v1/models/{name}/versions/{version}:predict", summary="Predict with one version", **PREDICT_DOC
+)
 async def v1_predict_version(request: Request, name: str, version: str) -> Response:
     """Like `:predict`, answered by a specific loaded version (the serving one or a labelled one)."""
     return await _predict(request, name, version, None, "v1", _v1_shape, _v1_decode)
 
 
-@router.post("/v1/models/{name}/labels/{label}:predict", summary="Predict with a labelled version", **PREDICT_DOC)
+@router.post(
+    "/v1/models/{name}/labels/{label}:predict", summary="Predict with a labelled version", **PREDICT_DOC
+)
 async def v1_predict_label(request: Request, name: str, label: str) -> Response:
     """Like `:predict`, answered by the version the label points to (e.g. `canary`)."""
     return await _predict(request, name, None, label, "v1", _v1_shape, _v1_decode)
@@ -153,13 +166,21 @@ def _status(state: AppState, name: str, version: str | None, label: str | None, 
     entries = [(v, "AVAILABLE", "") for v in served.versions] + [(v, "LOADING", "") for v in served.loading]
     entries += [(v, "END", err) for v, err in served.failed.items()]
     try:
-        wanted = state.manager.resolve(name, version=_version(version), label=label).version if (
-            version or label) else None
+        wanted = (
+            state.manager.resolve(name, version=_version(version), label=label).version
+            if (version or label)
+            else None
+        )
     except NotServed as exc:
         return error_response(404, str(exc), rid)
     rows = [
-        {"version": str(v), "state": st, "status": {"error_code": "UNKNOWN" if err else "OK", "error_message": err}}
-        for v, st, err in sorted(entries, reverse=True) if wanted is None or v == wanted
+        {
+            "version": str(v),
+            "state": st,
+            "status": {"error_code": "UNKNOWN" if err else "OK", "error_message": err},
+        }
+        for v, st, err in sorted(entries, reverse=True)
+        if wanted is None or v == wanted
     ]
     return json_response({"model_version_status": rows}, 200, rid)
 
@@ -196,14 +217,27 @@ def _metadata(request: Request, name: str, version: str | None, label: str | Non
     except NotServed as exc:
         return error_response(404, str(exc), rid)
     dim = {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
-    inputs = {f.name: {"dtype": _tf_dtype(f.kind), "tensor_shape": dim, "name": f"serving_default_{f.name}:0"}
-              for f in lv.schema.features}
-    outputs = {o.name: {"dtype": "DT_FLOAT", "tensor_shape": dim, "name": "StatefulPartitionedCall:0"}
-               for o in lv.schema.outputs}
+    inputs = {
+        f.name: {"dtype": _tf_dtype(f.kind), "tensor_shape": dim, "name": f"serving_default_{f.name}:0"}
+        for f in lv.schema.features
+    }
+    outputs = {
+        o.name: {"dtype": "DT_FLOAT", "tensor_shape": dim, "name": "StatefulPartitionedCall:0"}
+        for o in lv.schema.outputs
+    }
     body = {
         "model_spec": {"name": name, "signature_name": "", "version": str(lv.version)},
-        "metadata": {"signature_def": {"signature_def": {"serving_default": {
-            "inputs": inputs, "outputs": outputs, "method_name": "tensorflow/serving/predict"}}}},
+        "metadata": {
+            "signature_def": {
+                "signature_def": {
+                    "serving_default": {
+                        "inputs": inputs,
+                        "outputs": outputs,
+                        "method_name": "tensorflow/serving/predict",
+                    }
+                }
+            }
+        },
         "driftwarden": {"schema": lv.schema.to_dict()},
     }
     return json_response(body, 200, rid)
@@ -224,14 +258,21 @@ async def v1_metadata_version(request: Request, name: str, version: str) -> Resp
     return _metadata(request, name, version, None)
 
 
-@router.get("/v1/models/{name}/labels/{label}/metadata", summary="Signature of a labelled version", **META_DOC)
+@router.get(
+    "/v1/models/{name}/labels/{label}/metadata", summary="Signature of a labelled version", **META_DOC
+)
 async def v1_metadata_label(request: Request, name: str, label: str) -> Response:
     """The signature and contract of the version a label points to."""
     return _metadata(request, name, None, label)
 
 
-@router.post("/v1/models/{name}/feedback", summary="Ground-truth labels", openapi_extra=docs.FEEDBACK,
-             responses=docs.FEEDBACK_RESPONSES, tags=["Feedback"])
+@router.post(
+    "/v1/models/{name}/feedback",
+    summary="Ground-truth labels",
+    openapi_extra=docs.FEEDBACK,
+    responses=docs.FEEDBACK_RESPONSES,
+    tags=["Feedback"],
+)
 async def v1_feedback(request: Request, name: str) -> Response:
     """Attach ground truth to earlier predictions by `prediction_id`; ids that are not logged predictions
     of this model come back in `unknown_ids`."""
@@ -259,12 +300,22 @@ def _v2_shape(result: Prediction, payload: Any) -> dict[str, Any]:
         "model_version": str(result.version),
         "id": rid if isinstance(rid, str) else "",
         "parameters": {"prediction_ids": ",".join(result.prediction_ids)},
-        "outputs": [{"name": result.output_name, "shape": [len(result.values)], "datatype": "FP32",
-                     "data": result.values}],
+        "outputs": [
+            {
+                "name": result.output_name,
+                "shape": [len(result.values)],
+                "datatype": "FP32",
+                "data": result.values,
+            }
+        ],
     }
 
 
-INFER_DOC: dict[str, Any] = {"openapi_extra": docs.V2_INFER, "responses": docs.V2_INFER_RESPONSES, "tags": [V2]}
+INFER_DOC: dict[str, Any] = {
+    "openapi_extra": docs.V2_INFER,
+    "responses": docs.V2_INFER_RESPONSES,
+    "tags": [V2],
+}
 
 
 @router.post("/v2/models/{name}/infer", summary="Inference with the serving version", **INFER_DOC)
@@ -295,7 +346,9 @@ def _v2_model(request: Request, name: str, version: str | None) -> Response:
         "name": name,
         "versions": [str(v) for v in sorted(manager.models[name].versions)],
         "platform": "tensorflow_savedmodel",
-        "inputs": [{"name": f.name, "datatype": _v2_dtype(f.kind), "shape": [-1]} for f in lv.schema.features],
+        "inputs": [
+            {"name": f.name, "datatype": _v2_dtype(f.kind), "shape": [-1]} for f in lv.schema.features
+        ],
         "outputs": [{"name": o.name, "datatype": "FP32", "shape": [-1]} for o in lv.schema.outputs],
     }
     return json_response(body, 200, rid)
@@ -307,8 +360,12 @@ async def v2_model(request: Request, name: str) -> Response:
     return _v2_model(request, name, None)
 
 
-@router.get("/v2/models/{name}/versions/{version}", summary="Model version metadata",
-            responses=docs.V2_MODEL_RESPONSES, tags=[V2])
+@router.get(
+    "/v2/models/{name}/versions/{version}",
+    summary="Model version metadata",
+    responses=docs.V2_MODEL_RESPONSES,
+    tags=[V2],
+)
 async def v2_model_version(request: Request, name: str, version: str) -> Response:
     """Metadata of one loaded version."""
     return _v2_model(request, name, version)
@@ -354,8 +411,9 @@ async def v2_server() -> Response:
     """Name, version and protocol extensions of the server."""
     from importlib.metadata import version
 
-    return json_response({"name": "driftwarden", "version": version("driftwarden"),
-                          "extensions": ["binary_tensor_data"]})
+    return json_response(
+        {"name": "driftwarden", "version": version("driftwarden"), "extensions": ["binary_tensor_data"]}
+    )
 
 
 # -- operations -----------------------------------------------------------------------------------
@@ -365,26 +423,41 @@ async def status(request: Request) -> Response:
     rows dropped, which must stay 0)."""
     state = _state(request)
     models = {
-        name: {"serving": m.serving, "labels": m.labels, "loaded": sorted(m.versions), "loading": sorted(m.loading),
-               "failed": m.failed,
-               "batches": {str(v): {"calls": lv.batcher.calls, "rows": lv.batcher.rows}
-                           for v, lv in m.versions.items()}}
+        name: {
+            "serving": m.serving,
+            "labels": m.labels,
+            "loaded": sorted(m.versions),
+            "loading": sorted(m.loading),
+            "failed": m.failed,
+            "batches": {
+                str(v): {"calls": lv.batcher.calls, "rows": lv.batcher.rows} for v, lv in m.versions.items()
+            },
+        }
         for name, m in state.manager.models.items()
     }
     log: dict[str, Any] = {"enabled": state.writer is not None}
     if state.writer is not None:
         w = state.writer
         s = w.stats
-        log.update(durability=w.durability, queue_rows=w.queued_rows, spool_rows=w.spool.pending_rows,
-                   spool_bytes=w.spool.pending_bytes, rows_written=s.rows_written, rows_replayed=s.rows_replayed,
-                   rows_spooled=s.rows_spooled, rows_dropped=s.rows_dropped, write_errors=s.write_errors,
-                   database_ok=s.database_ok, last_error=s.last_error)
-    return json_response({"models": models, "prediction_log": log,
-                          "registry_error": state.manager.last_refresh_error})
+        log.update(
+            durability=w.durability,
+            queue_rows=w.queued_rows,
+            spool_rows=w.spool.pending_rows,
+            spool_bytes=w.spool.pending_bytes,
+            rows_written=s.rows_written,
+            rows_replayed=s.rows_replayed,
+            rows_spooled=s.rows_spooled,
+            rows_dropped=s.rows_dropped,
+            write_errors=s.write_errors,
+            database_ok=s.database_ok,
+            last_error=s.last_error,
+        )
+    return json_response(
+        {"models": models, "prediction_log": log, "registry_error": state.manager.last_refresh_error}
+    )
 
 
 @router.get("/metrics", summary="Prometheus metrics", tags=["Operations"])
 async def metrics(request: Request) -> Response:
     """Counters of requests, predictions, contract flags and violations, and the prediction log."""
     return Response(generate_latest(_state(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
-

@@ -33,12 +33,11 @@ class TrainedModels:
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
+    from service.tabular import write_table
     from training.datagen import generate
     from training.flows import run_training
     from training.jobs import Mode, TrainJob
     from training.progress import Progress
-
-    from service.tabular import write_table
 
     root = tmp_path_factory.mktemp("trained")
     data = root / "train.parquet"
@@ -49,27 +48,37 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
         for seed in (0, 1):
             result = run_training(
                 job=TrainJob(model_name="credit", data=data, mode=Mode.LOCAL, epochs=1.0, seed=seed),
-                db=db, registry=root / "models", checkpoint_root=root / "ckpt", progress=Progress("t", show_bar=False),
+                db=db,
+                registry=root / "models",
+                checkpoint_root=root / "ckpt",
+                progress=Progress("t", show_bar=False),
             )
             paths[result.version.version] = Path(result.version.path)
     finally:
         db.dispose()
     sample = generate(300, seed=7)
     rows = [
-        {k: (None if isinstance(v, float) and v != v else (v.item() if hasattr(v, "item") else v))
-         for k, v in zip(sample, values, strict=True) if k != "default"}
+        {
+            k: (None if isinstance(v, float) and v != v else (v.item() if hasattr(v, "item") else v))
+            for k, v in zip(sample, values, strict=True)
+            if k != "default"
+        }
         for values in zip(*sample.values(), strict=True)
     ]
     return TrainedModels(paths=paths, rows=rows)
 
 
-def seed_registry(url: str, trained: TrainedModels, *, serving: int = 1, labels: dict[str, int] | None = None) -> None:
+def seed_registry(
+    url: str, trained: TrainedModels, *, serving: int = 1, labels: dict[str, int] | None = None
+) -> None:
     """Register the trained versions in the database at ``url`` and promote one."""
     db = open_database(url)
     try:
         with db.session() as s:
             for version, path in trained.paths.items():
-                register_version(session=s, model_name="credit", version=version, path=path, metrics={}, lineage={})
+                register_version(
+                    session=s, model_name="credit", version=version, path=path, metrics={}, lineage={}
+                )
             promote(session=s, model_name="credit", version=serving)
             for label, version in (labels or {}).items():
                 set_label(session=s, model_name="credit", label=label, version=version)
@@ -109,7 +118,9 @@ class Server:
         self.app = create_app(settings)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -137,14 +148,20 @@ class Server:
 def serve_settings(url: str, spool: Path, **overrides: Any) -> Settings:
     """Settings for a test server: its database, its spool, a fast registry poll."""
     values: dict[str, Any] = {
-        "database_url": url, "spool_path": spool, "model_poll_interval_s": 0.2, "retention_interval_s": 0,
-        "log_retry_interval_s": 0.2, **overrides,
+        "database_url": url,
+        "spool_path": spool,
+        "model_poll_interval_s": 0.2,
+        "retention_interval_s": 0,
+        "log_retry_interval_s": 0.2,
+        **overrides,
     }
     return Settings(**values)
 
 
 @pytest.fixture(scope="module")
-def server(module_db_url: str, trained: TrainedModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(
+    module_db_url: str, trained: TrainedModels, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
     """One server per module and backend; the serving version is 1, label ``canary`` points at 2."""
     seed_registry(module_db_url, trained, serving=1, labels={"canary": 2})
     with Server(serve_settings(module_db_url, tmp_path_factory.mktemp("spool"))) as srv:
@@ -156,7 +173,11 @@ def count_rows(url: str, where: str = "1=1", params: dict[str, Any] | None = Non
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text(f"select count(*) from prediction_log where {where}"), params or {}).scalar_one())
+            return int(
+                conn.execute(
+                    text(f"select count(*) from prediction_log where {where}"), params or {}
+                ).scalar_one()
+            )
     finally:
         engine.dispose()
 

@@ -19,8 +19,12 @@ def _row(trained: TrainedModels, i: int = 0, **changes: Any) -> dict[str, Any]:
 def _v2_tensors(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names = list(rows[0])
     return [
-        {"name": k, "shape": [len(rows)], "datatype": "BYTES" if isinstance(rows[0][k], str) else "FP32",
-         "data": [r[k] for r in rows]}
+        {
+            "name": k,
+            "shape": [len(rows)],
+            "datatype": "BYTES" if isinstance(rows[0][k], str) else "FP32",
+            "data": [r[k] for r in rows],
+        }
         for k in names
     ]
 
@@ -45,9 +49,19 @@ def test_v2_tensors_and_matrix_agree_with_v1(server: Server, trained: TrainedMod
     with server.client() as c:
         v1 = c.post("/v1/models/credit:predict", json={"instances": rows}).json()["predictions"]
         t = c.post("/v2/models/credit/infer", json={"id": "abc", "inputs": _v2_tensors(rows)})
-        m = c.post("/v2/models/credit/versions/1/infer", json={"inputs": [
-            {"name": "input", "shape": [3, len(rows[0])], "datatype": "BYTES",
-             "data": [list(r.values()) for r in rows]}]})
+        m = c.post(
+            "/v2/models/credit/versions/1/infer",
+            json={
+                "inputs": [
+                    {
+                        "name": "input",
+                        "shape": [3, len(rows[0])],
+                        "datatype": "BYTES",
+                        "data": [list(r.values()) for r in rows],
+                    }
+                ]
+            },
+        )
     assert t.status_code == 200, t.text
     assert m.status_code == 200, m.text
     body = t.json()
@@ -67,7 +81,9 @@ def test_stock_triton_client_works_unmodified(server: Server, trained: TrainedMo
     assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("credit")
     meta = client.get_model_metadata("credit")
     assert {i["name"] for i in meta["inputs"]} == set(rows[0])
-    expected = httpx.post(f"{server.url}/v1/models/credit:predict", json={"instances": rows}).json()["predictions"]
+    expected = httpx.post(f"{server.url}/v1/models/credit:predict", json={"instances": rows}).json()[
+        "predictions"
+    ]
     for binary in (False, True):
         inputs = []
         for spec in meta["inputs"]:
@@ -119,7 +135,9 @@ def test_bad_inputs_get_400_naming_row_feature_and_rule(
     assert r.status_code == 400, r.text
     body = r.json()
     assert f"rule: {rule}" in body["error"] and f"'{feature}'" in body["error"] and "row 1" in body["error"]
-    assert {"row": 1, "feature": feature, "rule": rule} == {k: body["violations"][0][k] for k in ("row", "feature", "rule")}
+    assert {"row": 1, "feature": feature, "rule": rule} == {
+        k: body["violations"][0][k] for k in ("row", "feature", "rule")
+    }
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
@@ -130,7 +148,11 @@ def test_nan_and_inf_are_rejected_by_name(server: Server, trained: TrainedModels
     with server.client() as c:
         r = c.post("/v1/models/credit:predict", content=text, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
-    assert "row 0" in r.json()["error"] and "'income'" in r.json()["error"] and "rule: finite" in r.json()["error"]
+    assert (
+        "row 0" in r.json()["error"]
+        and "'income'" in r.json()["error"]
+        and "rule: finite" in r.json()["error"]
+    )
 
 
 def test_request_level_violations(server: Server, trained: TrainedModels) -> None:
@@ -140,13 +162,22 @@ def test_request_level_violations(server: Server, trained: TrainedModels) -> Non
         both = c.post("/v1/models/credit:predict", json={"instances": [row], "inputs": {}})
         empty = c.post("/v1/models/credit:predict", json={"instances": []})
         not_json = c.post("/v1/models/credit:predict", content=b"{not json")
-        ragged = c.post("/v1/models/credit:predict",
-                        json={"inputs": {**{k: [v] for k, v in row.items()}, "age": [1, 2]}})
+        ragged = c.post(
+            "/v1/models/credit:predict", json={"inputs": {**{k: [v] for k, v in row.items()}, "age": [1, 2]}}
+        )
         huge = c.post("/v1/models/credit:predict", content=b"x" * (server.settings.max_body_bytes + 1))
-        v2_type = c.post("/v2/models/credit/infer", json={"inputs": [
-            {**t, "datatype": "FP32"} if t["name"] == "region" else t for t in _v2_tensors([row])]})
-        v2_shape = c.post("/v2/models/credit/infer", json={"inputs": [
-            {**t, "shape": [2]} if t["name"] == "age" else t for t in _v2_tensors([row])]})
+        v2_type = c.post(
+            "/v2/models/credit/infer",
+            json={
+                "inputs": [
+                    {**t, "datatype": "FP32"} if t["name"] == "region" else t for t in _v2_tensors([row])
+                ]
+            },
+        )
+        v2_shape = c.post(
+            "/v2/models/credit/infer",
+            json={"inputs": [{**t, "shape": [2]} if t["name"] == "age" else t for t in _v2_tensors([row])]},
+        )
         sig = c.post("/v1/models/credit:predict", json={"instances": [row], "signature_name": "other"})
     assert too_many.status_code == 400 and "rule: max_rows" in too_many.json()["error"]
     assert both.status_code == 400 and "not both" in both.json()["error"]
@@ -154,22 +185,49 @@ def test_request_level_violations(server: Server, trained: TrainedModels) -> Non
     assert not_json.status_code == 400 and "rule: json" in not_json.json()["error"]
     assert ragged.status_code == 400 and "feature 'age'" in ragged.json()["error"]
     assert huge.status_code == 400 and "rule: max_body_bytes" in huge.json()["error"]
-    assert v2_type.status_code == 400 and "'region'" in v2_type.json()["error"] and "rule: type" in v2_type.json()["error"]
-    assert v2_shape.status_code == 400 and "'age'" in v2_shape.json()["error"] and "rule: shape" in v2_shape.json()["error"]
+    assert (
+        v2_type.status_code == 400
+        and "'region'" in v2_type.json()["error"]
+        and "rule: type" in v2_type.json()["error"]
+    )
+    assert (
+        v2_shape.status_code == 400
+        and "'age'" in v2_shape.json()["error"]
+        and "rule: shape" in v2_shape.json()["error"]
+    )
     assert sig.status_code == 400 and "rule: signature" in sig.json()["error"]
 
 
 def test_nothing_a_client_sends_gives_a_500(server: Server, trained: TrainedModels) -> None:
-    bodies: list[Any] = [None, 1, "x", [], {}, {"instances": None}, {"instances": [1, 2]}, {"inputs": [1]},
-                         {"inputs": {"age": 3}}, {"instances": [{}]}, {"inputs": []}, {"inputs": [{"name": 1}]},
-                         {"inputs": [{"name": "age", "shape": [-1], "datatype": "FP32", "data": [1]}]},
-                         {"inputs": [{"name": "age", "shape": [1], "datatype": "WAT", "data": [1]}]},
-                         {"inputs": [{"name": "x", "shape": [1, 10], "datatype": "FP32", "data": [[1] * 10]}]},
-                         {"labels": [{"prediction_id": 5, "label": "y"}]}, {"instances": [_row(trained)] * 3,
-                                                                             "extra": True}]
-    paths = ["/v1/models/credit:predict", "/v2/models/credit/infer", "/v1/models/credit/feedback",
-             "/v1/models/credit/versions/abc:predict", "/v1/models/credit/labels/nope:predict",
-             "/v1/models/nope:predict", "/v2/models/credit/versions/99/infer", "/v1/models/credit:classify"]
+    bodies: list[Any] = [
+        None,
+        1,
+        "x",
+        [],
+        {},
+        {"instances": None},
+        {"instances": [1, 2]},
+        {"inputs": [1]},
+        {"inputs": {"age": 3}},
+        {"instances": [{}]},
+        {"inputs": []},
+        {"inputs": [{"name": 1}]},
+        {"inputs": [{"name": "age", "shape": [-1], "datatype": "FP32", "data": [1]}]},
+        {"inputs": [{"name": "age", "shape": [1], "datatype": "WAT", "data": [1]}]},
+        {"inputs": [{"name": "x", "shape": [1, 10], "datatype": "FP32", "data": [[1] * 10]}]},
+        {"labels": [{"prediction_id": 5, "label": "y"}]},
+        {"instances": [_row(trained)] * 3, "extra": True},
+    ]
+    paths = [
+        "/v1/models/credit:predict",
+        "/v2/models/credit/infer",
+        "/v1/models/credit/feedback",
+        "/v1/models/credit/versions/abc:predict",
+        "/v1/models/credit/labels/nope:predict",
+        "/v1/models/nope:predict",
+        "/v2/models/credit/versions/99/infer",
+        "/v1/models/credit:classify",
+    ]
     import json
 
     with server.client() as c:
@@ -178,8 +236,11 @@ def test_nothing_a_client_sends_gives_a_500(server: Server, trained: TrainedMode
                 r = c.post(path, content=json.dumps(body))
                 assert 400 <= r.status_code < 500, (path, body, r.status_code, r.text)
                 assert "error" in r.json()
-        r = c.post("/v2/models/credit/infer", content=b'{"inputs": []}',
-                   headers={"Inference-Header-Content-Length": "99999"})
+        r = c.post(
+            "/v2/models/credit/infer",
+            content=b'{"inputs": []}',
+            headers={"Inference-Header-Content-Length": "99999"},
+        )
         assert r.status_code == 400
 
 
@@ -198,10 +259,14 @@ def test_status_metadata_and_health(server: Server) -> None:
         docs = c.get("/docs")
         spec = c.get("/openapi.json").json()
     assert {(s["version"], s["state"]) for s in status} == {("1", "AVAILABLE"), ("2", "AVAILABLE")}
-    assert label == [{"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]
+    assert label == [
+        {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    ]
     sig = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]
     assert sig["inputs"]["age"]["dtype"] == "DT_FLOAT" and sig["inputs"]["region"]["dtype"] == "DT_STRING"
-    assert v2["versions"] == ["1", "2"] and v2["outputs"] == [{"name": "probability", "datatype": "FP32", "shape": [-1]}]
+    assert v2["versions"] == ["1", "2"] and v2["outputs"] == [
+        {"name": "probability", "datatype": "FP32", "shape": [-1]}
+    ]
     assert docs.status_code == 200
     predict = spec["paths"]["/v1/models/{name}:predict"]["post"]
     assert "row" in predict["requestBody"]["content"]["application/json"]["examples"]
@@ -232,7 +297,9 @@ def test_n_requests_make_exactly_n_log_rows(server: Server, trained: TrainedMode
             assert r.headers["x-request-id"] == rid
             n += len(rows)
     url = server.settings.database_url.get_secret_value()
-    assert count_rows(url, "request_id = :rid", {"rid": rid}) == n  # durable mode: committed before the answer
+    assert (
+        count_rows(url, "request_id = :rid", {"rid": rid}) == n
+    )  # durable mode: committed before the answer
     stats = server.state.writer.stats
     assert stats.rows_dropped == 0
 
@@ -240,27 +307,43 @@ def test_n_requests_make_exactly_n_log_rows(server: Server, trained: TrainedMode
 def test_flags_are_logged_and_counted(server: Server, trained: TrainedModels) -> None:
     row = _row(trained, 0, loan_purpose="crypto", credit_score=1200)
     with server.client() as c:
-        r = c.post("/v1/models/credit:predict", json={"instances": [row]}, headers={"X-Request-Id": "flagged-1"})
+        r = c.post(
+            "/v1/models/credit:predict", json={"instances": [row]}, headers={"X-Request-Id": "flagged-1"}
+        )
         metrics = c.get("/metrics").text
     assert r.status_code == 200, r.text
     from sqlalchemy import create_engine, text
 
     engine = create_engine(server.settings.database_url.get_secret_value())
     with engine.connect() as conn:
-        flags = conn.execute(text("select flags from prediction_log where request_id = 'flagged-1'")).scalar_one()
+        flags = conn.execute(
+            text("select flags from prediction_log where request_id = 'flagged-1'")
+        ).scalar_one()
     engine.dispose()
     flags = flags if isinstance(flags, list) else __import__("json").loads(flags)
     assert set(flags) == {"loan_purpose:unseen_category", "credit_score:observed_range"}
-    assert 'driftwarden_contract_flags_total{feature="loan_purpose",model="credit",rule="unseen_category"}' in metrics
+    assert (
+        'driftwarden_contract_flags_total{feature="loan_purpose",model="credit",rule="unseen_category"}'
+        in metrics
+    )
     assert "driftwarden_prediction_log_rows_dropped_total 0.0" in metrics
 
 
 def test_feedback_joins_and_reports_unknown_ids(server: Server, trained: TrainedModels) -> None:
     with server.client() as c:
-        ids = c.post("/v1/models/credit:predict", json={"instances": trained.rows[:3]}).json()["prediction_ids"]
-        r = c.post("/v1/models/credit/feedback", json={"labels": [
-            {"prediction_id": ids[0], "label": 1}, {"prediction_id": ids[1], "label": False},
-            {"prediction_id": "00000000-0000-7000-8000-000000000000", "label": 1}]})
+        ids = c.post("/v1/models/credit:predict", json={"instances": trained.rows[:3]}).json()[
+            "prediction_ids"
+        ]
+        r = c.post(
+            "/v1/models/credit/feedback",
+            json={
+                "labels": [
+                    {"prediction_id": ids[0], "label": 1},
+                    {"prediction_id": ids[1], "label": False},
+                    {"prediction_id": "00000000-0000-7000-8000-000000000000", "label": 1},
+                ]
+            },
+        )
         bad = c.post("/v1/models/credit/feedback", json={"labels": [{"prediction_id": ids[2], "label": 7}]})
     assert r.status_code == 200, r.text
     assert r.json() == {"stored": 2, "unknown_ids": ["00000000-0000-7000-8000-000000000000"]}
@@ -269,10 +352,14 @@ def test_feedback_joins_and_reports_unknown_ids(server: Server, trained: Trained
 
     engine = create_engine(server.settings.database_url.get_secret_value())
     with engine.connect() as conn:
-        joined = conn.execute(text(
-            "select p.prediction_id, f.label, p.probability from prediction_log p join prediction_feedback f "
-            "on f.prediction_id = p.prediction_id where p.prediction_id in (:a, :b) order by f.label"),
-            {"a": ids[0], "b": ids[1]}).all()
+        joined = conn.execute(
+            text(
+                "select p.prediction_id, f.label, p.probability from prediction_log p "
+                "join prediction_feedback f "
+                "on f.prediction_id = p.prediction_id where p.prediction_id in (:a, :b) order by f.label"
+            ),
+            {"a": ids[0], "b": ids[1]},
+        ).all()
     engine.dispose()
     assert [(pid, label) for pid, label, _ in joined] == [(ids[1], 0.0), (ids[0], 1.0)]
     assert all(math.isfinite(p) for _, _, p in joined)

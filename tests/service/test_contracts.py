@@ -14,8 +14,16 @@ from service.serving.contracts import ContractViolation, check_inputs, check_out
 
 SCHEMA = ModelSchema(
     features=(
-        FeatureSpec("x", FeatureKind.NUMERIC, "float64", nullable=False, observed_min=0.0, observed_max=10.0,
-                    allowed_min=0.0, allowed_max=20.0),
+        FeatureSpec(
+            "x",
+            FeatureKind.NUMERIC,
+            "float64",
+            nullable=False,
+            observed_min=0.0,
+            observed_max=10.0,
+            allowed_min=0.0,
+            allowed_max=20.0,
+        ),
         FeatureSpec("c", FeatureKind.CATEGORICAL, "string", nullable=True, categories=("a", "b")),
     ),
     outputs=(OutputSpec("probability"),),
@@ -47,12 +55,16 @@ def _violation(schema: ModelSchema, values: dict[str, list[object]]) -> tuple[st
         ({"x": [1.0], "c": ["a"], "z": [1]}, ("unknown_feature", None, "z")),
     ],
 )
-def test_hard_rules_name_row_feature_and_rule(values: dict[str, list[object]], expected: tuple[object, ...]) -> None:
+def test_hard_rules_name_row_feature_and_rule(
+    values: dict[str, list[object]], expected: tuple[object, ...]
+) -> None:
     assert _violation(SCHEMA, values) == expected
 
 
 def test_soft_rules_flag_or_reject_by_policy() -> None:
-    cols = parse_v1(SCHEMA, {"instances": [{"x": 15.0, "c": "zzz"}, {"x": None, "c": None}, {"x": 1, "c": "a"}]})
+    cols = parse_v1(
+        SCHEMA, {"instances": [{"x": 15.0, "c": "zzz"}, {"x": None, "c": None}, {"x": 1, "c": "a"}]}
+    )
     checked = check_inputs(SCHEMA, cols.values, cols.n)
     assert checked.flags == [["x:observed_range", "c:unseen_category"], ["x:not_null"], None]
     assert np.isnan(checked.arrays["x"][1]) and checked.arrays["c"][1] == ""
@@ -67,9 +79,17 @@ def test_b64_strings_and_v2_binary_tensors() -> None:
     assert check_inputs(SCHEMA, cols.values, cols.n).arrays["c"].tolist() == ["b"]
     raw_x = np.array([1.0, 2.0], dtype="<f4").tobytes()
     raw_c = b"".join(len(s).to_bytes(4, "little") + s for s in (b"a", b"b"))
-    payload = {"inputs": [
-        {"name": "x", "shape": [2], "datatype": "FP32", "parameters": {"binary_data_size": len(raw_x)}},
-        {"name": "c", "shape": [2, 1], "datatype": "BYTES", "parameters": {"binary_data_size": len(raw_c)}}]}
+    payload = {
+        "inputs": [
+            {"name": "x", "shape": [2], "datatype": "FP32", "parameters": {"binary_data_size": len(raw_x)}},
+            {
+                "name": "c",
+                "shape": [2, 1],
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(raw_c)},
+            },
+        ]
+    }
     cols = parse_v2(SCHEMA, payload, raw_x + raw_c)
     assert cols.values == {"x": [1.0, 2.0], "c": ["a", "b"]}
     with pytest.raises(BadRequest, match="binary_data"):
@@ -78,5 +98,9 @@ def test_b64_strings_and_v2_binary_tensors() -> None:
 
 def test_outputs_must_be_finite_and_in_range() -> None:
     problems = check_outputs(OutputSpec("probability"), np.array([0.2, np.nan, 1.5, -0.1, 1.0]))
-    assert [(p.rule, p.row) for p in problems] == [("output_finite", 1), ("output_range", 2), ("output_range", 3)]
+    assert [(p.rule, p.row) for p in problems] == [
+        ("output_finite", 1),
+        ("output_range", 2),
+        ("output_range", 3),
+    ]
     assert check_outputs(OutputSpec("probability"), np.array([0.0, 0.5, 1.0])) == []

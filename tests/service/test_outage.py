@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -40,10 +41,8 @@ class TcpProxy:
                 self._listener.close()
                 self._listener = None
             for conn in self._conns:
-                try:
+                with contextlib.suppress(OSError):
                     conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 conn.close()
             self._conns.clear()
 
@@ -72,10 +71,8 @@ class TcpProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.close()
-                except OSError:
-                    pass
 
 
 @pytest.fixture
@@ -115,8 +112,11 @@ def test_connection_cut_mid_load_loses_no_row(
             while not stop.is_set():
                 rows = [trained.rows[(i + j) % 300] for j in range(1 + i % 2)]
                 i += 3
-                r = c.post("/v1/models/credit:predict", json={"instances": rows},
-                           headers={"X-Request-Id": f"outage-{phase['name']}"})
+                r = c.post(
+                    "/v1/models/credit:predict",
+                    json={"instances": rows},
+                    headers={"X-Request-Id": f"outage-{phase['name']}"},
+                )
                 with lock:
                     if r.status_code == 200:
                         answered += len(rows)
@@ -150,6 +150,8 @@ def test_connection_cut_mid_load_loses_no_row(
     assert count_rows(direct, "request_id = 'outage-down'") > 0
     engine = create_engine(direct)
     with engine.connect() as conn:
-        dupes = conn.execute(text("select count(*) - count(distinct prediction_id) from prediction_log")).scalar_one()
+        dupes = conn.execute(
+            text("select count(*) - count(distinct prediction_id) from prediction_log")
+        ).scalar_one()
     engine.dispose()
     assert dupes == 0

@@ -28,8 +28,19 @@ from service.runtime import open_database
 def make_rows(n: int, *, start: int = 0, when: datetime | None = None) -> list[LogRow]:
     now = when or datetime.now(UTC)
     return [
-        LogRow(new_prediction_id(), f"req-{start + i}", "m", 1, now, {"x": float(start + i), "c": "a"},
-               0.5, ["x:observed_range"] if i % 2 else None, 1.5, "ok", "v1")
+        LogRow(
+            new_prediction_id(),
+            f"req-{start + i}",
+            "m",
+            1,
+            now,
+            {"x": float(start + i), "c": "a"},
+            0.5,
+            ["x:observed_range"] if i % 2 else None,
+            1.5,
+            "ok",
+            "v1",
+        )
         for i in range(n)
     ]
 
@@ -41,8 +52,13 @@ async def _submit_all(writer: LogWriter, batches: list[list[LogRow]]) -> None:
 @pytest.mark.parametrize("durability", ["durable", "fast"])
 def test_every_row_is_written_once(database_url: str, tmp_path: Path, durability: Durability) -> None:
     db = open_database(database_url)
-    writer = LogWriter(engine=make_engine(database_url), spool=Spool(tmp_path / "spool"), durability=durability,
-                       batch_max_rows=50, flush_interval_s=0.01)
+    writer = LogWriter(
+        engine=make_engine(database_url),
+        spool=Spool(tmp_path / "spool"),
+        durability=durability,
+        batch_max_rows=50,
+        flush_interval_s=0.01,
+    )
     writer.start()
     batches = [make_rows(3, start=i * 3) for i in range(100)]
     asyncio.run(_submit_all(writer, batches))
@@ -60,9 +76,12 @@ def test_every_row_is_written_once(database_url: str, tmp_path: Path, durability
 
 
 def test_database_down_rows_spool_and_replay_in_order(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'late.db'}"  # no tables yet: every write fails, as if the database were down
-    writer = LogWriter(engine=make_engine(url), spool=Spool(tmp_path / "spool"), durability="durable",
-                       retry_interval_s=0.05)
+    url = (
+        f"sqlite:///{tmp_path / 'late.db'}"  # no tables yet: every write fails, as if the database were down
+    )
+    writer = LogWriter(
+        engine=make_engine(url), spool=Spool(tmp_path / "spool"), durability="durable", retry_interval_s=0.05
+    )
     writer.start()
     rows = make_rows(120)
     asyncio.run(_submit_all(writer, [rows[i : i + 10] for i in range(0, 120, 10)]))
@@ -85,8 +104,13 @@ def test_database_down_rows_spool_and_replay_in_order(tmp_path: Path) -> None:
 def test_spool_survives_a_restart_and_is_replayed_without_duplicates(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'late.db'}"
     spool_dir = tmp_path / "spool"
-    first = LogWriter(engine=make_engine(url), spool=Spool(spool_dir), durability="fast", flush_interval_s=0.01,
-                      retry_interval_s=60)
+    first = LogWriter(
+        engine=make_engine(url),
+        spool=Spool(spool_dir),
+        durability="fast",
+        flush_interval_s=0.01,
+        retry_interval_s=60,
+    )
     first.start()
     rows = make_rows(30)
     asyncio.run(_submit_all(first, [rows]))
@@ -110,8 +134,13 @@ def test_spool_survives_a_restart_and_is_replayed_without_duplicates(tmp_path: P
 def test_full_queue_spills_to_disk_instead_of_dropping(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     migrate.upgrade(url)
-    writer = LogWriter(engine=make_engine(url), spool=Spool(tmp_path / "spool"), durability="fast",
-                       queue_max_rows=5, flush_interval_s=0.5)
+    writer = LogWriter(
+        engine=make_engine(url),
+        spool=Spool(tmp_path / "spool"),
+        durability="fast",
+        queue_max_rows=5,
+        flush_interval_s=0.5,
+    )
     writer.start()
     asyncio.run(_submit_all(writer, [make_rows(2, start=i * 2) for i in range(20)]))
     assert writer.stats.rows_spooled > 0
@@ -132,8 +161,16 @@ def test_feedback_and_retention(database_url: str) -> None:
 
     write_log_rows(engine=engine, rows=old + new, idempotent=False)
     with db.session() as s:
-        stored, unknown = record_feedback(session=s, model_name="m", labels=[
-            (old[0].prediction_id, 1.0), (new[0].prediction_id, 0.0), (new[0].prediction_id, 1.0), ("nope", 1.0)])
+        stored, unknown = record_feedback(
+            session=s,
+            model_name="m",
+            labels=[
+                (old[0].prediction_id, 1.0),
+                (new[0].prediction_id, 0.0),
+                (new[0].prediction_id, 1.0),
+                ("nope", 1.0),
+            ],
+        )
     assert stored == 2 and unknown == ["nope"]
     with db.session() as s:  # a resent label replaces the first one
         rows = s.execute(select(PredictionLog.prediction_id).where(PredictionLog.request_id == "req-5")).all()

@@ -26,7 +26,9 @@ def swap_server(trained: TrainedModels, tmp_path_factory: pytest.TempPathFactory
         yield srv
 
 
-def test_promotion_swaps_versions_under_load_without_failures(swap_server: Server, trained: TrainedModels) -> None:
+def test_promotion_swaps_versions_under_load_without_failures(
+    swap_server: Server, trained: TrainedModels
+) -> None:
     url = swap_server.settings.database_url.get_secret_value()
     stop = threading.Event()
     outcomes: Counter[str] = Counter()
@@ -40,8 +42,11 @@ def test_promotion_swaps_versions_under_load_without_failures(swap_server: Serve
                 row = trained.rows[i % len(trained.rows)]
                 i += 4
                 try:
-                    r = c.post("/v1/models/credit:predict", json={"instances": [row]},
-                               headers={"X-Request-Id": "swap-load"})
+                    r = c.post(
+                        "/v1/models/credit:predict",
+                        json={"instances": [row]},
+                        headers={"X-Request-Id": "swap-load"},
+                    )
                     with lock:
                         outcomes[str(r.status_code)] += 1
                         if r.status_code == 200:
@@ -89,8 +94,10 @@ def test_output_contract_violation_is_an_error_and_logged(
 
     src = trained.paths[1]
     schema = read_schema(path=src)
-    spec = {f.name: tf.TensorSpec([None], tf.float32 if f.kind is FeatureKind.NUMERIC else tf.string, name=f.name)
-            for f in schema.features}
+    spec = {
+        f.name: tf.TensorSpec([None], tf.float32 if f.kind is FeatureKind.NUMERIC else tf.string, name=f.name)
+        for f in schema.features
+    }
 
     class Broken(tf.Module):
         @tf.function(input_signature=[spec])
@@ -112,8 +119,11 @@ def test_output_contract_violation_is_an_error_and_logged(
     with httpx.Client(base_url=swap_server.url, timeout=30) as c:
         while c.get("/v1/models/credit/labels/broken").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
-        r = c.post("/v1/models/credit/labels/broken:predict", json={"instances": trained.rows[:2]},
-                   headers={"X-Request-Id": "broken-1"})
+        r = c.post(
+            "/v1/models/credit/labels/broken:predict",
+            json={"instances": trained.rows[:2]},
+            headers={"X-Request-Id": "broken-1"},
+        )
         metrics = c.get("/metrics").text
     assert r.status_code == 500
     assert "rule: output_range" in r.json()["error"] and "1.5" not in json.dumps(r.json().get("predictions"))
