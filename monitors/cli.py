@@ -180,6 +180,44 @@ def drift_cmd(
     raise typer.Exit(code=1 if report.drifted else 0)
 
 
+def monitor_cmd(
+    once: Annotated[
+        bool, typer.Option("--once", help="One pass over every serving model, then exit.")
+    ] = False,
+    model: Annotated[
+        list[str] | None, typer.Option("--model", "-m", help="Only these models (repeatable).")
+    ] = None,
+    interval: Annotated[
+        float | None, typer.Option("--interval", min=0.1, help="Seconds between passes (default: settings).")
+    ] = None,
+) -> None:
+    """Evaluate drift of every serving model every interval, as its own process (or once with --once).
+
+    Reads windows from the prediction log (DRIFTWARDEN_MONITOR_WINDOW_ROWS / _MINUTES, or the model's
+    monitor.json) and stores each run; the server shows them on /v1/models/{name}/drift.
+    """
+    import logging
+
+    from monitors.scheduled import run_process
+    from service.config import get_settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = get_settings()
+    if interval is not None:
+        settings = settings.model_copy(update={"monitor_interval_s": interval})
+    try:
+        results = run_process(settings=settings, once=once, only=model or None)
+    except KeyboardInterrupt:
+        raise typer.Exit(code=0) from None
+    if not results:
+        typer.echo("no serving model to monitor")
+    for r in results:
+        typer.echo(r.describe())
+    if results and all(r.outcome is None for r in results):
+        raise typer.Exit(code=2)
+
+
 def register(app: typer.Typer) -> None:
     """Add the monitors' commands to the root CLI."""
     app.command("drift")(drift_cmd)
+    app.command("monitor")(monitor_cmd)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from pydantic import BaseModel, Field
 
 from monitors.drift.base import Correction
@@ -37,3 +40,25 @@ class MonitorConfig(BaseModel):
     multivariate: bool = True
     quality_min_increase: float = Field(default=0.01, ge=0)
     classification_threshold: float = Field(default=0.5, gt=0, lt=1)
+    window_rows: int | None = Field(
+        default=None, gt=0, description="Window of this model: last N predictions (None: the server default)."
+    )
+    window_minutes: float | None = Field(
+        default=None, gt=0, description="Window of this model: last T minutes (None: the server default)."
+    )
+
+
+CONFIG_FILE = "monitor.json"
+
+
+def config_path(*, registry: Path, model_name: str) -> Path:
+    """``<registry>/<model>/monitor.json``: one config per model, shared by its versions."""
+    return registry / model_name / CONFIG_FILE
+
+
+def load_config(*, registry: Path, model_name: str) -> MonitorConfig:
+    """The model's monitor config, or the defaults when it has none."""
+    path = config_path(registry=registry, model_name=model_name)
+    if not path.is_file():
+        return MonitorConfig()
+    return MonitorConfig.model_validate(json.loads(path.read_text()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from monitors.drift.base import TestResult, _json_number
+from monitors.drift.base import Rule, TestResult, _json_number
 from monitors.quality import QualityCheck
 
 
@@ -95,3 +95,56 @@ class DriftReport:
             "concept_drift": self.concept_drift,
         }
         return dict(_json_number(out))
+
+
+def _result_from_dict(d: dict[str, Any]) -> TestResult:
+    def num(v: Any) -> float:
+        return float("nan") if v is None else float(v)
+
+    return TestResult(
+        test=str(d["test"]),
+        statistic=num(d.get("statistic")),
+        p_value=d.get("p_value"),
+        effect=num(d.get("effect")),
+        effect_name=str(d.get("effect_name", "")),
+        rule=Rule(d["rule"]),
+        alpha=d.get("alpha"),
+        threshold=d.get("threshold"),
+        drifted=bool(d["drifted"]),
+        adjusted_p_value=d.get("adjusted_p_value"),
+        details=dict(d.get("details") or {}),
+    )
+
+
+def _feature_from_dict(d: dict[str, Any]) -> FeatureDrift:
+    h = d["histogram"]
+    return FeatureDrift(
+        name=str(d["name"]),
+        kind=str(d["kind"]),
+        result=_result_from_dict(d["result"]),
+        statistics={k: _result_from_dict(v) for k, v in d["statistics"].items()},
+        rows=int(d["rows"]),
+        missing=int(d["missing"]),
+        histogram=Histogram(
+            labels=list(h["labels"]),
+            reference=[0.0 if v is None else float(v) for v in h["reference"]],
+            current=[0.0 if v is None else float(v) for v in h["current"]],
+        ),
+    )
+
+
+def report_from_dict(data: dict[str, Any]) -> DriftReport:
+    """Rebuild a report from :meth:`DriftReport.as_dict` output (e.g. a stored run)."""
+    return DriftReport(
+        rows=int(data["rows"]),
+        reference_rows=int(data["reference_rows"]),
+        dataset=DatasetDrift(**data["dataset"]),
+        features=[_feature_from_dict(f) for f in data["features"]],
+        prediction=_feature_from_dict(data["prediction"]) if data.get("prediction") else None,
+        multivariate=_feature_from_dict(data["multivariate"]) if data.get("multivariate") else None,
+        quality=[QualityCheck(**q) for q in data.get("quality", [])],
+        performance=data.get("performance"),
+        estimated_performance=data.get("estimated_performance"),
+        reference_performance=data.get("reference_performance"),
+        concept_drift=data.get("concept_drift"),
+    )

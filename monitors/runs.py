@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -34,8 +35,9 @@ def record_run(
     report: DriftReport,
     window_start: datetime | None = None,
     window_end: datetime | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> MonitorRun:
-    """Persist ``report`` as a monitor run with one row per feature."""
+    """Persist ``report`` (plus ``extra`` keys in its JSON) as a monitor run with one row per feature."""
     run = MonitorRun(
         model_name=model_name,
         model_version=model_version,
@@ -48,10 +50,10 @@ def record_run(
         prediction_drifted=report.prediction.drifted if report.prediction else None,
         multivariate_drifted=report.multivariate.drifted if report.multivariate else None,
         concept_drifted=bool(report.concept_drift["drifted"]) if report.concept_drift else None,
-        report=report.as_dict(),
+        report={**report.as_dict(), **(extra or {})},
     )
-    extra = [x for x in (report.prediction, report.multivariate) if x is not None]
-    run.features = [_feature_row(f) for f in [*report.features, *extra]]
+    more = [x for x in (report.prediction, report.multivariate) if x is not None]
+    run.features = [_feature_row(f) for f in [*report.features, *more]]
     session.add(run)
     session.flush()
     return run

@@ -370,8 +370,9 @@ def read_window(
     else:
         chunks = _generic_chunks(engine=engine, profile=profile, where=where, chunk_rows=chunk_rows)
     count = 0
-    for count, chunk in enumerate(chunks, start=1):
+    for chunk in chunks:
         add_chunk(sketch=sketch, profile=profile, chunk=chunk)
+        count += 1
     return Window(
         model_name=model_name,
         spec=spec,

@@ -84,12 +84,31 @@ class Settings(BaseSettings):
     )
     shutdown_timeout_s: float = Field(default=30.0, gt=0, description="Graceful shutdown: time to flush.")
 
+    # monitors (monitors/): scheduled drift evaluation of every serving model
+    monitor_enabled: bool = Field(
+        default=True, description="Run the drift scheduler in the serving process (off: `driftwarden monitor`)."
+    )
+    monitor_interval_s: float = Field(default=300.0, gt=0, description="Seconds between evaluations of a model.")
+    monitor_window_rows: int | None = Field(
+        default=100_000, gt=0, description="Default window: the last N predictions (None: no row limit)."
+    )
+    monitor_window_minutes: float | None = Field(
+        default=None, gt=0, description="Default window: the last T minutes (with rows: both limits apply)."
+    )
+    monitor_min_rows: int = Field(default=100, gt=0, description="Fewer predictions in a window: no run.")
+    monitor_chunk_rows: int = Field(default=50_000, gt=0, description="Rows read from the log per chunk.")
+    admin_token: SecretStr | None = Field(
+        default=None, description="Bearer token for admin routes (POST .../monitors:run); unset: open."
+    )
+
     def masked(self) -> dict[str, Any]:
         """Settings as plain values, secrets and URL passwords masked."""
         out: dict[str, Any] = {}
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if isinstance(value, SecretStr):
+            if isinstance(value, SecretStr) and name == "admin_token":
+                out[name] = "***"
+            elif isinstance(value, SecretStr):
                 out[name] = _mask_url(value.get_secret_value())
             elif isinstance(value, Path):
                 out[name] = str(value)

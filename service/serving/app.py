@@ -16,6 +16,8 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from monitors.scheduled import start_in_app as start_monitors
+from monitors.views import router as monitors_router
 from service.config import Settings, get_settings
 from service.database import make_engine
 from service.predictions.service import purge_predictions, utcnow
@@ -105,6 +107,7 @@ def create_app(
         await manager.start()
         app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
         retention = asyncio.get_running_loop().create_task(_retention_loop(app.state.dw))
+        monitors = start_monitors(app.state.dw)  # drift scheduler; None when monitor_enabled is off
         log.info(
             "serving %s; prediction log %s",
             sorted(manager.models) or "no models yet",
@@ -114,6 +117,8 @@ def create_app(
             yield
         finally:
             retention.cancel()
+            if monitors is not None:
+                monitors.cancel()
             await manager.close()
             if writer is not None:
                 await asyncio.to_thread(writer.close, cfg.shutdown_timeout_s)
@@ -137,6 +142,7 @@ def create_app(
         docs_url="/docs",
     )
     app.include_router(router)
+    app.include_router(monitors_router)
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)

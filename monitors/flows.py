@@ -1,0 +1,268 @@
+"""Monitor workflows: evaluate a model's serving version on its window, store the run, read runs back.
+
+``run_monitor`` is the one evaluation path (the scheduler, ``POST .../monitors:run`` and
+``driftwarden monitor`` all call it): serving version -> its ``profile.json`` -> the model's window
+read from the prediction log in chunks -> :func:`monitors.service.evaluate` -> ``monitor_runs``.
+Errors a caller can act on are :class:`MonitorError` subclasses with an HTTP status and a message
+naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from monitors.config import MonitorConfig, load_config
+from monitors.html import render_html
+from monitors.models import MonitorRun
+from monitors.profile import Profile, profile_from_dict
+from monitors.report import DriftReport, report_from_dict
+from monitors.runs import latest_run, list_runs, record_run
+from monitors.service import evaluate
+from monitors.sources import Reader, Window, WindowSpec, read_window
+from service.config import Settings
+from service.registry.models import ModelVersion, VersionState
+from service.registry.service import read_meta, serving_version
+from service.runtime import Database
+
+
+class MonitorError(Exception):
+    """A monitor request that cannot be answered; ``status_code`` is the HTTP status to answer with."""
+
+    status_code = 409
+
+
+class UnknownModel(MonitorError):
+    status_code = 404
+
+
+class NoServingVersion(MonitorError):
+    status_code = 409
+
+
+class NoProfile(MonitorError):
+    status_code = 409
+
+
+class EmptyWindow(MonitorError):
+    status_code = 409
+
+
+class NoRuns(MonitorError):
+    status_code = 404
+
+
+@dataclass
+class Outcome:
+    """One evaluation: the stored run, its window and its report."""
+
+    run_id: int
+    model_name: str
+    model_version: int
+    window: Window
+    report: DriftReport
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "model_name": self.model_name,
+            "model_version": self.model_version,
+            "rows": self.window.rows,
+            "dataset_drifted": self.report.drifted,
+            "drifted_features": [f.name for f in self.report.features if f.drifted],
+        }
+
+
+_profiles: dict[tuple[str, float], Profile] = {}
+_profiles_lock = threading.Lock()
+
+
+def load_profile(*, path: Path) -> Profile:
+    """The parsed profile of the version at ``path`` (cached: versions are immutable)."""
+    file = path / "driftwarden" / "profile.json"
+    key = (str(file), file.stat().st_mtime)
+    with _profiles_lock:
+        cached = _profiles.get(key)
+    if cached is None:
+        cached = profile_from_dict(read_meta(path=path, name="profile"))
+        with _profiles_lock:
+            if len(_profiles) > 32:
+                _profiles.clear()
+            _profiles[key] = cached
+    return cached
+
+
+def window_spec(*, settings: Settings, config: MonitorConfig, version: int | None) -> WindowSpec:
+    """The model's window: its own config first, then the server defaults."""
+    rows = config.window_rows or settings.monitor_window_rows
+    minutes = config.window_minutes or settings.monitor_window_minutes
+    return WindowSpec(rows=rows, minutes=minutes, version=version)
+
+
+def _known(*, db: Database, model_name: str) -> ModelVersion:
+    """The serving version of a registered model; raises when unknown or not serving."""
+    with db.session() as session:
+        row = serving_version(session=session, model_name=model_name)
+        if row is not None:
+            return row
+        states = list(
+            session.scalars(select(ModelVersion.state).where(ModelVersion.model_name == model_name))
+        )
+    if not states:
+        raise UnknownModel(f"unknown model '{model_name}': it has no registered version")
+    raise NoServingVersion(
+        f"model '{model_name}' has no serving version ({len(states)} registered, none promoted); "
+        "promote one to monitor it"
+    )
+
+
+def run_monitor(
+    *,
+    db: Database,
+    settings: Settings,
+    model_name: str,
+    now: datetime | None = None,
+    reader: Reader | str = Reader.AUTO,
+) -> Outcome:
+    """Evaluate the serving version of ``model_name`` on its window and store the run."""
+    version = _known(db=db, model_name=model_name)
+    path = Path(version.path)
+    try:
+        profile = load_profile(path=path)
+    except FileNotFoundError:
+        raise NoProfile(
+            f"{model_name}:{version.version} has no reference profile "
+            f"at {path / 'driftwarden' / 'profile.json'}"
+        ) from None
+    config = load_config(registry=settings.registry_path, model_name=model_name)
+    spec = window_spec(settings=settings, config=config, version=version.version)
+    window = read_window(
+        engine=db.engine,
+        profile=profile,
+        model_name=model_name,
+        spec=spec,
+        threshold=config.classification_threshold,
+        chunk_rows=settings.monitor_chunk_rows,
+        reader=reader,
+        now=now,
+    )
+    if window.rows < settings.monitor_min_rows:
+        raise EmptyWindow(
+            f"the window of {model_name}:{version.version} ({spec.describe()}) holds {window.rows} answered "
+            f"predictions, fewer than the minimum of {settings.monitor_min_rows}"
+        )
+    report = evaluate(profile=profile, sketch=window.sketch, config=config)
+    with db.session() as session:
+        run = record_run(
+            session=session,
+            model_name=model_name,
+            model_version=version.version,
+            report=report,
+            window_start=window.start,
+            window_end=window.end,
+            extra={"window": window.as_dict()},
+        )
+        run_id = run.id
+    return Outcome(
+        run_id=run_id, model_name=model_name, model_version=version.version, window=window, report=report
+    )
+
+
+def serving_models(*, db: Database, only: list[str] | None = None) -> list[str]:
+    """Names of models that have a serving version (optionally only those in ``only``)."""
+    with db.session() as session:
+        names = session.scalars(
+            select(ModelVersion.model_name).where(ModelVersion.state == VersionState.SERVING).distinct()
+        )
+        return sorted(n for n in names if not only or n in only)
+
+
+def is_due(*, db: Database, model_name: str, interval_s: float, now: datetime | None = None) -> bool:
+    """True when the model's newest run is older than ``interval_s`` (so replicas do not repeat it)."""
+    now = now or datetime.now(UTC)
+    with db.session() as session:
+        run = latest_run(session=session, model_name=model_name)
+        if run is None:
+            return True
+        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
+    return now - created >= timedelta(seconds=interval_s * 0.9)
+
+
+def run_document(run: MonitorRun) -> dict[str, Any]:
+    """A stored run as the API shows it: run metadata and the full report."""
+    report = dict(run.report)
+    window = report.pop("window", None)
+    return {
+        "run_id": run.id,
+        "model_name": run.model_name,
+        "model_version": run.model_version,
+        "created_at": run.created_at.isoformat(),
+        "window": window,
+        "drifted": run.dataset_drifted,
+        "report": report,
+    }
+
+
+def run_summary(run: MonitorRun) -> dict[str, Any]:
+    """One line of a model's history."""
+    return {
+        "run_id": run.id,
+        "model_version": run.model_version,
+        "created_at": run.created_at.isoformat(),
+        "window_start": run.window_start.isoformat() if run.window_start else None,
+        "window_end": run.window_end.isoformat() if run.window_end else None,
+        "rows": run.rows,
+        "dataset_drifted": run.dataset_drifted,
+        "n_features": run.n_features,
+        "n_drifted": run.n_drifted,
+        "drifted_features": sorted(
+            f.feature for f in run.features if f.drifted and f.kind in ("numeric", "categorical")
+        ),
+        "prediction_drifted": run.prediction_drifted,
+        "multivariate_drifted": run.multivariate_drifted,
+        "concept_drifted": run.concept_drifted,
+    }
+
+
+def _registered(*, db: Database, model_name: str) -> None:
+    with db.session() as session:
+        exists = session.scalar(select(ModelVersion.id).where(ModelVersion.model_name == model_name).limit(1))
+    if exists is None:
+        raise UnknownModel(f"unknown model '{model_name}': it has no registered version")
+
+
+def latest_document(*, db: Database, model_name: str) -> dict[str, Any]:
+    """The newest run of a model as JSON; raises when the model is unknown or never evaluated."""
+    _registered(db=db, model_name=model_name)
+    with db.session() as session:
+        run = latest_run(session=session, model_name=model_name)
+        if run is None:
+            raise NoRuns(
+                f"model '{model_name}' has no monitor run yet; POST /v1/models/{model_name}/monitors:run "
+                "evaluates it now"
+            )
+        return run_document(run)
+
+
+def history(*, db: Database, model_name: str, limit: int = 50) -> dict[str, Any]:
+    """A model's runs, newest first."""
+    _registered(db=db, model_name=model_name)
+    with db.session() as session:
+        runs = [run_summary(r) for r in list_runs(session=session, model_name=model_name, limit=limit)]
+    return {"model_name": model_name, "runs": runs}
+
+
+def latest_html(*, db: Database, model_name: str) -> str:
+    """The newest run of a model as an HTML report."""
+    doc = latest_document(db=db, model_name=model_name)
+    window = doc.get("window") or {}
+    title = (
+        f"Drift report: {model_name} v{doc['model_version']}, run {doc['run_id']} at {doc['created_at']}"
+        + (f" ({window.get('start')} to {window.get('end')})" if window.get("start") else "")
+    )
+    return render_html(report_from_dict(doc["report"]), title=title)

@@ -1,0 +1,128 @@
+"""The drift scheduler: evaluate every serving model once per interval.
+
+It runs inside the serving process by default (started from the app's lifespan, off with
+``DRIFTWARDEN_MONITOR_ENABLED=false``) or as its own process (``driftwarden monitor``). A pass skips a
+model whose newest run is younger than the interval, so several replicas (or a server and a separate
+``driftwarden monitor``) sharing one database do not evaluate the same model several times per interval.
+Evaluations run in a worker thread; a failing model is logged and never stops the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from monitors.flows import MonitorError, Outcome, is_due, run_monitor, serving_models
+from service.config import Settings
+from service.runtime import Database
+
+if TYPE_CHECKING:
+    from service.serving.flows import AppState
+
+log = logging.getLogger("driftwarden.monitors")
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass did for one model."""
+
+    model_name: str
+    outcome: Outcome | None = None
+    skipped: str | None = None  # why not evaluated (not due, or the MonitorError message)
+    failed: str | None = None  # an unexpected error
+
+    def describe(self) -> str:
+        if self.outcome is not None:
+            o, r = self.outcome, self.outcome.report
+            drifted = ", ".join(f.name for f in r.features if f.drifted) or "none"
+            return (
+                f"{o.model_name}:{o.model_version} run {o.run_id}: {o.window.rows} rows, "
+                f"dataset {'DRIFTED' if r.drifted else 'stable'} "
+                f"({r.dataset.n_drifted}/{r.dataset.n_features}; "
+                f"drifted: {drifted})"
+            )
+        why = f"skipped: {self.skipped}" if self.skipped else f"failed: {self.failed}"
+        return f"{self.model_name}: {why}"
+
+
+def run_pass(
+    *,
+    db: Database,
+    settings: Settings,
+    force: bool = False,
+    only: list[str] | None = None,
+    flush: Callable[[], object] | None = None,
+) -> list[PassResult]:
+    """Evaluate each serving model that is due (every one with ``force``); never raises for one model."""
+    if flush is not None:
+        flush()
+    results: list[PassResult] = []
+    for name in serving_models(db=db, only=only or settings.serve_models or None):
+        if not force and not is_due(db=db, model_name=name, interval_s=settings.monitor_interval_s):
+            results.append(PassResult(name, skipped="evaluated less than an interval ago"))
+            continue
+        try:
+            outcome = run_monitor(db=db, settings=settings, model_name=name)
+        except MonitorError as exc:
+            results.append(PassResult(name, skipped=str(exc)))
+        except Exception as exc:  # one broken model must not stop the others
+            log.exception("monitor of %s failed", name)
+            results.append(PassResult(name, failed=f"{type(exc).__name__}: {exc}"))
+        else:
+            results.append(PassResult(name, outcome=outcome))
+    for r in results:
+        log.log(
+            logging.WARNING if r.failed or (r.outcome and r.outcome.report.drifted) else logging.INFO,
+            "monitor %s",
+            r.describe(),
+        )
+    return results
+
+
+async def scheduler_loop(
+    *,
+    db: Database,
+    settings: Settings,
+    flush: Callable[[], object] | None = None,
+    initial_delay_s: float | None = None,
+) -> None:
+    """Run a pass every ``monitor_interval_s`` (the first after ``initial_delay_s``, default one interval)."""
+    interval = settings.monitor_interval_s
+    await asyncio.sleep(interval if initial_delay_s is None else initial_delay_s)
+    while True:
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(run_pass, db=db, settings=settings, flush=flush)
+        except Exception as exc:  # e.g. the database is down: try again next interval
+            log.warning("monitor pass failed: %s", exc)
+        await asyncio.sleep(max(interval - (time.monotonic() - started), 0.0))
+
+
+def start_in_app(state: AppState) -> asyncio.Task[None] | None:
+    """Start the scheduler in the serving process (from the app lifespan); None when switched off."""
+    if not state.settings.monitor_enabled:
+        return None
+    writer = state.writer
+    flush = (lambda: writer.flush(5.0)) if writer is not None else None
+    loop = asyncio.get_running_loop()
+    return loop.create_task(scheduler_loop(db=state.db, settings=state.settings, flush=flush))
+
+
+def run_process(*, settings: Settings, once: bool, only: list[str] | None = None) -> list[PassResult]:
+    """``driftwarden monitor``: one forced pass (``once``), or passes every interval until interrupted."""
+    from service.runtime import open_database
+
+    db = open_database(settings.database_url.get_secret_value())
+    try:
+        if once:
+            return run_pass(db=db, settings=settings, force=True, only=only)
+        while True:
+            started = time.monotonic()
+            run_pass(db=db, settings=settings, only=only)
+            time.sleep(max(settings.monitor_interval_s - (time.monotonic() - started), 0.0))
+    finally:
+        db.dispose()

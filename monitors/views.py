@@ -1,0 +1,97 @@
+"""Drift routes: latest report (JSON, HTML), history, evaluate now (admin). Thin: parse, call a flow, shape.
+
+Every error is a 4xx ``{"error": ...}`` naming what is wrong (unknown model, no serving version, no
+profile, too few predictions in the window, no run yet, missing or wrong admin token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import HTMLResponse
+
+from monitors import flows
+from service.serving.flows import AppState
+from service.serving.views import error_response, json_response, request_id_of
+
+router = APIRouter(tags=["Drift monitors"])
+
+
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.dw
+    return state
+
+
+def _error(request: Request, exc: flows.MonitorError) -> Response:
+    return error_response(exc.status_code, str(exc), request_id_of(request))
+
+
+def _admin_denied(request: Request, state: AppState) -> Response | None:
+    """None when the caller may use admin routes (no token configured, or the right bearer token)."""
+    token = state.settings.admin_token
+    if token is None:
+        return None
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        return error_response(
+            401, "this admin route needs 'Authorization: Bearer <admin token>'", request_id_of(request)
+        )
+    if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+        return error_response(403, "the admin token is wrong", request_id_of(request))
+    return None
+
+
+@router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)")
+async def latest(request: Request, name: str) -> Response:
+    state = _state(request)
+    try:
+        doc = await asyncio.to_thread(flows.latest_document, db=state.db, model_name=name)
+    except flows.MonitorError as exc:
+        return _error(request, exc)
+    return json_response(doc, request_id=request_id_of(request))
+
+
+@router.get("/v1/models/{name}/drift/history", summary="Monitor runs, newest first")
+async def run_history(
+    request: Request, name: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+) -> Response:
+    state = _state(request)
+    try:
+        doc = await asyncio.to_thread(flows.history, db=state.db, model_name=name, limit=limit)
+    except flows.MonitorError as exc:
+        return _error(request, exc)
+    return json_response(doc, request_id=request_id_of(request))
+
+
+@router.post("/v1/models/{name}/monitors:run", summary="Evaluate drift now (admin)")
+async def run_now(request: Request, name: str) -> Response:
+    state = _state(request)
+    denied = _admin_denied(request, state)
+    if denied is not None:
+        return denied
+    if state.writer is not None:  # predictions answered moments ago may still be on their way to the table
+        await asyncio.to_thread(state.writer.flush, 5.0)
+    try:
+        outcome = await asyncio.to_thread(
+            flows.run_monitor, db=state.db, settings=state.settings, model_name=name
+        )
+    except flows.MonitorError as exc:
+        return _error(request, exc)
+    return json_response(
+        {**outcome.summary(), "report": outcome.report.as_dict(), "window": outcome.window.as_dict()},
+        status=201,
+        request_id=request_id_of(request),
+    )
+
+
+@router.get("/reports/{name}/drift", summary="Latest drift report (HTML)", response_class=HTMLResponse)
+async def html_report(request: Request, name: str) -> Response:
+    state = _state(request)
+    try:
+        page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name)
+    except flows.MonitorError as exc:
+        return _error(request, exc)
+    return HTMLResponse(page)
