@@ -86,9 +86,9 @@ class Settings(BaseSettings):
 
     # monitors (monitors/): scheduled drift evaluation of every serving model
     monitor_enabled: bool = Field(
-        default=True, description="Run the drift scheduler in the serving process (off: `driftwarden monitor`)."
+        default=True, description="Drift scheduler in the serving process (off: `driftwarden monitor`)."
     )
-    monitor_interval_s: float = Field(default=300.0, gt=0, description="Seconds between evaluations of a model.")
+    monitor_interval_s: float = Field(default=300.0, gt=0, description="Seconds between runs of a model.")
     monitor_window_rows: int | None = Field(
         default=100_000, gt=0, description="Default window: the last N predictions (None: no row limit)."
     )
