@@ -220,9 +220,7 @@ def run_summary(run: MonitorRun) -> dict[str, Any]:
         "dataset_drifted": run.dataset_drifted,
         "n_features": run.n_features,
         "n_drifted": run.n_drifted,
-        "drifted_features": sorted(
-            f.feature for f in run.features if f.drifted and f.kind in ("numeric", "categorical")
-        ),
+        "drifted_features": [f["name"] for f in run.report.get("features", []) if f.get("drifted")],
         "prediction_drifted": run.prediction_drifted,
         "multivariate_drifted": run.multivariate_drifted,
         "concept_drifted": run.concept_drifted,
