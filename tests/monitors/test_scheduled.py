@@ -1,0 +1,115 @@
+"""The scheduler: in the serving process (started by the lifespan), and as ``driftwarden monitor``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from monitors.config import config_path
+from monitors.runs import list_runs
+from service.cli import app
+from service.config import get_settings
+from service.registry.schema import ModelSchema
+from service.runtime import open_database
+from tests.monitors.logdata import log_columns, plain, register_profile
+from tests.service.conftest import (  # noqa: F401  (fixture: trained)
+    Server,
+    TrainedModels,
+    seed_registry,
+    serve_settings,
+    trained,
+)
+from training.datagen import TARGET, generate
+
+
+def test_scheduler_runs_in_the_server_process(
+    trained: TrainedModels,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'sched.db'}"
+    seed_registry(url, trained, serving=1)
+    settings = serve_settings(url, tmp_path / "spool", monitor_interval_s=0.3, monitor_min_rows=20)
+    cols = generate(200, seed=31)
+    rows = [{k: plain(v[i]) for k, v in cols.items() if k != TARGET} for i in range(200)]
+    with Server(settings) as srv, srv.client() as c:
+        assert c.post("/v1/models/credit:predict", json={"instances": rows}).status_code == 200
+        deadline = time.monotonic() + 30
+        runs: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not runs:
+            runs = c.get("/v1/models/credit/drift/history").json()["runs"]
+            time.sleep(0.2)
+        assert runs, "the in-process scheduler stored no run within 30 s"
+        assert runs[0]["rows"] == 200 and runs[0]["model_version"] == 1
+        latest = c.get("/v1/models/credit/drift")
+        assert latest.status_code == 200 and latest.json()["window"]["rows"] == 200
+
+
+def test_scheduler_is_off_when_disabled(
+    trained: TrainedModels,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'off.db'}"
+    seed_registry(url, trained, serving=1)
+    settings = serve_settings(
+        url, tmp_path / "spool", monitor_enabled=False, monitor_interval_s=0.2, monitor_min_rows=1
+    )
+    cols = generate(50, seed=32)
+    rows = [{k: plain(v[i]) for k, v in cols.items() if k != TARGET} for i in range(50)]
+    with Server(settings) as srv:
+        assert httpx.post(f"{srv.url}/v1/models/credit:predict", json={"instances": rows}).status_code == 200
+        time.sleep(1.0)  # five intervals
+        assert httpx.get(f"{srv.url}/v1/models/credit/drift/history").json()["runs"] == []
+
+
+def test_monitor_command_once(
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    profile_dict: dict[str, Any],
+    schema: ModelSchema,
+) -> None:
+    """``driftwarden monitor --once`` evaluates every serving model with its own window config."""
+    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", database_url)
+    monkeypatch.setenv("DRIFTWARDEN_MONITOR_MIN_ROWS", "10")
+    get_settings.cache_clear()
+    registry = get_settings().registry_path
+    db = open_database(database_url)
+    register_profile(db, registry, profile_dict, model="credit")
+    register_profile(db, registry, profile_dict, model="quiet")  # serving, but no traffic yet
+    config_path(registry=registry, model_name="credit").write_text(json.dumps({"window_rows": 300}))
+    features = list(schema.feature_names)
+    log_columns(db.engine, generate(500, seed=33), features=features)
+    log_columns(db.engine, generate(400, scenario="covariate_shift", seed=34), features=features)
+    result = CliRunner().invoke(app, ["monitor", "--once"])
+    assert result.exit_code == 0, result.output
+    assert "credit:1 run" in result.output and "300 rows" in result.output and "DRIFTED" in result.output
+    assert "quiet: skipped" in result.output and "fewer than the minimum of 10" in result.output
+    with db.session() as s:
+        runs = list_runs(session=s, model_name="credit")
+        assert len(runs) == 1 and runs[0].rows == 300 and runs[0].dataset_drifted
+        assert runs[0].report["window"]["spec"]["rows"] == 300
+        assert list_runs(session=s, model_name="quiet") == []
+    db.dispose()
+
+
+def test_monitor_help_does_not_import_tensorflow() -> None:
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from service.cli import app\n"
+        "r = CliRunner().invoke(app, ['monitor', '--help'])\n"
+        "assert r.exit_code == 0 and '--once' in r.output, r.output\n"
+        "print('tensorflow' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
