@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -259,8 +260,11 @@ def main() -> None:
     naive = sub.add_parser("naive-server")
     naive.add_argument("--model", type=Path, required=True)
     naive.add_argument("--port", type=int, required=True)
-    parser.add_argument("--seconds", type=float, default=5.0, help="Time per concurrency level.")
-    parser.add_argument("--max-requests", type=int, default=30_000, help="Request cap per level.")
+    parser.add_argument("--seconds", type=float, default=6.0, help="Time per concurrency level and config.")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="Interleaved slices per level (evens out noise)."
+    )
+    parser.add_argument("--max-requests", type=int, default=40_000, help="Request cap per slice.")
     parser.add_argument("--configs", default="a-sqlite-durable,a-sqlite-fast,a-pg-durable,a-pg-fast,b,c")
     parser.add_argument("--json", type=Path, help="Also write the results here.")
     args = parser.parse_args()
@@ -272,21 +276,26 @@ def main() -> None:
     configs = args.configs.split(",")
     results: dict[str, list[LevelResult]] = {}
     checks: dict[str, dict[str, Any]] = {}
+    servers: dict[str, tuple[subprocess.Popen[bytes], str, str]] = {}
+    warmup = 300
     with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
         root = Path(tmp)
         print("training a model ...", flush=True)
         model_path, rows = train_model(root)
+        gc.collect()
+        gc.freeze()
         body = json.dumps({"instances": [rows[0]]}).encode()
-        pg_name = f"driftwarden_bench_{uuid.uuid4().hex[:8]}"
         admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+        pg_names: list[str] = []
         try:
             for config in configs:
                 db_url = f"sqlite:///{root / (config + '.db')}"
                 if "-pg" in config:
+                    name = f"driftwarden_bench_{uuid.uuid4().hex[:8]}"
                     with admin.connect() as conn:
-                        conn.execute(text(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)'))
-                        conn.execute(text(f'CREATE DATABASE "{pg_name}"'))
-                    db_url = PG_ADMIN.rsplit("/", 1)[0] + f"/{pg_name}"
+                        conn.execute(text(f'CREATE DATABASE "{name}"'))
+                    pg_names.append(name)
+                    db_url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
                 if config == "c":
                     proc, url = start_naive(model_path)
                 else:
@@ -298,38 +307,61 @@ def main() -> None:
                     }
                     extra = ["--no-log"] if config == "b" else ["--durability", config.rsplit("-", 1)[-1]]
                     proc, url = start_driftwarden(env, extra)
-                try:
-                    asyncio.run(run_level(url, "/v1/models/bench:predict", body, 8, 1.0, 500))  # warm-up
-                    results[config] = []
-                    for level in LEVELS:
+                servers[config] = (proc, url, db_url)
+                asyncio.run(run_level(url, "/v1/models/bench:predict", body, 8, 2.0, warmup))
+                print(f"started {config} at {url}", flush=True)
+            slice_s = args.seconds / args.rounds
+            for level in LEVELS:
+                parts: dict[str, list[LevelResult]] = {c: [] for c in configs}
+                for _ in range(args.rounds):
+                    for config in configs:
+                        if config == "c" and parts[config]:
+                            continue  # the naive server is slow enough that one long slice is plenty
+                        seconds = args.seconds if config == "c" else slice_s
                         r = asyncio.run(
                             run_level(
-                                url, "/v1/models/bench:predict", body, level, args.seconds, args.max_requests
+                                servers[config][1],
+                                "/v1/models/bench:predict",
+                                body,
+                                level,
+                                seconds,
+                                args.max_requests,
                             )
                         )
-                        results[config].append(r)
-                        print(
-                            f"{config:18s} c={level:<3d} {r.rps:8.1f} req/s  p50 {r.pct(0.5):7.2f} ms  "
-                            f"p99 {r.pct(0.99):7.2f} ms  n={r.requests} errors={r.errors}",
-                            flush=True,
-                        )
-                    status = httpx.get(url + "/status").json()["prediction_log"] if config != "c" else {}
-                finally:
-                    stop(proc)
+                        parts[config].append(r)
+                for config in configs:
+                    merged = LevelResult(
+                        level,
+                        sum(p.requests for p in parts[config]),
+                        sum(p.errors for p in parts[config]),
+                        sum(p.seconds for p in parts[config]),
+                        [x for p in parts[config] for x in p.latencies_ms],
+                    )
+                    results.setdefault(config, []).append(merged)
+                    print(
+                        f"{config:18s} c={level:<3d} {merged.rps:8.1f} req/s  p50 {merged.pct(0.5):7.2f} ms  "
+                        f"p99 {merged.pct(0.99):7.2f} ms  n={merged.requests} errors={merged.errors}",
+                        flush=True,
+                    )
+            for config, (proc, url, db_url) in servers.items():
+                status = httpx.get(url + "/status").json()["prediction_log"] if config != "c" else {}
+                stop(proc)
                 if config.startswith("a"):
-                    answered = sum(r.requests - r.errors for r in results[config]) + 500
-                    logged = count_log(db_url)
+                    answered = sum(r.requests - r.errors for r in results[config]) + warmup
                     checks[config] = {
-                        "answered_rows_incl_warmup": answered,
-                        "logged_rows": logged,
+                        "answered_rows": answered,
+                        "logged_rows": count_log(db_url),
                         "rows_dropped": status.get("rows_dropped"),
                         "rows_spooled": status.get("rows_spooled"),
-                        "queue_rows_at_end": status.get("queue_rows"),
                     }
                     print(f"{config:18s} log: {checks[config]}", flush=True)
         finally:
+            for proc, _, _ in servers.values():
+                if proc.poll() is None:
+                    stop(proc)
             with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)'))
+                for name in pg_names:
+                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             admin.dispose()
     _summary(results, checks)
     if args.json:

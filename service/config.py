@@ -66,13 +66,13 @@ class Settings(BaseSettings):
     prediction_log_enabled: bool = Field(default=True, description="Log every prediction (off: none).")
     metrics_enabled: bool = Field(default=True, description="Prometheus counters at /metrics.")
     log_durability: Literal["durable", "fast"] = Field(
-        default="durable",
-        description="durable: answer after the row is committed or fsynced to the spool (group commit); "
-        "fast: answer first, write within log_flush_interval_ms.",
+        default="fast",
+        description="fast: answer first, write within log_flush_interval_ms (a hard crash loses that much); "
+        "durable: answer after the row is committed or fsynced to the spool (group commit; slower).",
     )
     log_queue_max_rows: int = Field(default=100_000, gt=0, description="Writer queue bound (beyond: spool).")
     log_batch_max_rows: int = Field(default=2000, gt=0, description="Most rows per database write.")
-    log_flush_interval_ms: float = Field(default=50.0, gt=0, description="fast mode: time between writes.")
+    log_flush_interval_ms: float = Field(default=25.0, gt=0, description="fast mode: time between writes.")
     log_commit_timeout_s: float = Field(
         default=1.0, gt=0, description="durable mode: a commit slower than this spools the rows instead."
     )

@@ -58,7 +58,9 @@ def _json(value: Any) -> str | None:
 
 def _sqlite_time(value: datetime) -> str:
     """The text SQLAlchemy stores for a DateTime on SQLite (UTC, no offset)."""
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) -> int:

@@ -254,29 +254,29 @@ def _categorical(
     return out, clean
 
 
-def check_outputs(spec: OutputSpec, values: np.ndarray) -> list[Violation]:
+def check_outputs(spec: OutputSpec, values: Sequence[float]) -> list[Violation]:
     """Every output value finite and within ``[spec.min, spec.max]``."""
+    lo = spec.min if spec.min is not None else -math.inf
+    hi = spec.max if spec.max is not None else math.inf
     problems: list[Violation] = []
-    finite = np.isfinite(values)
-    for i in np.flatnonzero(~finite)[:MAX_REPORTED]:
-        problems.append(
-            Violation(
-                "output_finite", f"model output {values[i]} is not finite", row=int(i), feature=spec.name
+    for i, v in enumerate(values):
+        if lo <= v <= hi:
+            continue
+        if not math.isfinite(v):
+            problems.append(
+                Violation("output_finite", f"model output {v} is not finite", row=i, feature=spec.name)
             )
-        )
-    lo = spec.min if spec.min is not None else -np.inf
-    hi = spec.max if spec.max is not None else np.inf
-    with np.errstate(invalid="ignore"):
-        outside = finite & ((values < lo) | (values > hi))
-    for i in np.flatnonzero(outside)[:MAX_REPORTED]:
-        problems.append(
-            Violation(
-                "output_range",
-                f"model output {float(values[i]):g} is outside [{lo:g}, {hi:g}]",
-                row=int(i),
-                feature=spec.name,
+        else:
+            problems.append(
+                Violation(
+                    "output_range",
+                    f"model output {v:g} is outside [{lo:g}, {hi:g}]",
+                    row=i,
+                    feature=spec.name,
+                )
             )
-        )
+        if len(problems) >= MAX_REPORTED:
+            break
     return problems
 
 

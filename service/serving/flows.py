@@ -6,7 +6,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -86,11 +86,11 @@ async def predict(
             if attempt == 2:
                 raise NotServed(f"model '{model_name}' is being reloaded; retry") from None
     spec = lv.schema.outputs[0]
-    values = np.asarray(outputs[spec.name], dtype=np.float64).reshape(-1)
+    values: list[float] = np.asarray(outputs[spec.name], dtype=np.float64).reshape(-1).tolist()
     problems = check_outputs(spec, values)
     latency_ms = (time.perf_counter() - started) * 1000.0
     ids = [new_prediction_id() for _ in range(checked.n)]
-    floats = [v if math.isfinite(v) else None for v in values.tolist()]
+    floats = [v if math.isfinite(v) else None for v in values] if problems else values
     if state.writer is not None:
         await state.writer.submit(
             _rows(
@@ -110,14 +110,14 @@ async def predict(
         log.error("output contract violated by %s:%d: %s", model_name, lv.version, problems[0].describe())
         raise OutputContractError(problems)
     state.metrics.predicted(model_name, lv.version, checked.n, checked.flags)
-    return Prediction(model_name, lv.version, spec.name, values.tolist(), ids)
+    return Prediction(model_name, lv.version, spec.name, values, ids)
 
 
 def _rows(
     lv: LoadedVersion,
     inputs: list[dict[str, Any]],
     flags: list[list[str] | None],
-    values: list[float | None],
+    values: Sequence[float | None],
     ids: list[str],
     request_id: str,
     protocol: str,

@@ -162,9 +162,10 @@ def serve_settings(url: str, spool: Path, **overrides: Any) -> Settings:
 def server(
     module_db_url: str, trained: TrainedModels, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    """One server per module and backend; the serving version is 1, label ``canary`` points at 2."""
+    """One server per module and backend (durable log); serving version 1, label ``canary`` -> 2."""
     seed_registry(module_db_url, trained, serving=1, labels={"canary": 2})
-    with Server(serve_settings(module_db_url, tmp_path_factory.mktemp("spool"))) as srv:
+    settings = serve_settings(module_db_url, tmp_path_factory.mktemp("spool"), log_durability="durable")
+    with Server(settings) as srv:
         yield srv
 
 

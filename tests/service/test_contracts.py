@@ -97,10 +97,10 @@ def test_b64_strings_and_v2_binary_tensors() -> None:
 
 
 def test_outputs_must_be_finite_and_in_range() -> None:
-    problems = check_outputs(OutputSpec("probability"), np.array([0.2, np.nan, 1.5, -0.1, 1.0]))
+    problems = check_outputs(OutputSpec("probability"), [0.2, float("nan"), 1.5, -0.1, 1.0])
     assert [(p.rule, p.row) for p in problems] == [
         ("output_finite", 1),
         ("output_range", 2),
         ("output_range", 3),
     ]
-    assert check_outputs(OutputSpec("probability"), np.array([0.0, 0.5, 1.0])) == []
+    assert check_outputs(OutputSpec("probability"), [0.0, 0.5, 1.0]) == []

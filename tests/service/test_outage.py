@@ -38,6 +38,10 @@ class TcpProxy:
     def cut(self) -> None:
         with self._lock:
             if self._listener is not None:
+                with contextlib.suppress(
+                    OSError
+                ):  # wakes the thread blocked in accept() (close alone does not)
+                    self._listener.shutdown(socket.SHUT_RDWR)
                 self._listener.close()
                 self._listener = None
             for conn in self._conns:
@@ -58,6 +62,10 @@ class TcpProxy:
                 client.close()
                 continue
             with self._lock:
+                if self._listener is not listener:  # cut while this connection was being set up
+                    client.close()
+                    server.close()
+                    return
                 self._conns += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
@@ -95,8 +103,9 @@ def proxied_pg(postgres_url: str) -> Iterator[tuple[str, str, TcpProxy]]:
     engine.dispose()
 
 
+@pytest.mark.parametrize("durability", ["fast", "durable"])
 def test_connection_cut_mid_load_loses_no_row(
-    proxied_pg: tuple[str, str, TcpProxy], trained: TrainedModels, tmp_path: Path
+    proxied_pg: tuple[str, str, TcpProxy], trained: TrainedModels, tmp_path: Path, durability: str
 ) -> None:
     direct, via_proxy, proxy = proxied_pg
     seed_registry(direct, trained, serving=1)
@@ -123,7 +132,9 @@ def test_connection_cut_mid_load_loses_no_row(
                     else:
                         failures.append(f"{r.status_code} {r.text[:200]}")
 
-    with Server(serve_settings(via_proxy, tmp_path / "spool", log_retry_interval_s=0.2)) as srv:
+    with Server(
+        serve_settings(via_proxy, tmp_path / "spool", log_retry_interval_s=0.2, log_durability=durability)
+    ) as srv:
         stop = threading.Event()
         threads = [threading.Thread(target=load, args=(k, stop)) for k in range(3)]
         for t in threads:

@@ -77,6 +77,7 @@ def test_promotion_swaps_versions_under_load_without_failures(
     assert "1" in versions and "2" in versions
     first_v2 = versions.index("2")
     assert versions[-1] == "2" and versions[first_v2:].count("1") <= 4  # only requests already in flight
+    assert swap_server.state.writer.flush(timeout_s=20)  # default durability "fast": answered first
     assert count_rows(url, "request_id = 'swap-load'") == outcomes["200"]
     with httpx.Client(base_url=swap_server.url) as c:
         assert c.get("/v2/models/credit").json()["inputs"]
@@ -128,4 +129,5 @@ def test_output_contract_violation_is_an_error_and_logged(
     assert r.status_code == 500
     assert "rule: output_range" in r.json()["error"] and "1.5" not in json.dumps(r.json().get("predictions"))
     assert 'driftwarden_output_violations_total{model="credit",rule="output_range"} 1.0' in metrics
+    assert swap_server.state.writer.flush(timeout_s=20)
     assert count_rows(url, "request_id = 'broken-1' and status = 'output_violation'") == 2
