@@ -157,7 +157,7 @@ def test_readers_agree_and_stray_values_are_missing(
     database_url: str, profile_dict: dict[str, Any], schema: ModelSchema
 ) -> None:
     """Rows that bypassed the contract (a string in a numeric feature, a boolean, a missing key) count as
-    missing, never break a window; on PostgreSQL the COPY reader and the generic reader agree exactly."""
+    missing, never break a window; on PostgreSQL the blocks reader and the generic reader agree exactly."""
     profile = profile_from_dict(profile_dict)
     features = list(schema.feature_names)
     db = open_database(database_url)
@@ -184,14 +184,16 @@ def test_readers_agree_and_stray_values_are_missing(
     assert generic.sketch.numeric["credit_score"].missing == 2  # key absent
     assert split_missing(generic.sketch.categorical["loan_purpose"])[0]["tab\tand\\slash"] == 2
     if db.engine.dialect.name == "postgresql":
-        copy = read_window(
-            engine=db.engine, profile=profile, model_name="credit", spec=spec, reader=Reader.COPY
+        fast = read_window(
+            engine=db.engine, profile=profile, model_name="credit", spec=spec, reader=Reader.BLOCKS
         )
-        assert copy.reader == "copy"
-        assert_same_sketch(copy.sketch, generic.sketch)
+        assert fast.reader == "blocks"
+        assert_same_sketch(fast.sketch, generic.sketch)
         auto = read_window(engine=db.engine, profile=profile, model_name="credit", spec=spec)
-        assert auto.reader == "copy"
+        assert auto.reader == "blocks"
     else:
         with pytest.raises(ValueError, match="needs PostgreSQL"):
-            read_window(engine=db.engine, profile=profile, model_name="credit", spec=spec, reader=Reader.COPY)
+            read_window(
+                engine=db.engine, profile=profile, model_name="credit", spec=spec, reader=Reader.BLOCKS
+            )
     db.dispose()
