@@ -1,8 +1,14 @@
-"""Drift-report benchmark: 25 features (20 numeric, 5 categorical), in-memory windows of 10k/100k/1M rows.
+"""Drift-report benchmark: 25 features (20 numeric, 5 categorical), windows of 10k/100k/1M rows,
+in memory and read from the prediction log (SQLite and PostgreSQL).
 
-Run: ``.venv/bin/python bench/drift.py [--rows 10000 100000 1000000] [--reference-rows 100000]``.
+Run: ``.venv/bin/python bench/drift.py [--rows 10000 100000 1000000] [--reference-rows 100000]
+[--db sqlite postgresql] [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]``.
 Prints wall seconds and peak memory growth (MB above the RSS at the start of the stage, from the
 kernel's VmHWM after resetting it through /proc/self/clear_refs) for each stage.
+
+Database stages: the largest window's rows are first written (bulk, not timed) to a scratch SQLite file
+or a scratch PostgreSQL schema (dropped at the end), then each window (the last N rows of the model) is
+read in chunks into a sketch and evaluated: the path ``POST /v1/models/{name}/monitors:run`` takes.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import gc
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,10 +82,160 @@ def measure(label: str, fn: Callable[[], T]) -> T:
     return out
 
 
+def full_report(*, profile: Any, columns: Columns) -> Any:
+    """Sketch in-memory columns and evaluate them."""
+    return evaluate(profile=profile, sketch=sketch_columns(profile=profile, columns=columns))
+
+
+def report_json(report: Any) -> str:
+    return json.dumps(report.as_dict())
+
+
+def db_report(*, engine: Any, profile: Any, spec: Any) -> Any:
+    """Read a window from the database and evaluate it: what one monitor run does."""
+    from monitors.sources import read_window
+
+    return evaluate(
+        profile=profile,
+        sketch=read_window(engine=engine, profile=profile, model_name="bench", spec=spec).sketch,
+    )
+
+
+def window_columns(rows: int) -> Columns:
+    """The benchmark's current window: every other feature shifted a little."""
+    cur = make_columns(rows, seed=2, shift=0.0)
+    shifted = make_columns(rows, seed=3, shift=0.05)
+    for name in list(cur)[::2]:
+        cur[name] = shifted[name]
+    return cur
+
+
+def predictions(rows: int, *, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).beta(2, 5, rows)
+
+
+def _fill_log(url: str, rows: int) -> None:
+    """Write ``rows`` prediction-log rows of model ``bench`` in bulk (COPY on PostgreSQL)."""
+    from datetime import UTC, datetime, timedelta
+
+    import orjson
+    from sqlalchemy import text
+
+    from service.predictions.service import new_prediction_id
+    from service.runtime import open_database
+
+    db = open_database(url)
+    cols = window_columns(rows)
+    p = predictions(rows, seed=4).tolist()
+    names = list(cols)
+    t0 = datetime.now(UTC) - timedelta(seconds=rows / 1000)
+    step = 50_000
+    for lo in range(0, rows, step):
+        hi = min(lo + step, rows)
+        batch = [
+            (
+                new_prediction_id(),
+                "bench",
+                "bench",
+                1,
+                t0 + timedelta(milliseconds=i),
+                orjson.dumps(dict(zip(names, vals, strict=True))).decode(),  # NaN -> null
+                p[i],
+                1.0,
+                "ok",
+                "v1",
+            )
+            for i, vals in zip(
+                range(lo, hi), zip(*(cols[n][lo:hi].tolist() for n in names), strict=True), strict=True
+            )
+        ]
+        cols_sql = "prediction_id, request_id, model_name, model_version, logged_at, inputs, probability, "
+        cols_sql += "latency_ms, status, protocol"
+        raw = db.engine.raw_connection()
+        try:
+            if db.engine.dialect.name == "postgresql":
+                pg: Any = raw.driver_connection
+                with pg.cursor() as cur, cur.copy(f"COPY prediction_log ({cols_sql}) FROM STDIN") as copy:
+                    for row in batch:
+                        copy.write_row(row)
+            else:
+                cur = raw.cursor()
+                cur.executemany(
+                    f"INSERT INTO prediction_log ({cols_sql}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(*r[:4], r[4].strftime("%Y-%m-%d %H:%M:%S.%f"), *r[5:]) for r in batch],
+                )
+                cur.close()
+            raw.commit()
+        finally:
+            raw.close()
+    with db.engine.begin() as conn:
+        conn.execute(text("ANALYZE"))
+    db.dispose()
+
+
+@contextlib.contextmanager
+def scratch_database(kind: str, pg_url: str) -> Any:
+    """A migrated scratch database URL: a SQLite file, or a PostgreSQL schema dropped afterwards."""
+    import tempfile
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
+            yield f"sqlite:///{tmp}/bench.db"
+        return
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{pg_url}?options=-csearch_path%3D{schema}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def bench_database(kind: str, *, profile: Any, windows: list[int], pg_url: str) -> None:
+    from monitors.sources import WindowSpec, read_window
+    from service.runtime import open_database
+
+    with scratch_database(kind, pg_url) as url:
+        t0 = time.perf_counter()
+        _fill_log(url, max(windows))
+        print(f"{kind}: wrote {max(windows)} log rows in {time.perf_counter() - t0:.1f} s (not timed below)")
+        db = open_database(url)
+        for rows in windows:
+            print(f"window from {kind}: last {rows} rows")
+            spec = WindowSpec(rows=rows)
+            window = measure(
+                "read + sketch (chunks from the log)",
+                partial(read_window, engine=db.engine, profile=profile, model_name="bench", spec=spec),
+            )
+            assert window.rows == rows, (window.rows, rows)
+            report = measure(
+                "evaluate (all tests, report)", partial(evaluate, profile=profile, sketch=window.sketch)
+            )
+            measure(
+                "full report from the database",
+                partial(db_report, engine=db.engine, profile=profile, spec=spec),
+            )
+            print(
+                f"  -> reader={window.reader}, chunks={window.chunks}, dataset drifted={report.drifted}, "
+                f"{report.dataset.n_drifted}/{report.dataset.n_features} features"
+            )
+            del window, report
+        db.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--reference-rows", type=int, default=100_000)
+    parser.add_argument("--db", nargs="*", choices=["sqlite", "postgresql"], default=["sqlite", "postgresql"])
+    parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--skip-memory", action="store_true", help="Only the database stages.")
     args = parser.parse_args()
 
     print(
@@ -90,33 +247,34 @@ def main() -> None:
         outputs=(OutputSpec(name="p"),),
         target="",
     )
-    raw: dict[str, Any] = measure("build profile", lambda r=ref: build_reference_profile(r, schema))
+    raw: dict[str, Any] = measure(
+        "build profile",
+        partial(build_reference_profile, ref, schema, predictions=predictions(args.reference_rows, seed=5)),
+    )
     size = len(json.dumps(raw))
     profile = measure("parse profile", lambda: profile_from_dict(json.loads(json.dumps(raw))))
     print(f"  profile.json: {size / 1e6:.2f} MB")
     ref.clear()
-    for rows in args.rows:
+    for rows in [] if args.skip_memory else args.rows:
         print(f"window: {rows} rows (numeric columns shifted in half of the features)")
-        cur = make_columns(rows, seed=2, shift=0.0)
-        shifted = make_columns(rows, seed=3, shift=0.05)
-        for name in list(cur)[::2]:
-            cur[name] = shifted[name]
-        del shifted
+        cur = window_columns(rows)
         gc.collect()
         sketch = measure(
-            "sketch (count on reference grids)", lambda c=cur: sketch_columns(profile=profile, columns=c)
+            "sketch (count on reference grids)", partial(sketch_columns, profile=profile, columns=cur)
         )
-        report = measure("evaluate (all tests, report)", lambda s=sketch: evaluate(profile=profile, sketch=s))
+        report = measure("evaluate (all tests, report)", partial(evaluate, profile=profile, sketch=sketch))
         measure(
             "full report (sketch + evaluate)",
-            lambda c=cur: evaluate(profile=profile, sketch=sketch_columns(profile=profile, columns=c)),
+            partial(full_report, profile=profile, columns=cur),
         )
-        measure("report as JSON", lambda r=report: json.dumps(r.as_dict()))
+        measure("report as JSON", partial(report_json, report))
         print(
             f"  -> dataset drifted={report.drifted}, {report.dataset.n_drifted}/{report.dataset.n_features} "
             f"features, multivariate drifted={report.multivariate.drifted if report.multivariate else None}"
         )
         del cur, sketch, report
+    for kind in args.db:
+        bench_database(kind, profile=profile, windows=sorted(args.rows), pg_url=args.pg_url)
 
 
 if __name__ == "__main__":
