@@ -47,7 +47,7 @@ from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.window import WindowSketch
 from service.predictions.models import PredictionFeedback, PredictionLog, PredictionStatus
 
-CHUNK_ROWS = 50_000
+CHUNK_ROWS = 25_000
 
 
 class Reader(enum.StrEnum):
@@ -331,7 +331,7 @@ def _block_chunks(
     with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
         pending: deque[tuple[tuple[int, int], Future[bytes]]] = deque()
         todo = iter(ranges)
-        for lo, hi in itertools.islice(todo, prefetch + 1):
+        for lo, hi in itertools.islice(todo, prefetch):
             pending.append(((lo, hi), pool.submit(_fetch_block, engine, sql, {**base, "lo": lo, "hi": hi})))
         while pending:
             (lo, hi), future = pending.popleft()
@@ -344,7 +344,10 @@ def _block_chunks(
             if not block:
                 continue
             try:
-                yield _block_chunk(block, profile)
+                chunk = _block_chunk(block, profile)
+                del block
+                pa.default_memory_pool().release_unused()  # keep the RSS bounded by one block
+                yield chunk
             except pa.ArrowInvalid:
                 # a row bypassed the contract (e.g. text in a numeric feature): read this range row by row
                 bad = _Bounds(low=lo, high=hi, since=bounds.since)

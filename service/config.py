@@ -96,7 +96,7 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Default window: the last T minutes (with rows: both limits apply)."
     )
     monitor_min_rows: int = Field(default=100, gt=0, description="Fewer predictions in a window: no run.")
-    monitor_chunk_rows: int = Field(default=50_000, gt=0, description="Rows read from the log per chunk.")
+    monitor_chunk_rows: int = Field(default=25_000, gt=0, description="Rows read from the log per chunk.")
     admin_token: SecretStr | None = Field(
         default=None, description="Bearer token for admin routes (POST .../monitors:run); unset: open."
     )
