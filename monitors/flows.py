@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from monitors.config import MonitorConfig, load_config
+from monitors.config import MonitorConfig, config_path, load_config
 from monitors.html import render_html
 from monitors.models import MonitorRun
 from monitors.profile import Profile, profile_from_dict
@@ -55,6 +55,10 @@ class EmptyWindow(MonitorError):
 
 class NoRuns(MonitorError):
     status_code = 404
+
+
+class InvalidConfig(MonitorError):
+    status_code = 409
 
 
 @dataclass
@@ -139,7 +143,15 @@ def run_monitor(
             f"{model_name}:{version.version} has no reference profile "
             f"at {path / 'driftwarden' / 'profile.json'}"
         ) from None
-    config = load_config(registry=settings.registry_path, model_name=model_name)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise NoProfile(
+            f"the reference profile of {model_name}:{version.version} is unreadable: {exc}"
+        ) from None
+    where = config_path(registry=settings.registry_path, model_name=model_name)
+    try:
+        config = load_config(registry=settings.registry_path, model_name=model_name)
+    except ValueError as exc:  # JSON or validation errors
+        raise InvalidConfig(f"the monitor config of '{model_name}' at {where} is invalid: {exc}") from None
     spec = window_spec(settings=settings, config=config, version=version.version)
     window = read_window(
         engine=db.engine,
@@ -156,7 +168,10 @@ def run_monitor(
             f"the window of {model_name}:{version.version} ({spec.describe()}) holds {window.rows} answered "
             f"predictions, fewer than the minimum of {settings.monitor_min_rows}"
         )
-    report = evaluate(profile=profile, sketch=window.sketch, config=config)
+    try:
+        report = evaluate(profile=profile, sketch=window.sketch, config=config)
+    except ValueError as exc:  # e.g. an unknown test name in the config
+        raise InvalidConfig(f"the monitor config of '{model_name}' at {where} is invalid: {exc}") from None
     with db.session() as session:
         run = record_run(
             session=session,

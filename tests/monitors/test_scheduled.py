@@ -113,3 +113,31 @@ def test_monitor_help_does_not_import_tensorflow() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_broken_config_or_profile_is_a_409_naming_the_file(
+    database_url: str, tmp_path: Path, profile_dict: dict[str, Any], schema: ModelSchema
+) -> None:
+    from monitors.flows import InvalidConfig, NoProfile, run_monitor
+
+    settings = get_settings().model_copy(update={"monitor_min_rows": 10})
+    db = open_database(database_url)
+    path = register_profile(db, settings.registry_path, profile_dict, model="credit")
+    log_columns(db.engine, generate(100, seed=35), features=list(schema.feature_names))
+    cfg = config_path(registry=settings.registry_path, model_name="credit")
+    cfg.write_text("{not json")
+    with pytest.raises(InvalidConfig, match="monitor.json is invalid") as bad_json:
+        run_monitor(db=db, settings=settings, model_name="credit")
+    assert bad_json.value.status_code == 409
+    cfg.write_text(json.dumps({"numeric_test": "t_test"}))
+    with pytest.raises(InvalidConfig, match="unknown numeric test 't_test'"):
+        run_monitor(db=db, settings=settings, model_name="credit")
+    cfg.unlink()
+    assert run_monitor(db=db, settings=settings, model_name="credit").window.rows == 100
+    (path / "driftwarden" / "profile.json").write_text('{"format": "something else"}')
+    from monitors import flows
+
+    flows._profiles.clear()
+    with pytest.raises(NoProfile, match="unreadable"):
+        run_monitor(db=db, settings=settings, model_name="credit")
+    db.dispose()
