@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import random
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -37,10 +39,13 @@ class LogRow(NamedTuple):
 assert LogRow._fields == LOG_COLUMNS
 
 
+_random = random.Random(int.from_bytes(os.urandom(32), "big"))
+
+
 def new_prediction_id() -> str:
     """A time-ordered UUID (v7 layout: 48-bit milliseconds, then random bits)."""
     ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
+    rand = _random.getrandbits(80)  # no syscall on the hot path (a syscall hands the GIL to other threads)
     value = (ms & 0xFFFFFFFFFFFF) << 80 | rand
     value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
     value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
@@ -63,11 +68,20 @@ def _sqlite_time(value: datetime) -> str:
     return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
+SQLITE_ROWS_PER_STATEMENT = 500  # x 11 columns, well under SQLite's 32766 bound parameters
+
+
+@functools.lru_cache(maxsize=64)
+def _sqlite_values(rows: int, width: int) -> str:
+    one = "(" + ", ".join("?" * width) + ")"
+    return ", ".join([one] * rows)
+
+
 def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) -> int:
     """Insert ``rows`` in one transaction; ``idempotent`` skips prediction ids already present (replays).
 
     PostgreSQL: COPY for fresh rows, a multi-row ``INSERT ... ON CONFLICT DO NOTHING`` for replays.
-    SQLite: one prepared ``INSERT OR IGNORE`` executed for the whole batch.
+    SQLite: ``INSERT OR IGNORE`` with many rows per statement.
     """
     if not rows:
         return 0
@@ -86,21 +100,26 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
                     copy.write_row((*r[:5], _json(r.inputs), r.probability, _json(r.flags), *r[8:]))
         else:
             cur = raw.cursor()
-            marks = ", ".join("?" * len(LOG_COLUMNS))
-            cur.executemany(
-                f"INSERT OR IGNORE INTO prediction_log ({cols}) VALUES ({marks})",
-                [
-                    (
-                        *r[:4],
-                        _sqlite_time(r.logged_at),
-                        _json(r.inputs),
-                        r.probability,
-                        _json(r.flags),
-                        *r[8:],
-                    )
-                    for r in rows
-                ],
-            )
+            params = [
+                value
+                for r in rows
+                for value in (
+                    *r[:4],
+                    _sqlite_time(r.logged_at),
+                    _json(r.inputs),
+                    r.probability,
+                    _json(r.flags),
+                    *r[8:],
+                )
+            ]
+            width = len(LOG_COLUMNS)
+            # Multi-row statements: one engine step (one GIL release) per chunk instead of one per row.
+            for start in range(0, len(rows), SQLITE_ROWS_PER_STATEMENT):
+                n = min(SQLITE_ROWS_PER_STATEMENT, len(rows) - start)
+                cur.execute(
+                    f"INSERT OR IGNORE INTO prediction_log ({cols}) VALUES {_sqlite_values(n, width)}",
+                    params[start * width : (start + n) * width],
+                )
             cur.close()
         raw.commit()
     except BaseException:

@@ -20,7 +20,7 @@ def serve(
         str | None, typer.Option("--durability", help="Prediction log: 'durable' (group commit) or 'fast'.")
     ] = None,
     no_log: Annotated[
-        bool, typer.Option("--no-log", help="Serve without the prediction log and metrics.")
+        bool, typer.Option("--no-log", help="Serve without prediction log, metrics, drift monitor.")
     ] = False,
 ) -> None:
     """Serve the registry's models over TF Serving REST (/v1) and Open Inference Protocol v2 (/v2).
@@ -43,7 +43,7 @@ def serve(
         mode: Literal["durable", "fast"] = "durable" if durability == "durable" else "fast"
         updates["log_durability"] = mode
     if no_log:
-        updates.update(prediction_log_enabled=False, metrics_enabled=False)
+        updates.update(prediction_log_enabled=False, metrics_enabled=False, monitor_enabled=False)
     if updates:
         settings = settings.model_copy(update=updates)
     uvicorn.run(

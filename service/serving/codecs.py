@@ -61,9 +61,16 @@ def parse_json(body: bytes) -> Any:
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(body)
+        value = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}", "json") from None
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply", "json") from None
+    try:  # what the fast parser refused must still be representable: no lone surrogates, no huge integers
+        orjson.dumps(value)
+    except (orjson.JSONEncodeError, RecursionError) as exc:
+        raise BadRequest(f"the body holds values that are not valid JSON text: {exc}", "json") from None
+    return value
 
 
 # -- TF Serving REST ------------------------------------------------------------------------------
@@ -234,8 +241,15 @@ def _flatten(data: Any) -> list[Any]:
     if not any(isinstance(v, list) for v in data):
         return data
     out: list[Any] = []
-    for v in data:
-        out.extend(_flatten(v))
+    stack: list[Any] = [iter(data)]
+    while stack:
+        for v in stack[-1]:
+            if isinstance(v, list):
+                stack.append(iter(v))
+                break
+            out.append(v)
+        else:
+            stack.pop()
     return out
 
 

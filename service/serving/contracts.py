@@ -182,7 +182,10 @@ def _numeric(
             problems.append(Violation("type", f"expected a number, got {_kind(v)}", row=i, feature=spec.name))
             clean.append(None)
             continue
-        f = float(v)
+        try:
+            f = float(v)
+        except OverflowError:  # an integer beyond float range
+            f = math.inf
         if not math.isfinite(f):
             problems.append(
                 Violation(

@@ -242,6 +242,22 @@ def test_nothing_a_client_sends_gives_a_500(server: Server, trained: TrainedMode
             headers={"Inference-Header-Content-Length": "99999"},
         )
         assert r.status_code == 400
+        row = json.dumps(_row(trained, home_ownership="@@"))
+        raw_bodies = [
+            b'{"instances": [' + row.replace('"@@"', '"\\ud800"').encode() + b"]}",  # a lone surrogate
+            b'{"instances": [' + row.encode() + b'], "x": 1' + b"0" * 400 + b"}",  # an integer past 64 bits
+            b'{"instances": ' + b"[" * 5000 + b"]" * 5000 + b"}",  # nested beyond any parser's depth
+            b'{"inputs": [{"name": "age", "shape": [1], "datatype": "FP32", "data": '
+            + b"[" * 500
+            + b"1"
+            + b"]" * 500
+            + b"}]}",
+            b"\xff\xfe garbage",
+        ]
+        for path in paths[:3]:
+            for raw in raw_bodies:
+                r = c.post(path, content=raw)
+                assert 400 <= r.status_code < 500, (path, raw[:60], r.status_code, r.text)
 
 
 def test_status_metadata_and_health(server: Server) -> None:
