@@ -68,6 +68,9 @@ def _rss_kb(field: str) -> int:
     return 0
 
 
+SECONDS: dict[str, float] = {}  # last wall time per stage label
+
+
 def measure(label: str, fn: Callable[[], T]) -> T:
     """Run ``fn`` once; print seconds and peak RSS growth in MB."""
     gc.collect()
@@ -79,7 +82,69 @@ def measure(label: str, fn: Callable[[], T]) -> T:
     dt = time.perf_counter() - t0
     peak = max(_rss_kb("VmHWM") - start_rss, 0) / 1024
     print(f"  {label:<34} {dt:8.3f} s   peak +{peak:7.1f} MB", flush=True)
+    SECONDS[label] = dt
     return out
+
+
+# Run by the interpreter of a throwaway venv holding evidently (never a dependency of driftwarden).
+EVIDENTLY_SCRIPT = """
+import gc, sys, time
+from pathlib import Path
+import numpy as np, pandas as pd
+from evidently import Report
+from evidently.presets import DataDriftPreset
+
+def rss(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+ref = pd.DataFrame(dict(np.load(sys.argv[1])))
+cur = pd.DataFrame(dict(np.load(sys.argv[2])))
+gc.collect()
+Path("/proc/self/clear_refs").write_text("5")
+start = rss("VmRSS")
+t0 = time.perf_counter()
+snapshot = Report([DataDriftPreset()]).run(cur, ref)
+result = snapshot.dict()
+dt = time.perf_counter() - t0
+print(f"{dt:.3f} {max(rss('VmHWM') - start, 0) / 1024:.1f}")
+"""
+
+
+def bench_evidently(python: str, *, reference_rows: int, windows: list[int], ours: dict[int, float]) -> None:
+    """Evidently's DataDriftPreset on the same in-memory data, in its own interpreter; side by side."""
+    import subprocess
+    import tempfile
+
+    def save(cols: Columns, path: Path) -> None:
+        np.savez(path, **{k: v.astype(str) if v.dtype == object else v for k, v in cols.items()})
+
+    print(f"evidently DataDriftPreset ({python}), same reference ({reference_rows} rows) and windows:")
+    with tempfile.TemporaryDirectory(prefix="dw-evidently-") as tmp:
+        ref_path = Path(tmp) / "reference.npz"
+        save(make_columns(reference_rows, seed=1), ref_path)
+        for rows in windows:
+            cur_path = Path(tmp) / "current.npz"
+            save(window_columns(rows), cur_path)
+            proc = subprocess.run(
+                [python, "-c", EVIDENTLY_SCRIPT, str(ref_path), str(cur_path)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                print(f"  {rows} rows: evidently failed: {proc.stderr.strip().splitlines()[-1:]}")
+                continue
+            seconds, peak = (float(v) for v in proc.stdout.split()[-2:])
+            mine = ours.get(rows)
+            ratio = f"{seconds / mine:6.0f} x" if mine else "   -"
+            print(
+                f"  window {rows:>8}: evidently {seconds:8.3f} s peak +{peak:7.1f} MB | driftwarden "
+                f"{mine if mine is not None else float('nan'):6.3f} s (full report, in memory) | {ratio}",
+                flush=True,
+            )
 
 
 def full_report(*, profile: Any, columns: Columns) -> Any:
@@ -239,6 +304,12 @@ def main() -> None:
     parser.add_argument("--db", nargs="*", choices=["sqlite", "postgresql"], default=["sqlite", "postgresql"])
     parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--skip-memory", action="store_true", help="Only the database stages.")
+    parser.add_argument(
+        "--evidently",
+        metavar="PYTHON",
+        help="Interpreter of a throwaway venv with evidently, pandas<3 (e.g. /tmp/evidently-venv/bin/python)"
+        ": run its DataDriftPreset on the same in-memory data, side by side.",
+    )
     args = parser.parse_args()
 
     print(
@@ -258,6 +329,7 @@ def main() -> None:
     profile = measure("parse profile", lambda: profile_from_dict(json.loads(json.dumps(raw))))
     print(f"  profile.json: {size / 1e6:.2f} MB")
     ref.clear()
+    ours: dict[int, float] = {}
     for rows in [] if args.skip_memory else args.rows:
         print(f"window: {rows} rows (numeric columns shifted in half of the features)")
         cur = window_columns(rows)
@@ -270,12 +342,15 @@ def main() -> None:
             "full report (sketch + evaluate)",
             partial(full_report, profile=profile, columns=cur),
         )
+        ours[rows] = SECONDS["full report (sketch + evaluate)"]
         measure("report as JSON", partial(report_json, report))
         print(
             f"  -> dataset drifted={report.drifted}, {report.dataset.n_drifted}/{report.dataset.n_features} "
             f"features, multivariate drifted={report.multivariate.drifted if report.multivariate else None}"
         )
         del cur, sketch, report
+    if args.evidently:
+        bench_evidently(args.evidently, reference_rows=args.reference_rows, windows=args.rows, ours=ours)
     for kind in args.db:
         bench_database(kind, profile=profile, windows=sorted(args.rows), pg_url=args.pg_url)
 
