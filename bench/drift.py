@@ -119,7 +119,9 @@ def bench_evidently(python: str, *, reference_rows: int, windows: list[int], our
     import tempfile
 
     def save(cols: Columns, path: Path) -> None:
-        np.savez(path, **{k: v.astype(str) if v.dtype == object else v for k, v in cols.items()})
+        arrays = {k: v.astype(str) if v.dtype == object else v for k, v in cols.items()}
+        savez: Any = np.savez  # its stub types **kwds as the allow_pickle flag
+        savez(path, **arrays)
 
     print(f"evidently DataDriftPreset ({python}), same reference ({reference_rows} rows) and windows:")
     with tempfile.TemporaryDirectory(prefix="dw-evidently-") as tmp:
