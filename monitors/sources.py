@@ -1,20 +1,21 @@
 """Windows of the prediction log, read from the database in chunks and counted into a :class:`WindowSketch`.
 
 A window is the last ``rows`` answered predictions and/or those of the last ``minutes`` of one model
-(optionally of one version), in insertion (``id``) order. It is read in three steps:
+(optionally of one version), in insertion (``id``) order. It is read in two steps:
 
 1. **Summary** (one aggregate query): row count, first/last ``logged_at`` and the id range of the
    window (for a last-N window an index scan of the newest N ids on ``(model_name, id)``); rows
    written while the window is read get higher ids and are left out.
-2. **Rows**, chunk by chunk: each feature extracted from the JSON document *in SQL* (so rows arrive as
-   flat scalars), the ``probability`` column, and the label from a left join of ``prediction_feedback``.
-   Each chunk becomes numpy columns, is counted on the profile's grids and dropped: memory is bounded
-   by ``chunk_rows`` plus the profile, never by the window.
+2. **Rows**, chunk by chunk: the input features, the ``probability`` column, and the label from a
+   left join of ``prediction_feedback``. Each chunk becomes numpy columns, is counted on the
+   profile's grids and dropped: memory is bounded by ``chunk_rows`` plus the profile, never by the
+   window.
 
 Two readers produce identical sketches:
 
 - ``generic`` (SQLite and PostgreSQL): SQLAlchemy Core with a streaming cursor (``yield_per``;
-  a server-side cursor on PostgreSQL). ``json_extract`` on SQLite, ``->>`` on PostgreSQL.
+  a server-side cursor on PostgreSQL); each feature is extracted in SQL (``json_extract`` on
+  SQLite, ``->>`` on PostgreSQL) so rows arrive as flat scalars.
 - ``blocks`` (PostgreSQL, the default there): the window is cut into id ranges of about ``chunk_rows``
   rows; each range is one query returning each row as one short binary value, its JSON document
   with probability and label (``{"p": ..., "y": ..., "x": inputs}``, no per-feature work in SQL).
@@ -375,7 +376,7 @@ def read_window(
         reader = Reader.BLOCKS if engine.dialect.name == "postgresql" else Reader.GENERIC
     if reader is Reader.BLOCKS and engine.dialect.name != "postgresql":
         raise ValueError("the blocks reader needs PostgreSQL")
-    now = now or datetime.now(UTC)
+    now = (now or datetime.now(UTC)).astimezone(UTC)  # SQLite stores naive UTC text
     sketch = WindowSketch(threshold=threshold)
     empty = Window(model_name, spec, 0, None, None, None, None, 0, sketch, reader.value)
     summary = _summary(engine=engine, model_name=model_name, spec=spec, now=now)

@@ -1,4 +1,4 @@
-"""Shared fixtures: a seeded credit-risk reference and its profile."""
+"""Shared fixtures: a seeded credit-risk reference and its profile; the serving tests' trained model."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from monitors.profile import build_reference_profile
 from service.registry.schema import ModelSchema, infer_schema
 from service.tabular import Columns
+from tests.service.conftest import module_db_url, trained  # noqa: F401  (one trained model for this folder)
 from training.datagen import TARGET, default_logit, generate
 
 

@@ -21,14 +21,7 @@ from service.registry.service import register_version
 from service.runtime import open_database
 from tests.monitors.browser import ARTIFACTS, read_png, screenshot
 from tests.monitors.logdata import plain
-from tests.service.conftest import (  # noqa: F401  (fixtures: trained, module_db_url)
-    Server,
-    TrainedModels,
-    module_db_url,
-    seed_registry,
-    serve_settings,
-    trained,
-)
+from tests.service.conftest import Server, TrainedModels, seed_registry, serve_settings
 from training.datagen import TARGET, generate
 
 TOKEN = "s3cret-admin"
@@ -66,8 +59,8 @@ def _run(client: httpx.Client) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def scenario(
-    module_db_url: str,  # noqa: F811
-    trained: TrainedModels,  # noqa: F811
+    module_db_url: str,
+    trained: TrainedModels,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Scenario]:
     seed_registry(module_db_url, trained, serving=1)

@@ -20,18 +20,12 @@ from service.config import get_settings
 from service.registry.schema import ModelSchema
 from service.runtime import open_database
 from tests.monitors.logdata import log_columns, plain, register_profile
-from tests.service.conftest import (  # noqa: F401  (fixture: trained)
-    Server,
-    TrainedModels,
-    seed_registry,
-    serve_settings,
-    trained,
-)
+from tests.service.conftest import Server, TrainedModels, seed_registry, serve_settings
 from training.datagen import TARGET, generate
 
 
 def test_scheduler_runs_in_the_server_process(
-    trained: TrainedModels,  # noqa: F811
+    trained: TrainedModels,
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'sched.db'}"
@@ -53,7 +47,7 @@ def test_scheduler_runs_in_the_server_process(
 
 
 def test_scheduler_is_off_when_disabled(
-    trained: TrainedModels,  # noqa: F811
+    trained: TrainedModels,
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'off.db'}"
