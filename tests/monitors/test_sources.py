@@ -91,7 +91,8 @@ def test_time_window_and_its_intersection_with_last_n(
 ) -> None:
     profile = profile_from_dict(profile_dict)
     db = open_database(database_url)
-    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    # half-second timestamps: the boundary row is stored with its microseconds by every writer path
+    now = datetime(2026, 5, 1, 12, 0, 0, 500_000, tzinfo=UTC)
     # 600 rows one second apart, the newest at now - 1 s
     log_columns(
         db.engine,
