@@ -347,7 +347,6 @@ def _block_chunks(
             try:
                 chunk = _block_chunk(block, profile)
                 del block
-                pa.default_memory_pool().release_unused()  # keep the RSS bounded by one block
                 yield chunk
             except pa.ArrowInvalid:
                 # a row bypassed the contract (e.g. text in a numeric feature): read this range row by row
