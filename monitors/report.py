@@ -97,6 +97,14 @@ class DriftReport:
         return dict(_json_number(out))
 
 
+_STAT_ORDER = {
+    name: i
+    for i, name in enumerate(
+        ("ks", "wasserstein", "psi", "jensen_shannon", "chi_square", "unseen_categories")
+    )
+}
+
+
 def _result_from_dict(d: dict[str, Any]) -> TestResult:
     def num(v: Any) -> float:
         return float("nan") if v is None else float(v)
@@ -122,7 +130,11 @@ def _feature_from_dict(d: dict[str, Any]) -> FeatureDrift:
         name=str(d["name"]),
         kind=str(d["kind"]),
         result=_result_from_dict(d["result"]),
-        statistics={k: _result_from_dict(v) for k, v in d["statistics"].items()},
+        # JSONB does not keep key order: restore the order the engine reports them in
+        statistics={
+            k: _result_from_dict(d["statistics"][k])
+            for k in sorted(d["statistics"], key=lambda k: (_STAT_ORDER.get(k, len(_STAT_ORDER)), k))
+        },
         rows=int(d["rows"]),
         missing=int(d["missing"]),
         histogram=Histogram(
