@@ -97,11 +97,9 @@ class DriftReport:
         return dict(_json_number(out))
 
 
-_STAT_ORDER = {
-    name: i
-    for i, name in enumerate(
-        ("ks", "wasserstein", "psi", "jensen_shannon", "chi_square", "unseen_categories")
-    )
+_STAT_ORDER = {  # the order the engine reports the statistics of each kind in
+    "numeric": ("ks", "wasserstein", "psi", "jensen_shannon"),
+    "categorical": ("chi_square", "jensen_shannon", "psi", "unseen_categories"),
 }
 
 
@@ -126,15 +124,17 @@ def _result_from_dict(d: dict[str, Any]) -> TestResult:
 
 def _feature_from_dict(d: dict[str, Any]) -> FeatureDrift:
     h = d["histogram"]
+    order = _STAT_ORDER.get(d["kind"], _STAT_ORDER["numeric"])
+
+    def rank(name: str) -> tuple[int, str]:  # JSONB does not keep key order
+        return (order.index(name) if name in order else len(order), name)
+
     return FeatureDrift(
         name=str(d["name"]),
         kind=str(d["kind"]),
         result=_result_from_dict(d["result"]),
         # JSONB does not keep key order: restore the order the engine reports them in
-        statistics={
-            k: _result_from_dict(d["statistics"][k])
-            for k in sorted(d["statistics"], key=lambda k: (_STAT_ORDER.get(k, len(_STAT_ORDER)), k))
-        },
+        statistics={k: _result_from_dict(d["statistics"][k]) for k in sorted(d["statistics"], key=rank)},
         rows=int(d["rows"]),
         missing=int(d["missing"]),
         histogram=Histogram(
