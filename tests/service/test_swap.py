@@ -131,3 +131,18 @@ def test_output_contract_violation_is_an_error_and_logged(
     assert 'driftwarden_output_violations_total{model="credit",rule="output_range"} 1.0' in metrics
     assert swap_server.state.writer.flush(timeout_s=20)
     assert count_rows(url, "request_id = 'broken-1' and status = 'output_violation'") == 2
+
+
+def test_demo_serving_step_sends_both_protocols(trained: TrainedModels, tmp_path: Path) -> None:
+    from service.serving.demo import run_serving_demo
+
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    seed_registry(url, trained, serving=2)
+    lines: list[str] = []
+    result = run_serving_demo(
+        settings=serve_settings(url, tmp_path / "spool"), model="credit", rows=trained.rows[:20], say=lines.append
+    )
+    assert (result.version, result.v1_rows, result.v2_rows) == ("2", 10, 10)
+    assert "rule: allowed_range" in result.rejected_error and "'income'" in result.rejected_error
+    assert result.labels_stored == 5 and result.logged_rows == 20 and result.rows_dropped == 0
+    assert any("OIP v2" in line for line in lines)

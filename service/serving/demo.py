@@ -1,0 +1,140 @@
+"""The serving step of ``driftwarden demo``: start the real server, send traffic over both protocols.
+
+``run_serving_demo`` starts uvicorn on a free loopback port in a background thread, sends predictions
+over TF Serving REST (row and columnar) and Open Inference Protocol v2, shows a contract violation,
+posts ground truth for some predictions, stops the server gracefully (the log is flushed) and returns
+what happened, so the tour can print it.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from service.config import Settings
+
+
+@dataclass(frozen=True)
+class ServingDemoResult:
+    """What the serving step did."""
+
+    url: str
+    version: str
+    v1_rows: int
+    v2_rows: int
+    rejected_error: str
+    labels_stored: int
+    logged_rows: int
+    rows_dropped: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def run_serving_demo(
+    *,
+    settings: Settings,
+    model: str,
+    rows: list[dict[str, Any]],
+    say: Callable[[str], None] = print,
+    port: int | None = None,
+) -> ServingDemoResult:
+    """Serve ``model`` (its serving version must be promoted), send ``rows`` through both protocols."""
+    import uvicorn
+
+    from service.serving.app import create_app
+
+    app = create_app(settings)
+    port = port or _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, name="demo-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.05)
+    say(f"  serving at {url} (docs at {url}/docs)")
+    try:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            half = max(1, len(rows) // 2)
+            v1 = c.post(f"/v1/models/{model}:predict", json={"instances": rows[:half]})
+            v1.raise_for_status()
+            body = v1.json()
+            say(
+                f"  TF Serving REST  POST /v1/models/{model}:predict  {half} rows -> "
+                f"version {body['model_version']}, first probability {body['predictions'][0]:.4f}, "
+                f"id {body['prediction_ids'][0]}"
+            )
+            tensors = [
+                {
+                    "name": k,
+                    "shape": [len(rows) - half],
+                    "datatype": "BYTES" if isinstance(rows[0][k], str) else "FP32",
+                    "data": [r[k] for r in rows[half:]],
+                }
+                for k in rows[0]
+            ]
+            v2 = c.post(f"/v2/models/{model}/infer", json={"id": "demo", "inputs": tensors})
+            v2.raise_for_status()
+            out = v2.json()["outputs"][0]
+            say(
+                f"  OIP v2           POST /v2/models/{model}/infer  {len(rows) - half} rows -> "
+                f"{out['name']} {out['datatype']} shape {out['shape']}"
+            )
+            bad = dict(rows[0], income=-1.0)
+            rejected = c.post(f"/v1/models/{model}:predict", json={"instances": [rows[0], bad]})
+            say(f"  a bad row        -> HTTP {rejected.status_code}: {rejected.json().get('error')}")
+            labels = [{"prediction_id": pid, "label": 1} for pid in body["prediction_ids"][:5]]
+            labels.append({"prediction_id": "00000000-0000-7000-8000-000000000000", "label": 0})
+            fb = c.post(f"/v1/models/{model}/feedback", json={"labels": labels}).json()
+            say(
+                f"  feedback         -> stored {fb['stored']}, unknown ids reported back: {fb['unknown_ids']}"
+            )
+            status = c.get("/status").json()["prediction_log"]
+    finally:
+        server.should_exit = True
+        thread.join(60)
+    from sqlalchemy import func, select
+
+    from service.predictions.models import PredictionLog
+    from service.runtime import open_database
+
+    db = open_database(settings.database_url.get_secret_value())
+    try:
+        with db.session() as s:
+            logged = int(
+                s.scalar(
+                    select(func.count()).select_from(PredictionLog).where(PredictionLog.model_name == model)
+                )
+                or 0
+            )
+    finally:
+        db.dispose()
+    say(
+        f"  server stopped gracefully; prediction log holds {logged} rows of {model}, rows dropped "
+        f"{status.get('rows_dropped', 0)}"
+    )
+    return ServingDemoResult(
+        url=url,
+        version=str(body["model_version"]),
+        v1_rows=half,
+        v2_rows=len(rows) - half,
+        rejected_error=str(rejected.json().get("error")),
+        labels_stored=int(fb["stored"]),
+        logged_rows=logged,
+        rows_dropped=int(status.get("rows_dropped", 0)),
+    )
