@@ -140,7 +140,10 @@ def test_demo_serving_step_sends_both_protocols(trained: TrainedModels, tmp_path
     seed_registry(url, trained, serving=2)
     lines: list[str] = []
     result = run_serving_demo(
-        settings=serve_settings(url, tmp_path / "spool"), model="credit", rows=trained.rows[:20], say=lines.append
+        settings=serve_settings(url, tmp_path / "spool"),
+        model="credit",
+        rows=trained.rows[:20],
+        say=lines.append,
     )
     assert (result.version, result.v1_rows, result.v2_rows) == ("2", 10, 10)
     assert "rule: allowed_range" in result.rejected_error and "'income'" in result.rejected_error
