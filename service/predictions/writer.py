@@ -124,6 +124,20 @@ class LogWriter:
     def queued_rows(self) -> int:
         return self._queued_rows
 
+    def offer(self, rows: list[LogRow]) -> bool:
+        """``fast`` mode's hot path: queue the rows if there is room (True); otherwise use :meth:`submit`."""
+        if self.durability != "fast":
+            return False
+        with self._cond:
+            if self._queued_rows + len(rows) > self.queue_max_rows or self._stopping:
+                return False
+            self._queue.append(_Entry(rows))
+            self._queued_rows += len(rows)
+            self._seq_in += 1
+            if self._queued_rows >= self.batch_max_rows:
+                self._cond.notify()
+        return True
+
     async def submit(self, rows: list[LogRow]) -> None:
         """Hand rows to the writer; in ``durable`` mode return once they are committed or spooled."""
         durable = self.durability == "durable"

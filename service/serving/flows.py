@@ -91,20 +91,12 @@ async def predict(
     latency_ms = (time.perf_counter() - started) * 1000.0
     ids = [new_prediction_id() for _ in range(checked.n)]
     floats = [v if math.isfinite(v) else None for v in values] if problems else values
-    if state.writer is not None:
-        await state.writer.submit(
-            _rows(
-                lv,
-                checked.rows,
-                checked.flags,
-                floats,
-                ids,
-                request_id,
-                protocol,
-                latency_ms,
-                PredictionStatus.OUTPUT_VIOLATION if problems else None,
-            )
-        )
+    writer = state.writer
+    if writer is not None:
+        bad = PredictionStatus.OUTPUT_VIOLATION if problems else None
+        rows = _rows(lv, checked.rows, checked.flags, floats, ids, request_id, protocol, latency_ms, bad)
+        if not writer.offer(rows):  # durable mode, or a full queue: wait for the commit or the spool
+            await writer.submit(rows)
     if problems:
         state.metrics.output_violation(model_name, sorted({p.rule for p in problems}))
         log.error("output contract violated by %s:%d: %s", model_name, lv.version, problems[0].describe())

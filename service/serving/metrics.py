@@ -1,15 +1,29 @@
-"""Prometheus counters of the serving path (one registry per app, exported at ``/metrics``)."""
+"""Prometheus metrics of the serving path (one registry per app, exported at ``/metrics``).
+
+The hot path only bumps plain dictionaries (no lock, no label lookup); a collector turns them into counter
+families when Prometheus scrapes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from service.predictions.writer import LogWriter
+
+FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "requests": ("Prediction requests by protocol and outcome.", ("protocol", "outcome")),
+    "predictions": ("Rows predicted.", ("model", "version")),
+    "contract_flags": ("Rows accepted with a contract flag.", ("model", "feature", "rule")),
+    "contract_violations": ("Input contract violations (400 answers).", ("model", "rule")),
+    "output_violations": ("Model outputs that broke the output contract.", ("model", "rule")),
+    "feedback_labels": ("Ground-truth labels received.", ("model", "outcome")),
+}
 
 
 class Metrics:
@@ -19,71 +33,35 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "driftwarden_requests",
-            "Prediction requests by protocol and outcome.",
-            ["protocol", "outcome"],
-            registry=r,
-        )
-        self.predictions = Counter(
-            "driftwarden_predictions", "Rows predicted.", ["model", "version"], registry=r
-        )
-        self.flags = Counter(
-            "driftwarden_contract_flags",
-            "Rows accepted with a contract flag.",
-            ["model", "feature", "rule"],
-            registry=r,
-        )
-        self.violations = Counter(
-            "driftwarden_contract_violations",
-            "Input contract violations (400 answers).",
-            ["model", "rule"],
-            registry=r,
-        )
-        self.output_violations = Counter(
-            "driftwarden_output_violations",
-            "Model outputs that broke the output contract.",
-            ["model", "rule"],
-            registry=r,
-        )
-        self.feedback = Counter(
-            "driftwarden_feedback_labels", "Ground-truth labels received.", ["model", "outcome"], registry=r
-        )
-        self._children: dict[tuple[Any, ...], Any] = {}
-
-    def _child(self, counter: Counter, *labels: str) -> Any:
-        key = (id(counter), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = counter.labels(*labels)
-        return child
+        self.counts: dict[str, Counter[tuple[str, ...]]] = {name: Counter() for name in FAMILIES}
+        self.registry.register(_CountsCollector(self.counts))
 
     def request(self, protocol: str, outcome: str) -> None:
-        self._child(self.requests, protocol, outcome).inc()
+        self.counts["requests"][(protocol, outcome)] += 1
 
     def predicted(self, model: str, version: int, n: int, flags: list[list[str] | None]) -> None:
-        self._child(self.predictions, model, str(version)).inc(n)
-        for row in flags:
-            if row:
-                for flag in row:
+        self.counts["predictions"][(model, str(version))] += n
+        if any(flags):
+            counter = self.counts["contract_flags"]
+            for row in flags:
+                for flag in row or ():
                     feature, _, rule = flag.rpartition(":")
-                    self._child(self.flags, model, feature, rule).inc()
+                    counter[(model, feature, rule)] += 1
 
     def violation(self, model: str, rules: list[str]) -> None:
         for rule in rules:
-            self._child(self.violations, model, rule).inc()
+            self.counts["contract_violations"][(model, rule)] += 1
 
     def output_violation(self, model: str, rules: list[str]) -> None:
         for rule in rules:
-            self._child(self.output_violations, model, rule).inc()
+            self.counts["output_violations"][(model, rule)] += 1
 
     def labels(self, model: str, stored: int, unknown: int) -> None:
-        self._child(self.feedback, model, "stored").inc(stored)
-        self._child(self.feedback, model, "unknown").inc(unknown)
+        self.counts["feedback_labels"][(model, "stored")] += stored
+        self.counts["feedback_labels"][(model, "unknown")] += unknown
 
     def watch_writer(self, writer: LogWriter) -> None:
-        self.registry.register(_WriterCollector(lambda: writer))
+        self.registry.register(_WriterCollector(writer))
 
 
 class NullMetrics(Metrics):
@@ -91,9 +69,6 @@ class NullMetrics(Metrics):
 
     enabled = False
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-
     def request(self, protocol: str, outcome: str) -> None:
         pass
 
@@ -113,12 +88,24 @@ class NullMetrics(Metrics):
         pass
 
 
-class _WriterCollector(Collector):
-    def __init__(self, get: Callable[[], LogWriter]) -> None:
-        self.get = get
+class _CountsCollector(Collector):
+    def __init__(self, counts: dict[str, Counter[tuple[str, ...]]]) -> None:
+        self.counts = counts
 
     def collect(self) -> Iterator[Any]:
-        w = self.get()
+        for name, (doc, labels) in FAMILIES.items():
+            family = CounterMetricFamily(f"driftwarden_{name}", doc, labels=list(labels))
+            for key, value in list(self.counts[name].items()):
+                family.add_metric(list(key), value)
+            yield family
+
+
+class _WriterCollector(Collector):
+    def __init__(self, writer: LogWriter) -> None:
+        self.writer = writer
+
+    def collect(self) -> Iterator[Any]:
+        w = self.writer
         s = w.stats
         for name, value, doc in (
             ("rows_written", s.rows_written, "Log rows committed directly."),
@@ -140,5 +127,5 @@ class _WriterCollector(Collector):
         yield GaugeMetricFamily(
             "driftwarden_prediction_log_database_up",
             "1 if the last write succeeded.",
-            value=1.0 if s.database_ok else 0.0,
+            value=float(s.database_ok),
         )
