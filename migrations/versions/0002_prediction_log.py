@@ -40,7 +40,6 @@ def upgrade() -> None:
     )
     op.create_index("ix_prediction_log_model_name_logged_at", "prediction_log", ["model_name", "logged_at"])
     op.create_index("ix_prediction_log_model_name_id", "prediction_log", ["model_name", "id"])
-    op.create_index("ix_prediction_log_logged_at", "prediction_log", ["logged_at"])
     op.create_table(
         "prediction_feedback",
         sa.Column("prediction_id", sa.String(36), nullable=False),
@@ -63,7 +62,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_prediction_feedback_model_name_received_at", table_name="prediction_feedback")
     op.drop_table("prediction_feedback")
-    op.drop_index("ix_prediction_log_logged_at", table_name="prediction_log")
     op.drop_index("ix_prediction_log_model_name_id", table_name="prediction_log")
     op.drop_index("ix_prediction_log_model_name_logged_at", table_name="prediction_log")
     op.drop_table("prediction_log")

@@ -3,7 +3,8 @@
 ``prediction_log`` holds one row per served prediction. The monitors read "the last N rows" or "the last
 T minutes" of one model, so the table carries two composite indexes led by ``model_name``:
 ``(model_name, logged_at)`` for time windows and ``(model_name, id)`` for last-N reads (``id`` grows with
-insertion order, so ``ORDER BY id DESC LIMIT N`` is an index scan). The output probability and the
+insertion order, so ``ORDER BY id DESC LIMIT N`` is an index scan); retention deletes per model through the
+first one, so no further index slows the inserts. The output probability and the
 latency are real columns (aggregations never parse JSON); the raw inputs are one JSON document per row
 (JSONB on PostgreSQL), because the feature set differs per model and version. ``prediction_id`` is a
 time-ordered UUID (v7 layout), so its unique index is appended to at the right edge like ``id``.
@@ -42,7 +43,6 @@ class PredictionLog(Base):
     __table_args__ = (
         Index("ix_prediction_log_model_name_logged_at", "model_name", "logged_at"),
         Index("ix_prediction_log_model_name_id", "model_name", "id"),
-        Index("ix_prediction_log_logged_at", "logged_at"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

@@ -25,13 +25,13 @@ from service.predictions.writer import Durability, LogWriter
 from service.runtime import open_database
 
 
-def make_rows(n: int, *, start: int = 0, when: datetime | None = None) -> list[LogRow]:
+def make_rows(n: int, *, start: int = 0, when: datetime | None = None, model: str = "m") -> list[LogRow]:
     now = when or datetime.now(UTC)
     return [
         LogRow(
             new_prediction_id(),
             f"req-{start + i}",
-            "m",
+            model,
             1,
             now,
             {"x": float(start + i), "c": "a"},
@@ -157,9 +157,10 @@ def test_feedback_and_retention(database_url: str) -> None:
     engine = make_engine(database_url)
     old = make_rows(5, when=datetime.now(UTC) - timedelta(days=40))
     new = make_rows(5, start=5)
+    others = make_rows(4, start=10, when=datetime.now(UTC) - timedelta(days=35), model="other")
     from service.predictions.service import write_log_rows
 
-    write_log_rows(engine=engine, rows=old + new, idempotent=False)
+    write_log_rows(engine=engine, rows=old + others + new, idempotent=False)
     with db.session() as s:
         stored, unknown = record_feedback(
             session=s,
@@ -176,8 +177,11 @@ def test_feedback_and_retention(database_url: str) -> None:
         rows = s.execute(select(PredictionLog.prediction_id).where(PredictionLog.request_id == "req-5")).all()
         assert len(rows) == 1
     with db.session() as s:
-        deleted = purge_predictions(session=s, before=datetime.now(UTC) - timedelta(days=30))
-    assert deleted == 5
+        deleted = purge_predictions(session=s, before=datetime.now(UTC) - timedelta(days=30), chunk=3)
+    assert deleted == 3  # chunked
+    with db.session() as s:
+        while purge_predictions(session=s, before=datetime.now(UTC) - timedelta(days=30), chunk=3):
+            pass
     with db.session() as s:
         assert count_predictions(session=s) == 5
         _, unknown = record_feedback(session=s, model_name="m", labels=[(old[1].prediction_id, 1.0)])
