@@ -61,7 +61,10 @@ def utcnow() -> datetime:
 _COLS = ", ".join(LOG_COLUMNS)
 SQLITE_INSERT = (
     f"INSERT OR IGNORE INTO prediction_log ({_COLS}) "
-    "SELECT value->>0, value->>1, value->>2, value->>3, replace(replace(value->>4, 'T', ' '), '+00:00', ''), "
+    # timestamps as SQLAlchemy stores them on SQLite ("YYYY-MM-DD HH:MM:SS.ffffff", compared as text):
+    # RFC 3339 from orjson drops ".000000" when the microseconds are zero, so pad and cut to 26 chars
+    "SELECT value->>0, value->>1, value->>2, value->>3, "
+    "substr(replace(replace(value->>4, 'T', ' '), '+00:00', '') || '.000000', 1, 26), "
     "value->5, value->>6, nullif(value->7, 'null'), value->>8, value->>9, value->>10 "
     "FROM json_each(?) ORDER BY key"
 )

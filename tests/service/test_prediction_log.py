@@ -199,3 +199,24 @@ def test_prediction_ids_are_unique_and_time_ordered() -> None:
     assert len(set(ids)) == 2000
     assert all(i[14] == "7" for i in ids)
     assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
+
+
+def test_time_window_boundary_includes_a_row_logged_exactly_on_it(database_url: str) -> None:
+    """A timestamp with zero microseconds compares like any other (SQLite stores text timestamps)."""
+    from service.predictions.service import write_log_rows
+
+    db = open_database(database_url)
+    engine = make_engine(database_url)
+    edge = datetime(2026, 11, 30, 11, 55, 0, tzinfo=UTC)
+    write_log_rows(
+        engine=engine,
+        rows=make_rows(1, when=edge) + make_rows(1, start=1, when=edge - timedelta(seconds=1)),
+        idempotent=False,
+    )
+    with db.session() as s:
+        at_or_after = s.scalars(select(PredictionLog.request_id).where(PredictionLog.logged_at >= edge)).all()
+        stored = s.scalars(select(PredictionLog.logged_at).where(PredictionLog.request_id == "req-0")).one()
+    assert at_or_after == ["req-0"]
+    assert stored.replace(tzinfo=UTC) == edge
+    engine.dispose()
+    db.dispose()
