@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from monitors.profile import Profile
-    from monitors.report import DriftReport
     from service.registry.schema import ModelSchema
 
 
@@ -37,54 +36,6 @@ def _reference_from_version(spec: str) -> tuple[Profile, ModelSchema]:
     if not path.exists():
         raise typer.BadParameter(f"no registered version at {path}", param_hint="--reference-version")
     return profile_from_dict(read_meta(path=path, name="profile")), read_schema(path=path)
-
-
-def _print_table(report: DriftReport) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    def num(v: float | None) -> str:
-        return "-" if v is None else f"{v:.3g}"
-
-    table = Table(title=f"Drift: {report.rows} current rows vs {report.reference_rows} reference rows")
-    for col in ("feature", "kind", "test", "statistic", "p (adj.)", "effect", "min effect", "verdict"):
-        table.add_column(
-            col, justify="right" if col in {"statistic", "p (adj.)", "effect", "min effect"} else "left"
-        )
-    rows = list(report.features)
-    rows += [x for x in (report.prediction, report.multivariate) if x is not None]
-    for f in rows:
-        r = f.result
-        p = r.adjusted_p_value if r.adjusted_p_value is not None else r.p_value
-        table.add_row(
-            f.name,
-            f.kind,
-            r.test,
-            num(r.statistic),
-            num(p),
-            num(r.effect),
-            num(r.threshold),
-            "[bold red]DRIFT[/]" if r.drifted else "[green]ok[/]",
-        )
-    console = Console()
-    console.print(table)
-    for q in report.quality:
-        if q.flagged:
-            console.print(
-                f"[yellow]quality[/] {q.feature}: {q.check} {q.count}/{q.rows} ({q.rate:.2%}, "
-                f"expected {q.expected_rate:.2%})"
-            )
-    if report.performance:
-        console.print(f"performance (labels): { {k: round(v, 4) for k, v in report.performance.items()} }")
-    if report.estimated_performance:
-        est = {k: round(v, 4) for k, v in report.estimated_performance.items()}
-        console.print(f"performance (estimated, CBPE): {est}")
-    d = report.dataset
-    verdict = "[bold red]DATASET DRIFTED[/]" if d.drifted else "[green]dataset stable[/]"
-    console.print(
-        f"{verdict}: {d.n_drifted}/{d.n_features} features drifted ({d.share:.0%}; rule >= "
-        f"{d.drift_share:.0%}, {d.correction} at alpha {d.alpha})"
-    )
 
 
 def drift_cmd(
@@ -122,6 +73,7 @@ def drift_cmd(
     import numpy as np
 
     from monitors.config import MonitorConfig
+    from monitors.console import print_report
     from monitors.html import render_html
     from monitors.profile import build_reference_profile, profile_from_dict
     from monitors.service import compare
@@ -170,7 +122,7 @@ def drift_cmd(
         labels=cur_labels,
         config=MonitorConfig.model_validate(config),
     )
-    _print_table(report)
+    print_report(report)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report.as_dict(), indent=2, allow_nan=False))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,22 +42,15 @@ def _free_port() -> int:
         return port
 
 
-def run_serving_demo(
-    *,
-    settings: Settings,
-    model: str,
-    rows: list[dict[str, Any]],
-    say: Callable[[str], None] = print,
-    port: int | None = None,
-) -> ServingDemoResult:
-    """Serve ``model`` (its serving version must be promoted), send ``rows`` through both protocols."""
+@contextmanager
+def running_server(*, settings: Settings, port: int | None = None) -> Iterator[str]:
+    """The real app under uvicorn on a loopback port, in a thread; yields its URL, stops gracefully."""
     import uvicorn
 
     from service.serving.app import create_app
 
     app = create_app(settings)
     port = port or _free_port()
-    url = f"http://127.0.0.1:{port}"
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )
@@ -67,8 +61,24 @@ def run_serving_demo(
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("the server did not start")
         time.sleep(0.05)
-    say(f"  serving at {url} (docs at {url}/docs)")
     try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+def run_serving_demo(
+    *,
+    settings: Settings,
+    model: str,
+    rows: list[dict[str, Any]],
+    say: Callable[[str], None] = print,
+    port: int | None = None,
+) -> ServingDemoResult:
+    """Serve ``model`` (its serving version must be promoted), send ``rows`` through both protocols."""
+    with running_server(settings=settings, port=port) as url:
+        say(f"  serving at {url} (docs at {url}/docs)")
         with httpx.Client(base_url=url, timeout=30) as c:
             half = max(1, len(rows) // 2)
             v1 = c.post(f"/v1/models/{model}:predict", json={"instances": rows[:half]})
@@ -105,9 +115,6 @@ def run_serving_demo(
                 f"  feedback         -> stored {fb['stored']}, unknown ids reported back: {fb['unknown_ids']}"
             )
             status = c.get("/status").json()["prediction_log"]
-    finally:
-        server.should_exit = True
-        thread.join(60)
     from sqlalchemy import func, select
 
     from service.predictions.models import PredictionLog
