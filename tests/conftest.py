@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -44,21 +45,29 @@ def postgres_url() -> Iterator[str]:
     admin.dispose()
 
 
+@contextmanager
+def postgres_schema(base_url: str) -> Iterator[str]:
+    """A URL into a fresh, empty schema of the test database (dropped afterwards)."""
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(base_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{base_url}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A migrated-from-nothing database URL on each backend (PostgreSQL: a fresh schema per test)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'test.db'}"
         return
-    base = request.getfixturevalue("postgres_url")
-    schema = f"t_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(base, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    yield f"{base}?options=-csearch_path%3D{schema}"
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    engine.dispose()
+    with postgres_schema(request.getfixturevalue("postgres_url")) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)

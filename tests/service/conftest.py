@@ -6,7 +6,6 @@ import shutil
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from service.config import Settings
 from service.registry.service import promote, register_version, set_label
 from service.runtime import open_database
 from service.serving.app import create_app
+from tests.conftest import postgres_schema
 
 
 @dataclass(frozen=True)
@@ -92,15 +92,8 @@ def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'serve.db'}"
         return
-    base = request.getfixturevalue("postgres_url")
-    schema = f"s_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(base, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    yield f"{base}?options=-csearch_path%3D{schema}"
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    engine.dispose()
+    with postgres_schema(request.getfixturevalue("postgres_url")) as url:
+        yield url
 
 
 def free_port() -> int:
