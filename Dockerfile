@@ -3,13 +3,13 @@ FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY service ./service
 COPY monitors ./monitors
 COPY alerts ./alerts
 COPY training ./training
 COPY migrations ./migrations
-RUN pip install .
+RUN pip install -c constraints.txt .
 
 RUN useradd --create-home --uid 10001 driftwarden && mkdir -p /var/lib/driftwarden \
     && chown driftwarden /var/lib/driftwarden

@@ -8,10 +8,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
 	@touch $(STAMP)
 
 install: $(STAMP)
