@@ -48,6 +48,8 @@ def setup_logging(level: str | None = None, *, driftwarden_level: str | None = N
             level=level or get_settings().log_level,
             format="%(asctime)s %(levelname)s %(name)s %(message)s",
         )
+    for noisy in ("absl", "tensorflow", "alembic"):  # library chatter at INFO (export, migrations)
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     if driftwarden_level:
         logging.getLogger("driftwarden").setLevel(driftwarden_level)
 
