@@ -184,8 +184,8 @@ def _run_sync(*, job: TrainJob, files: RunFiles, progress: Progress, settings: S
         with cluster:
             for node in nodes:
                 cluster.launch(node)
-            failed = _wait_all(nodes, files=files, progress=progress, offset_ref=[offset])
-            offset = _offset(files.progress)
+            failed, offset = _wait_all(nodes, files=files, progress=progress, offset=offset)
+        offset = follow(files.progress, progress, offset)  # what the workers wrote while being stopped
         if failed is None:
             return
         attempt += 1
@@ -204,16 +204,15 @@ def _run_sync(*, job: TrainJob, files: RunFiles, progress: Progress, settings: S
 
 
 def _wait_all(
-    nodes: list[Node], *, files: RunFiles, progress: Progress, offset_ref: list[int]
-) -> NodeLost | None:
-    """Wait until every worker exits 0 (None) or the first one fails (that loss)."""
+    nodes: list[Node], *, files: RunFiles, progress: Progress, offset: int
+) -> tuple[NodeLost | None, int]:
+    """Follow progress until every worker exits 0 (no loss) or one fails; returns (loss, offset)."""
     while True:
-        offset_ref[0] = follow(files.progress, progress, offset_ref[0])
+        offset = follow(files.progress, progress, offset)
         codes = [n.returncode for n in nodes]
         for node, rc in zip(nodes, codes, strict=True):
             if rc is not None and rc != 0:
-                return NodeLost(node.role, node.index, node.address, rc, node.log_path)
+                return NodeLost(node.role, node.index, node.address, rc, node.log_path), offset
         if all(rc == 0 for rc in codes):
-            offset_ref[0] = follow(files.progress, progress, offset_ref[0])
-            return None
+            return None, follow(files.progress, progress, offset)
         time.sleep(POLL_S)
