@@ -18,7 +18,8 @@ def run_server(*, role: str, index: int, spec: ClusterSpec) -> None:
 
     if role not in {"ps", "worker"}:
         raise ValueError(f"a server node is ps or worker, not {role!r} (the chief runs `driftwarden train`)")
-    getattr(spec, role)[index]  # IndexError names a bad --index early
+    if index >= len(getattr(spec, role)):
+        raise ValueError(f"the cluster spec has {len(getattr(spec, role))} {role} task(s), no index {index}")
     cluster = tf.train.ClusterSpec(spec.as_dict())
     server = tf.distribute.Server(cluster, job_name=role, task_index=index, protocol="grpc", start=True)
     log.info("node %s:%d listening at %s (pid %d)", role, index, spec.address(role, index), os.getpid())

@@ -9,14 +9,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.features import encode
+from training.features import encode, raw_inputs
 from training.jobs import PreparedData
 
 
 def encoded_matrix(data: PreparedData) -> np.ndarray:
     """The training rows through the model's own preprocessing, as float32 ``[rows, width]``."""
-    from training.features import raw_inputs
-
     raw = raw_inputs(data.train_columns, data.schema)
     return encode({k: tf.constant(v) for k, v in raw.items()}, data.prep).numpy()
 
