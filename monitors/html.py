@@ -30,6 +30,13 @@ def _fmt(value: Any) -> str:
     return html.escape(str(value))
 
 
+def _axis_label(label: str) -> str:
+    """A short tick: an interval ``(a, b]`` shows as ``<= b`` (the full interval is in the bar's tooltip)."""
+    if label.startswith("(") and label.endswith("]") and ", " in label:
+        label = "<= " + label[1:-1].split(", ", 1)[1]
+    return label[:12]
+
+
 def _bars(f: FeatureDrift, width: int = 640, height: int = 160) -> str:
     h = f.histogram
     n = max(len(h.labels), 1)
@@ -50,7 +57,7 @@ def _bars(f: FeatureDrift, width: int = 640, height: int = 160) -> str:
             )
         parts.append(
             f'<text x="{x + bar:.1f}" y="{height + 14}" font-size="9" text-anchor="middle">'
-            f"{html.escape(label[:14])}</text>"
+            f"{html.escape(_axis_label(label))}</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
