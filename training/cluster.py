@@ -67,7 +67,11 @@ class ClusterSpec:
             data = json.loads(source)
         except json.JSONDecodeError as exc:
             raise ValueError(f"cluster spec is neither JSON nor a JSON file: {exc}") from exc
-        data = data.get("cluster", data)
+        return cls.from_dict(data.get("cluster", data))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Sequence[str]]) -> ClusterSpec:
+        """From the ``cluster`` part of TF_CONFIG (role -> addresses)."""
         unknown = set(data) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown roles in cluster spec: {sorted(unknown)} (known: {', '.join(ROLES)})")

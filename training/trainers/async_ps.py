@@ -10,7 +10,6 @@ latest checkpoint when rerun; lost workers are relaunched on the same address an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,7 @@ def run_chief(job_path: Path) -> None:
         weights = coordinate(
             job=job,
             data=data,
-            spec=ClusterSpec.parse(json.dumps(cluster)),
+            spec=ClusterSpec.from_dict(cluster),
             progress=progress,
             checkpoint_dir=files.checkpoints,
         )

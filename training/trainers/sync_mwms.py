@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from training.cluster import ClusterSpec
 from training.jobs import prepare, read_job, save_weights
 from training.net import build_net, dense_weights
 from training.progress import ProgressFile
@@ -25,7 +26,7 @@ from training.steps import encoded_matrix, make_optimizer, make_replica_step
 def run_worker(job_path: Path, index: int) -> None:
     """Join the all-reduce group as worker ``index`` and train to the planned step."""
     job, cluster, files = read_job(job_path)
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+    os.environ["TF_CONFIG"] = json.dumps(ClusterSpec.from_dict(cluster).tf_config("worker", index))
     n_workers = len(cluster["worker"])
     is_chief = index == 0
     options = tf.distribute.experimental.CommunicationOptions(
