@@ -25,10 +25,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from core.tabular import Columns
+from monitors.engine import evaluate, sketch_columns
 from monitors.profile import build_reference_profile, profile_from_dict
-from monitors.service import evaluate, sketch_columns
-from service.registry.schema import ModelSchema, OutputSpec, infer_feature
-from service.tabular import Columns
+from registry.schema import ModelSchema, OutputSpec, infer_feature
 
 T = TypeVar("T")
 N_NUMERIC, N_CATEGORICAL = 20, 5
@@ -188,10 +188,10 @@ def _fill_log(url: str, rows: int) -> None:
     import orjson
     from sqlalchemy import text
 
-    from service.predictions.service import new_prediction_id
-    from service.runtime import open_database
+    from core.database import open_database
+    from predictions.service import new_prediction_id
 
-    db = open_database(url)
+    db = open_database(url, upgrade=True)  # a scratch database: create its schema
     cols = window_columns(rows)
     p = predictions(rows, seed=4).tolist()
     names = list(cols)
@@ -268,14 +268,14 @@ def scratch_database(kind: str, pg_url: str) -> Any:
 
 
 def bench_database(kind: str, *, profile: Any, windows: list[int], pg_url: str) -> None:
+    from core.database import open_database
     from monitors.sources import WindowSpec, read_window
-    from service.runtime import open_database
 
     with scratch_database(kind, pg_url) as url:
         t0 = time.perf_counter()
         _fill_log(url, max(windows))
         print(f"{kind}: wrote {max(windows)} log rows in {time.perf_counter() - t0:.1f} s (not timed below)")
-        db = open_database(url)
+        db = open_database(url, upgrade=True)  # a scratch database: create its schema
         for rows in windows:
             print(f"window from {kind}: last {rows} rows")
             spec = WindowSpec(rows=rows)

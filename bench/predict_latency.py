@@ -20,8 +20,8 @@ LOADER = r"""
 import json, sys, time
 import numpy as np
 import tensorflow as tf
-from service.registry.service import read_schema
-from service.tabular import read_table
+from registry.service import read_schema
+from core.tabular import read_table
 from training.features import raw_inputs
 
 path, data, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -48,8 +48,8 @@ print(json.dumps(out))
 
 
 def _train_small(workdir: Path) -> tuple[Path, Path]:
-    from service.runtime import open_database
-    from service.tabular import write_table
+    from core.database import open_database
+    from core.tabular import write_table
     from training.datagen import generate
     from training.flows import run_training
     from training.jobs import Mode, TrainJob
@@ -84,7 +84,7 @@ def main() -> None:
         if path is None:
             path, data = _train_small(Path(tmp))
         if data is None:
-            from service.tabular import write_table
+            from core.tabular import write_table
             from training.datagen import generate
 
             data = Path(tmp) / "rows.csv"

@@ -18,7 +18,6 @@ import gc
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from core.network import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = (1, 8, 64)
@@ -108,13 +109,6 @@ async def run_level(
 
 
 # -- servers --------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def wait_ready(url: str, probe: str, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -200,8 +194,8 @@ def naive_server(model: Path, port: int) -> None:
 
 # -- orchestration --------------------------------------------------------------------------------
 def train_model(root: Path) -> tuple[Path, list[dict[str, Any]]]:
-    from service.runtime import open_database
-    from service.tabular import write_table
+    from core.database import open_database
+    from core.tabular import write_table
     from training.datagen import generate
     from training.flows import run_training
     from training.jobs import Mode, TrainJob
@@ -232,10 +226,10 @@ def train_model(root: Path) -> tuple[Path, list[dict[str, Any]]]:
 
 
 def prepare_db(url: str, model_path: Path) -> None:
-    from service.registry.service import promote, register_version
-    from service.runtime import open_database
+    from core.database import open_database
+    from registry.service import promote, register_version
 
-    db = open_database(url)
+    db = open_database(url, upgrade=True)  # a scratch database: create its schema
     with db.session() as s:
         register_version(session=s, model_name="bench", version=1, path=model_path, metrics={}, lineage={})
         promote(session=s, model_name="bench", version=1)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-
 from alembic import context
 
-import service.registry.models  # noqa: F401  (register tables on the metadata)
-from service.config import get_settings
-from service.database import Base, make_engine
-
-# Each domain that owns tables imports its models module here, so autogenerate sees them.
-for module in ("service.predictions.models", "monitors.models"):
-    with contextlib.suppress(ModuleNotFoundError):
-        __import__(module)
+# Every domain that owns tables is imported here, so that autogenerate sees all of them.
+import monitors.models  # noqa: F401
+import predictions.models  # noqa: F401
+import registry.models  # noqa: F401
+from core.config import get_settings
+from core.database import Base, make_engine
 
 config = context.config
 target_metadata = Base.metadata

@@ -14,20 +14,20 @@ if TYPE_CHECKING:
     import numpy as np
 
     from monitors.profile import Profile
-    from service.registry.schema import ModelSchema
+    from registry.schema import ModelSchema
 
 
 def _infer_schema(columns: dict[str, np.ndarray], *, exclude: set[str], target: str | None) -> ModelSchema:
-    from service.registry.schema import ModelSchema, OutputSpec, infer_feature
+    from registry.schema import ModelSchema, OutputSpec, infer_feature
 
     features = tuple(infer_feature(name, col) for name, col in columns.items() if name not in exclude)
     return ModelSchema(features=features, outputs=(OutputSpec(name="probability"),), target=target or "")
 
 
 def _reference_from_version(spec: str) -> tuple[Profile, ModelSchema]:
+    from core.config import get_settings
     from monitors.profile import profile_from_dict
-    from service.config import get_settings
-    from service.registry.service import read_meta, read_schema, version_dir
+    from registry.service import read_meta, read_schema, version_dir
 
     name, _, version = spec.rpartition(":")
     if not name or not version.isdigit():
@@ -72,13 +72,13 @@ def drift_cmd(
 
     import numpy as np
 
+    from core.tabular import read_table
     from monitors.config import MonitorConfig
     from monitors.console import print_report
+    from monitors.engine import compare
     from monitors.html import render_html
     from monitors.profile import build_reference_profile, profile_from_dict
-    from monitors.service import compare
-    from service.registry.schema import ModelSchema
-    from service.tabular import read_table
+    from registry.schema import ModelSchema
 
     if reference_version is not None:
         if len(files) != 1:
@@ -150,8 +150,8 @@ def monitor_cmd(
     """
     import logging
 
+    from core.config import get_settings
     from monitors.scheduled import run_process
-    from service.config import get_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()

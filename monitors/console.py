@@ -10,6 +10,7 @@ from monitors.report import DriftReport
 
 def print_report(report: DriftReport, *, console: Console | None = None) -> None:
     """Per-feature verdicts sorted as the report holds them, quality flags, performance, dataset verdict."""
+
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:.3g}"
 

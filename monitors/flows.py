@@ -2,7 +2,7 @@
 
 ``run_monitor`` is the one evaluation path (the scheduler, ``POST .../monitors:run`` and
 ``driftwarden monitor`` all call it): serving version -> its ``profile.json`` -> the model's window
-read from the prediction log in chunks -> :func:`monitors.service.evaluate` -> ``monitor_runs``.
+read from the prediction log in chunks -> :func:`monitors.engine.evaluate` -> ``monitor_runs``.
 Errors a caller can act on are :class:`MonitorError` subclasses with an HTTP status and a message
 naming what is wrong.
 """
@@ -15,20 +15,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
+from core.config import Settings
+from core.database import Database
 from monitors.config import MonitorConfig, config_path, load_config
+from monitors.engine import evaluate
 from monitors.html import render_html
 from monitors.models import MonitorRun
 from monitors.profile import Profile, profile_from_dict
 from monitors.report import DriftReport, report_from_dict
-from monitors.runs import latest_run, list_runs, record_run
-from monitors.service import evaluate
+from monitors.service import latest_run, list_runs, record_run
 from monitors.sources import Reader, Window, WindowSpec, read_window
-from service.config import Settings
-from service.registry.models import ModelVersion, VersionState
-from service.registry.service import read_meta, serving_version
-from service.runtime import Database
+from registry.models import ModelVersion
+from registry.service import count_versions, read_meta, serving_model_names, serving_version
 
 
 class MonitorError(Exception):
@@ -114,13 +112,11 @@ def _known(*, db: Database, model_name: str) -> ModelVersion:
         row = serving_version(session=session, model_name=model_name)
         if row is not None:
             return row
-        states = list(
-            session.scalars(select(ModelVersion.state).where(ModelVersion.model_name == model_name))
-        )
-    if not states:
+        registered = count_versions(session=session, model_name=model_name)
+    if not registered:
         raise UnknownModel(f"unknown model '{model_name}': it has no registered version")
     raise NoServingVersion(
-        f"model '{model_name}' has no serving version ({len(states)} registered, none promoted); "
+        f"model '{model_name}' has no serving version ({registered} registered, none promoted); "
         "promote one to monitor it"
     )
 
@@ -191,10 +187,8 @@ def run_monitor(
 def serving_models(*, db: Database, only: list[str] | None = None) -> list[str]:
     """Names of models that have a serving version (optionally only those in ``only``)."""
     with db.session() as session:
-        names = session.scalars(
-            select(ModelVersion.model_name).where(ModelVersion.state == VersionState.SERVING).distinct()
-        )
-        return sorted(n for n in names if not only or n in only)
+        names = serving_model_names(session=session)
+    return [n for n in names if not only or n in only]
 
 
 def is_due(*, db: Database, model_name: str, interval_s: float, now: datetime | None = None) -> bool:
@@ -244,8 +238,8 @@ def run_summary(run: MonitorRun) -> dict[str, Any]:
 
 def _registered(*, db: Database, model_name: str) -> None:
     with db.session() as session:
-        exists = session.scalar(select(ModelVersion.id).where(ModelVersion.model_name == model_name).limit(1))
-    if exists is None:
+        registered = count_versions(session=session, model_name=model_name)
+    if not registered:
         raise UnknownModel(f"unknown model '{model_name}': it has no registered version")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from service.database import Base
+from core.database import Base
 
 
 def utcnow() -> datetime:

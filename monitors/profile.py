@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from monitors.binning import as_float, count_on_grid
-from service.registry.schema import FeatureKind, ModelSchema
+from registry.schema import FeatureKind, ModelSchema
 
 PROFILE_FORMAT = "driftwarden.profile/1"
 N_QUANTILES = 1001  # quantile sketch size: F is known to within 1/1000 between grid points

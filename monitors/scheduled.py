@@ -14,14 +14,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import partial
 
+from core.config import Settings
+from core.database import Database, open_database
+from core.runtime import Runtime
+from core.scheduling import every
 from monitors.flows import MonitorError, Outcome, is_due, run_monitor, serving_models
-from service.config import Settings
-from service.runtime import Database
-
-if TYPE_CHECKING:
-    from service.serving.flows import AppState
 
 log = logging.getLogger("driftwarden.monitors")
 
@@ -83,39 +82,24 @@ def run_pass(
     return results
 
 
-async def scheduler_loop(
-    *,
-    db: Database,
-    settings: Settings,
-    flush: Callable[[], object] | None = None,
-    initial_delay_s: float | None = None,
-) -> None:
-    """Run a pass every ``monitor_interval_s`` (the first after ``initial_delay_s``, default one interval)."""
-    interval = settings.monitor_interval_s
-    await asyncio.sleep(interval if initial_delay_s is None else initial_delay_s)
-    while True:
-        started = time.monotonic()
-        try:
-            await asyncio.to_thread(run_pass, db=db, settings=settings, flush=flush)
-        except Exception as exc:  # e.g. the database is down: try again next interval
-            log.warning("monitor pass failed: %s", exc)
-        await asyncio.sleep(max(interval - (time.monotonic() - started), 0.0))
+def start_in_app(runtime: Runtime, *, initial_delay_s: float | None = None) -> asyncio.Task[None] | None:
+    """Start the scheduler in the API process (from the app lifespan); None when switched off.
 
-
-def start_in_app(state: AppState) -> asyncio.Task[None] | None:
-    """Start the scheduler in the serving process (from the app lifespan); None when switched off."""
-    if not state.settings.monitor_enabled:
+    A pass runs every ``monitor_interval_s`` (the first after ``initial_delay_s``, default one interval).
+    """
+    settings = runtime.settings
+    if not settings.monitor_enabled:
         return None
-    writer = state.writer
-    flush = (lambda: writer.flush(5.0)) if writer is not None else None
-    loop = asyncio.get_running_loop()
-    return loop.create_task(scheduler_loop(db=state.db, settings=state.settings, flush=flush))
+    return every(
+        settings.monitor_interval_s,
+        partial(run_pass, db=runtime.db, settings=settings, flush=lambda: runtime.flush_predictions(5.0)),
+        name="monitor pass",
+        initial_delay_s=initial_delay_s,
+    )
 
 
 def run_process(*, settings: Settings, once: bool, only: list[str] | None = None) -> list[PassResult]:
     """``driftwarden monitor``: one forced pass (``once``), or passes every interval until interrupted."""
-    from service.runtime import open_database
-
     db = open_database(settings.database_url.get_secret_value())
     try:
         if once:

@@ -46,7 +46,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from monitors.binning import as_float
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.window import WindowSketch
-from service.predictions.models import PredictionFeedback, PredictionLog, PredictionStatus
+from predictions.models import PredictionFeedback, PredictionLog, PredictionStatus
 
 CHUNK_ROWS = 25_000
 

@@ -13,15 +13,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
+from core.http import error_response, json_response, request_id_of
+from core.runtime import Runtime
 from monitors import flows
-from service.serving.flows import AppState
-from service.serving.views import error_response, json_response, request_id_of
 
 router = APIRouter(tags=["Drift monitors"])
 
 
-def _state(request: Request) -> AppState:
-    state: AppState = request.app.state.dw
+def _state(request: Request) -> Runtime:
+    state: Runtime = request.app.state.dw
     return state
 
 
@@ -29,7 +29,7 @@ def _error(request: Request, exc: flows.MonitorError) -> Response:
     return error_response(exc.status_code, str(exc), request_id_of(request))
 
 
-def _admin_denied(request: Request, state: AppState) -> Response | None:
+def _admin_denied(request: Request, state: Runtime) -> Response | None:
     """None when the caller may use admin routes (no token configured, or the right bearer token)."""
     token = state.settings.admin_token
     if token is None:
@@ -72,8 +72,8 @@ async def run_now(request: Request, name: str) -> Response:
     denied = _admin_denied(request, state)
     if denied is not None:
         return denied
-    if state.writer is not None:  # predictions answered moments ago may still be on their way to the table
-        await asyncio.to_thread(state.writer.flush, 5.0)
+    # predictions answered moments ago may still be on their way to the table
+    await asyncio.to_thread(state.flush_predictions, 5.0)
     try:
         outcome = await asyncio.to_thread(
             flows.run_monitor, db=state.db, settings=state.settings, model_name=name

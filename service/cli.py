@@ -6,12 +6,12 @@ Imports stay light: TensorFlow loads only inside the commands that need it.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Annotated
 
 import typer
 
-from service.config import get_settings
+from core.config import get_settings
+from core.logs import setup_logging
 
 app = typer.Typer(
     name="driftwarden",
@@ -31,29 +31,6 @@ app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
 
 
-def setup_logging(level: str | None = None, *, driftwarden_level: str | None = None) -> None:
-    """One-line log records on stderr (rich on a terminal, so progress bars stay intact)."""
-    import sys
-
-    if sys.stderr.isatty():
-        from rich.logging import RichHandler
-
-        logging.basicConfig(
-            level=level or get_settings().log_level,
-            format="%(name)s %(message)s",
-            handlers=[RichHandler(show_path=False)],
-        )
-    else:
-        logging.basicConfig(
-            level=level or get_settings().log_level,
-            format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        )
-    for noisy in ("absl", "tensorflow", "alembic"):  # library chatter at INFO (export, migrations)
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    if driftwarden_level:
-        logging.getLogger("driftwarden").setLevel(driftwarden_level)
-
-
 @app.command("config")
 def config_cmd() -> None:
     """Print the effective settings as JSON (passwords masked)."""
@@ -63,7 +40,7 @@ def config_cmd() -> None:
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to DRIFTWARDEN_DATABASE_URL (creates SQLite files as needed)."""
-    from service import migrate
+    from core import migrate
 
     url = get_settings().database_url.get_secret_value()
     migrate.upgrade(url, revision)
@@ -73,7 +50,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 @db_app.command("current")
 def db_current() -> None:
     """Print the database's migration revision."""
-    from service import migrate
+    from core import migrate
 
     typer.echo(migrate.current(get_settings().database_url.get_secret_value()) or "(not migrated)")
 
@@ -87,9 +64,9 @@ def models_list(
     from rich.console import Console
     from rich.table import Table
 
-    from service.registry.models import ModelVersionRead
-    from service.registry.service import list_versions
-    from service.runtime import open_database
+    from core.database import open_database
+    from registry.models import ModelVersionRead
+    from registry.service import list_versions
 
     db = open_database()
     with db.session() as session:
@@ -138,11 +115,13 @@ def _fmt(value: object) -> str:
 
 def _register_domains() -> None:
     from monitors.cli import register as register_monitors
+    from predictions.cli import register as register_predictions
     from service.serving.cli import register as register_serving
     from training.cli import register as register_training
 
     register_training(app)
     register_serving(app)
+    register_predictions(app)
     register_monitors(app)
 
 

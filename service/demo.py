@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from service.config import Settings
-from service.tabular import Columns, write_table
+from core.config import Settings
+from core.tabular import Columns, write_table
 from training.datagen import TARGET, Scenario, generate
 
 console = Console(stderr=True)
@@ -119,8 +119,8 @@ def watch_drift(
 
 def run_demo(*, settings: Settings, model: str, rows: int, workers: int, epochs: float, seed: int) -> int:
     """Run the tour; returns the registered (and promoted) version."""
-    from service.registry.service import promote
-    from service.runtime import open_database
+    from core.database import open_database
+    from registry.service import promote
     from training.flows import run_training
     from training.jobs import Mode, TrainJob
     from training.progress import Progress

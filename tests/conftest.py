@@ -46,14 +46,23 @@ def postgres_url() -> Iterator[str]:
 
 
 @contextmanager
-def postgres_schema(base_url: str) -> Iterator[str]:
-    """A URL into a fresh, empty schema of the test database (dropped afterwards)."""
+def postgres_schema(base_url: str, *, migrated: bool = True) -> Iterator[str]:
+    """A URL into a fresh schema of the test database (dropped afterwards).
+
+    ``migrated``: as after ``driftwarden db upgrade`` (a server database is not upgraded on open);
+    otherwise empty.
+    """
+    from core import migrate
+
     schema = f"t_{uuid.uuid4().hex[:10]}"
     engine = create_engine(base_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = f"{base_url}?options=-csearch_path%3D{schema}"
     try:
-        yield f"{base_url}?options=-csearch_path%3D{schema}"
+        if migrated:
+            migrate.upgrade(url)
+        yield url
     finally:
         with engine.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
@@ -62,7 +71,7 @@ def postgres_schema(base_url: str) -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated-from-nothing database URL on each backend (PostgreSQL: a fresh schema per test)."""
+    """A fresh database URL on each backend (PostgreSQL: a fresh schema per test, migrated)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'test.db'}"
         return
@@ -73,7 +82,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 @pytest.fixture(autouse=True)
 def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Each test gets its own var/ folder; settings are re-read."""
-    from service.config import get_settings
+    from core.config import get_settings
 
     monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", f"sqlite:///{tmp_path / 'var' / 'driftwarden.db'}")
     monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(tmp_path / "var" / "models"))

@@ -13,8 +13,8 @@ import pytest
 import typer
 import yaml
 
+from core.config import Settings
 from service.cli import app
-from service.config import Settings
 from training.cluster import ClusterSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +76,20 @@ def test_cluster_spec_matches_the_cluster_services() -> None:
     assert "./deploy:/etc/driftwarden:ro" in mounts
 
 
-@pytest.mark.parametrize("package", ["service", "monitors", "alerts", "training", "migrations"])
+PACKAGES = [
+    p.rstrip("*")
+    for p in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"
+    ]
+]
+
+
+def test_every_top_level_package_is_installed() -> None:
+    top = {p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")}
+    assert top == set(PACKAGES)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_dockerfile_ships_every_package_and_the_entry_point(package: str) -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert f"COPY {package} ./{package}" in dockerfile

@@ -34,7 +34,7 @@ def cluster_node(
 
     The chief is not a node: it is `driftwarden train`, which connects to the nodes.
     """
-    from service.cli import setup_logging
+    from core.logs import setup_logging
     from training.cluster import ClusterSpec
     from training.node import run_server
 
@@ -63,7 +63,7 @@ def data_generate(
     severity: Annotated[float, typer.Option("--severity", min=0.0, help="Scale of the planted drift.")] = 1.0,
 ) -> None:
     """Generate a credit-risk table (target column `default`) under a drift scenario."""
-    from service.tabular import write_table
+    from core.tabular import write_table
     from training.datagen import TARGET, generate
 
     cols = generate(rows, scenario=scenario, seed=seed, severity=severity)
@@ -78,7 +78,7 @@ def cluster_chief(
     job: Annotated[Path, typer.Option("--job", help="job.json written by `driftwarden train`.")],
 ) -> None:
     """Run the async chief of a job: connect to its ps/worker nodes, train, write the final weights."""
-    from service.cli import setup_logging
+    from core.logs import setup_logging
     from training.trainers.async_ps import ParameterServerLost, run_chief
 
     setup_logging()
@@ -95,7 +95,7 @@ def cluster_sync_worker(
     index: Annotated[int, typer.Option("--index", min=0, help="Worker index; 0 acts as chief.")],
 ) -> None:
     """Run one synchronous (all-reduce) worker of a job."""
-    from service.cli import setup_logging
+    from core.logs import setup_logging
     from training.trainers.sync_mwms import run_worker
 
     setup_logging()
@@ -140,9 +140,9 @@ def train(
     sync: every step waits for all workers (all-reduce). Rerunning the same command after a crash resumes
     from the latest checkpoint.
     """
-    from service.cli import setup_logging
-    from service.config import get_settings
-    from service.runtime import open_database
+    from core.config import get_settings
+    from core.database import open_database
+    from core.logs import setup_logging
     from training.flows import run_training
     from training.jobs import TrainJob
     from training.progress import Progress

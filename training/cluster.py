@@ -14,16 +14,16 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from core.network import free_ports, is_listening
 
 log = logging.getLogger("driftwarden.cluster")
 
@@ -87,29 +87,6 @@ class ClusterSpec:
             ps=tuple(addrs[chief : chief + ps]),
             worker=tuple(addrs[chief + ps :]),
         )
-
-
-def free_ports(host: str, count: int) -> list[int]:
-    """``count`` distinct ports the OS reports free right now."""
-    socks, ports = [], []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-def is_listening(address: str, timeout: float = 0.5) -> bool:
-    """True when something accepts TCP connections at ``host:port``."""
-    host, port = address.rsplit(":", 1)
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.settimeout(timeout)
-        return s.connect_ex((host, int(port))) == 0
 
 
 def _die_with_parent() -> None:

@@ -16,7 +16,7 @@ import enum
 
 import numpy as np
 
-from service.tabular import Columns
+from core.tabular import Columns
 
 TARGET = "default"
 HOME = ("RENT", "MORTGAGE", "OWN")

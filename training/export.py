@@ -18,9 +18,9 @@ import numpy as np
 import tensorflow as tf
 from sqlalchemy.orm import Session
 
-from service.registry.models import ModelVersion
-from service.registry.schema import FeatureKind, ModelSchema
-from service.registry.service import META_DIR, next_version, publish_files, register_version
+from registry.models import ModelVersion
+from registry.schema import FeatureKind, ModelSchema
+from registry.service import META_DIR, next_version, publish_files, register_version
 from training.features import Preprocessing, encode
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from service.registry.schema import FeatureKind, ModelSchema, is_missing
+from registry.schema import FeatureKind, ModelSchema, is_missing
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.config import get_settings
+from core.database import Database
 from monitors.performance import classification_metrics
 from monitors.profile import build_reference_profile
-from service.config import get_settings
-from service.registry.models import ModelVersion
-from service.registry.service import latest_version
-from service.runtime import Database
+from registry.models import ModelVersion
+from registry.service import latest_version
 from training.cluster import ClusterSpec
 from training.jobs import Mode, RunFiles, TrainJob, prepare
 from training.launcher import train_on_cluster

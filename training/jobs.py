@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from service.registry.schema import ModelSchema, infer_schema
-from service.tabular import Columns, read_table
+from core.tabular import Columns, read_table
+from registry.schema import ModelSchema, infer_schema
 from training.datagen import TARGET
 from training.features import Preprocessing, fit_preprocessing, raw_inputs
 

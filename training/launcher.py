@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.config import Settings
+from core.config import Settings
 from training.cluster import (
     ClusterSpec,
     LocalCluster,

@@ -8,7 +8,6 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,13 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from core.config import Settings, get_settings
+from core.database import make_engine, open_database
 from monitors.scheduled import start_in_app as start_monitors
 from monitors.views import router as monitors_router
-from service.config import Settings, get_settings
-from service.database import make_engine
-from service.predictions.service import purge_predictions, utcnow
-from service.predictions.spool import Spool
-from service.predictions.writer import LogWriter
-from service.runtime import open_database
+from predictions.scheduled import start_retention
+from predictions.spool import Spool
+from predictions.writer import LogWriter
 from service.serving.batcher import Runner
 from service.serving.flows import AppState
 from service.serving.manager import ModelManager
@@ -75,7 +73,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = cfg.database_url.get_secret_value()
-        db = await asyncio.to_thread(open_database, url)
+        db = await asyncio.to_thread(open_database, url, settings=cfg)
         if loader is None:
             from service.serving.tf_model import load as tf_load
 
@@ -111,7 +109,7 @@ def create_app(
         gc.collect()
         gc.freeze()
         app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
-        retention = asyncio.get_running_loop().create_task(_retention_loop(app.state.dw))
+        retention = start_retention(app.state.dw)
         monitors = start_monitors(app.state.dw)  # drift scheduler; None when monitor_enabled is off
         log.info(
             "serving %s; prediction log %s",
@@ -121,7 +119,8 @@ def create_app(
         try:
             yield
         finally:
-            retention.cancel()
+            if retention is not None:
+                retention.cancel()
             if monitors is not None:
                 monitors.cancel()
             await manager.close()
@@ -152,37 +151,6 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
     return app
-
-
-async def _retention_loop(state: AppState) -> None:
-    """Delete log rows older than the retention window, now and then."""
-    interval = state.settings.retention_interval_s
-    if interval <= 0:
-        return
-    while True:
-        try:
-            deleted = await asyncio.to_thread(purge_old_predictions, state)
-            if deleted:
-                log.info(
-                    "retention: deleted %d predictions older than %.1f days",
-                    deleted,
-                    state.settings.retention_days,
-                )
-        except Exception as exc:
-            log.warning("retention cleanup failed: %s", exc)
-        await asyncio.sleep(interval)
-
-
-def purge_old_predictions(state: AppState) -> int:
-    """One retention pass: delete in chunks until nothing older than the window is left."""
-    cutoff = utcnow() - timedelta(days=state.settings.retention_days)
-    total = 0
-    while True:
-        with state.db.session() as session:
-            n = purge_predictions(session=session, before=cutoff)
-        total += n
-        if n == 0:
-            return total
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

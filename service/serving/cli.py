@@ -1,12 +1,10 @@
-"""``driftwarden serve`` and ``driftwarden predictions purge``; TensorFlow loads inside commands only."""
+"""``driftwarden serve``; TensorFlow loads inside the command only."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
 import typer
-
-predictions_app = typer.Typer(help="The prediction log.", no_args_is_help=True)
 
 
 def serve(
@@ -30,8 +28,8 @@ def serve(
     """
     import uvicorn
 
-    from service.cli import setup_logging
-    from service.config import get_settings
+    from core.config import get_settings
+    from core.logs import setup_logging
     from service.serving.app import create_app
 
     setup_logging()
@@ -56,36 +54,6 @@ def serve(
     )
 
 
-@predictions_app.command("purge")
-def purge(
-    days: Annotated[
-        float | None, typer.Option("--days", min=0.0, help="Keep this many days (default: retention_days).")
-    ] = None,
-) -> None:
-    """Delete logged predictions (and their feedback) older than the retention window."""
-    from datetime import timedelta
-
-    from service.config import get_settings
-    from service.predictions.service import purge_predictions, utcnow
-    from service.runtime import open_database
-
-    settings = get_settings()
-    cutoff = utcnow() - timedelta(days=settings.retention_days if days is None else days)
-    db = open_database()
-    total = 0
-    try:
-        while True:
-            with db.session() as session:
-                n = purge_predictions(session=session, before=cutoff)
-            total += n
-            if n == 0:
-                break
-    finally:
-        db.dispose()
-    typer.echo(f"deleted {total} predictions logged before {cutoff.isoformat()}")
-
-
 def register(app: typer.Typer) -> None:
     """Add the serving commands to the root CLI."""
     app.command("serve")(serve)
-    app.add_typer(predictions_app, name="predictions")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from service.registry.schema import FeatureKind, ModelSchema
+from registry.schema import FeatureKind, ModelSchema
 from service.serving.contracts import ContractViolation, Violation, check_columns, rows_to_columns
 
 NUMERIC_TYPES = {

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from service.registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
+from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
 
 MAX_REPORTED = 20  # violations listed in one error answer
 

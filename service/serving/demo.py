@@ -8,7 +8,6 @@ what happened, so the tour can print it.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +17,8 @@ from typing import Any
 
 import httpx
 
-from service.config import Settings
+from core.config import Settings
+from core.network import free_port
 
 
 @dataclass(frozen=True)
@@ -35,13 +35,6 @@ class ServingDemoResult:
     rows_dropped: int
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextmanager
 def running_server(*, settings: Settings, port: int | None = None) -> Iterator[str]:
     """The real app under uvicorn on a loopback port, in a thread; yields its URL, stops gracefully."""
@@ -50,7 +43,7 @@ def running_server(*, settings: Settings, port: int | None = None) -> Iterator[s
     from service.serving.app import create_app
 
     app = create_app(settings)
-    port = port or _free_port()
+    port = port or free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )
@@ -117,8 +110,8 @@ def run_serving_demo(
             status = c.get("/status").json()["prediction_log"]
     from sqlalchemy import func, select
 
-    from service.predictions.models import PredictionLog
-    from service.runtime import open_database
+    from core.database import open_database
+    from predictions.models import PredictionLog
 
     db = open_database(settings.database_url.get_secret_value())
     try:

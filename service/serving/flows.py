@@ -13,11 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from service.config import Settings
-from service.predictions.models import PredictionStatus
-from service.predictions.service import LogRow, new_prediction_id, record_feedback
-from service.predictions.writer import LogWriter
-from service.runtime import Database
+from core.runtime import Runtime
+from predictions.models import PredictionStatus
+from predictions.service import LogRow, new_prediction_id, record_feedback
+from predictions.writer import LogWriter
 from service.serving.batcher import BatcherClosed
 from service.serving.codecs import BadRequest, Columns
 from service.serving.contracts import Violation, check_inputs, check_outputs
@@ -30,14 +29,16 @@ MAX_FEEDBACK_LABELS = 10_000
 
 
 @dataclass
-class AppState:
-    """What the routes need: settings, database, loaded models, log writer, counters."""
+class AppState(Runtime):
+    """What the routes need: settings and database (every domain's), loaded models, log writer, counters."""
 
-    settings: Settings
-    db: Database
     manager: ModelManager
     writer: LogWriter | None
     metrics: Metrics
+
+    def flush_predictions(self, timeout_s: float) -> None:
+        if self.writer is not None:
+            self.writer.flush(timeout_s)
 
 
 @dataclass(frozen=True)

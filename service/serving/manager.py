@@ -20,12 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import select
 
-from service.registry.models import ModelVersion, VersionLabel, VersionState
-from service.registry.schema import FeatureKind, ModelSchema
-from service.registry.service import read_schema
-from service.runtime import Database
+from core.database import Database
+from core.scheduling import every
+from registry.schema import FeatureKind, ModelSchema
+from registry.service import ServingPlan, read_schema, serving_plans
 from service.serving.batcher import MicroBatcher, Runner
 
 log = logging.getLogger("driftwarden.serving.manager")
@@ -60,42 +59,6 @@ class ServedModel:
     labels: dict[str, int] = field(default_factory=dict)
     loading: set[int] = field(default_factory=set)
     failed: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Wanted:
-    """What the registry says one model should serve."""
-
-    serving: int | None
-    labels: dict[str, int]
-    paths: dict[int, str]
-
-
-def read_registry(db: Database, only: list[str]) -> dict[str, Wanted]:
-    """The serving and labelled versions of each model (of ``only``, or of every registered model)."""
-    out: dict[str, Wanted] = {}
-    with db.session() as s:
-        names = only or list(s.scalars(select(ModelVersion.model_name).distinct()))
-        for name in names:
-            serving = s.execute(
-                select(ModelVersion.version, ModelVersion.path).where(
-                    ModelVersion.model_name == name, ModelVersion.state == VersionState.SERVING
-                )
-            ).first()
-            labelled = s.execute(
-                select(VersionLabel.label, ModelVersion.version, ModelVersion.path, ModelVersion.state)
-                .join(ModelVersion, VersionLabel.version_id == ModelVersion.id)
-                .where(VersionLabel.model_name == name)
-            ).all()
-            paths = {v: p for _, v, p, state in labelled if state is not VersionState.REJECTED}
-            if serving is not None:
-                paths[serving[0]] = serving[1]
-            out[name] = Wanted(
-                serving=serving[0] if serving else None,
-                labels={lab: v for lab, v, _, state in labelled if state is not VersionState.REJECTED},
-                paths=paths,
-            )
-    return out
 
 
 def warmup_columns(schema: ModelSchema) -> dict[str, np.ndarray]:
@@ -140,7 +103,7 @@ class ModelManager:
         """Load what the registry says, then follow it."""
         await self.refresh()
         self.started = True
-        self._task = asyncio.get_running_loop().create_task(self._poll(), name="model-manager")
+        self._task = every(self.poll_interval_s, self.refresh, name="model manager refresh")
 
     async def close(self) -> None:
         """Stop polling; let every version finish its queued requests."""
@@ -155,19 +118,15 @@ class ModelManager:
             task.cancel()
         self.executor.shutdown(wait=True)
 
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_interval_s)
-            try:
-                await self.refresh()
-            except Exception:
-                log.exception("model manager refresh failed")
+    def _read_plans(self) -> dict[str, ServingPlan]:
+        with self.db.session() as session:
+            return serving_plans(session=session, only=self.only)
 
     async def refresh(self) -> None:
         """Bring loaded versions and pointers in line with the registry."""
         async with self._lock:
             try:
-                wanted = await asyncio.to_thread(read_registry, self.db, self.only)
+                wanted = await asyncio.to_thread(self._read_plans)
                 self.last_refresh_error = None
             except Exception as exc:
                 self.last_refresh_error = f"{type(exc).__name__}: {exc}"[:300]
@@ -176,7 +135,7 @@ class ModelManager:
             for name, w in wanted.items():
                 await self._apply(self.models.setdefault(name, ServedModel(name)), w)
 
-    async def _apply(self, served: ServedModel, w: Wanted) -> None:
+    async def _apply(self, served: ServedModel, w: ServingPlan) -> None:
         for version in sorted(set(w.paths) - set(served.versions)):
             if served.failed.get(version):
                 continue

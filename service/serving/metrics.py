@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from service.predictions.writer import LogWriter
+from predictions.writer import LogWriter
 
 FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "requests": ("Prediction requests by protocol and outcome.", ("protocol", "outcome")),

@@ -6,20 +6,17 @@ every client error is a 400 in the ``{"error": ...}`` shape, naming the row, the
 
 from __future__ import annotations
 
-import os
-import random
-import re
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.predictions.writer import LogUnavailable
-from service.registry.schema import FeatureKind, ModelSchema
+from core.http import error_response, json_response, request_id_of
+from predictions.writer import LogUnavailable
+from registry.schema import FeatureKind, ModelSchema
 from service.serving import docs
 from service.serving.codecs import BadRequest, parse_json, parse_v1, parse_v2, split_binary
 from service.serving.contracts import ContractViolation
@@ -27,24 +24,7 @@ from service.serving.flows import AppState, OutputContractError, Prediction, fee
 from service.serving.manager import LoadedVersion, NotServed
 
 router = APIRouter()
-_random = random.Random(int.from_bytes(os.urandom(32), "big"))  # ids without a syscall per request
-REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 V1, V2 = "TF Serving REST", "Open Inference Protocol v2"
-
-
-def json_response(body: Any, status: int = 200, request_id: str | None = None) -> Response:
-    headers = {"X-Request-Id": request_id} if request_id else None
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
-
-
-def error_response(status: int, message: str, request_id: str | None, **extra: Any) -> Response:
-    return json_response({"error": message, **extra}, status, request_id)
-
-
-def request_id_of(request: Request) -> str:
-    """The caller's ``X-Request-Id`` when it is sane, else a new one."""
-    rid = request.headers.get("x-request-id")
-    return rid if rid and REQUEST_ID.match(rid) else f"{_random.getrandbits(128):032x}"
 
 
 def _state(request: Request) -> AppState:

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from core.tabular import Columns
 from monitors.profile import build_reference_profile
-from service.registry.schema import ModelSchema, infer_schema
-from service.tabular import Columns
+from registry.schema import ModelSchema, infer_schema
 from tests.service.conftest import module_db_url, trained  # noqa: F401  (one trained model for this folder)
 from training.datagen import TARGET, default_logit, generate
 

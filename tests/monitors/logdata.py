@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine
 
-from service.predictions.service import LogRow, new_prediction_id, write_log_rows
-from service.registry.service import promote, register_version
-from service.runtime import Database
-from service.tabular import Columns
+from core.database import Database
+from core.tabular import Columns
+from predictions.service import LogRow, new_prediction_id, write_log_rows
+from registry.service import promote, register_version
 
 
 def plain(value: Any) -> Any:

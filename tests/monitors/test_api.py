@@ -16,9 +16,9 @@ import httpx
 import numpy as np
 import pytest
 
+from core.database import open_database
 from monitors.scheduled import run_pass
-from service.registry.service import register_version
-from service.runtime import open_database
+from registry.service import register_version
 from tests.monitors.browser import ARTIFACTS, read_png, screenshot
 from tests.monitors.logdata import plain
 from tests.service.conftest import Server, TrainedModels, seed_registry, serve_settings
@@ -148,7 +148,7 @@ def test_baseline_is_stable_and_planted_shift_is_flagged(scenario: Scenario) -> 
     assert doc["window"]["rows"] == WINDOW and doc["drifted"] is True
     # stored per-feature rows agree with the report
     db = open_database(scenario.server.settings.database_url.get_secret_value())
-    from monitors.runs import latest_run
+    from monitors.service import latest_run
 
     with db.session() as s:
         run = latest_run(session=s, model_name="credit")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from core.config import get_settings
+from core.tabular import write_table
+from registry.schema import infer_schema
 from service.cli import app
-from service.config import get_settings
-from service.registry.schema import infer_schema
-from service.tabular import write_table
 from tests.monitors.conftest import true_probability
 from training.datagen import generate
 

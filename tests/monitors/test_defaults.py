@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from core.tabular import Columns
 from monitors.config import MonitorConfig
 from monitors.drift import (
     CategoricalCounts,
@@ -15,9 +16,8 @@ from monitors.drift import (
     KolmogorovSmirnov,
     NumericDefault,
 )
+from monitors.engine import compare
 from monitors.profile import Profile, profile_from_dict
-from monitors.service import compare
-from service.tabular import Columns
 from tests.monitors.helpers import numeric_pair
 from training.datagen import generate
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from core.tabular import Columns
 from monitors.drift.streaming import PageHinkley
+from monitors.engine import compare, evaluate, sketch_columns
 from monitors.profile import build_reference_profile, profile_from_dict, reconstruction_error
-from monitors.service import compare, evaluate, sketch_columns
-from service.registry.schema import infer_schema
-from service.tabular import Columns
+from registry.schema import infer_schema
 from tests.monitors.conftest import true_probability
 from training.datagen import TARGET, generate
 

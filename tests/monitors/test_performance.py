@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from monitors.engine import compare, evaluate
 from monitors.performance import (
     classification_metrics,
     estimate_classification_metrics,
@@ -16,7 +17,6 @@ from monitors.performance import (
     roc_auc_from_counts,
 )
 from monitors.profile import Profile, profile_from_dict
-from monitors.service import compare, evaluate
 from monitors.window import WindowSketch
 from tests.monitors.conftest import true_probability
 from training.datagen import TARGET, generate

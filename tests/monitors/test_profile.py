@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from core.tabular import Columns
 from monitors.binning import coarse_counts, count_on_grid
 from monitors.profile import (
     N_QUANTILES,
@@ -17,8 +18,7 @@ from monitors.profile import (
     read_profile,
     write_profile,
 )
-from service.registry.schema import ModelSchema
-from service.tabular import Columns
+from registry.schema import ModelSchema
 
 
 def test_numeric_feature_summary_matches_numpy(reference: Columns, profile_dict: dict[str, Any]) -> None:

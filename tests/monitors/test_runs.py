@@ -7,11 +7,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from core import migrate
+from core.database import make_engine, make_session_factory, session_scope
+from monitors.engine import compare
 from monitors.profile import profile_from_dict
-from monitors.runs import latest_run, list_runs, record_run
-from monitors.service import compare
-from service import migrate
-from service.database import make_engine, make_session_factory, session_scope
+from monitors.service import latest_run, list_runs, record_run
 from training.datagen import generate
 
 

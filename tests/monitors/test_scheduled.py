@@ -13,12 +13,12 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from core.config import get_settings
+from core.database import open_database
 from monitors.config import config_path
-from monitors.runs import list_runs
+from monitors.service import list_runs
+from registry.schema import ModelSchema
 from service.cli import app
-from service.config import get_settings
-from service.registry.schema import ModelSchema
-from service.runtime import open_database
 from tests.monitors.logdata import log_columns, plain, register_profile
 from tests.service.conftest import Server, TrainedModels, seed_registry, serve_settings
 from training.datagen import TARGET, generate

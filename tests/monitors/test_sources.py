@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
+from core.database import open_database
+from monitors.engine import evaluate, sketch_columns
 from monitors.profile import profile_from_dict
-from monitors.service import evaluate, sketch_columns
 from monitors.sources import Reader, WindowSpec, read_window
 from monitors.window import WindowSketch, split_missing
-from service.predictions.service import record_feedback
-from service.registry.schema import ModelSchema
-from service.runtime import open_database
+from predictions.service import record_feedback
+from registry.schema import ModelSchema
 from tests.monitors.conftest import true_probability
 from tests.monitors.logdata import log_columns
 from training.datagen import TARGET, generate

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from service import migrate
-from service.registry.models import VersionState
-from service.registry.service import (
+from core import migrate
+from core.database import open_database
+from registry.models import VersionState
+from registry.service import (
     list_versions,
     next_version,
     promote,
@@ -18,7 +19,6 @@ from service.registry.service import (
     serving_version,
     set_label,
 )
-from service.runtime import open_database
 
 
 def test_migrations_upgrade_and_downgrade(database_url: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,9 +15,10 @@ import pytest
 import uvicorn
 from sqlalchemy import create_engine, text
 
-from service.config import Settings
-from service.registry.service import promote, register_version, set_label
-from service.runtime import open_database
+from core.config import Settings
+from core.database import open_database
+from core.network import free_port
+from registry.service import promote, register_version, set_label
 from service.serving.app import create_app
 from tests.conftest import postgres_schema
 
@@ -33,7 +33,7 @@ class TrainedModels:
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
-    from service.tabular import write_table
+    from core.tabular import write_table
     from training.datagen import generate
     from training.flows import run_training
     from training.jobs import Mode, TrainJob
@@ -71,8 +71,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
 def seed_registry(
     url: str, trained: TrainedModels, *, serving: int = 1, labels: dict[str, int] | None = None
 ) -> None:
-    """Register the trained versions in the database at ``url`` and promote one."""
-    db = open_database(url)
+    """Create the schema at ``url``, register the trained versions and promote one."""
+    db = open_database(url, upgrade=True)
     try:
         with db.session() as s:
             for version, path in trained.paths.items():
@@ -94,13 +94,6 @@ def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         return
     with postgres_schema(request.getfixturevalue("postgres_url")) as url:
         yield url
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Server:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from service.registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
+from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
 from service.serving.codecs import BadRequest, parse_v1, parse_v2
 from service.serving.contracts import ContractViolation, check_inputs, check_outputs
 

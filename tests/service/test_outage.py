@@ -14,7 +14,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.service.conftest import Server, TrainedModels, count_rows, free_port, seed_registry, serve_settings
+from core.network import free_port
+from tests.service.conftest import Server, TrainedModels, count_rows, seed_registry, serve_settings
 
 
 class TcpProxy:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from service import migrate
-from service.database import make_engine
-from service.predictions.models import PredictionLog
-from service.predictions.service import (
+from core import migrate
+from core.database import make_engine, open_database
+from predictions.models import PredictionLog
+from predictions.service import (
     LogRow,
     count_predictions,
     new_prediction_id,
@@ -20,9 +20,8 @@ from service.predictions.service import (
     recent_predictions,
     record_feedback,
 )
-from service.predictions.spool import Spool
-from service.predictions.writer import Durability, LogWriter
-from service.runtime import open_database
+from predictions.spool import Spool
+from predictions.writer import Durability, LogWriter
 
 
 def make_rows(n: int, *, start: int = 0, when: datetime | None = None, model: str = "m") -> list[LogRow]:
@@ -118,7 +117,7 @@ def test_spool_survives_a_restart_and_is_replayed_without_duplicates(tmp_path: P
     assert Spool(spool_dir).pending_rows == 30
     migrate.upgrade(url)
     # a crash between replaying and moving the cursor means some rows are replayed twice: ignored
-    from service.predictions.service import write_log_rows
+    from predictions.service import write_log_rows
 
     write_log_rows(engine=make_engine(url), rows=rows[:10], idempotent=True)
     second = LogWriter(engine=make_engine(url), spool=Spool(spool_dir), durability="durable")
@@ -158,7 +157,7 @@ def test_feedback_and_retention(database_url: str) -> None:
     old = make_rows(5, when=datetime.now(UTC) - timedelta(days=40))
     new = make_rows(5, start=5)
     others = make_rows(4, start=10, when=datetime.now(UTC) - timedelta(days=35), model="other")
-    from service.predictions.service import write_log_rows
+    from predictions.service import write_log_rows
 
     write_log_rows(engine=engine, rows=old + others + new, idempotent=False)
     with db.session() as s:
@@ -186,7 +185,7 @@ def test_feedback_and_retention(database_url: str) -> None:
         assert count_predictions(session=s) == 5
         _, unknown = record_feedback(session=s, model_name="m", labels=[(old[1].prediction_id, 1.0)])
         assert unknown == [old[1].prediction_id]
-        from service.predictions.models import PredictionFeedback
+        from predictions.models import PredictionFeedback
 
         labels = {f.prediction_id: f.label for f in s.scalars(select(PredictionFeedback))}
         assert labels == {new[0].prediction_id: 1.0}
@@ -203,7 +202,7 @@ def test_prediction_ids_are_unique_and_time_ordered() -> None:
 
 def test_time_window_boundary_includes_a_row_logged_exactly_on_it(database_url: str) -> None:
     """A timestamp with zero microseconds compares like any other (SQLite stores text timestamps)."""
-    from service.predictions.service import write_log_rows
+    from predictions.service import write_log_rows
 
     db = open_database(database_url)
     engine = make_engine(database_url)

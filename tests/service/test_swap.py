@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.registry.service import promote, register_version, set_label
-from service.runtime import open_database
+from core.database import open_database
+from registry.service import promote, register_version, set_label
 from tests.service.conftest import Server, TrainedModels, count_rows, seed_registry, serve_settings
 
 
@@ -90,8 +90,8 @@ def test_output_contract_violation_is_an_error_and_logged(
 
     import tensorflow as tf
 
-    from service.registry.schema import FeatureKind
-    from service.registry.service import read_schema
+    from registry.schema import FeatureKind
+    from registry.service import read_schema
 
     src = trained.paths[1]
     schema = read_schema(path=src)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from service.tabular import write_table
+from core.tabular import write_table
 from training.datagen import generate
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.registry.service import publish_files, read_meta, read_schema
-from service.runtime import open_database
-from service.tabular import write_table
+from core.database import open_database
+from core.tabular import write_table
+from registry.service import publish_files, read_meta, read_schema
 from training.datagen import generate
 
 

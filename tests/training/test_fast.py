@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.registry.schema import FeatureKind, ModelSchema, infer_schema
-from service.tabular import read_table, write_table
-from training.cluster import ClusterSpec, free_ports
+from core.network import free_ports
+from core.tabular import read_table, write_table
+from registry.schema import FeatureKind, ModelSchema, infer_schema
+from training.cluster import ClusterSpec
 from training.datagen import TARGET, Scenario, generate
 
 

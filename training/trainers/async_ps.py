@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from training.cluster import ClusterSpec, is_listening
+from core.network import is_listening
+from training.cluster import ClusterSpec
 from training.jobs import PreparedData, TrainJob, prepare, read_job, save_weights
 from training.net import build_net, dense_weights
 from training.progress import Progress, ProgressFile

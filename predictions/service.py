@@ -16,7 +16,8 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.predictions.models import LOG_COLUMNS, PredictionFeedback, PredictionLog
+from core.database import Database
+from predictions.models import LOG_COLUMNS, PredictionFeedback, PredictionLog
 
 
 class LogRow(NamedTuple):
@@ -206,3 +207,14 @@ def purge_predictions(*, session: Session, before: datetime, chunk: int = 5000) 
     session.execute(delete(PredictionFeedback).where(PredictionFeedback.prediction_id.in_(pids)))
     session.execute(delete(PredictionLog).where(PredictionLog.id.in_(ids)))
     return len(ids)
+
+
+def purge_all_before(*, db: Database, before: datetime) -> int:
+    """Delete every prediction logged before ``before``, one chunk per transaction; the number deleted."""
+    total = 0
+    while True:
+        with db.session() as session:
+            n = purge_predictions(session=session, before=before)
+        total += n
+        if n == 0:
+            return total

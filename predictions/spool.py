@@ -19,7 +19,7 @@ from typing import IO
 
 import orjson
 
-from service.predictions.service import LogRow
+from predictions.service import LogRow
 
 log = logging.getLogger("driftwarden.predictions.spool")
 

@@ -1,15 +1,19 @@
-"""Engine, session factory and the declarative base shared by every domain's tables."""
+"""Engine, sessions, the declarative base shared by every domain's tables, and opening the database."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import JSON, Engine, MetaData, create_engine, event
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+
+from core import migrate
+from core.config import Settings, get_settings
 
 # JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -69,3 +73,44 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+@dataclass
+class Database:
+    """An engine and its session factory."""
+
+    url: str
+    engine: Engine
+    factory: sessionmaker[Session]
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A transactional session: commit on success, roll back on error."""
+        with session_scope(self.factory) as session:
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def is_sqlite(url: str) -> bool:
+    """Whether ``url`` names the embedded SQLite backend."""
+    return url.startswith("sqlite")
+
+
+def open_database(
+    url: str | None = None, *, upgrade: bool | None = None, settings: Settings | None = None
+) -> Database:
+    """Open the configured database after checking that its schema matches the code.
+
+    ``upgrade=None`` follows the settings: the embedded SQLite default upgrades itself, a server database
+    only with ``DRIFTWARDEN_DATABASE_AUTO_UPGRADE=true``; otherwise an old schema raises
+    :class:`core.migrate.SchemaOutdated` naming ``driftwarden db upgrade``.
+    """
+    settings = settings or get_settings()
+    url = url or settings.database_url.get_secret_value()
+    if upgrade is None:
+        upgrade = is_sqlite(url) or settings.database_auto_upgrade
+    migrate.ensure_schema(url, auto_upgrade=upgrade)
+    engine = make_engine(url)
+    return Database(url=url, engine=engine, factory=make_session_factory(engine))

@@ -2,7 +2,7 @@
 
 Requests hand their rows to :meth:`LogWriter.submit`; one writer thread drains the queue in batches (one
 transaction each: PostgreSQL COPY, SQLite one prepared multi-row insert). If a write fails, or the queue is
-full because the database is slow, rows go to the :class:`~service.predictions.spool.Spool` on disk; while
+full because the database is slow, rows go to the :class:`~predictions.spool.Spool` on disk; while
 the spool holds rows every new row is appended behind them, and the writer replays the spool in order as
 soon as the database answers again. Nothing is dropped: ``rows_dropped`` only moves if the local disk
 itself refuses a write.
@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine
 
-from service.predictions.service import LogRow, write_log_rows
-from service.predictions.spool import Spool
+from predictions.service import LogRow, write_log_rows
+from predictions.spool import Spool
 
 log = logging.getLogger("driftwarden.predictions.writer")
 

@@ -20,6 +20,13 @@ class Settings(BaseSettings):
         default=SecretStr("sqlite:///./var/driftwarden.db"),
         description="SQLAlchemy URL; sqlite:///... (embedded default) or postgresql+psycopg://...",
     )
+    database_auto_upgrade: bool = Field(
+        default=False,
+        description=(
+            "Apply pending migrations when a server database (PostgreSQL) is opened; off: an old schema "
+            "stops the command with a message naming `driftwarden db upgrade`. SQLite always upgrades."
+        ),
+    )
     registry_path: Path = Field(
         default=Path("./var/models"), description="Model registry root (TF Serving layout)."
     )
@@ -48,7 +55,7 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8501
 
-    # serving / prediction log (service/serving, service/predictions)
+    # serving / prediction log (service/serving, predictions/)
     serve_models: list[str] = Field(
         default_factory=list, description="Models to serve (empty: every model that has a serving version)."
     )

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from service.database import Base
+from core.database import Base
 
 BigId = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.registry.models import ModelVersion, VersionLabel, VersionState, utcnow
-from service.registry.schema import ModelSchema
+from registry.models import ModelVersion, VersionLabel, VersionState, utcnow
+from registry.schema import ModelSchema
 
 META_DIR = "driftwarden"  # per-version metadata folder beside the SavedModel files
 
@@ -95,6 +96,17 @@ def serving_version(*, session: Session, model_name: str) -> ModelVersion | None
     )
 
 
+def count_versions(*, session: Session, model_name: str) -> int:
+    """How many versions of ``model_name`` are registered (0: an unknown model)."""
+    return session.scalar(select(func.count()).where(ModelVersion.model_name == model_name)) or 0
+
+
+def serving_model_names(*, session: Session) -> list[str]:
+    """Names of the models that have a version in state ``serving``, sorted."""
+    stmt = select(ModelVersion.model_name).where(ModelVersion.state == VersionState.SERVING).distinct()
+    return sorted(session.scalars(stmt))
+
+
 def latest_version(*, session: Session, model_name: str) -> ModelVersion | None:
     """The highest-numbered version of a model, or None."""
     return session.scalar(
@@ -158,3 +170,37 @@ def read_meta(*, path: Path, name: str) -> dict[str, Any]:
 def read_schema(*, path: Path) -> ModelSchema:
     """The input/output contract stored with a version."""
     return ModelSchema.from_dict(read_meta(path=path, name="schema"))
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """What the registry says one model should serve: its serving version and its labelled versions."""
+
+    serving: int | None
+    labels: dict[str, int]
+    paths: dict[int, str]
+
+
+def serving_plans(*, session: Session, only: list[str]) -> dict[str, ServingPlan]:
+    """The serving and labelled (not rejected) versions of each model of ``only``, or of every model."""
+    out: dict[str, ServingPlan] = {}
+    names = only or list(session.scalars(select(ModelVersion.model_name).distinct()))
+    for name in names:
+        serving = session.execute(
+            select(ModelVersion.version, ModelVersion.path).where(
+                ModelVersion.model_name == name, ModelVersion.state == VersionState.SERVING
+            )
+        ).first()
+        labelled = session.execute(
+            select(VersionLabel.label, ModelVersion.version, ModelVersion.path, ModelVersion.state)
+            .join(ModelVersion, VersionLabel.version_id == ModelVersion.id)
+            .where(VersionLabel.model_name == name)
+        ).all()
+        live = [(label, v, p) for label, v, p, state in labelled if state is not VersionState.REJECTED]
+        paths = {v: p for _, v, p in live}
+        if serving is not None:
+            paths[serving[0]] = serving[1]
+        out[name] = ServingPlan(
+            serving=serving[0] if serving else None, labels={label: v for label, v, _ in live}, paths=paths
+        )
+    return out

@@ -1,0 +1,65 @@
+"""The schema's alembic migrations (the top-level ``migrations`` package): apply, inspect, check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
+
+import migrations
+
+
+class SchemaOutdated(RuntimeError):
+    """The database's schema is older (or other) than the code's; the message says how to fix it."""
+
+
+def alembic_config(url: str) -> Config:
+    """An alembic config for ``url`` that needs no ini file."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Bring the database at ``url`` up to ``revision``."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Take the database at ``url`` down to ``revision``."""
+    command.downgrade(alembic_config(url), revision)
+
+
+def head() -> str:
+    """The newest revision the code knows."""
+    revision = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert revision is not None, "the migrations folder has no revision"
+    return revision
+
+
+def current(url: str) -> str | None:
+    """The revision the database is at (None when never migrated)."""
+    engine = create_engine(url, connect_args={"connect_timeout": 10} if url.startswith("postgresql") else {})
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def ensure_schema(url: str, *, auto_upgrade: bool) -> None:
+    """Upgrade the database (``auto_upgrade``) or check that it is at the code's revision."""
+    if auto_upgrade:
+        upgrade(url)
+        return
+    at, want = current(url), head()
+    if at != want:
+        raise SchemaOutdated(
+            f"the database schema is at revision {at or '(none)'}, this driftwarden needs {want}: "
+            "run `driftwarden db upgrade` (or set DRIFTWARDEN_DATABASE_AUTO_UPGRADE=true)"
+        )

@@ -1,0 +1,23 @@
+"""What the API process hands every domain's routes and periodic jobs: settings and the database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.config import Settings
+from core.database import Database
+
+
+@dataclass
+class Runtime:
+    """The process-wide handles a domain may use (``request.app.state.dw`` in routes).
+
+    The API process (``service/``) fills in a subclass with what only it owns (loaded models, the log
+    writer, metrics) and overrides the hooks below.
+    """
+
+    settings: Settings
+    db: Database
+
+    def flush_predictions(self, timeout_s: float) -> None:
+        """Make predictions answered so far visible to readers of the log (no-op without a log writer)."""
