@@ -11,9 +11,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
 import migrations
+from core.errors import Unavailable
 
 
-class SchemaOutdated(RuntimeError):
+class SchemaOutdated(Unavailable):
     """The database's schema is older (or other) than the code's; the message says how to fix it."""
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from core.config import Settings
 from core.database import Database
+from core.errors import DomainError
 from monitors.config import MonitorConfig, config_path, load_config
 from monitors.engine import evaluate
 from monitors.html import render_html
@@ -29,7 +30,7 @@ from registry.models import ModelVersion
 from registry.service import count_versions, read_meta, serving_model_names, serving_version
 
 
-class MonitorError(Exception):
+class MonitorError(DomainError):
     """A monitor request that cannot be answered; ``status_code`` is the HTTP status to answer with."""
 
     status_code = 409

@@ -6,15 +6,32 @@ Imports stay light: TensorFlow loads only inside the commands that need it.
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from core.config import get_settings
+from core.errors import DomainError
 from core.logs import setup_logging
+
+
+class _Root(TyperGroup):
+    """The root command: a domain error ends any command with one line on stderr and its exit code."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer vendors its own click: its Context type is private
+        try:
+            return super().invoke(ctx)
+        except DomainError as exc:
+            if ctx.meta.get("driftwarden.debug"):
+                raise
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
 
 app = typer.Typer(
     name="driftwarden",
+    cls=_Root,
     help=(
         "Production monitoring and drift detection for TensorFlow models.\n\n"
         "Train on a TensorFlow cluster, register versions, serve them over HTTP (TF Serving REST and "
@@ -29,6 +46,17 @@ db_app = typer.Typer(help="Database schema (alembic migrations).", no_args_is_he
 models_app = typer.Typer(help="The model registry.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the full traceback of an error instead of one line.")
+    ] = False,
+) -> None:
+    """Production monitoring and drift detection for TensorFlow models."""
+    ctx.meta["driftwarden.debug"] = debug
 
 
 @app.command("config")

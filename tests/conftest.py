@@ -1,15 +1,16 @@
-"""Shared fixtures: databases (SQLite and the real PostgreSQL), settings isolation, CLI runner."""
+"""Shared fixtures: databases (SQLite and the real PostgreSQL), settings isolation, a trained model."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+
+from tests.support import TrainedModels, postgres_schema
 
 PG_ADMIN_URL = os.environ.get(
     "DRIFTWARDEN_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -45,30 +46,6 @@ def postgres_url() -> Iterator[str]:
     admin.dispose()
 
 
-@contextmanager
-def postgres_schema(base_url: str, *, migrated: bool = True) -> Iterator[str]:
-    """A URL into a fresh schema of the test database (dropped afterwards).
-
-    ``migrated``: as after ``driftwarden db upgrade`` (a server database is not upgraded on open);
-    otherwise empty.
-    """
-    from core import migrate
-
-    schema = f"t_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(base_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    url = f"{base_url}?options=-csearch_path%3D{schema}"
-    try:
-        if migrated:
-            migrate.upgrade(url)
-        yield url
-    finally:
-        with engine.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database URL on each backend (PostgreSQL: a fresh schema per test, migrated)."""
@@ -90,3 +67,52 @@ def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Itera
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
+    """Two versions of model ``credit`` trained for real once per session (local mode, small data)."""
+    from core.database import open_database
+    from core.tabular import write_table
+    from training.datagen import generate
+    from training.flows import run_training
+    from training.jobs import Mode, TrainJob
+    from training.progress import Progress
+
+    root = tmp_path_factory.mktemp("trained")
+    data = root / "train.parquet"
+    write_table(generate(2000, seed=1), data)
+    db = open_database(f"sqlite:///{root / 'train.db'}")
+    paths: dict[int, Path] = {}
+    try:
+        for seed in (0, 1):
+            result = run_training(
+                job=TrainJob(model_name="credit", data=data, mode=Mode.LOCAL, epochs=1.0, seed=seed),
+                db=db,
+                registry=root / "models",
+                checkpoint_root=root / "ckpt",
+                progress=Progress("t", show_bar=False),
+            )
+            paths[result.version.version] = Path(result.version.path)
+    finally:
+        db.dispose()
+    sample = generate(300, seed=7)
+    rows = [
+        {
+            k: (None if isinstance(v, float) and v != v else (v.item() if hasattr(v, "item") else v))
+            for k, v in zip(sample, values, strict=True)
+            if k != "default"
+        }
+        for values in zip(*sample.values(), strict=True)
+    ]
+    return TrainedModels(paths=paths, rows=rows)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh database per test module, on each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'serve.db'}"
+        return
+    with postgres_schema(request.getfixturevalue("postgres_url")) as url:
+        yield url

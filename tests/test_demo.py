@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.conftest import pid_alive
+from tests.training.helpers import pid_alive
 
 pytestmark = pytest.mark.cluster
 

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.config import Settings, get_settings
 from core.database import make_engine, open_database
+from core.errors import DomainError
 from monitors.scheduled import start_in_app as start_monitors
 from monitors.views import router as monitors_router
 from predictions.scheduled import start_retention
@@ -147,10 +148,16 @@ def create_app(
     )
     app.include_router(router)
     app.include_router(monitors_router)
+    app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
     return app
+
+
+async def _domain_error(request: Request, exc: DomainError) -> Response:
+    """Every domain's errors, answered in one place: their status and their one-line message."""
+    return error_response(exc.status_code, str(exc), request_id_of(request))
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

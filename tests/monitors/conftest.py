@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
 from core.tabular import Columns
 from monitors.profile import build_reference_profile
 from registry.schema import ModelSchema, infer_schema
-from tests.service.conftest import module_db_url, trained  # noqa: F401  (one trained model for this folder)
-from training.datagen import TARGET, default_logit, generate
-
-
-def true_probability(cols: Columns) -> np.ndarray:
-    """A perfectly calibrated model of the baseline concept: the generator's own P(default | x)."""
-    return np.asarray(1.0 / (1.0 + np.exp(-default_logit(cols))))
+from tests.monitors.helpers import true_probability
+from training.datagen import TARGET, generate
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.tabular import Columns
 from monitors.drift import NumericCounts
 from monitors.profile import NumericProfile, _numeric_from_dict, numeric_summary
+from training.datagen import default_logit
 
 
 def numeric_profile(values: np.ndarray) -> NumericProfile:
@@ -15,3 +17,8 @@ def numeric_profile(values: np.ndarray) -> NumericProfile:
 def numeric_pair(reference: np.ndarray, current: np.ndarray) -> tuple[NumericCounts, NumericCounts]:
     ref = NumericCounts.from_profile(numeric_profile(reference))
     return ref, NumericCounts.from_values(current, reference=ref)
+
+
+def true_probability(cols: Columns) -> np.ndarray:
+    """A perfectly calibrated model of the baseline concept: the generator's own P(default | x)."""
+    return np.asarray(1.0 / (1.0 + np.exp(-default_logit(cols))))

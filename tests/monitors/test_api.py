@@ -21,7 +21,7 @@ from monitors.scheduled import run_pass
 from registry.service import register_version
 from tests.monitors.browser import ARTIFACTS, read_png, screenshot
 from tests.monitors.logdata import plain
-from tests.service.conftest import Server, TrainedModels, seed_registry, serve_settings
+from tests.support import Server, TrainedModels, seed_registry, serve_settings
 from training.datagen import TARGET, generate
 
 TOKEN = "s3cret-admin"

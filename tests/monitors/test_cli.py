@@ -13,7 +13,7 @@ from core.config import get_settings
 from core.tabular import write_table
 from registry.schema import infer_schema
 from service.cli import app
-from tests.monitors.conftest import true_probability
+from tests.monitors.helpers import true_probability
 from training.datagen import generate
 
 runner = CliRunner()

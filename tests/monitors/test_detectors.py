@@ -12,7 +12,7 @@ from monitors.drift.streaming import PageHinkley
 from monitors.engine import compare, evaluate, sketch_columns
 from monitors.profile import build_reference_profile, profile_from_dict, reconstruction_error
 from registry.schema import infer_schema
-from tests.monitors.conftest import true_probability
+from tests.monitors.helpers import true_probability
 from training.datagen import TARGET, generate
 
 

@@ -18,7 +18,7 @@ from monitors.performance import (
 )
 from monitors.profile import Profile, profile_from_dict
 from monitors.window import WindowSketch
-from tests.monitors.conftest import true_probability
+from tests.monitors.helpers import true_probability
 from training.datagen import TARGET, generate
 
 REL = 1e-9

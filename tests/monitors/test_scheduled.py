@@ -20,7 +20,7 @@ from monitors.service import list_runs
 from registry.schema import ModelSchema
 from service.cli import app
 from tests.monitors.logdata import log_columns, plain, register_profile
-from tests.service.conftest import Server, TrainedModels, seed_registry, serve_settings
+from tests.support import Server, TrainedModels, seed_registry, serve_settings
 from training.datagen import TARGET, generate
 
 

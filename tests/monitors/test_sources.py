@@ -16,7 +16,7 @@ from monitors.sources import Reader, WindowSpec, read_window
 from monitors.window import WindowSketch, split_missing
 from predictions.service import record_feedback
 from registry.schema import ModelSchema
-from tests.monitors.conftest import true_probability
+from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns
 from training.datagen import TARGET, generate
 

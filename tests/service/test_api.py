@@ -9,7 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.service.conftest import Server, TrainedModels, count_rows
+from tests.support import Server, TrainedModels, count_rows
 
 
 def _row(trained: TrainedModels, i: int = 0, **changes: Any) -> dict[str, Any]:

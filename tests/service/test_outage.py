@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from core.network import free_port
-from tests.service.conftest import Server, TrainedModels, count_rows, seed_registry, serve_settings
+from tests.support import Server, TrainedModels, count_rows, seed_registry, serve_settings
 
 
 class TcpProxy:

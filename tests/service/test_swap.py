@@ -14,7 +14,7 @@ import pytest
 
 from core.database import open_database
 from registry.service import promote, register_version, set_label
-from tests.service.conftest import Server, TrainedModels, count_rows, seed_registry, serve_settings
+from tests.support import Server, TrainedModels, count_rows, seed_registry, serve_settings
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.training.conftest import Workspace, kill, pid_alive, wait_for
+from tests.training.helpers import Workspace, kill, pid_alive, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -1,0 +1,62 @@
+"""``every``: periodic jobs run again and again, survive a failing run, stop when cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+import pytest
+
+from core.scheduling import every
+
+
+def test_runs_repeatedly_in_a_thread_and_survives_failures(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+
+    def job() -> None:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 2:
+            raise RuntimeError("database down")
+
+    async def main() -> None:
+        task = every(0.02, job, name="test job", initial_delay_s=0.0)
+        assert task is not None
+        for _ in range(200):
+            if len(calls) >= 4:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert len(calls) >= 4, "the loop must go on after the failing second run"
+    assert all(name != "MainThread" for name in calls), "a plain function runs off the event loop"
+    assert any("test job failed: database down" in r.getMessage() for r in caplog.records)
+
+
+def test_coroutine_functions_run_on_the_loop_after_the_initial_delay() -> None:
+    seen: list[float] = []
+
+    async def job() -> None:
+        seen.append(asyncio.get_running_loop().time())
+
+    async def main() -> float:
+        start = asyncio.get_running_loop().time()
+        task = every(0.01, job, name="async job", initial_delay_s=0.1)
+        assert task is not None
+        while len(seen) < 2:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return start
+
+    start = asyncio.run(main())
+    assert seen[0] - start >= 0.09
+
+
+def test_no_task_when_switched_off() -> None:
+    async def main() -> None:
+        assert every(0, lambda: None, name="off") is None
+
+    asyncio.run(main())

@@ -1,0 +1,143 @@
+"""Helpers shared by the tests of several packages (fixtures live in ``tests/conftest.py``)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from sqlalchemy import create_engine, text
+
+from core.config import Settings
+from core.database import open_database
+from core.network import free_port
+from registry.service import promote, register_version, set_label
+from service.serving.app import create_app
+
+
+@contextmanager
+def postgres_schema(base_url: str, *, migrated: bool = True) -> Iterator[str]:
+    """A URL into a fresh schema of the test database (dropped afterwards).
+
+    ``migrated``: as after ``driftwarden db upgrade`` (a server database is not upgraded on open);
+    otherwise empty.
+    """
+    from core import migrate
+
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(base_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = f"{base_url}?options=-csearch_path%3D{schema}"
+    try:
+        if migrated:
+            migrate.upgrade(url)
+        yield url
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@dataclass(frozen=True)
+class TrainedModels:
+    """Two versions of model ``credit`` trained for real, and sample rows of their data."""
+
+    paths: dict[int, Path]
+    rows: list[dict[str, Any]]
+
+
+def seed_registry(
+    url: str, trained: TrainedModels, *, serving: int = 1, labels: dict[str, int] | None = None
+) -> None:
+    """Create the schema at ``url``, register the trained versions and promote one."""
+    db = open_database(url, upgrade=True)
+    try:
+        with db.session() as s:
+            for version, path in trained.paths.items():
+                register_version(
+                    session=s, model_name="credit", version=version, path=path, metrics={}, lineage={}
+                )
+            promote(session=s, model_name="credit", version=serving)
+            for label, version in (labels or {}).items():
+                set_label(session=s, model_name="credit", label=label, version=version)
+    finally:
+        db.dispose()
+
+
+class Server:
+    """A real uvicorn server on a free loopback port, in a thread of the test process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app = create_app(settings)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(60)
+
+    @property
+    def state(self) -> Any:
+        return self.app.state.dw
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+
+def serve_settings(url: str, spool: Path, **overrides: Any) -> Settings:
+    """Settings for a test server: its database, its spool, a fast registry poll."""
+    values: dict[str, Any] = {
+        "database_url": url,
+        "spool_path": spool,
+        "model_poll_interval_s": 0.2,
+        "retention_interval_s": 0,
+        "log_retry_interval_s": 0.2,
+        **overrides,
+    }
+    return Settings(**values)
+
+
+def count_rows(url: str, where: str = "1=1", params: dict[str, Any] | None = None) -> int:
+    """Rows of prediction_log matching ``where``, read with a separate connection."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text(f"select count(*) from prediction_log where {where}"), params or {}
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+def copy_version(src: Path, dst: Path) -> Path:
+    """A writable copy of a version folder."""
+    shutil.copytree(src, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dst
