@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hmac
 import os
 import random
 import re
 from typing import Any
 
 import orjson
+from pydantic import SecretStr
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -28,3 +30,20 @@ def request_id_of(request: Request) -> str:
     """The caller's ``X-Request-Id`` when it is sane, else a new one."""
     rid = request.headers.get("x-request-id")
     return rid if rid and REQUEST_ID.match(rid) else f"{_random.getrandbits(128):032x}"
+
+
+def admin_denied(request: Request, token: SecretStr | None) -> Response | None:
+    """None when the caller may use an admin route (no token configured, or the right bearer token).
+
+    Otherwise the answer to send: 401 without a bearer token, 403 with a wrong one (constant-time compare).
+    """
+    if token is None:
+        return None
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        return error_response(
+            401, "this admin route needs 'Authorization: Bearer <admin token>'", request_id_of(request)
+        )
+    if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+        return error_response(403, "the admin token is wrong", request_id_of(request))
+    return None

@@ -7,13 +7,12 @@ profile, too few predictions in the window, no run yet, missing or wrong admin t
 from __future__ import annotations
 
 import asyncio
-import hmac
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
-from core.http import error_response, json_response, request_id_of
+from core.http import admin_denied, error_response, json_response, request_id_of
 from core.runtime import Runtime
 from monitors import flows
 
@@ -27,21 +26,6 @@ def _state(request: Request) -> Runtime:
 
 def _error(request: Request, exc: flows.MonitorError) -> Response:
     return error_response(exc.status_code, str(exc), request_id_of(request))
-
-
-def _admin_denied(request: Request, state: Runtime) -> Response | None:
-    """None when the caller may use admin routes (no token configured, or the right bearer token)."""
-    token = state.settings.admin_token
-    if token is None:
-        return None
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        return error_response(
-            401, "this admin route needs 'Authorization: Bearer <admin token>'", request_id_of(request)
-        )
-    if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
-        return error_response(403, "the admin token is wrong", request_id_of(request))
-    return None
 
 
 @router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)")
@@ -69,7 +53,7 @@ async def run_history(
 @router.post("/v1/models/{name}/monitors:run", summary="Evaluate drift now (admin)")
 async def run_now(request: Request, name: str) -> Response:
     state = _state(request)
-    denied = _admin_denied(request, state)
+    denied = admin_denied(request, state.settings.admin_token)
     if denied is not None:
         return denied
     # predictions answered moments ago may still be on their way to the table
