@@ -160,7 +160,7 @@ def report_json(report: Any) -> str:
 
 def db_report(*, engine: Any, profile: Any, spec: Any) -> Any:
     """Read a window from the database and evaluate it: what one monitor run does."""
-    from monitors.sources import read_window
+    from monitors.log_window import read_window
 
     return evaluate(
         profile=profile,
@@ -269,7 +269,8 @@ def scratch_database(kind: str, pg_url: str) -> Any:
 
 def bench_database(kind: str, *, profile: Any, windows: list[int], pg_url: str) -> None:
     from core.database import open_database
-    from monitors.sources import WindowSpec, read_window
+    from monitors.log_window import read_window
+    from predictions.windows import WindowSpec
 
     with scratch_database(kind, pg_url) as url:
         t0 = time.perf_counter()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from monitors.drift.base import Correction
+from monitors.drift.catalog import TESTS, lookup
+from registry.schema import FeatureKind
 
 
 class FeatureOverride(BaseModel):
@@ -18,9 +20,20 @@ class FeatureOverride(BaseModel):
     threshold: float | None = Field(default=None, ge=0)
     enabled: bool = True
 
+    @field_validator("test")
+    @classmethod
+    def _registered(cls, name: str | None) -> str | None:
+        known = sorted({t.name for t in TESTS})
+        if name is not None and name not in known:
+            raise ValueError(f"unknown test {name!r}; choose from {known}")
+        return name
+
 
 class MonitorConfig(BaseModel):
-    """Drift decision settings; every default is documented in the test classes."""
+    """Drift decision settings; every default is documented in the test classes.
+
+    Test names are checked against the catalog of drift tests (:mod:`monitors.drift.catalog`).
+    """
 
     alpha: float = Field(
         default=0.05, gt=0, lt=1, description="Significance level per feature (after adjustment)."
@@ -46,6 +59,25 @@ class MonitorConfig(BaseModel):
     window_minutes: float | None = Field(
         default=None, gt=0, description="Window of this model: last T minutes (None: the server default)."
     )
+
+    @field_validator("numeric_test")
+    @classmethod
+    def _numeric_test(cls, name: str) -> str:
+        lookup(FeatureKind.NUMERIC, name)
+        return name
+
+    @field_validator("categorical_test")
+    @classmethod
+    def _categorical_test(cls, name: str) -> str:
+        lookup(FeatureKind.CATEGORICAL, name)
+        return name
+
+    @field_validator("prediction")
+    @classmethod
+    def _prediction_test(cls, override: FeatureOverride) -> FeatureOverride:
+        if override.test is not None:
+            lookup(FeatureKind.NUMERIC, override.test)  # the prediction is a numeric column
+        return override
 
 
 CONFIG_FILE = "monitor.json"

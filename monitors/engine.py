@@ -1,53 +1,32 @@
-"""Monitor operations: sketch a window against a profile and evaluate it into a drift report."""
+"""The pure engine: sketch a window against a profile and evaluate it into a drift report.
+
+:func:`evaluate` measures each feature with the function of its kind (:func:`_numeric_feature`,
+:func:`_categorical_feature`), adjusts the p-values of all features together, then adds the prediction
+(drift and performance) and the multivariate detector. Tests come from :mod:`monitors.drift.catalog`.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from monitors.binning import cell_points
+from monitors.binning import GridCounts, cell_points
 from monitors.config import FeatureOverride, MonitorConfig
+from monitors.drift import catalog
 from monitors.drift.base import DriftTest, Measurement, TestResult, adjust_p_values
-from monitors.drift.categorical import (
-    CategoricalCounts,
-    CategoricalDefault,
-    CategoricalJensenShannon,
-    CategoricalPSI,
-    ChiSquare,
-    UnseenCategories,
-    aligned,
-)
-from monitors.drift.numeric import (
-    KolmogorovSmirnov,
-    NumericCounts,
-    NumericDefault,
-    NumericJensenShannon,
-    NumericPSI,
-    Wasserstein,
-)
+from monitors.drift.categorical import CategoricalCounts, aligned
+from monitors.drift.numeric import NumericCounts, NumericDefault
 from monitors.performance import estimate_classification_metrics, metrics_from_counts
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.quality import QualityCheck, good_turing_unseen, rate_check, violation_check
 from monitors.report import DatasetDrift, DriftReport, FeatureDrift, Histogram
 from monitors.window import WindowSketch, split_missing
-
-NUMERIC_TESTS: dict[str, type[DriftTest[NumericCounts]]] = {
-    "default": NumericDefault,
-    "ks": KolmogorovSmirnov,
-    "wasserstein": Wasserstein,
-    "psi": NumericPSI,
-    "jensen_shannon": NumericJensenShannon,
-}
-CATEGORICAL_TESTS: dict[str, type[DriftTest[CategoricalCounts]]] = {
-    "default": CategoricalDefault,
-    "chi_square": ChiSquare,
-    "jensen_shannon": CategoricalJensenShannon,
-    "psi": CategoricalPSI,
-    "unseen_categories": UnseenCategories,
-}
-CHUNK_ROWS = 1_000_000
+from predictions.windows import CHUNK_ROWS
+from registry.schema import FeatureKind
 
 
 def sketch_columns(
@@ -70,16 +49,15 @@ def sketch_columns(
     return sketch
 
 
-def _test_for(*, kind: str, override: FeatureOverride | None, config: MonitorConfig) -> DriftTest[Any]:
+def _test_for(
+    *, kind: FeatureKind, override: FeatureOverride | None, config: MonitorConfig
+) -> DriftTest[Any]:
     """The configured test instance of one feature."""
-    numeric = kind == "numeric"
-    registry: Mapping[str, type[DriftTest[Any]]] = NUMERIC_TESTS if numeric else CATEGORICAL_TESTS
+    numeric = kind is FeatureKind.NUMERIC
     name = (override.test if override and override.test else None) or (
         config.numeric_test if numeric else config.categorical_test
     )
-    if name not in registry:
-        raise ValueError(f"unknown {kind} test {name!r}; choose from {sorted(registry)}")
-    cls = registry[name]
+    cls = catalog.lookup(kind, name)
     threshold = override.threshold if override and override.threshold is not None else None
     if threshold is None:
         threshold = config.numeric_threshold if numeric else config.categorical_threshold
@@ -108,130 +86,170 @@ def _categorical_histogram(ref: CategoricalCounts, cur: CategoricalCounts) -> Hi
     )
 
 
-def _numeric_pair(fp: NumericProfile, sketch_counts: Any) -> tuple[NumericCounts, NumericCounts]:
-    ref = NumericCounts.from_profile(fp)
-    return ref, NumericCounts.from_grid_counts(sketch_counts, reference=ref)
+def _numeric_pair(ref_profile: NumericProfile, counts: GridCounts) -> tuple[NumericCounts, NumericCounts]:
+    ref = NumericCounts.from_profile(ref_profile)
+    return ref, NumericCounts.from_grid_counts(counts, reference=ref)
 
 
-def _all_numeric(ref: NumericCounts, cur: NumericCounts) -> dict[str, TestResult]:
-    return {
-        t.name: t(ref, cur)
-        for t in (KolmogorovSmirnov(), Wasserstein(), NumericPSI(), NumericJensenShannon())
-    }
+@dataclass(frozen=True)
+class FeatureMeasurement:
+    """One feature measured, before the p-values of all features are adjusted together."""
+
+    name: str
+    kind: FeatureKind
+    test: DriftTest[Any]
+    measurement: Measurement
+    statistics: dict[str, TestResult]
+    rows: int
+    missing: int
+    histogram: Histogram
+    quality: tuple[QualityCheck, ...]
+
+    def verdict(self, adjusted_p_value: float | None) -> FeatureDrift:
+        """The feature's result once its p-value is adjusted."""
+        return FeatureDrift(
+            name=self.name,
+            kind=self.kind.value,
+            result=self.test.result(self.measurement, adjusted_p_value=adjusted_p_value),
+            statistics=self.statistics,
+            rows=self.rows,
+            missing=self.missing,
+            histogram=self.histogram,
+        )
 
 
-def _all_categorical(ref: CategoricalCounts, cur: CategoricalCounts) -> dict[str, TestResult]:
-    tests = (ChiSquare(), CategoricalJensenShannon(), CategoricalPSI(), UnseenCategories())
-    return {t.name: t(ref, cur) for t in tests}
+def _numeric_feature(
+    *,
+    name: str,
+    ref_profile: NumericProfile,
+    counts: GridCounts,
+    override: FeatureOverride | None,
+    config: MonitorConfig,
+) -> FeatureMeasurement:
+    """A numeric feature's test, statistics and quality checks (missing, out of range, contract)."""
+    ref, cur = _numeric_pair(ref_profile, counts)
+    test = _test_for(kind=FeatureKind.NUMERIC, override=override, config=config)
+    total = counts.count + counts.missing
+    rate = {"alpha": config.alpha, "min_increase": config.quality_min_increase}
+    return FeatureMeasurement(
+        name=name,
+        kind=FeatureKind.NUMERIC,
+        test=test,
+        measurement=test.measure(ref, cur),
+        statistics=catalog.statistics(FeatureKind.NUMERIC, ref, cur),
+        rows=counts.count,
+        missing=counts.missing,
+        histogram=_numeric_histogram(ref, cur),
+        quality=(
+            rate_check(
+                feature=name,
+                check="missing",
+                count=counts.missing,
+                rows=total,
+                expected_rate=ref_profile.missing_rate,
+                **rate,
+            ),
+            rate_check(
+                feature=name,
+                check="out_of_range",
+                count=int(counts.cells[0] + counts.cells[-1]),
+                rows=counts.count,
+                expected_rate=2.0 / (ref_profile.count + 1),
+                **rate,
+            ),
+            violation_check(feature=name, count=counts.outside, rows=total),
+        ),
+    )
+
+
+def _categorical_feature(
+    *,
+    name: str,
+    ref_profile: CategoricalProfile,
+    counts: Counter[str | None],
+    override: FeatureOverride | None,
+    config: MonitorConfig,
+) -> FeatureMeasurement:
+    """A categorical feature's test, statistics and quality checks (missing, unseen categories)."""
+    cats, missing = split_missing(counts)
+    ref, cur = CategoricalCounts.from_profile(ref_profile), CategoricalCounts(counts=cats)
+    test = _test_for(kind=FeatureKind.CATEGORICAL, override=override, config=config)
+    statistics = catalog.statistics(FeatureKind.CATEGORICAL, ref, cur)
+    rate = {"alpha": config.alpha, "min_increase": config.quality_min_increase}
+    unseen = sum(v for k, v in cats.items() if k not in ref_profile.categories)
+    return FeatureMeasurement(
+        name=name,
+        kind=FeatureKind.CATEGORICAL,
+        test=test,
+        measurement=test.measure(ref, cur),
+        statistics=statistics,
+        rows=cur.n,
+        missing=missing,
+        histogram=_categorical_histogram(ref, cur),
+        quality=(
+            rate_check(
+                feature=name,
+                check="missing",
+                count=missing,
+                rows=cur.n + missing,
+                expected_rate=ref_profile.missing_rate,
+                **rate,
+            ),
+            rate_check(
+                feature=name,
+                check="unseen_category",
+                count=unseen,
+                rows=cur.n,
+                expected_rate=good_turing_unseen(ref_profile.categories),
+                **rate,
+            ),
+        ),
+    )
+
+
+def _measure_features(
+    *, profile: Profile, sketch: WindowSketch, config: MonitorConfig
+) -> list[FeatureMeasurement]:
+    """Every enabled input feature the window has values for, in profile order."""
+    out: list[FeatureMeasurement] = []
+    for name, feature in profile.features.items():
+        override = config.features.get(name)
+        if override is not None and not override.enabled:
+            continue
+        if isinstance(feature, NumericProfile) and name in sketch.numeric:
+            out.append(
+                _numeric_feature(
+                    name=name,
+                    ref_profile=feature,
+                    counts=sketch.numeric[name],
+                    override=override,
+                    config=config,
+                )
+            )
+        elif isinstance(feature, CategoricalProfile) and name in sketch.categorical:
+            out.append(
+                _categorical_feature(
+                    name=name,
+                    ref_profile=feature,
+                    counts=sketch.categorical[name],
+                    override=override,
+                    config=config,
+                )
+            )
+    return out
 
 
 def evaluate(*, profile: Profile, sketch: WindowSketch, config: MonitorConfig | None = None) -> DriftReport:
     """Compare a window's sketch with the reference profile under ``config``."""
     config = config or MonitorConfig()
-    pending: list[
-        tuple[str, str, DriftTest[Any], Measurement, dict[str, TestResult], int, int, Histogram]
-    ] = []
-    quality: list[QualityCheck] = []
-    q_args = {"alpha": config.alpha, "min_increase": config.quality_min_increase}
-    for name, fp in profile.features.items():
-        override = config.features.get(name)
-        if override is not None and not override.enabled:
-            continue
-        if isinstance(fp, NumericProfile) and name in sketch.numeric:
-            counts = sketch.numeric[name]
-            ref_n, cur_n = _numeric_pair(fp, counts)
-            test = _test_for(kind="numeric", override=override, config=config)
-            total = counts.count + counts.missing
-            pending.append(
-                (
-                    name,
-                    "numeric",
-                    test,
-                    test.measure(ref_n, cur_n),
-                    _all_numeric(ref_n, cur_n),
-                    counts.count,
-                    counts.missing,
-                    _numeric_histogram(ref_n, cur_n),
-                )
-            )
-            quality.append(
-                rate_check(
-                    feature=name,
-                    check="missing",
-                    count=counts.missing,
-                    rows=total,
-                    expected_rate=fp.missing_rate,
-                    **q_args,
-                )
-            )
-            outside = int(counts.cells[0] + counts.cells[-1])
-            quality.append(
-                rate_check(
-                    feature=name,
-                    check="out_of_range",
-                    count=outside,
-                    rows=counts.count,
-                    expected_rate=2.0 / (fp.count + 1),
-                    **q_args,
-                )
-            )
-            quality.append(violation_check(feature=name, count=counts.outside, rows=total))
-        elif isinstance(fp, CategoricalProfile) and name in sketch.categorical:
-            cats, missing = split_missing(sketch.categorical[name])
-            ref_c, cur_c = CategoricalCounts.from_profile(fp), CategoricalCounts(counts=cats)
-            test = _test_for(kind="categorical", override=override, config=config)
-            stats = _all_categorical(ref_c, cur_c)
-            n = cur_c.n
-            pending.append(
-                (
-                    name,
-                    "categorical",
-                    test,
-                    test.measure(ref_c, cur_c),
-                    stats,
-                    n,
-                    missing,
-                    _categorical_histogram(ref_c, cur_c),
-                )
-            )
-            quality.append(
-                rate_check(
-                    feature=name,
-                    check="missing",
-                    count=missing,
-                    rows=n + missing,
-                    expected_rate=fp.missing_rate,
-                    **q_args,
-                )
-            )
-            unseen = sum(v for k, v in cats.items() if k not in fp.categories)
-            quality.append(
-                rate_check(
-                    feature=name,
-                    check="unseen_category",
-                    count=unseen,
-                    rows=n,
-                    expected_rate=good_turing_unseen(fp.categories),
-                    **q_args,
-                )
-            )
-    raw = np.array([np.nan if m.p_value is None else m.p_value for *_, m, _s, _r, _mi, _h in pending])
+    measured = _measure_features(profile=profile, sketch=sketch, config=config)
+    raw = np.array([np.nan if m.measurement.p_value is None else m.measurement.p_value for m in measured])
     adjusted = adjust_p_values(raw, method=config.correction) if raw.size else raw
-    features: list[FeatureDrift] = []
-    for (name, kind, test, m, stats, rows, missing, hist), adj in zip(pending, adjusted, strict=True):
-        result = test.result(m, adjusted_p_value=None if np.isnan(adj) else float(adj))
-        features.append(
-            FeatureDrift(
-                name=name,
-                kind=kind,
-                result=result,
-                statistics=stats,
-                rows=rows,
-                missing=missing,
-                histogram=hist,
-            )
-        )
+    features = [
+        m.verdict(None if np.isnan(adj) else float(adj)) for m, adj in zip(measured, adjusted, strict=True)
+    ]
     features.sort(key=_severity_key)
+    quality = [check for m in measured for check in m.quality]
     n_drifted = sum(f.drifted for f in features)
     share = n_drifted / len(features) if features else 0.0
     dataset = DatasetDrift(
@@ -251,8 +269,13 @@ def evaluate(*, profile: Profile, sketch: WindowSketch, config: MonitorConfig | 
         quality=sorted(quality, key=lambda q: (not q.flagged, -q.rate)),
         reference_performance=profile.performance,
     )
-    _add_prediction(report=report, profile=profile, sketch=sketch, config=config)
-    _add_multivariate(report=report, profile=profile, sketch=sketch, config=config)
+    prediction = _prediction(profile=profile, sketch=sketch, config=config)
+    if prediction is not None:
+        report.prediction = prediction.drift
+        report.estimated_performance = prediction.estimated_performance
+        report.performance = prediction.performance
+        report.concept_drift = prediction.concept_drift
+    report.multivariate = _multivariate(profile=profile, sketch=sketch, config=config)
     return report
 
 
@@ -261,62 +284,75 @@ def _severity_key(f: FeatureDrift) -> tuple[bool, float, float]:
     return (not f.drifted, -f.result.severity, p if p is not None else 1.0)
 
 
-def _add_prediction(
-    *, report: DriftReport, profile: Profile, sketch: WindowSketch, config: MonitorConfig
-) -> None:
-    fp = profile.prediction
-    if fp is None or sketch.prediction is None or not config.prediction.enabled:
-        return
-    ref, cur = _numeric_pair(fp, sketch.prediction)
-    test = _test_for(kind="numeric", override=config.prediction, config=config)
-    report.prediction = FeatureDrift(
+@dataclass(frozen=True)
+class PredictionFindings:
+    """The model output's drift, its estimated performance, and with labels its realised performance."""
+
+    drift: FeatureDrift
+    estimated_performance: dict[str, Any]
+    performance: dict[str, Any] | None = None
+    concept_drift: dict[str, Any] | None = None
+
+
+def _prediction(
+    *, profile: Profile, sketch: WindowSketch, config: MonitorConfig
+) -> PredictionFindings | None:
+    """The prediction's drift and performance (None without a profiled prediction or when disabled)."""
+    ref_profile, counts = profile.prediction, sketch.prediction
+    if ref_profile is None or counts is None or not config.prediction.enabled:
+        return None
+    ref, cur = _numeric_pair(ref_profile, counts)
+    test = _test_for(kind=FeatureKind.NUMERIC, override=config.prediction, config=config)
+    drift = FeatureDrift(
         name="prediction",
-        kind="numeric",
+        kind=FeatureKind.NUMERIC.value,
         result=test(ref, cur),
-        statistics=_all_numeric(ref, cur),
-        rows=sketch.prediction.count,
-        missing=sketch.prediction.missing,
+        statistics=catalog.statistics(FeatureKind.NUMERIC, ref, cur),
+        rows=counts.count,
+        missing=counts.missing,
         histogram=_numeric_histogram(ref, cur),
     )
-    c = sketch.prediction.cells
-    points = cell_points(fp.grid, cells=c, sums=sketch.prediction.sums)
-    est = estimate_classification_metrics(
-        y_prob=points, weights=c, threshold=sketch.threshold, calibration=profile.calibration
+    points = cell_points(ref_profile.grid, cells=counts.cells, sums=counts.sums)
+    estimated = estimate_classification_metrics(
+        y_prob=points, weights=counts.cells, threshold=sketch.threshold, calibration=profile.calibration
     )
-    report.estimated_performance = est.as_dict()
     lab = sketch.labels
-    if lab.rows and lab.positive_cells is not None and lab.negative_cells is not None:
-        real = metrics_from_counts(
-            tp=lab.tp,
-            fp=lab.fp,
-            fn=lab.fn,
-            tn=lab.tn,
-            positive=lab.positive_cells,
-            negative=lab.negative_cells,
-        )
-        report.performance = {**real.as_dict(), "label_coverage": lab.rows / max(sketch.prediction.count, 1)}
-        report.concept_drift = {
+    if not (lab.rows and lab.positive_cells is not None and lab.negative_cells is not None):
+        return PredictionFindings(drift=drift, estimated_performance=estimated.as_dict())
+    realised = metrics_from_counts(
+        true_pos=lab.true_pos,
+        false_pos=lab.false_pos,
+        false_neg=lab.false_neg,
+        true_neg=lab.true_neg,
+        positive=lab.positive_cells,
+        negative=lab.negative_cells,
+    )
+    return PredictionFindings(
+        drift=drift,
+        estimated_performance=estimated.as_dict(),
+        performance={**realised.as_dict(), "label_coverage": lab.rows / max(counts.count, 1)},
+        concept_drift={
             "detector": "page_hinkley",
             "drifted": sketch.errors.drifted,
             "alarms": sketch.errors.alarms[:20],
             "observed": sketch.errors.seen,
             "delta": sketch.errors.delta,
             "threshold": sketch.errors.threshold,
-        }
+        },
+    )
 
 
-def _add_multivariate(
-    *, report: DriftReport, profile: Profile, sketch: WindowSketch, config: MonitorConfig
-) -> None:
+def _multivariate(*, profile: Profile, sketch: WindowSketch, config: MonitorConfig) -> FeatureDrift | None:
+    """The PCA reconstruction error's drift (None without a PCA in the profile or when disabled)."""
     pca = profile.multivariate
     if pca is None or sketch.pca_error is None or not config.multivariate:
-        return
+        return None
     ref, cur = _numeric_pair(pca.error, sketch.pca_error)
-    report.multivariate = FeatureDrift(
+    return FeatureDrift(
         name="pca_reconstruction_error",
         kind="multivariate",
         result=NumericDefault(alpha=config.alpha)(ref, cur),
-        statistics=_all_numeric(ref, cur),
+        statistics=catalog.statistics(FeatureKind.NUMERIC, ref, cur),
         rows=sketch.pca_error.count,
         missing=sketch.pca_error.missing,
         histogram=_numeric_histogram(ref, cur),

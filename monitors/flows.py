@@ -21,11 +21,12 @@ from core.errors import DomainError
 from monitors.config import MonitorConfig, config_path, load_config
 from monitors.engine import evaluate
 from monitors.html import render_html
+from monitors.log_window import Window, read_window
 from monitors.models import MonitorRun
 from monitors.profile import Profile, profile_from_dict
 from monitors.report import DriftReport, report_from_dict
 from monitors.service import latest_run, list_runs, record_run
-from monitors.sources import Reader, Window, WindowSpec, read_window
+from predictions.windows import Reader, WindowSpec
 from registry.models import ModelVersion
 from registry.service import count_versions, read_meta, serving_model_names, serving_version
 

@@ -53,14 +53,21 @@ def _ratio(num: float, den: float) -> float:
 
 
 def _from_confusion(
-    *, rows: int, tp: float, fp: float, fn: float, tn: float, auc: float, pos: float
+    *,
+    rows: int,
+    true_pos: float,
+    false_pos: float,
+    false_neg: float,
+    true_neg: float,
+    auc: float,
+    pos: float,
 ) -> ClassificationMetrics:
-    precision = _ratio(tp, tp + fp)
-    recall = _ratio(tp, tp + fn)
-    f1 = _ratio(2 * tp, 2 * tp + fp + fn)
+    precision = _ratio(true_pos, true_pos + false_pos)
+    recall = _ratio(true_pos, true_pos + false_neg)
+    f1 = _ratio(2 * true_pos, 2 * true_pos + false_pos + false_neg)
     return ClassificationMetrics(
         rows=rows,
-        accuracy=_ratio(tp + tn, tp + tn + fp + fn),
+        accuracy=_ratio(true_pos + true_neg, true_pos + true_neg + false_pos + false_neg),
         precision=precision,
         recall=recall,
         f1=f1,
@@ -88,12 +95,14 @@ def classification_metrics(
     y = np.asarray(y_true).astype(bool)
     p = np.asarray(y_prob, dtype=np.float64)
     pred = p >= threshold
-    tp = float(np.sum(pred & y))
-    fp = float(np.sum(pred & ~y))
-    fn = float(np.sum(~pred & y))
-    tn = float(np.sum(~pred & ~y))
     return _from_confusion(
-        rows=int(y.size), tp=tp, fp=fp, fn=fn, tn=tn, auc=roc_auc(y_true=y, y_score=p), pos=float(y.sum())
+        rows=int(y.size),
+        true_pos=float(np.sum(pred & y)),
+        false_pos=float(np.sum(pred & ~y)),
+        false_neg=float(np.sum(~pred & y)),
+        true_neg=float(np.sum(~pred & ~y)),
+        auc=roc_auc(y_true=y, y_score=p),
+        pos=float(y.sum()),
     )
 
 
@@ -111,9 +120,9 @@ def calibrate(y_prob: np.ndarray, calibration: dict[str, list[float]] | None) ->
     p = np.asarray(y_prob, dtype=np.float64)
     if not calibration or not calibration.get("mean_prediction"):
         return np.clip(p, 0.0, 1.0)
-    xp = np.asarray(calibration["mean_prediction"], dtype=np.float64)
-    fp = np.asarray(calibration["mean_label"], dtype=np.float64)
-    return np.clip(np.interp(p, xp, fp), 0.0, 1.0)
+    mean_prediction = np.asarray(calibration["mean_prediction"], dtype=np.float64)
+    mean_label = np.asarray(calibration["mean_label"], dtype=np.float64)
+    return np.clip(np.interp(p, mean_prediction, mean_label), 0.0, 1.0)
 
 
 def estimate_classification_metrics(
@@ -133,10 +142,10 @@ def estimate_classification_metrics(
     p, w = p[ok], w[ok]
     c = calibrate(p, calibration)
     pred = p >= threshold
-    tp = float((w * c)[pred].sum())
-    fp = float((w * (1.0 - c))[pred].sum())
-    fn = float((w * c)[~pred].sum())
-    tn = float((w * (1.0 - c))[~pred].sum())
+    true_pos = float((w * c)[pred].sum())
+    false_pos = float((w * (1.0 - c))[pred].sum())
+    false_neg = float((w * c)[~pred].sum())
+    true_neg = float((w * (1.0 - c))[~pred].sum())
     order = np.argsort(-p, kind="stable")
     pos_w, neg_w = (w * c)[order], (w * (1.0 - c))[order]
     pos, neg = float(pos_w.sum()), float(neg_w.sum())
@@ -148,7 +157,15 @@ def estimate_classification_metrics(
         tpr = np.r_[0.0, np.cumsum(pos_w)[last] / pos]
         fpr = np.r_[0.0, np.cumsum(neg_w)[last] / neg]
         auc = float(np.trapezoid(tpr, fpr))
-    return _from_confusion(rows=int(round(w.sum())), tp=tp, fp=fp, fn=fn, tn=tn, auc=auc, pos=pos)
+    return _from_confusion(
+        rows=int(round(w.sum())),
+        true_pos=true_pos,
+        false_pos=false_pos,
+        false_neg=false_neg,
+        true_neg=true_neg,
+        auc=auc,
+        pos=pos,
+    )
 
 
 def roc_auc_from_counts(*, positive: np.ndarray, negative: np.ndarray) -> float:
@@ -167,12 +184,24 @@ def roc_auc_from_counts(*, positive: np.ndarray, negative: np.ndarray) -> float:
 
 
 def metrics_from_counts(
-    *, tp: int, fp: int, fn: int, tn: int, positive: np.ndarray, negative: np.ndarray
+    *,
+    true_pos: int,
+    false_pos: int,
+    false_neg: int,
+    true_neg: int,
+    positive: np.ndarray,
+    negative: np.ndarray,
 ) -> ClassificationMetrics:
     """Realised metrics of a window summarised by its confusion counts and per-bin class counts."""
-    rows = tp + fp + fn + tn
-    auc = roc_auc_from_counts(positive=positive, negative=negative)
-    return _from_confusion(rows=rows, tp=tp, fp=fp, fn=fn, tn=tn, auc=auc, pos=float(tp + fn))
+    return _from_confusion(
+        rows=true_pos + false_pos + false_neg + true_neg,
+        true_pos=true_pos,
+        false_pos=false_pos,
+        false_neg=false_neg,
+        true_neg=true_neg,
+        auc=roc_auc_from_counts(positive=positive, negative=negative),
+        pos=float(true_pos + false_neg),
+    )
 
 
 def label_coverage(*, labels: np.ndarray) -> float:

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitors.drift.base import Rule, TestResult, _json_number
+from monitors.drift.catalog import reported_names
 from monitors.quality import QualityCheck
+from registry.schema import FeatureKind
 
 
 @dataclass(frozen=True)
@@ -97,12 +99,6 @@ class DriftReport:
         return dict(_json_number(out))
 
 
-_STAT_ORDER = {  # the order the engine reports the statistics of each kind in
-    "numeric": ("ks", "wasserstein", "psi", "jensen_shannon"),
-    "categorical": ("chi_square", "jensen_shannon", "psi", "unseen_categories"),
-}
-
-
 def _result_from_dict(d: dict[str, Any]) -> TestResult:
     def num(v: Any) -> float:
         return float("nan") if v is None else float(v)
@@ -124,7 +120,9 @@ def _result_from_dict(d: dict[str, Any]) -> TestResult:
 
 def _feature_from_dict(d: dict[str, Any]) -> FeatureDrift:
     h = d["histogram"]
-    order = _STAT_ORDER.get(d["kind"], _STAT_ORDER["numeric"])
+    # the order the engine reports them in (the prediction and the multivariate detector are numeric)
+    kind = d["kind"] if d["kind"] in tuple(FeatureKind) else FeatureKind.NUMERIC
+    order = reported_names(kind)
 
     def rank(name: str) -> tuple[int, str]:  # JSONB does not keep key order
         return (order.index(name) if name in order else len(order), name)

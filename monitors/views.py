@@ -1,7 +1,8 @@
 """Drift routes: latest report (JSON, HTML), history, evaluate now (admin). Thin: parse, call a flow, shape.
 
 Every error is a 4xx ``{"error": ...}`` naming what is wrong (unknown model, no serving version, no
-profile, too few predictions in the window, no run yet, missing or wrong admin token).
+profile, too few predictions in the window, no run yet, missing or wrong admin token): the flows raise a
+:class:`monitors.flows.MonitorError` (a ``DomainError``) and the app answers it with its status.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
-from core.http import admin_denied, error_response, json_response, request_id_of
+from core.http import admin_denied, json_response, request_id_of
 from core.runtime import Runtime
 from monitors import flows
 
@@ -24,17 +25,10 @@ def _state(request: Request) -> Runtime:
     return state
 
 
-def _error(request: Request, exc: flows.MonitorError) -> Response:
-    return error_response(exc.status_code, str(exc), request_id_of(request))
-
-
 @router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)")
 async def latest(request: Request, name: str) -> Response:
     state = _state(request)
-    try:
-        doc = await asyncio.to_thread(flows.latest_document, db=state.db, model_name=name)
-    except flows.MonitorError as exc:
-        return _error(request, exc)
+    doc = await asyncio.to_thread(flows.latest_document, db=state.db, model_name=name)
     return json_response(doc, request_id=request_id_of(request))
 
 
@@ -43,10 +37,7 @@ async def run_history(
     request: Request, name: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> Response:
     state = _state(request)
-    try:
-        doc = await asyncio.to_thread(flows.history, db=state.db, model_name=name, limit=limit)
-    except flows.MonitorError as exc:
-        return _error(request, exc)
+    doc = await asyncio.to_thread(flows.history, db=state.db, model_name=name, limit=limit)
     return json_response(doc, request_id=request_id_of(request))
 
 
@@ -58,12 +49,9 @@ async def run_now(request: Request, name: str) -> Response:
         return denied
     # predictions answered moments ago may still be on their way to the table
     await asyncio.to_thread(state.flush_predictions, 5.0)
-    try:
-        outcome = await asyncio.to_thread(
-            flows.run_monitor, db=state.db, settings=state.settings, model_name=name
-        )
-    except flows.MonitorError as exc:
-        return _error(request, exc)
+    outcome = await asyncio.to_thread(
+        flows.run_monitor, db=state.db, settings=state.settings, model_name=name
+    )
     return json_response(
         {**outcome.summary(), "report": outcome.report.as_dict(), "window": outcome.window.as_dict()},
         status=201,
@@ -74,8 +62,5 @@ async def run_now(request: Request, name: str) -> Response:
 @router.get("/reports/{name}/drift", summary="Latest drift report (HTML)", response_class=HTMLResponse)
 async def html_report(request: Request, name: str) -> Response:
     state = _state(request)
-    try:
-        page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name)
-    except flows.MonitorError as exc:
-        return _error(request, exc)
+    page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name)
     return HTMLResponse(page)

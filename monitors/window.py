@@ -24,10 +24,10 @@ class LabelCounts:
     """Labelled rows: confusion counts at the threshold and prediction counts per class on the grid."""
 
     rows: int = 0
-    tp: int = 0
-    fp: int = 0
-    fn: int = 0
-    tn: int = 0
+    true_pos: int = 0
+    false_pos: int = 0
+    false_neg: int = 0
+    true_neg: int = 0
     positive_cells: np.ndarray | None = None
     negative_cells: np.ndarray | None = None
 
@@ -37,10 +37,10 @@ class LabelCounts:
 
         return LabelCounts(
             rows=self.rows + other.rows,
-            tp=self.tp + other.tp,
-            fp=self.fp + other.fp,
-            fn=self.fn + other.fn,
-            tn=self.tn + other.tn,
+            true_pos=self.true_pos + other.true_pos,
+            false_pos=self.false_pos + other.false_pos,
+            false_neg=self.false_neg + other.false_neg,
+            true_neg=self.true_neg + other.true_neg,
             positive_cells=add(self.positive_cells, other.positive_cells),
             negative_cells=add(self.negative_cells, other.negative_cells),
         )
@@ -70,15 +70,16 @@ class WindowSketch:
         """Add one chunk of rows (in time order); returns self."""
         n = len(next(iter(columns.values()))) if columns else (0 if predictions is None else len(predictions))
         self.rows += n
-        for name, fp in profile.features.items():
+        for name, feature in profile.features.items():
             if name not in columns:
                 continue
             values = np.asarray(columns[name])
-            if isinstance(fp, NumericProfile):
-                counts = count_on_grid(values, fp.grid, limits=(fp.allowed_min, fp.allowed_max))
+            if isinstance(feature, NumericProfile):
+                limits = (feature.allowed_min, feature.allowed_max)
+                counts = count_on_grid(values, feature.grid, limits=limits)
                 prev = self.numeric.get(name)
                 self.numeric[name] = counts if prev is None else prev.merge(counts)
-            elif isinstance(fp, CategoricalProfile):
+            elif isinstance(feature, CategoricalProfile):
                 self.categorical.setdefault(name, Counter()).update(values.tolist())
         pca = profile.multivariate
         if pca is not None and all(f in columns for f in pca.features):
@@ -100,10 +101,10 @@ class WindowSketch:
         pred = p >= self.threshold
         chunk = LabelCounts(
             rows=int(y.size),
-            tp=int(np.sum(pred & y)),
-            fp=int(np.sum(pred & ~y)),
-            fn=int(np.sum(~pred & y)),
-            tn=int(np.sum(~pred & ~y)),
+            true_pos=int(np.sum(pred & y)),
+            false_pos=int(np.sum(pred & ~y)),
+            false_neg=int(np.sum(~pred & y)),
+            true_neg=int(np.sum(~pred & ~y)),
             positive_cells=count_on_grid(p[y], grid).cells,
             negative_cells=count_on_grid(p[~y], grid).cells,
         )

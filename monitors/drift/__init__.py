@@ -1,6 +1,10 @@
-"""Pure drift statistics: numpy counts in, numbers and verdicts out."""
+"""Pure drift statistics: numpy counts in, numbers and verdicts out.
+
+Every test is listed once, by feature kind and name, in :mod:`monitors.drift.catalog`.
+"""
 
 from monitors.drift.base import DriftTest, Measurement, TestResult, adjust_p_values
+from monitors.drift.catalog import TESTS, Registered
 from monitors.drift.categorical import (
     CategoricalCounts,
     CategoricalDefault,
@@ -19,6 +23,7 @@ from monitors.drift.numeric import (
 )
 
 __all__ = [
+    "TESTS",
     "CategoricalCounts",
     "CategoricalDefault",
     "CategoricalJensenShannon",
@@ -31,6 +36,7 @@ __all__ = [
     "NumericDefault",
     "NumericJensenShannon",
     "NumericPSI",
+    "Registered",
     "TestResult",
     "UnseenCategories",
     "Wasserstein",

@@ -17,15 +17,15 @@ import numpy as np
 from monitors.binning import GridCounts, as_float, count_on_grid
 from monitors.profile import PCAProfile, reconstruction_error
 
-CHUNK_ROWS = 131_072
-
 
 def pca_error_counts(columns: Mapping[str, np.ndarray], pca: PCAProfile) -> GridCounts:
-    """Counts of the window's reconstruction errors on the reference error grid (chunked rows)."""
-    n = len(next(iter(columns.values()))) if columns else 0
-    total = GridCounts.empty(pca.error.grid)
-    for start in range(0, n, CHUNK_ROWS):
-        block = np.column_stack([as_float(columns[f][start : start + CHUNK_ROWS]) for f in pca.features])
-        z = np.nan_to_num((block - pca.center) / pca.scale)
-        total = total.merge(count_on_grid(reconstruction_error(z, pca.residual_components), pca.error.grid))
-    return total
+    """Counts of one chunk's reconstruction errors on the reference error grid.
+
+    The chunk is processed as one block (rows x numeric features): callers feed bounded chunks
+    (:meth:`monitors.window.WindowSketch.update`), so memory stays bounded by the chunk size.
+    """
+    if not pca.features or not len(columns[pca.features[0]]):
+        return GridCounts.empty(pca.error.grid)
+    block = np.column_stack([as_float(np.asarray(columns[f])) for f in pca.features])
+    z = np.nan_to_num((block - pca.center) / pca.scale)
+    return count_on_grid(reconstruction_error(z, pca.residual_components), pca.error.grid)

@@ -1,17 +1,17 @@
-"""Windows of the prediction log, read from the database in chunks and counted into a :class:`WindowSketch`.
+"""Windows of the prediction log, read from the database in chunks of numpy columns (for the monitors).
 
 A window is the last ``rows`` answered predictions and/or those of the last ``minutes`` of one model
 (optionally of one version), in insertion (``id``) order. It is read in two steps:
 
-1. **Summary** (one aggregate query): row count, first/last ``logged_at`` and the id range of the
-   window (for a last-N window an index scan of the newest N ids on ``(model_name, id)``); rows
-   written while the window is read get higher ids and are left out.
-2. **Rows**, chunk by chunk: the input features, the ``probability`` column, and the label from a
-   left join of ``prediction_feedback``. Each chunk becomes numpy columns, is counted on the
-   profile's grids and dropped: memory is bounded by ``chunk_rows`` plus the profile, never by the
-   window.
+1. **Summary** (:func:`summarize_window`, one aggregate query): row count, first/last ``logged_at``
+   and the id range of the window (for a last-N window an index scan of the newest N ids on
+   ``(model_name, id)``); rows written while the window is read get higher ids and are left out.
+2. **Rows** (:func:`read_chunks`), chunk by chunk: the named input features, the ``probability``
+   column, and the label from a left join of ``prediction_feedback``. Each chunk arrives as numpy
+   columns (categoricals may arrive already counted); the caller folds it into its summary and drops
+   it: memory is bounded by ``chunk_rows``, never by the window.
 
-Two readers produce identical sketches:
+Two readers yield the same values:
 
 - ``generic`` (SQLite and PostgreSQL): SQLAlchemy Core with a streaming cursor (``yield_per``;
   a server-side cursor on PostgreSQL); each feature is extracted in SQL (``json_extract`` on
@@ -26,6 +26,9 @@ Two readers produce identical sketches:
   document once, and reading COPY's one-message-per-row stream from Python costs seconds by itself.
   A range holding a value the JSON schema rejects (a row that bypassed the input contract) is
   re-read with the generic reader, so both agree exactly.
+
+Values: a numeric feature is a float (JSON ``null``, an absent key or a value of another type is NaN);
+a categorical feature is its text (``None`` when absent); a prediction or label without a value is NaN.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -43,12 +46,12 @@ import numpy as np
 from sqlalchemy import Engine, and_, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from monitors.binning import as_float
-from monitors.profile import CategoricalProfile, NumericProfile, Profile
-from monitors.window import WindowSketch
+from core.config import Settings
 from predictions.models import PredictionFeedback, PredictionLog, PredictionStatus
 
-CHUNK_ROWS = 25_000
+CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
+"""Rows per chunk unless told otherwise: the default of the ``monitor_chunk_rows`` setting. The monitors
+sketch in-memory columns in chunks of the same size."""
 
 
 class Reader(enum.StrEnum):
@@ -81,39 +84,27 @@ class WindowSpec:
         return what + ("" if self.version is None else f" of version {self.version}")
 
 
-@dataclass
-class Window:
-    """A window's sketch and where it lies in the log."""
+@dataclass(frozen=True)
+class WindowSummary:
+    """Where a non-empty window lies in the log: its row count, time span and id range."""
 
     model_name: str
     spec: WindowSpec
     rows: int
     start: datetime | None
     end: datetime | None
-    first_id: int | None
-    last_id: int | None
-    labelled: int
-    sketch: WindowSketch
-    reader: str
-    chunks: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "model_name": self.model_name,
-            "rows": self.rows,
-            "labelled": self.labelled,
-            "start": self.start.isoformat() if self.start else None,
-            "end": self.end.isoformat() if self.end else None,
-            "first_id": self.first_id,
-            "last_id": self.last_id,
-            "spec": {"rows": self.spec.rows, "minutes": self.spec.minutes, "version": self.spec.version},
-            "reader": self.reader,
-        }
+    first_id: int
+    last_id: int
+    since: datetime | None  # the time bound (now - minutes); None without one
 
 
 @dataclass
 class Chunk:
-    """One chunk of a window as numpy columns (categoricals may come as counts instead)."""
+    """One chunk of a window as numpy columns.
+
+    ``columns`` holds every numeric feature (floats) and, from the generic reader, every categorical
+    feature (text or None); the blocks reader counts categoricals instead (``category_counts``).
+    """
 
     rows: int
     columns: dict[str, np.ndarray]
@@ -124,8 +115,8 @@ class Chunk:
 
 @dataclass(frozen=True)
 class _Bounds:
-    low: int | None  # inclusive; None = no lower id bound
-    high: int
+    low: int  # inclusive
+    high: int  # inclusive
     since: datetime | None
 
 
@@ -139,16 +130,21 @@ def _filters(*, model_name: str, spec: WindowSpec, since: datetime | None) -> li
     return out
 
 
-@dataclass(frozen=True)
-class _Summary:
-    rows: int
-    start: datetime | None
-    end: datetime | None
-    bounds: _Bounds
+def choose_reader(*, engine: Engine, reader: Reader | str = Reader.AUTO) -> Reader:
+    """The reader to use on ``engine`` (``auto``: blocks on PostgreSQL, generic elsewhere)."""
+    reader = Reader(reader)
+    if reader is Reader.AUTO:
+        reader = Reader.BLOCKS if engine.dialect.name == "postgresql" else Reader.GENERIC
+    if reader is Reader.BLOCKS and engine.dialect.name != "postgresql":
+        raise ValueError("the blocks reader needs PostgreSQL")
+    return reader
 
 
-def _summary(*, engine: Engine, model_name: str, spec: WindowSpec, now: datetime) -> _Summary | None:
-    """One query: the window's row count, time span and id range (an index scan of the window's ids)."""
+def summarize_window(
+    *, engine: Engine, model_name: str, spec: WindowSpec, now: datetime | None = None
+) -> WindowSummary | None:
+    """One query: the window's row count, time span and id range (None when the window is empty)."""
+    now = (now or datetime.now(UTC)).astimezone(UTC)  # SQLite stores naive UTC text
     since = now - timedelta(minutes=spec.minutes) if spec.minutes is not None else None
     where = _filters(model_name=model_name, spec=spec, since=since)
     rows = select(PredictionLog.id, PredictionLog.logged_at).where(*where)
@@ -166,14 +162,22 @@ def _summary(*, engine: Engine, model_name: str, spec: WindowSpec, now: datetime
         n, start, end, low, high = conn.execute(stmt).one()
     if not n:
         return None
-    return _Summary(int(n), _as_utc(start), _as_utc(end), _Bounds(low=int(low), high=int(high), since=since))
+    return WindowSummary(
+        model_name=model_name,
+        spec=spec,
+        rows=int(n),
+        start=_as_utc(start),
+        end=_as_utc(end),
+        first_id=int(low),
+        last_id=int(high),
+        since=since,
+    )
 
 
 def _window_where(*, model_name: str, spec: WindowSpec, bounds: _Bounds) -> ColumnElement[bool]:
     where = _filters(model_name=model_name, spec=spec, since=bounds.since)
     where.append(PredictionLog.id <= bounds.high)
-    if bounds.low is not None:
-        where.append(PredictionLog.id >= bounds.low)
+    where.append(PredictionLog.id >= bounds.low)
     return and_(*where)
 
 
@@ -193,19 +197,33 @@ def _feature_expr(engine: Engine, name: str) -> ColumnElement[Any]:
     return func.json_extract(PredictionLog.inputs, literal(f'$."{quoted}"')).label(None)
 
 
-def _numeric(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
-    """Floats from a column of raw scalars (None -> NaN; text that is no number -> NaN)."""
+def _as_floats(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
+    """Floats from a column of raw scalars (None -> NaN; text that is no number -> NaN).
+
+    The same rule as the monitors' ``as_float`` for columns of Python values (this layer cannot import it).
+    """
     try:
         return np.array(values, dtype=np.float64)  # None becomes NaN
     except (TypeError, ValueError):
-        return as_float(np.array(values, dtype=object))
+        out = np.full(len(values), np.nan)
+        for i, v in enumerate(values):
+            try:
+                out[i] = float(v) if v is not None and v != "" else np.nan
+            except (TypeError, ValueError):
+                out[i] = np.nan
+        return out
 
 
 def _generic_chunks(
-    *, engine: Engine, profile: Profile, where: ColumnElement[bool], chunk_rows: int
+    *,
+    engine: Engine,
+    where: ColumnElement[bool],
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    chunk_rows: int,
 ) -> Iterator[Chunk]:
-    names = list(profile.features)
     fb = PredictionFeedback
+    names = [*numeric, *categorical]
     stmt = (
         select(*[_feature_expr(engine, n) for n in names], PredictionLog.probability, fb.label)
         .select_from(PredictionLog)
@@ -218,17 +236,15 @@ def _generic_chunks(
         for part in result.partitions():
             cols = list(zip(*part, strict=True))
             columns: dict[str, np.ndarray] = {}
-            for i, name in enumerate(names):
-                fp = profile.features[name]
-                if isinstance(fp, NumericProfile):
-                    columns[name] = _numeric(cols[i])
-                else:
-                    columns[name] = np.array([None if v is None else str(v) for v in cols[i]], dtype=object)
+            for i, name in enumerate(numeric):
+                columns[name] = _as_floats(cols[i])
+            for i, name in enumerate(categorical, start=len(numeric)):
+                columns[name] = np.array([None if v is None else str(v) for v in cols[i]], dtype=object)
             yield Chunk(
                 rows=len(part),
                 columns=columns,
-                predictions=_numeric(cols[-2]),
-                labels=_numeric(cols[-1]),
+                predictions=_as_floats(cols[-2]),
+                labels=_as_floats(cols[-1]),
             )
 
 
@@ -275,30 +291,22 @@ def _block_ranges(first: int, last: int, rows: int, chunk_rows: int) -> list[tup
     return [(lo, min(lo + step - 1, last)) for lo in range(first, last + 1, step)]
 
 
-def _block_chunk(block: bytes, profile: Profile) -> Chunk:
+def _block_chunk(block: bytes, *, numeric: Sequence[str], categorical: Sequence[str]) -> Chunk:
     """Parse one block with pyarrow's JSON reader; categoricals are counted in Arrow."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pajson
 
-    fields = [
-        (name, pa.float64() if isinstance(fp, NumericProfile) else pa.string())
-        for name, fp in profile.features.items()
-    ]
+    fields = [(name, pa.float64()) for name in numeric] + [(name, pa.string()) for name in categorical]
     schema = pa.schema([("p", pa.float64()), ("y", pa.float64()), ("x", pa.struct(fields))])
     options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     table = pajson.read_json(pa.py_buffer(block), parse_options=options)
     x = table.column("x").combine_chunks()
-    columns: dict[str, np.ndarray] = {}
+    columns = {name: pc.struct_field(x, name).to_numpy(zero_copy_only=False) for name in numeric}
     counts: dict[str, Counter[str | None]] = {}
-    for name, fp in profile.features.items():
-        col = pc.struct_field(x, name)
-        if isinstance(fp, NumericProfile):
-            columns[name] = col.to_numpy(zero_copy_only=False)
-        else:
-            counts[name] = Counter(
-                {item["values"]: int(item["counts"]) for item in pc.value_counts(col).to_pylist()}
-            )
+    for name in categorical:
+        tally = pc.value_counts(pc.struct_field(x, name)).to_pylist()
+        counts[name] = Counter({item["values"]: int(item["counts"]) for item in tally})
     return Chunk(
         rows=table.num_rows,
         columns=columns,
@@ -311,24 +319,23 @@ def _block_chunk(block: bytes, profile: Profile) -> Chunk:
 def _block_chunks(
     *,
     engine: Engine,
-    profile: Profile,
-    model_name: str,
-    spec: WindowSpec,
-    bounds: _Bounds,
-    rows: int,
+    summary: WindowSummary,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
     chunk_rows: int,
     prefetch: int = 2,
 ) -> Iterator[Chunk]:
     """Blocks fetched by ``prefetch`` threads ahead of the parser, processed in id order."""
     import pyarrow as pa
 
-    sql = _block_sql(spec, bounds.since)
-    base: dict[str, Any] = {"model_name": model_name, "status": PredictionStatus.OK.value}
+    spec = summary.spec
+    sql = _block_sql(spec, summary.since)
+    base: dict[str, Any] = {"model_name": summary.model_name, "status": PredictionStatus.OK.value}
     if spec.version is not None:
         base["version"] = spec.version
-    if bounds.since is not None:
-        base["since"] = bounds.since
-    ranges = _block_ranges(bounds.low or 1, bounds.high, rows, chunk_rows)
+    if summary.since is not None:
+        base["since"] = summary.since
+    ranges = _block_ranges(summary.first_id, summary.last_id, summary.rows, chunk_rows)
     with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
         pending: deque[tuple[tuple[int, int], Future[bytes]]] = deque()
         todo = iter(ranges)
@@ -345,83 +352,39 @@ def _block_chunks(
             if not block:
                 continue
             try:
-                chunk = _block_chunk(block, profile)
+                chunk = _block_chunk(block, numeric=numeric, categorical=categorical)
                 del block
                 yield chunk
             except pa.ArrowInvalid:
                 # a row bypassed the contract (e.g. text in a numeric feature): read this range row by row
-                bad = _Bounds(low=lo, high=hi, since=bounds.since)
-                where = _window_where(model_name=model_name, spec=spec, bounds=bad)
-                yield from _generic_chunks(engine=engine, profile=profile, where=where, chunk_rows=chunk_rows)
+                bad = _Bounds(low=lo, high=hi, since=summary.since)
+                where = _window_where(model_name=summary.model_name, spec=spec, bounds=bad)
+                yield from _generic_chunks(
+                    engine=engine,
+                    where=where,
+                    numeric=numeric,
+                    categorical=categorical,
+                    chunk_rows=chunk_rows,
+                )
 
 
-# ---------------------------------------------------------------- the window
-
-
-def read_window(
+def read_chunks(
     *,
     engine: Engine,
-    profile: Profile,
-    model_name: str,
-    spec: WindowSpec,
-    threshold: float = 0.5,
+    summary: WindowSummary,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
     chunk_rows: int = CHUNK_ROWS,
     reader: Reader | str = Reader.AUTO,
-    now: datetime | None = None,
-) -> Window:
-    """Read one model's window from the prediction log in chunks and sketch it on ``profile``'s grids."""
-    reader = Reader(reader)
-    if reader is Reader.AUTO:
-        reader = Reader.BLOCKS if engine.dialect.name == "postgresql" else Reader.GENERIC
-    if reader is Reader.BLOCKS and engine.dialect.name != "postgresql":
-        raise ValueError("the blocks reader needs PostgreSQL")
-    now = (now or datetime.now(UTC)).astimezone(UTC)  # SQLite stores naive UTC text
-    sketch = WindowSketch(threshold=threshold)
-    empty = Window(model_name, spec, 0, None, None, None, None, 0, sketch, reader.value)
-    summary = _summary(engine=engine, model_name=model_name, spec=spec, now=now)
-    if summary is None:
-        return empty
-    bounds = summary.bounds
-    where = _window_where(model_name=model_name, spec=spec, bounds=bounds)
+) -> Iterator[Chunk]:
+    """The rows of a summarized window in id order, chunk by chunk: named features, predictions, labels."""
+    reader = choose_reader(engine=engine, reader=reader)
     if reader is Reader.BLOCKS:
-        chunks = _block_chunks(
-            engine=engine,
-            profile=profile,
-            model_name=model_name,
-            spec=spec,
-            bounds=bounds,
-            rows=summary.rows,
-            chunk_rows=chunk_rows,
+        return _block_chunks(
+            engine=engine, summary=summary, numeric=numeric, categorical=categorical, chunk_rows=chunk_rows
         )
-    else:
-        chunks = _generic_chunks(engine=engine, profile=profile, where=where, chunk_rows=chunk_rows)
-    count = 0
-    for chunk in chunks:
-        add_chunk(sketch=sketch, profile=profile, chunk=chunk)
-        count += 1
-    return Window(
-        model_name=model_name,
-        spec=spec,
-        rows=sketch.rows,
-        start=summary.start,
-        end=summary.end,
-        first_id=bounds.low,
-        last_id=bounds.high,
-        labelled=sketch.labels.rows,
-        sketch=sketch,
-        reader=reader.value,
-        chunks=count,
+    bounds = _Bounds(low=summary.first_id, high=summary.last_id, since=summary.since)
+    where = _window_where(model_name=summary.model_name, spec=summary.spec, bounds=bounds)
+    return _generic_chunks(
+        engine=engine, where=where, numeric=numeric, categorical=categorical, chunk_rows=chunk_rows
     )
-
-
-def add_chunk(*, sketch: WindowSketch, profile: Profile, chunk: Chunk) -> WindowSketch:
-    """Count one chunk into ``sketch`` (labels only where present)."""
-    labels = chunk.labels if np.any(~np.isnan(chunk.labels)) else None
-    columns: Mapping[str, np.ndarray] = chunk.columns
-    before = sketch.rows
-    sketch.update(profile, columns, predictions=chunk.predictions, labels=labels)
-    sketch.rows = before + chunk.rows  # counted here: the columns may hold only the numeric features
-    for name, counts in chunk.category_counts.items():
-        if isinstance(profile.features.get(name), CategoricalProfile):
-            sketch.categorical.setdefault(name, Counter()).update(counts)
-    return sketch

@@ -1,8 +1,10 @@
-"""Windows read from the prediction log, on SQLite and PostgreSQL: bounds, chunking, labels, both readers."""
+"""Windows of the prediction log folded into sketches, on SQLite and PostgreSQL: equal to the in-memory sketch
+of the same rows, labels giving performance, both readers giving the same sketch. The reading itself (bounds,
+time windows, chunks, values) is tested in tests/predictions/test_windows.py.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -11,10 +13,11 @@ from sqlalchemy import text
 
 from core.database import open_database
 from monitors.engine import evaluate, sketch_columns
+from monitors.log_window import read_window
 from monitors.profile import profile_from_dict
-from monitors.sources import Reader, WindowSpec, read_window
 from monitors.window import WindowSketch, split_missing
 from predictions.service import record_feedback
+from predictions.windows import Reader, WindowSpec
 from registry.schema import ModelSchema
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns
@@ -38,7 +41,13 @@ def assert_same_sketch(a: WindowSketch, b: WindowSketch) -> None:
         if x is not None:
             assert np.array_equal(x.cells, y.cells), attr
     la, lb = a.labels, b.labels
-    assert (la.rows, la.tp, la.fp, la.fn, la.tn) == (lb.rows, lb.tp, lb.fp, lb.fn, lb.tn)
+    assert (la.rows, la.true_pos, la.false_pos, la.false_neg, la.true_neg) == (
+        lb.rows,
+        lb.true_pos,
+        lb.false_pos,
+        lb.false_neg,
+        lb.true_neg,
+    )
 
 
 def _slice(cols: dict[str, np.ndarray], lo: int, hi: int | None = None) -> dict[str, np.ndarray]:
@@ -83,41 +92,6 @@ def test_last_n_rows_window_matches_in_memory_sketch(
     assert all_versions.rows == 1_270
     nothing = read_window(engine=db.engine, profile=profile, model_name="nobody", spec=WindowSpec(rows=10))
     assert nothing.rows == 0 and nothing.last_id is None
-    db.dispose()
-
-
-def test_time_window_and_its_intersection_with_last_n(
-    database_url: str, profile_dict: dict[str, Any], schema: ModelSchema
-) -> None:
-    profile = profile_from_dict(profile_dict)
-    db = open_database(database_url)
-    # half-second timestamps: the boundary row is stored with its microseconds by every writer path
-    now = datetime(2026, 5, 1, 12, 0, 0, 500_000, tzinfo=UTC)
-    # 600 rows one second apart, the newest at now - 1 s
-    log_columns(
-        db.engine,
-        generate(600, seed=8),
-        features=list(schema.feature_names),
-        when=now,
-        spacing=timedelta(seconds=1),
-    )
-    five = read_window(
-        engine=db.engine, profile=profile, model_name="credit", spec=WindowSpec(minutes=5), now=now
-    )
-    assert five.rows == 300
-    assert five.start == now - timedelta(seconds=300) and five.end == now - timedelta(seconds=1)
-    both = read_window(
-        engine=db.engine, profile=profile, model_name="credit", spec=WindowSpec(rows=100, minutes=5), now=now
-    )
-    assert both.rows == 100 and both.start == now - timedelta(seconds=100)
-    later = read_window(
-        engine=db.engine,
-        profile=profile,
-        model_name="credit",
-        spec=WindowSpec(minutes=5),
-        now=now + timedelta(hours=1),
-    )
-    assert later.rows == 0
     db.dispose()
 
 
