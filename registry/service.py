@@ -1,4 +1,10 @@
-"""Registry operations: allocate, register, list and move model versions between states."""
+"""Registry operations: allocate, register, list and move model versions between states, with their history.
+
+Every state change (register, promote, archive, rollback, reject) and every label move records a
+:class:`~registry.models.VersionEvent` saying who/what did it, when, from which state to which and why. Bad
+requests raise :class:`core.errors.DomainError` subclasses: ``NotFound`` for an unknown model or version,
+``Conflict`` for a change the version's state does not allow, ``Invalid`` for a bad name, version or reason.
+"""
 
 from __future__ import annotations
 
@@ -11,23 +17,65 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from registry.models import ModelVersion, VersionLabel, VersionState, utcnow
+from core.errors import Conflict, Invalid, NotFound
+from registry.models import (
+    EventAction,
+    FeatureSummary,
+    ModelDetail,
+    ModelVersion,
+    ModelVersionRead,
+    SchemaSummary,
+    VersionDetail,
+    VersionEvent,
+    VersionEventRead,
+    VersionLabel,
+    VersionState,
+    utcnow,
+)
+from registry.names import check_label, check_name, check_version
 from registry.schema import ModelSchema
 
 META_DIR = "driftwarden"  # per-version metadata folder beside the SavedModel files
+DEFAULT_ACTOR = "system"  # who changed a state when the caller does not say (library use, tests)
+
+
+class OutsideRegistry(Invalid):
+    """A path built from a valid name resolves outside the registry root (a symbolic link points away)."""
+
+
+def model_dir(*, registry: Path, model_name: str) -> Path:
+    """``<registry>/<model>/``, resolved and proven to be a direct child of the resolved registry root."""
+    check_name(model_name)
+    root = registry.resolve()
+    path = (root / model_name).resolve()
+    if path.parent != root:
+        raise OutsideRegistry(
+            f"the folder of model {model_name!r} resolves to {path}, outside the registry {root}: "
+            "remove the symbolic link or fix DRIFTWARDEN_REGISTRY_PATH"
+        )
+    return path
 
 
 def version_dir(*, registry: Path, model_name: str, version: int) -> Path:
-    """``<registry>/<model>/<version>/``: TF Serving's layout."""
-    return registry / model_name / str(version)
+    """``<registry>/<model>/<version>/`` (TF Serving's layout), resolved and proven inside the registry."""
+    check_version(version)
+    parent = model_dir(registry=registry, model_name=model_name)
+    path = (parent / str(version)).resolve()
+    if path.parent != parent:
+        raise OutsideRegistry(
+            f"the folder of {model_name}:{version} resolves to {path}, outside the registry "
+            f"{registry.resolve()}: remove the symbolic link"
+        )
+    return path
 
 
 def next_version(*, session: Session, registry: Path, model_name: str) -> int:
     """One more than the highest version known to the table or present on disk."""
+    folder = model_dir(registry=registry, model_name=model_name)
     in_db = session.scalar(
         select(func.max(ModelVersion.version)).where(ModelVersion.model_name == model_name)
     )
-    on_disk = [int(p.name) for p in (registry / model_name).glob("*") if p.name.isdigit()]
+    on_disk = [int(p.name) for p in folder.glob("*") if p.name.isascii() and p.name.isdigit()]
     return max([in_db or 0, *on_disk]) + 1
 
 
@@ -46,6 +94,59 @@ def publish_files(*, staging: Path, registry: Path, model_name: str, version: in
     return target
 
 
+def _record(
+    session: Session,
+    row: ModelVersion,
+    *,
+    action: EventAction,
+    actor: str,
+    from_state: VersionState | None = None,
+    to_state: VersionState | None = None,
+    label: str | None = None,
+    previous_version: int | None = None,
+    reason: str | None = None,
+) -> VersionEvent:
+    event = VersionEvent(
+        model_name=row.model_name,
+        version=row.version,
+        action=action,
+        from_state=from_state,
+        to_state=to_state,
+        label=label,
+        previous_version=previous_version,
+        reason=reason,
+        actor=actor,
+        at=utcnow(),
+    )
+    session.add(event)
+    return event
+
+
+def _move(
+    session: Session,
+    row: ModelVersion,
+    to: VersionState,
+    *,
+    action: EventAction,
+    actor: str,
+    previous_version: int | None = None,
+    reason: str | None = None,
+) -> None:
+    _record(
+        session,
+        row,
+        action=action,
+        actor=actor,
+        from_state=row.state,
+        to_state=to,
+        previous_version=previous_version,
+        reason=reason,
+    )
+    row.state = to
+    row.updated_at = utcnow()
+    session.flush()
+
+
 def register_version(
     *,
     session: Session,
@@ -56,8 +157,11 @@ def register_version(
     lineage: dict[str, Any],
     parent_version: int | None = None,
     state: VersionState = VersionState.STAGED,
+    actor: str = "training",
 ) -> ModelVersion:
-    """Record a published version."""
+    """Record a published version (its history starts with a ``register`` event)."""
+    check_name(model_name)
+    check_version(version)
     row = ModelVersion(
         model_name=model_name,
         version=version,
@@ -68,6 +172,8 @@ def register_version(
         state=state,
     )
     session.add(row)
+    session.flush()
+    _record(session, row, action=EventAction.REGISTER, actor=actor, to_state=state)
     session.flush()
     return row
 
@@ -85,6 +191,29 @@ def get_version(*, session: Session, model_name: str, version: int) -> ModelVers
     return session.scalar(
         select(ModelVersion).where(ModelVersion.model_name == model_name, ModelVersion.version == version)
     )
+
+
+def require_model(*, session: Session, model_name: str) -> None:
+    """Raise NotFound unless ``model_name`` (a valid name) has a registered version."""
+    check_name(model_name)
+    if count_versions(session=session, model_name=model_name) == 0:
+        raise NotFound(
+            f"no model {model_name!r} in the registry: `driftwarden models list` shows the registered "
+            "ones; `driftwarden train` registers a new one"
+        )
+
+
+def require_version(*, session: Session, model_name: str, version: int) -> ModelVersion:
+    """The version, or NotFound naming the model's versions."""
+    require_model(session=session, model_name=model_name)
+    check_version(version)
+    row = get_version(session=session, model_name=model_name, version=version)
+    if row is None:
+        known = sorted(r.version for r in list_versions(session=session, model_name=model_name))
+        raise NotFound(
+            f"model {model_name!r} has no version {version} (its versions: {', '.join(map(str, known))})"
+        )
+    return row
 
 
 def serving_version(*, session: Session, model_name: str) -> ModelVersion | None:
@@ -117,48 +246,200 @@ def latest_version(*, session: Session, model_name: str) -> ModelVersion | None:
     )
 
 
-def promote(*, session: Session, model_name: str, version: int) -> ModelVersion:
-    """Make ``version`` the serving one; the previous serving version is archived."""
-    row = get_version(session=session, model_name=model_name, version=version)
-    if row is None:
-        raise LookupError(f"no version {model_name}:{version}")
-    if row.state is VersionState.REJECTED:
-        raise ValueError(f"{model_name}:{version} was rejected ({row.state_reason}); it cannot serve")
-    current = serving_version(session=session, model_name=model_name)
-    if current is not None and current.id != row.id:
-        current.state = VersionState.ARCHIVED
-        current.updated_at = utcnow()
-        session.flush()
-    row.state = VersionState.SERVING
-    row.updated_at = utcnow()
-    session.flush()
+def _serve(session: Session, row: ModelVersion, *, action: EventAction, actor: str) -> ModelVersion:
+    """Make ``row`` the serving version; the one serving so far is archived (both recorded)."""
+    current = serving_version(session=session, model_name=row.model_name)
+    previous = current.version if current is not None else None
+    if current is not None:
+        _move(
+            session,
+            current,
+            VersionState.ARCHIVED,
+            action=EventAction.ARCHIVE,
+            actor=actor,
+            reason=f"{action.value} of version {row.version}",
+        )
+    _move(session, row, VersionState.SERVING, action=action, actor=actor, previous_version=previous)
     return row
 
 
-def reject(*, session: Session, model_name: str, version: int, reason: str) -> ModelVersion:
-    """Mark a version rejected, with the reason."""
-    row = get_version(session=session, model_name=model_name, version=version)
-    if row is None:
-        raise LookupError(f"no version {model_name}:{version}")
-    row.state = VersionState.REJECTED
+def promote(*, session: Session, model_name: str, version: int, actor: str = DEFAULT_ACTOR) -> ModelVersion:
+    """Make ``version`` the serving one; the previous serving version is archived. Serving already: no-op."""
+    row = require_version(session=session, model_name=model_name, version=version)
+    if row.state is VersionState.REJECTED:
+        raise Conflict(
+            f"{model_name}:{version} was rejected ({row.state_reason}); a rejected version cannot serve: "
+            "promote another version"
+        )
+    if row.state is VersionState.SERVING:
+        return row
+    return _serve(session, row, action=EventAction.PROMOTE, actor=actor)
+
+
+def rollback_target(*, session: Session, model_name: str) -> ModelVersion:
+    """The version that served before the current one: the last one archived out of serving, not rejected.
+
+    As ``kubectl rollout undo``: rolling back twice returns to the version rolled back from (reject it
+    first to rule it out).
+    """
+    require_model(session=session, model_name=model_name)
+    current = serving_version(session=session, model_name=model_name)
+    left_serving = session.scalars(
+        select(VersionEvent.version)
+        .where(VersionEvent.model_name == model_name, VersionEvent.from_state == VersionState.SERVING)
+        .order_by(VersionEvent.id.desc())
+    )
+    for version in left_serving:
+        row = get_version(session=session, model_name=model_name, version=version)
+        if row is not None and row.state is VersionState.ARCHIVED:
+            return row
+    now = f"version {current.version} serves" if current is not None else "no version serves"
+    raise Conflict(
+        f"model {model_name!r} has no previous serving version to roll back to ({now}, and no version that "
+        "served before it is left unrejected): promote a version with `driftwarden models promote`"
+    )
+
+
+def rollback(*, session: Session, model_name: str, actor: str = DEFAULT_ACTOR) -> ModelVersion:
+    """Serve the previous serving version again (see :func:`rollback_target`); the current one is archived."""
+    target = rollback_target(session=session, model_name=model_name)
+    return _serve(session, target, action=EventAction.ROLLBACK, actor=actor)
+
+
+def reject(
+    *, session: Session, model_name: str, version: int, reason: str, actor: str = DEFAULT_ACTOR
+) -> ModelVersion:
+    """Mark a version rejected, with the reason (required). The serving version must be replaced first."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise Invalid("a reason is required to reject a version (e.g. --reason 'accuracy 0.70 < 0.91')")
+    reason = reason.strip()
+    row = require_version(session=session, model_name=model_name, version=version)
+    if row.state is VersionState.SERVING:
+        raise Conflict(
+            f"{model_name}:{version} is serving: promote another version or roll back "
+            f"(`driftwarden models rollback {model_name}`) before rejecting it"
+        )
+    if row.state is VersionState.REJECTED:
+        raise Conflict(f"{model_name}:{version} is already rejected ({row.state_reason})")
+    _move(session, row, VersionState.REJECTED, action=EventAction.REJECT, actor=actor, reason=reason)
     row.state_reason = reason
     session.flush()
     return row
 
 
-def set_label(*, session: Session, model_name: str, label: str, version: int) -> VersionLabel:
-    """Point ``label`` of a model at ``version``."""
-    row = get_version(session=session, model_name=model_name, version=version)
-    if row is None:
-        raise LookupError(f"no version {model_name}:{version}")
+def set_label(
+    *, session: Session, model_name: str, label: str, version: int, actor: str = DEFAULT_ACTOR
+) -> VersionLabel:
+    """Point ``label`` of a model at ``version`` (not a rejected one); setting it where it points: no-op."""
+    check_label(label)
+    row = require_version(session=session, model_name=model_name, version=version)
+    if row.state is VersionState.REJECTED:
+        raise Conflict(
+            f"{model_name}:{version} was rejected ({row.state_reason}); a label cannot point at it"
+        )
     existing = session.get(VersionLabel, (model_name, label))
+    previous: int | None = None
     if existing is None:
         existing = VersionLabel(model_name=model_name, label=label, version_id=row.id)
         session.add(existing)
+    elif existing.version_id == row.id:
+        return existing
     else:
+        before = session.get(ModelVersion, existing.version_id)
+        previous = before.version if before is not None else None
         existing.version_id = row.id
+        existing.updated_at = utcnow()
+    _record(
+        session,
+        row,
+        action=EventAction.LABEL,
+        actor=actor,
+        label=label,
+        previous_version=previous,
+        reason=f"moved from version {previous}" if previous is not None else None,
+    )
     session.flush()
     return existing
+
+
+def labels_of(*, session: Session, model_name: str) -> dict[str, int]:
+    """Each label of a model and the version it points to."""
+    rows = session.execute(
+        select(VersionLabel.label, ModelVersion.version)
+        .join(ModelVersion, VersionLabel.version_id == ModelVersion.id)
+        .where(VersionLabel.model_name == model_name)
+        .order_by(VersionLabel.label)
+    ).all()
+    return {label: version for label, version in rows}
+
+
+def history(*, session: Session, model_name: str, version: int | None = None) -> list[VersionEvent]:
+    """The recorded changes of a model (or of one of its versions), oldest first."""
+    stmt = select(VersionEvent).where(VersionEvent.model_name == model_name).order_by(VersionEvent.id)
+    if version is not None:
+        stmt = stmt.where(VersionEvent.version == version)
+    return list(session.scalars(stmt))
+
+
+def schema_summary(schema: ModelSchema) -> SchemaSummary:
+    """The short form of a contract: each feature's kind, dtype, nullability and observed range/categories."""
+    return SchemaSummary(
+        target=schema.target,
+        task=schema.task,
+        features=[
+            FeatureSummary(
+                name=f.name,
+                kind=f.kind.value,
+                dtype=f.dtype,
+                nullable=f.nullable,
+                missing_rate=f.missing_rate,
+                observed_min=f.observed_min,
+                observed_max=f.observed_max,
+                categories=list(f.categories),
+            )
+            for f in schema.features
+        ],
+        outputs=[o.name for o in schema.outputs],
+    )
+
+
+def show(
+    *, session: Session, model_name: str, version: int | None = None, with_schema: bool | None = None
+) -> ModelDetail:
+    """A model (or one version of it): versions with labels, metrics, lineage, and the state history.
+
+    ``with_schema`` (default: only when one version is asked for) adds each version's contract summary.
+    """
+    if version is None:
+        require_model(session=session, model_name=model_name)
+        rows = list_versions(session=session, model_name=model_name)
+    else:
+        rows = [require_version(session=session, model_name=model_name, version=version)]
+    if with_schema is None:
+        with_schema = version is not None
+    labels = labels_of(session=session, model_name=model_name)
+    events = [VersionEventRead.model_validate(e) for e in history(session=session, model_name=model_name)]
+    serving = serving_version(session=session, model_name=model_name)
+    details = []
+    for row in rows:
+        detail = VersionDetail(
+            **ModelVersionRead.model_validate(row).model_dump(),
+            labels=sorted(label for label, v in labels.items() if v == row.version),
+            history=[e for e in events if e.version == row.version],
+        )
+        if with_schema:
+            try:
+                detail.schema_summary = schema_summary(read_schema(path=Path(row.path)))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                detail.schema_error = f"schema not readable at {row.path}: {type(exc).__name__}: {exc}"
+        details.append(detail)
+    return ModelDetail(
+        model_name=model_name,
+        serving=serving.version if serving is not None else None,
+        labels=labels,
+        versions=details,
+        history=events if version is None else [e for e in events if e.version == version],
+    )
 
 
 def read_meta(*, path: Path, name: str) -> dict[str, Any]:

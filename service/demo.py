@@ -159,7 +159,7 @@ def run_demo(*, settings: Settings, model: str, rows: int, workers: int, epochs:
         )
         step("3. Promote the new version to serving")
         with db.session() as session:
-            promote(session=session, model_name=model, version=result.version.version)
+            promote(session=session, model_name=model, version=result.version.version, actor="demo")
         console.print(f"  {model}:{result.version.version} is now serving (`driftwarden models list`)")
     finally:
         progress.close()

@@ -17,7 +17,7 @@ from training.datagen import generate
 
 def test_migration_and_round_trip(tmp_path: Path, profile_dict: dict[str, Any]) -> None:
     url = f"sqlite:///{tmp_path / 'dw.db'}"
-    migrate.upgrade(url, "head")
+    migrate.upgrade(url, "0003_monitor_runs")
     assert migrate.current(url) == "0003_monitor_runs"
     report = compare(
         profile=profile_from_dict(profile_dict), columns=generate(3_000, scenario="covariate_shift", seed=71)

@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from core import migrate
 from core.database import open_database
+from core.errors import Conflict
 from registry.models import VersionState
 from registry.service import (
     list_versions,
@@ -57,7 +58,7 @@ def test_versions_lifecycle(database_url: str, tmp_path: Path) -> None:
             assert current is not None and current.version == 2
             rejected = reject(session=s, model_name="m", version=1, reason="accuracy 0.70 < current 0.91")
             assert rejected.state_reason == "accuracy 0.70 < current 0.91"
-            with pytest.raises(ValueError, match="rejected"):
+            with pytest.raises(Conflict, match="rejected"):
                 promote(session=s, model_name="m", version=1)
         with pytest.raises(IntegrityError), db.session() as s:
             register_version(session=s, model_name="m", version=2, path=tmp_path, metrics={}, lineage={})

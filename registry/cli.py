@@ -1,0 +1,277 @@
+"""Registry commands (``driftwarden models ...``): list, show, promote, rollback, label, reject.
+
+Bad input (an unknown model or version, a malformed name or version, a change the state does not allow)
+raises a :class:`core.errors.DomainError`; the root command prints it as one line and exits 2.
+Module-level imports stay light (typer only).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from registry.models import ModelDetail, VersionDetail, VersionEventRead
+
+ACTOR = "cli"
+models_app = typer.Typer(
+    help="The model registry: list, show, promote, roll back, label and reject versions.",
+    no_args_is_help=True,
+)
+EMPTY_HINT = (
+    "Train and register one (a staged version):\n"
+    "  driftwarden data generate --out data.csv   # or bring your own CSV with a 0/1 target column\n"
+    "  driftwarden train --model credit --data data.csv --mode local\n"
+    "then put it into serving with `driftwarden models promote credit 1`"
+)
+
+
+@models_app.command("list")
+def models_list(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Only this model.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+) -> None:
+    """List registered versions with state, held-out metrics and lineage."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from core.database import open_database
+    from registry.models import ModelVersionRead
+    from registry.names import check_name
+    from registry.service import list_versions
+
+    if model is not None:
+        check_name(model, given_as="--model")
+    db = open_database()
+    try:
+        with db.session() as session:
+            rows = [
+                ModelVersionRead.model_validate(r) for r in list_versions(session=session, model_name=model)
+            ]
+    finally:
+        db.dispose()
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        return
+    if not rows:
+        nothing = f"no versions of model {model!r} registered." if model else "no versions registered yet."
+        typer.echo(f"{nothing} {EMPTY_HINT}")
+        return
+    table = Table(title="Registered model versions")
+    for col in ("model", "version", "state", "accuracy", "auc", "mode", "rows", "created"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.model_name,
+            str(r.version),
+            r.state.value + (f" ({r.state_reason})" if r.state_reason else ""),
+            _fmt(r.metrics.get("accuracy")),
+            _fmt(r.metrics.get("roc_auc")),
+            str(r.lineage.get("mode", "")),
+            str(r.lineage.get("train_rows", "")),
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    Console().print(table)
+
+
+@models_app.command("show")
+def models_show(
+    ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]", help="A model, or one version of it.")],
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of text.")] = False,
+) -> None:
+    """Show a model (versions, labels, state history) or one version (schema, metrics, lineage, history)."""
+    from core.database import open_database
+    from registry.names import parse_ref
+    from registry.service import show
+
+    name, version = parse_ref(ref)
+    db = open_database()
+    try:
+        with db.session() as session:
+            detail = show(session=session, model_name=name, version=version)
+    finally:
+        db.dispose()
+    if as_json:
+        typer.echo(detail.model_dump_json(indent=2))
+        return
+    if version is None:
+        _print_model(detail)
+    else:
+        _print_version(detail.versions[0])
+
+
+@models_app.command("promote")
+def models_promote(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    version: Annotated[str, typer.Argument(help="Version to serve (a staged or archived one).")],
+) -> None:
+    """Make VERSION the serving version of NAME; the version serving so far is archived.
+
+    A running `driftwarden serve` loads it within its poll interval (DRIFTWARDEN_MODEL_POLL_INTERVAL_S),
+    without a restart.
+    """
+    from core.database import open_database
+    from registry.names import check_name, parse_version
+    from registry.service import promote, serving_version
+
+    check_name(name)
+    number = parse_version(version)
+    db = open_database()
+    try:
+        with db.session() as session:
+            before = serving_version(session=session, model_name=name)
+            row = promote(session=session, model_name=name, version=number, actor=ACTOR)
+    finally:
+        db.dispose()
+    if before is not None and before.version == row.version:
+        typer.echo(f"{name}:{row.version} is already serving; nothing changed")
+        return
+    archived = f"; {name}:{before.version} archived" if before is not None else ""
+    typer.echo(f"{name}:{row.version} is now serving{archived}")
+
+
+@models_app.command("rollback")
+def models_rollback(name: Annotated[str, typer.Argument(help="Model name.")]) -> None:
+    """Serve the previous serving version of NAME again; the current one is archived.
+
+    Rolling back twice returns to the version rolled back from (reject a version to rule it out).
+    """
+    from core.database import open_database
+    from registry.names import check_name
+    from registry.service import rollback, serving_version
+
+    check_name(name)
+    db = open_database()
+    try:
+        with db.session() as session:
+            before = serving_version(session=session, model_name=name)
+            row = rollback(session=session, model_name=name, actor=ACTOR)
+    finally:
+        db.dispose()
+    was = f" (from {before.version})" if before is not None else ""
+    typer.echo(f"{name}: rolled back to version {row.version}{was}; it is now serving")
+
+
+@models_app.command("label")
+def models_label(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    label: Annotated[str, typer.Argument(help="Label, e.g. stable or canary (same rule as model names).")],
+    version: Annotated[str, typer.Argument(help="Version the label points to.")],
+) -> None:
+    """Point LABEL of NAME at VERSION (served at /v1/models/NAME/labels/LABEL:predict)."""
+    from core.database import open_database
+    from registry.names import check_label, check_name, parse_version
+    from registry.service import labels_of, set_label
+
+    check_name(name)
+    check_label(label)
+    number = parse_version(version)
+    db = open_database()
+    try:
+        with db.session() as session:
+            before = labels_of(session=session, model_name=name).get(label)
+            set_label(session=session, model_name=name, label=label, version=number, actor=ACTOR)
+    finally:
+        db.dispose()
+    moved = f" (moved from {before})" if before is not None and before != number else ""
+    typer.echo(f"{name}: label {label!r} -> version {number}{moved}")
+
+
+@models_app.command("reject")
+def models_reject(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    version: Annotated[str, typer.Argument(help="Version to reject.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (kept in the version's history).")],
+) -> None:
+    """Mark VERSION of NAME rejected: it can no longer serve or carry a label."""
+    from core.database import open_database
+    from registry.names import check_name, parse_version
+    from registry.service import reject
+
+    check_name(name)
+    number = parse_version(version)
+    db = open_database()
+    try:
+        with db.session() as session:
+            row = reject(session=session, model_name=name, version=number, reason=reason, actor=ACTOR)
+    finally:
+        db.dispose()
+    typer.echo(f"{name}:{row.version} rejected ({row.state_reason})")
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else ""
+
+
+def _event_line(e: VersionEventRead) -> str:
+    at = e.at.strftime("%Y-%m-%d %H:%M:%S")
+    if e.label is not None:
+        change = f"label {e.label!r} -> {e.version}"
+    else:
+        before = e.from_state.value if e.from_state else "(new)"
+        change = f"{before} -> {e.to_state.value if e.to_state else ''}"
+    why = f": {e.reason}" if e.reason else ""
+    return f"  {at}  v{e.version:<4} {e.action.value:<9} {change}  by {e.actor}{why}"
+
+
+def _print_model(detail: ModelDetail) -> None:
+    typer.echo(f"model {detail.model_name}")
+    typer.echo(f"  serving: {detail.serving if detail.serving is not None else '(none)'}")
+    labels = ", ".join(f"{k} -> {v}" for k, v in detail.labels.items()) or "(none)"
+    typer.echo(f"  labels: {labels}")
+    typer.echo("versions:")
+    for v in detail.versions:
+        reason = f" ({v.state_reason})" if v.state_reason else ""
+        tags = f" [{', '.join(v.labels)}]" if v.labels else ""
+        accuracy, auc = _fmt(v.metrics.get("accuracy")) or "-", _fmt(v.metrics.get("roc_auc")) or "-"
+        typer.echo(
+            f"  {v.version:<5} {v.state.value}{reason}{tags}  accuracy {accuracy}  auc {auc}"
+            f"  created {v.created_at:%Y-%m-%d %H:%M:%S}"
+        )
+    _print_history(detail.history)
+
+
+def _print_version(v: VersionDetail) -> None:
+    reason = f" ({v.state_reason})" if v.state_reason else ""
+    typer.echo(f"model {v.model_name} version {v.version}: {v.state.value}{reason}")
+    typer.echo(f"  labels: {', '.join(v.labels) or '(none)'}")
+    typer.echo(f"  path: {v.path}")
+    typer.echo(f"  created: {v.created_at:%Y-%m-%d %H:%M:%S %Z}")
+    if v.parent_version is not None:
+        typer.echo(f"  parent version: {v.parent_version}")
+    typer.echo("schema:")
+    if v.schema_summary is None:
+        typer.echo(f"  {v.schema_error or '(not available)'}")
+    else:
+        s = v.schema_summary
+        typer.echo(f"  target {s.target!r} ({s.task}); outputs: {', '.join(s.outputs)}")
+        for f in s.features:
+            if f.kind == "numeric":
+                what = f"range {f.observed_min:g} .. {f.observed_max:g}" if f.observed_min is not None else ""
+            else:
+                shown = ", ".join(f.categories[:6]) + (", ..." if len(f.categories) > 6 else "")
+                what = f"{len(f.categories)} categories: {shown}"
+            null = f", missing {f.missing_rate:.1%}" if f.nullable else ""
+            typer.echo(f"  {f.name:<20} {f.kind:<12} {f.dtype:<8} {what}{null}")
+    typer.echo("metrics:")
+    for key, value in sorted(v.metrics.items()):
+        typer.echo(f"  {key}: {_fmt(value) or json.dumps(value)}")
+    typer.echo("lineage:")
+    for key, value in sorted(v.lineage.items()):
+        typer.echo(f"  {key}: {value if isinstance(value, str) else json.dumps(value)}")
+    _print_history(v.history)
+
+
+def _print_history(events: list[VersionEventRead]) -> None:
+    typer.echo("history (oldest first):")
+    if not events:
+        typer.echo("  (none recorded)")
+    for e in events:
+        typer.echo(_event_line(e))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the registry's commands (``models ...``) to the root CLI."""
+    app.add_typer(models_app, name="models")

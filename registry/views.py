@@ -1,0 +1,181 @@
+"""Registry routes: versions with their history; promote, roll back, label and reject (admin). Thin.
+
+Bad requests raise :class:`core.errors.DomainError` subclasses, answered by the app's one handler as
+``{"error": ...}``: 400 for a malformed name, version or body field, 404 for an unknown model or version,
+409 for a change the version's state does not allow. Changing routes need the admin token when one is set.
+A running server serves a promoted (or rolled back, or re-labelled) version after its next registry poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from core.errors import DomainError, Invalid
+from core.http import admin_denied, json_response, request_id_of
+from core.runtime import Runtime
+from registry.models import ModelVersionRead
+from registry.names import check_label, check_name, parse_version
+from registry.service import labels_of, promote, reject, rollback, serving_version, set_label, show
+
+router = APIRouter(tags=["Model registry"])
+ACTOR = "api"
+MAX_BODY_BYTES = 64 * 1024
+
+
+def _body_doc(field: str, kind: str) -> dict[str, Any]:
+    schema = {"type": "object", "required": [field], "properties": {field: {"type": kind}}}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+class BodyTooLarge(DomainError):
+    """A request body over :data:`MAX_BODY_BYTES`."""
+
+    status_code = 413
+
+
+def _state(request: Request) -> Runtime:
+    state: Runtime = request.app.state.dw
+    return state
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise BodyTooLarge(f"the body has {len(body)} bytes, more than the limit of {MAX_BODY_BYTES}")
+    try:
+        data = json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Invalid(f"the body is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _body_version(data: dict[str, Any]) -> int:
+    value = data.get("version")
+    if isinstance(value, str):
+        return parse_version(value, what="body field 'version'")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Invalid(f"body field 'version' must be a positive integer, got {value!r}")
+    return parse_version(str(value), what="body field 'version'")
+
+
+def _body_reason(data: dict[str, Any]) -> str:
+    value = data.get("reason")
+    if not isinstance(value, str) or not value.strip():
+        raise Invalid(f"body field 'reason' must be a non-empty string saying why, got {value!r}")
+    return value
+
+
+def _ok(request: Request, body: Any) -> Response:
+    return json_response(body, request_id=request_id_of(request))
+
+
+@router.get("/v1/models/{name}/versions", summary="Registered versions, labels and state history")
+async def versions(request: Request, name: str) -> Response:
+    """Every registered version of a model (newest first) with its labels, and the history of its states."""
+    check_name(name)
+    state = _state(request)
+
+    def run() -> dict[str, Any]:
+        with state.db.session() as session:
+            doc: dict[str, Any] = show(session=session, model_name=name).model_dump(mode="json")
+            return doc
+
+    return _ok(request, await asyncio.to_thread(run))
+
+
+@router.post("/v1/models/{name}/versions/{version}:promote", summary="Serve this version (admin)")
+async def promote_version(request: Request, name: str, version: str) -> Response:
+    """Make the version the serving one; the one serving so far is archived. Already serving: no change."""
+    state = _state(request)
+    denied = admin_denied(request, state.settings.admin_token)
+    if denied is not None:
+        return denied
+    check_name(name)
+    number = parse_version(version)
+
+    def run() -> dict[str, Any]:
+        with state.db.session() as session:
+            before = serving_version(session=session, model_name=name)
+            previous = before.version if before is not None else None
+            row = promote(session=session, model_name=name, version=number, actor=ACTOR)
+            return {
+                **ModelVersionRead.model_validate(row).model_dump(mode="json"),
+                "previous_serving": previous,
+                "changed": previous != row.version,
+            }
+
+    return _ok(request, await asyncio.to_thread(run))
+
+
+@router.post("/v1/models/{name}:rollback", summary="Serve the previous serving version again (admin)")
+async def rollback_model(request: Request, name: str) -> Response:
+    """Serve the version that served before the current one; the current one is archived."""
+    state = _state(request)
+    denied = admin_denied(request, state.settings.admin_token)
+    if denied is not None:
+        return denied
+    check_name(name)
+
+    def run() -> dict[str, Any]:
+        with state.db.session() as session:
+            before = serving_version(session=session, model_name=name)
+            row = rollback(session=session, model_name=name, actor=ACTOR)
+            return {
+                **ModelVersionRead.model_validate(row).model_dump(mode="json"),
+                "previous_serving": before.version if before is not None else None,
+            }
+
+    return _ok(request, await asyncio.to_thread(run))
+
+
+@router.put(
+    "/v1/models/{name}/labels/{label}",
+    summary="Point a label at a version (admin)",
+    openapi_extra=_body_doc("version", "integer"),
+)
+async def put_label(request: Request, name: str, label: str) -> Response:
+    """Point ``label`` at the version given as ``{"version": N}`` (a label cannot point at a rejected one)."""
+    state = _state(request)
+    denied = admin_denied(request, state.settings.admin_token)
+    if denied is not None:
+        return denied
+    check_name(name)
+    check_label(label)
+    number = _body_version(await _json_object(request))
+
+    def run() -> dict[str, Any]:
+        with state.db.session() as session:
+            before = labels_of(session=session, model_name=name).get(label)
+            set_label(session=session, model_name=name, label=label, version=number, actor=ACTOR)
+            return {"model_name": name, "label": label, "version": number, "previous_version": before}
+
+    return _ok(request, await asyncio.to_thread(run))
+
+
+@router.post(
+    "/v1/models/{name}/versions/{version}:reject",
+    summary="Reject this version, with a reason (admin)",
+    openapi_extra=_body_doc("reason", "string"),
+)
+async def reject_version(request: Request, name: str, version: str) -> Response:
+    """Mark the version rejected (``{"reason": "..."}``); the serving version must be replaced first."""
+    state = _state(request)
+    denied = admin_denied(request, state.settings.admin_token)
+    if denied is not None:
+        return denied
+    check_name(name)
+    number = parse_version(version)
+    reason = _body_reason(await _json_object(request))
+
+    def run() -> dict[str, Any]:
+        with state.db.session() as session:
+            row = reject(session=session, model_name=name, version=number, reason=reason, actor=ACTOR)
+            return ModelVersionRead.model_validate(row).model_dump(mode="json")
+
+    return _ok(request, await asyncio.to_thread(run))
