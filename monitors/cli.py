@@ -1,5 +1,8 @@
 """Monitor commands (``driftwarden drift``, ``driftwarden monitor``): owned by the monitors domain.
 
+Both answer with one exit-code contract a CI gate can trust: 0 = no drift, 1 = drift, 2 = the check could
+not be made (a usage or input error, too few rows, a model that could not be evaluated). Errors are
+:class:`core.errors.Invalid` (or subclasses), which the root command prints as one line.
 Module-level imports stay light (typer only); numpy, scipy and the engine load inside the command.
 """
 
@@ -10,11 +13,34 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from core.errors import Invalid
+
 if TYPE_CHECKING:
     import numpy as np
 
+    from monitors.config import MonitorConfig
     from monitors.profile import Profile
     from registry.schema import ModelSchema
+
+STDOUT = "-"
+
+DRIFT_EXIT_CODES = (
+    "[b]Exit codes[/b]\n\n"
+    "0  no drift: the dataset is stable\n\n"
+    "1  the dataset drifted\n\n"
+    "2  usage or input error, no verdict: a missing, empty or unreadable file, fewer rows than --min-rows, "
+    "an unknown column, an all-missing column, an invalid --config or --schema, an unwritable --json or "
+    "--html; one line on stderr says what and how to fix it (`driftwarden --debug drift ...` for the "
+    "traceback)"
+)
+MONITOR_EXIT_CODES = (
+    "[b]Exit codes[/b] (with --once)\n\n"
+    "0  every model was evaluated and none drifted\n\n"
+    "1  at least one model's dataset drifted\n\n"
+    "2  a model could not be evaluated (no serving version, no profile, fewer predictions than "
+    "DRIFTWARDEN_MONITOR_MIN_ROWS, a broken monitor.json, ...) or there is no model to monitor; the error "
+    "line names each model and why (this wins over 1)"
+)
 
 
 def _infer_schema(columns: dict[str, np.ndarray], *, exclude: set[str], target: str | None) -> ModelSchema:
@@ -24,6 +50,65 @@ def _infer_schema(columns: dict[str, np.ndarray], *, exclude: set[str], target: 
     return ModelSchema(features=features, outputs=(OutputSpec(name="probability"),), target=target or "")
 
 
+def _read_json(path: Path, *, option: str) -> Any:
+    import json
+
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise Invalid(f"{option} {path}: file not found (check the path)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise Invalid(f"{option} {path}: cannot read it ({reason}); give a JSON file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Invalid(f"{option} {path} is not valid JSON: {exc}") from None
+
+
+def _read_schema(path: Path) -> ModelSchema:
+    from registry.schema import ModelSchema
+
+    data = _read_json(path, option="--schema")
+    try:
+        if not isinstance(data, dict):
+            raise TypeError("expected a JSON object")
+        return ModelSchema.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        reason = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise Invalid(
+            f"--schema {path} is not a model schema ({reason}); give the schema.json of a registered "
+            "version (<registry>/NAME/VERSION/driftwarden/schema.json)"
+        ) from None
+
+
+def _monitor_config(
+    config_file: Path | None, *, alpha: float | None, drift_share: float | None
+) -> MonitorConfig:
+    """The monitor config from ``--config`` with ``--alpha`` / ``--drift-share`` on top, validated."""
+    from pydantic import ValidationError
+
+    from monitors.config import MonitorConfig
+
+    data: Any = _read_json(config_file, option="--config") if config_file is not None else {}
+    if not isinstance(data, dict):
+        raise Invalid(f'--config {config_file} must hold a JSON object like {{"alpha": 0.01}}')
+    options = {"alpha": alpha, "drift_share": drift_share}
+    data.update({k: v for k, v in options.items() if v is not None})
+    try:
+        return MonitorConfig.model_validate(data)
+    except ValidationError as exc:
+
+        def where(loc: tuple[Any, ...]) -> str:
+            field = ".".join(str(part) for part in loc)
+            if loc and loc[0] in options and options[str(loc[0])] is not None:
+                return "--" + str(loc[0]).replace("_", "-")
+            return f"--config {config_file} field {field!r}"
+
+        problems = "; ".join(f"{where(tuple(e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise Invalid(f"invalid monitor settings: {problems}") from None
+
+
 def _reference_from_version(spec: str) -> tuple[Profile, ModelSchema]:
     from core.config import get_settings
     from monitors.profile import profile_from_dict
@@ -31,11 +116,49 @@ def _reference_from_version(spec: str) -> tuple[Profile, ModelSchema]:
 
     name, _, version = spec.rpartition(":")
     if not name or not version.isdigit():
-        raise typer.BadParameter(f"expected NAME:VERSION, got {spec!r}", param_hint="--reference-version")
+        raise Invalid(f"--reference-version: expected NAME:VERSION (e.g. credit:3), got {spec!r}")
     path = version_dir(registry=get_settings().registry_path, model_name=name, version=int(version))
     if not path.exists():
-        raise typer.BadParameter(f"no registered version at {path}", param_hint="--reference-version")
-    return profile_from_dict(read_meta(path=path, name="profile")), read_schema(path=path)
+        raise Invalid(
+            f"--reference-version {spec}: no registered version at {path} (see `driftwarden models list`)"
+        )
+    try:
+        return profile_from_dict(read_meta(path=path, name="profile")), read_schema(path=path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise Invalid(
+            f"--reference-version {spec}: its profile or schema under {path / 'driftwarden'} is unreadable "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _check_outputs(json_out: Path | None, html_out: Path | None) -> None:
+    """Fail before any work when an output cannot be written where asked."""
+    if json_out is not None and html_out is not None and str(json_out) == str(html_out) == STDOUT:
+        raise Invalid("--json - and --html - both ask for standard output: send one of them to a file")
+    for option, path, suffix in (("--json", json_out, ".json"), ("--html", html_out, ".html")):
+        if path is None or str(path) == STDOUT:
+            continue
+        if path.is_dir():
+            raise Invalid(
+                f"{option} {path} is a directory: give a file path, e.g. {path / ('drift-report' + suffix)}"
+            )
+        parent = next((p for p in path.parents if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise Invalid(f"{option} {path}: {parent} is a file, not a directory; choose another path")
+
+
+def _write_output(path: Path, text: str, *, option: str) -> None:
+    """Write ``text`` to ``path``, or to standard output for ``-``."""
+    if str(path) == STDOUT:
+        typer.echo(text)
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise Invalid(
+            f"{option} {path}: cannot write it ({exc.strerror or exc}); choose another path"
+        ) from None
 
 
 def drift_cmd(
@@ -48,9 +171,12 @@ def drift_cmd(
         typer.Option("--schema", help="schema.json of the model (default: inferred from REFERENCE)."),
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the full report as JSON here.")
+        Path | None,
+        typer.Option("--json", help="Write the full report as JSON here ('-': standard output)."),
     ] = None,
-    html_out: Annotated[Path | None, typer.Option("--html", help="Write an HTML report here.")] = None,
+    html_out: Annotated[
+        Path | None, typer.Option("--html", help="Write an HTML report here ('-': standard output).")
+    ] = None,
     reference_version: Annotated[
         str | None,
         typer.Option("--reference-version", help="Use a registered version's profile: NAME:VERSION."),
@@ -66,70 +192,131 @@ def drift_cmd(
     drift_share: Annotated[
         float | None, typer.Option("--drift-share", help="Share of drifted features.")
     ] = None,
+    min_rows: Annotated[
+        int | None,
+        typer.Option(
+            "--min-rows",
+            min=1,
+            help="Fewer rows in REFERENCE or CURRENT is insufficient data, exit 2 "
+            "(default: DRIFTWARDEN_DRIFT_MIN_ROWS, 30).",
+        ),
+    ] = None,
 ) -> None:
-    """Compare two tabular files (or a registered profile and a file); exit 1 when the dataset drifted."""
+    """Compare two tabular files (or a registered profile and a file): exit 0 when stable, 1 when drifted.
+
+    Before comparing, both sides are checked: too few rows, unknown --target/--prediction-column, a feature
+    with no value, text where the reference has numbers, labels that are not 0/1 all stop with exit 2.
+    With --json - or --html - the report goes to standard output and the table to standard error.
+    """
     import json
 
     import numpy as np
+    from rich.console import Console
 
+    from core.config import get_settings
     from core.tabular import read_table
-    from monitors.config import MonitorConfig
+    from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
     from monitors.console import print_report
     from monitors.engine import compare
     from monitors.html import render_html
     from monitors.profile import build_reference_profile, profile_from_dict
-    from registry.schema import ModelSchema
+    from registry.schema import FeatureKind
 
+    _check_outputs(json_out, html_out)
+    config = _monitor_config(config_file, alpha=alpha, drift_share=drift_share)
+    minimum = min_rows or get_settings().drift_min_rows
+    given_schema = _read_schema(schema_file) if schema_file is not None else None
+    findings: list[Finding] = []
+    tables: dict[str, dict[str, np.ndarray]] = {}
+    reference: dict[str, np.ndarray] | None = None
+    schema: ModelSchema | None = None
     if reference_version is not None:
         if len(files) != 1:
             raise typer.BadParameter("with --reference-version give only CURRENT", param_hint="FILES")
         profile, schema = _reference_from_version(reference_version)
         current_path = files[0]
+        source = f"the registered version {reference_version}"
+        findings += check_rows(
+            profile.rows, where=f"the reference profile of {reference_version}", min_rows=minimum
+        )
     else:
         if len(files) != 2:
             raise typer.BadParameter("give REFERENCE and CURRENT", param_hint="FILES")
-        reference = read_table(files[0])
-        current_path = files[1]
-        schema_target = None
-        if schema_file is not None:
-            schema = ModelSchema.from_dict(json.loads(schema_file.read_text()))
-            schema_target = schema.target
-        else:
-            exclude = {c for c in (target, prediction_column) if c}
-            schema = _infer_schema(reference, exclude=exclude, target=target)
-        preds = reference.get(prediction_column) if prediction_column else None
-        label_col = target or schema_target
-        labels = reference.get(label_col) if label_col and preds is not None else None
-        profile = profile_from_dict(
-            build_reference_profile(reference, schema, predictions=preds, labels=labels)
+        reference_path, current_path = files
+        reference = read_table(reference_path)
+        tables[f"REFERENCE {reference_path}"] = reference
+        source = f"--schema {schema_file}" if given_schema is not None else f"REFERENCE {reference_path}"
+        exclude = {c for c in (target, prediction_column) if c}
+        features = (
+            given_schema.feature_names
+            if given_schema is not None
+            else [c for c in reference if c not in exclude]
         )
+        findings += check_table(
+            reference,
+            where=f"REFERENCE {reference_path}",
+            min_rows=minimum,
+            features=features,
+            feature_source=source,
+            target=target,
+            prediction=prediction_column,
+        )
+        if not findings:
+            try:
+                schema = given_schema or _infer_schema(reference, exclude=exclude, target=target)
+            except ValueError as exc:
+                raise Invalid(f"REFERENCE {reference_path}: {exc}") from None
     current = read_table(current_path)
-    missing = [f for f in schema.feature_names if f not in current]
-    if missing:
-        raise typer.BadParameter(f"CURRENT lacks feature columns {missing}", param_hint="FILES")
-    config: dict[str, Any] = json.loads(config_file.read_text()) if config_file else {}
-    if alpha is not None:
-        config["alpha"] = alpha
-    if drift_share is not None:
-        config["drift_share"] = drift_share
-    cur_preds = current.get(prediction_column) if prediction_column else None
-    label_col = target or (schema.target or None)
-    cur_labels = current.get(label_col) if label_col and cur_preds is not None else None
-    report = compare(
-        profile=profile,
-        columns={f: current[f] for f in schema.feature_names},
-        predictions=None if cur_preds is None else np.asarray(cur_preds, dtype=np.float64),
-        labels=cur_labels,
-        config=MonitorConfig.model_validate(config),
+    tables[f"CURRENT {current_path}"] = current
+    findings[:0] = check_options(
+        tables, target=target, prediction=prediction_column, target_in=list(tables)[:1]
     )
-    print_report(report)
+    numeric = [] if schema is None else [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
+    findings += check_table(
+        current,
+        where=f"CURRENT {current_path}",
+        min_rows=minimum,
+        features=[] if schema is None else schema.feature_names,
+        feature_source=source,
+        numeric=numeric,
+        target=target,
+        prediction=prediction_column,
+        target_required=reference_version is not None,
+    )
+    raise_findings(findings)
+    assert schema is not None  # no finding: the reference was read and its schema built
+    label_col = target or (schema.target or None)
+    try:
+        if reference is not None:
+            preds = reference.get(prediction_column) if prediction_column else None
+            labels = reference.get(label_col) if label_col and preds is not None else None
+            profile = profile_from_dict(
+                build_reference_profile(reference, schema, predictions=preds, labels=labels)
+            )
+        cur_preds = current.get(prediction_column) if prediction_column else None
+        cur_labels = current.get(label_col) if label_col and cur_preds is not None else None
+        report = compare(
+            profile=profile,
+            columns={f: current[f] for f in schema.feature_names},
+            predictions=None if cur_preds is None else np.asarray(cur_preds, dtype=np.float64),
+            labels=cur_labels,
+            config=config,
+        )
+    except (ValueError, TypeError) as exc:
+        hint = f" (check --config {config_file})" if config_file is not None else ""
+        raise Invalid(f"cannot compare CURRENT {current_path} with {source}: {exc}{hint}") from None
+    to_stdout = STDOUT in {str(json_out), str(html_out)}
+    print_report(report, console=Console(stderr=True) if to_stdout else None)
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report.as_dict(), indent=2, allow_nan=False))
+        _write_output(json_out, json.dumps(report.as_dict(), indent=2, allow_nan=False), option="--json")
     if html_out is not None:
-        html_out.parent.mkdir(parents=True, exist_ok=True)
-        html_out.write_text(render_html(report, title=f"Drift report: {current_path.name}"))
+        page = render_html(report, title=f"Drift report: {current_path.name}")
+        _write_output(html_out, page, option="--html")
     raise typer.Exit(code=1 if report.drifted else 0)
+
+
+class NotEvaluated(Invalid):
+    """``driftwarden monitor --once`` could not evaluate a model (or had none to evaluate)."""
 
 
 def monitor_cmd(
@@ -151,9 +338,11 @@ def monitor_cmd(
     import logging
 
     from core.config import get_settings
+    from core.logs import quiet_libraries
     from monitors.scheduled import run_process
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    quiet_libraries()  # no alembic / TensorFlow INFO lines in the output
     settings = get_settings()
     if interval is not None:
         settings = settings.model_copy(update={"monitor_interval_s": interval})
@@ -161,15 +350,26 @@ def monitor_cmd(
         results = run_process(settings=settings, once=once, only=model or None)
     except KeyboardInterrupt:
         raise typer.Exit(code=0) from None
-    if not results:
-        typer.echo("no serving model to monitor")
     for r in results:
         typer.echo(r.describe())
-    if results and all(r.outcome is None for r in results):
-        raise typer.Exit(code=2)
+    evaluated = {r.model_name for r in results}
+    problems = [f"{r.model_name} ({r.skipped or r.failed})" for r in results if r.outcome is None]
+    problems += [
+        f"{name} (not a serving model: register and promote a version, see `driftwarden models list`)"
+        for name in dict.fromkeys(model or [])
+        if name not in evaluated
+    ]
+    if not results and not problems:
+        raise NotEvaluated(
+            "no serving model to monitor: promote a version first (see `driftwarden models list`)"
+        )
+    if problems:
+        raise NotEvaluated(f"could not evaluate {len(problems)} model(s): {'; '.join(problems)}")
+    if any(r.outcome is not None and r.outcome.report.drifted for r in results):
+        raise typer.Exit(code=1)
 
 
 def register(app: typer.Typer) -> None:
     """Add the monitors' commands to the root CLI."""
-    app.command("drift")(drift_cmd)
-    app.command("monitor")(monitor_cmd)
+    app.command("drift", epilog=DRIFT_EXIT_CODES)(drift_cmd)
+    app.command("monitor", epilog=MONITOR_EXIT_CODES)(monitor_cmd)
