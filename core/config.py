@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -84,7 +84,11 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="durable mode: a commit slower than this spools the rows instead."
     )
     log_retry_interval_s: float = Field(default=1.0, gt=0, description="Retry a failed database after this.")
-    spool_path: Path = Field(default=Path("./var/spool"), description="Local spool of unwritten log rows.")
+    spool_path: Path = Field(
+        default=Path("./var/spool"),
+        description="Local spool of unwritten log rows (default: `spool` beside the registry, in the same "
+        "data folder: ./var/spool, or /var/lib/driftwarden/spool when the registry is there).",
+    )
     retention_days: float = Field(default=30.0, gt=0, description="Prediction log retention window.")
     retention_interval_s: float = Field(
         default=3600.0, ge=0, description="Seconds between retention cleanups in the server (0: off)."
@@ -104,9 +108,26 @@ class Settings(BaseSettings):
     )
     monitor_min_rows: int = Field(default=100, gt=0, description="Fewer predictions in a window: no run.")
     monitor_chunk_rows: int = Field(default=25_000, gt=0, description="Rows read from the log per chunk.")
+    drift_min_rows: int = Field(
+        default=30,
+        gt=0,
+        description=(
+            "`driftwarden drift`: fewer rows than this in REFERENCE or CURRENT is 'insufficient data' "
+            "(exit 2), never a verdict; `--min-rows` overrides it per run."
+        ),
+    )
     admin_token: SecretStr | None = Field(
         default=None, description="Bearer token for admin routes (POST .../monitors:run); unset: open."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spool_in_the_data_folder(cls, data: Any) -> Any:
+        """An unset ``spool_path`` follows the registry's data folder (never the working directory's)."""
+        if isinstance(data, dict) and not data.get("spool_path"):
+            registry = data.get("registry_path") or cls.model_fields["registry_path"].default
+            data = {**data, "spool_path": Path(registry).parent / "spool"}
+        return data
 
     def masked(self) -> dict[str, Any]:
         """Settings as plain values, secrets and URL passwords masked."""

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from core.config import get_settings
 
 NOISY = ("absl", "tensorflow", "alembic")  # INFO chatter of libraries (export, migrations)
+# TensorFlow's C++ logs are configured from the environment when TensorFlow loads, so these must be set before
+# its first import (every command calls setup_logging first). An operator's own values win.
+TF_QUIET_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "1",  # no C++ INFO lines (cpu_feature_guard, ...)
+    # TF 2.21 prints "oneDNN custom operations are on" at INFO whatever TF_CPP_MIN_LOG_LEVEL says; the stock
+    # Eigen kernels are as fast for these small dense networks (bench/predict_latency.py)
+    "TF_ENABLE_ONEDNN_OPTS": "0",
+}
+
+
+def quiet_libraries() -> None:
+    """Keep TensorFlow, absl and alembic INFO lines out of command output (warnings still show)."""
+    for name, value in TF_QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    for noisy in NOISY:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def setup_logging(level: str | None = None, *, driftwarden_level: str | None = None) -> None:
     """One-line log records on stderr (rich on a terminal, so progress bars stay intact)."""
+    quiet_libraries()
     if sys.stderr.isatty():
         from rich.logging import RichHandler
 
@@ -25,7 +43,5 @@ def setup_logging(level: str | None = None, *, driftwarden_level: str | None = N
             level=level or get_settings().log_level,
             format="%(asctime)s %(levelname)s %(name)s %(message)s",
         )
-    for noisy in NOISY:
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     if driftwarden_level:
         logging.getLogger("driftwarden").setLevel(driftwarden_level)

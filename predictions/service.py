@@ -218,3 +218,20 @@ def purge_all_before(*, db: Database, before: datetime) -> int:
         total += n
         if n == 0:
             return total
+
+
+def count_before(*, db: Database, before: datetime) -> dict[str, int]:
+    """Per model, how many predictions were logged before ``before`` (what a purge would delete)."""
+    with db.session() as session:
+        counts = {
+            model: int(
+                session.scalar(
+                    select(func.count())
+                    .select_from(PredictionLog)
+                    .where(PredictionLog.model_name == model, PredictionLog.logged_at < before)
+                )
+                or 0
+            )
+            for model in logged_models(session=session)
+        }
+    return {model: n for model, n in counts.items() if n}

@@ -1,1 +1,1 @@
-"""HTTP in: serving API, model registry and prediction log."""
+"""The top floor: the API process (app composition, serving routes) and the `driftwarden` CLI root."""

@@ -43,9 +43,7 @@ app = typer.Typer(
     add_completion=False,
 )
 db_app = typer.Typer(help="Database schema (alembic migrations).", no_args_is_help=True)
-models_app = typer.Typer(help="The model registry.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-app.add_typer(models_app, name="models")
 
 
 @app.callback()
@@ -83,42 +81,6 @@ def db_current() -> None:
     typer.echo(migrate.current(get_settings().database_url.get_secret_value()) or "(not migrated)")
 
 
-@models_app.command("list")
-def models_list(
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Only this model.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
-) -> None:
-    """List registered versions with state, held-out metrics and lineage."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from core.database import open_database
-    from registry.models import ModelVersionRead
-    from registry.service import list_versions
-
-    db = open_database()
-    with db.session() as session:
-        rows = [ModelVersionRead.model_validate(r) for r in list_versions(session=session, model_name=model)]
-    if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
-        return
-    table = Table(title="Registered model versions")
-    for col in ("model", "version", "state", "accuracy", "auc", "mode", "rows", "created"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            r.model_name,
-            str(r.version),
-            r.state.value + (f" ({r.state_reason})" if r.state_reason else ""),
-            _fmt(r.metrics.get("accuracy")),
-            _fmt(r.metrics.get("roc_auc")),
-            str(r.lineage.get("mode", "")),
-            str(r.lineage.get("train_rows", "")),
-            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    Console().print(table)
-
-
 @app.command("demo")
 def demo(
     model: Annotated[str, typer.Option("--model", help="Model name to train and serve.")] = "credit",
@@ -137,16 +99,14 @@ def demo(
     run_demo(settings=get_settings(), model=model, rows=rows, workers=workers, epochs=epochs, seed=seed)
 
 
-def _fmt(value: object) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else ""
-
-
 def _register_domains() -> None:
     from monitors.cli import register as register_monitors
     from predictions.cli import register as register_predictions
+    from registry.cli import register as register_registry
     from service.serving.cli import register as register_serving
     from training.cli import register as register_training
 
+    register_registry(app)
     register_training(app)
     register_serving(app)
     register_predictions(app)

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from core.errors import DomainError, Invalid
 from training.datagen import Scenario
 from training.jobs import Mode
 
@@ -30,9 +31,10 @@ def cluster_node(
         ),
     ],
 ) -> None:
-    """Run one TF server (ps or worker) of a cluster until killed: what each cluster machine runs.
+    """Run one TF server (ps or worker) of a cluster until killed: what each ps/worker machine runs.
 
-    The chief is not a node: it is `driftwarden train`, which connects to the nodes.
+    The chief is not a node: `driftwarden train` starts it on its own machine (`driftwarden cluster chief`
+    in async mode; worker 0 of `driftwarden cluster sync-worker` in sync mode) and it connects to the nodes.
     """
     from core.logs import setup_logging
     from training.cluster import ClusterSpec
@@ -54,7 +56,9 @@ def cluster_node(
 
 @data_app.command("generate")
 def data_generate(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output file: .csv or .parquet.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output file: .csv or .parquet, in an existing folder.")
+    ],
     rows: Annotated[int, typer.Option("--rows", "-n", min=1, help="Number of rows.")] = 20_000,
     scenario: Annotated[
         Scenario, typer.Option("--scenario", "-s", help="Which drift to plant.")
@@ -63,9 +67,21 @@ def data_generate(
     severity: Annotated[float, typer.Option("--severity", min=0.0, help="Scale of the planted drift.")] = 1.0,
 ) -> None:
     """Generate a credit-risk table (target column `default`) under a drift scenario."""
-    from core.tabular import write_table
+    from core.tabular import SUFFIXES, write_table
     from training.datagen import TARGET, generate
 
+    if out.suffix.lower() not in SUFFIXES:
+        raise Invalid(
+            f"--out {out}: unsupported file type {out.suffix or '(none)'!r}; "
+            f"use one of {', '.join(sorted(SUFFIXES))}"
+        )
+    folder = out.parent
+    if folder.exists() and not folder.is_dir():
+        raise Invalid(f"--out {out}: {folder} is a file, not a folder; choose another path")
+    if not folder.exists():
+        raise Invalid(f"--out {out}: the folder {folder} does not exist; create it first (mkdir -p {folder})")
+    if out.is_dir():
+        raise Invalid(f"--out {out} is a folder: give a file name ending in .csv or .parquet")
     cols = generate(rows, scenario=scenario, seed=seed, severity=severity)
     write_table(cols, out)
     typer.echo(
@@ -110,8 +126,13 @@ def train(
     mode: Annotated[
         Mode, typer.Option("--mode", help="async: parameter servers; sync: all-reduce; local: one process.")
     ] = Mode.ASYNC,
-    ps: Annotated[int, typer.Option("--ps", min=1, help="Parameter servers (async).")] = 1,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes.")] = 2,
+    ps: Annotated[
+        int | None, typer.Option("--ps", min=1, help="Parameter servers (--mode async only; default 1).")
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", min=1, help="Worker processes (--mode async or sync; default 2)."),
+    ] = None,
     epochs: Annotated[float, typer.Option("--epochs", min=0.01, help="Passes over the training rows.")] = 3.0,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Global batch size.")] = 64,
     learning_rate: Annotated[
@@ -143,18 +164,20 @@ def train(
     from core.config import get_settings
     from core.database import open_database
     from core.logs import setup_logging
-    from training.flows import run_training
-    from training.jobs import TrainJob
+    from registry.names import check_name
+    from training.jobs import TrainJob, prepare
     from training.progress import Progress
 
+    check_name(model, given_as="--model")  # fails before any data is read or any process started
+    _check_cluster_options(mode=mode, ps=ps, workers=workers, cluster=cluster)
     setup_logging()
     settings = get_settings()
     job = TrainJob(
         model_name=model,
         data=data,
         mode=mode,
-        ps=ps,
-        workers=workers,
+        ps=ps or 1,
+        workers=workers or 2,
         epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
@@ -164,10 +187,10 @@ def train(
         checkpoint_every=checkpoint_every or settings.checkpoint_every_steps,
     )
     if not data.exists():
-        raise typer.BadParameter(
-            f"{data} does not exist (make one with `driftwarden data generate`)", param_hint="--data"
-        )
+        raise Invalid(f"--data {data} does not exist (make one with `driftwarden data generate`)")
+    prepared = prepare(job)  # bad data ends here, before a database is opened or any process started
     from training.cluster import ClusterSpec, NodeLost
+    from training.flows import run_training
 
     external = None
     if cluster is not None:
@@ -187,7 +210,10 @@ def train(
             checkpoint_root=settings.checkpoint_path,
             progress=progress,
             cluster=external,
+            prepared=prepared,
         )
+    except DomainError:
+        raise  # bad input: one line from the root command, no "rerun to resume"
     except (NodeLost, TimeoutError, ValueError, FileNotFoundError, RuntimeError) as exc:
         progress.close()
         typer.secho(f"training failed: {exc}", fg=typer.colors.RED, err=True)
@@ -199,8 +225,22 @@ def train(
     m = result.metrics
     typer.echo(
         f"registered {model}:{result.version.version} (staged) in {result.seconds:.1f}s: "
-        f"held-out accuracy {m['accuracy']:.4f}, ROC AUC {m['roc_auc']:.4f}, rows {m['rows']}"
+        f"held-out accuracy {m['accuracy']:.4f}, ROC AUC {m['roc_auc']:.4f} (held-out rows {m['rows']}); "
+        f"training rows {prepared.train_rows}"
     )
+
+
+def _check_cluster_options(*, mode: Mode, ps: int | None, workers: int | None, cluster: str | None) -> None:
+    """Options that the chosen mode would ignore are an error, never silently dropped."""
+    if ps is not None and mode is not Mode.ASYNC:
+        raise Invalid(
+            f"--ps applies to --mode async only: --mode {mode.value} has no parameter servers "
+            f"({'all-reduce between the workers' if mode is Mode.SYNC else 'one process'}); drop --ps"
+        )
+    if workers is not None and mode is Mode.LOCAL:
+        raise Invalid("--workers does not apply to --mode local (one process): drop --workers")
+    if cluster is not None and (ps is not None or workers is not None):
+        raise Invalid("--ps and --workers come from the --cluster spec: drop them when you give --cluster")
 
 
 def register(app: typer.Typer) -> None:

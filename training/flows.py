@@ -15,7 +15,7 @@ from monitors.profile import build_reference_profile
 from registry.models import ModelVersion
 from registry.service import latest_version
 from training.cluster import ClusterSpec
-from training.jobs import Mode, RunFiles, TrainJob, prepare
+from training.jobs import Mode, PreparedData, RunFiles, TrainJob, prepare
 from training.launcher import train_on_cluster
 from training.progress import Progress
 
@@ -37,12 +37,16 @@ def run_training(
     checkpoint_root: Path,
     progress: Progress,
     cluster: ClusterSpec | None = None,
+    prepared: PreparedData | None = None,
 ) -> TrainResult:
-    """Train ``job`` on its cluster, evaluate on the held-out split and register a new staged version."""
+    """Train ``job`` on its cluster, evaluate on the held-out split and register a new staged version.
+
+    ``prepared``: the job's data as :func:`training.jobs.prepare` returned it (read here when not given).
+    """
     from training.export import ServingModule, predict_proba, publish
 
     t0 = time.monotonic()
-    data = prepare(job)
+    data = prepared or prepare(job)
     progress.event(
         "data %s: %d training rows, %d held out, %d features (%d encoded columns)",
         job.data,

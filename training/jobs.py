@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import Invalid
 from core.tabular import Columns, read_table
 from registry.schema import ModelSchema, infer_schema
 from training.datagen import TARGET
@@ -80,17 +81,64 @@ class PreparedData:
         return math.ceil(steps / per) * per
 
 
+class TrainingDataError(Invalid, ValueError):
+    """Data that cannot train a model; the message names the file, what is wrong and how to fix it."""
+
+
+MIN_ROWS = 50
+
+
+def check_labels(path: Path, target: str, y: np.ndarray) -> None:
+    """The target must hold 0/1 labels, none missing, both classes present."""
+    where = f"--data {path}: target column {target!r}"
+    if y.dtype.kind == "O":
+        missing = np.array([v is None for v in y])
+        present = sorted({str(v) for v in y[~missing]})
+        if missing.any():
+            raise TrainingDataError(
+                f"{where} has {int(missing.sum())} missing label(s): fill or drop those rows"
+            )
+        shown = ", ".join(repr(v) for v in present[:5]) + (", ..." if len(present) > 5 else "")
+        raise TrainingDataError(
+            f"{where} holds text ({shown}), not 0/1 labels: recode it to 0 and 1 (1 = the positive class, "
+            "e.g. yes -> 1, no -> 0)"
+        )
+    if y.dtype.kind == "f" and np.isnan(y).any():
+        raise TrainingDataError(
+            f"{where} has {int(np.isnan(y).sum())} missing label(s): fill or drop those rows"
+        )
+    values = sorted({float(v) for v in np.unique(y)})
+    if not set(values) <= {0.0, 1.0}:
+        shown = ", ".join(f"{v:g}" for v in values[:5]) + (", ..." if len(values) > 5 else "")
+        raise TrainingDataError(
+            f"{where} must hold 0/1 labels (binary classification), found {shown}: recode it to 0 and 1"
+        )
+    if len(values) < 2:
+        raise TrainingDataError(
+            f"{where} holds only the label {values[0]:g}: the data needs rows of both classes, 0 and 1"
+        )
+
+
 def prepare(job: TrainJob) -> PreparedData:
-    """Read the data, split off the held-out rows (seeded), infer the contract, fit preprocessing."""
+    """Read the data, check it, split off the held-out rows (seeded), infer the contract, fit preprocessing.
+
+    Data that cannot train a model raises :class:`TrainingDataError` (an ``Invalid``: exit 2 in the CLI).
+    """
     columns = read_table(job.data)
     if job.target not in columns:
-        raise ValueError(f"{job.data}: no target column {job.target!r} (columns: {', '.join(columns)})")
+        raise TrainingDataError(
+            f"--data {job.data} has no target column {job.target!r} (columns: {', '.join(columns)}): "
+            "name the 0/1 label column with --target"
+        )
+    if len(columns) < 2:
+        raise TrainingDataError(f"--data {job.data} has no feature columns besides the target {job.target!r}")
     y_all = columns[job.target]
-    if y_all.dtype.kind == "f" and np.isnan(y_all).any():
-        raise ValueError(f"{job.data}: target column {job.target!r} has missing labels")
     n = len(y_all)
-    if n < 50:
-        raise ValueError(f"{job.data}: {n} rows is too few to train and hold out (need at least 50)")
+    if n < MIN_ROWS:
+        raise TrainingDataError(
+            f"--data {job.data} has {n} rows, too few to train and hold out 20 % (need at least {MIN_ROWS})"
+        )
+    check_labels(job.data, job.target, y_all)
     order = np.random.default_rng(job.seed).permutation(n)
     n_hold = max(1, int(round(n * job.holdout)))
     hold, train = order[:n_hold], order[n_hold:]

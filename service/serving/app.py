@@ -24,7 +24,9 @@ from monitors.views import router as monitors_router
 from predictions.scheduled import start_retention
 from predictions.spool import Spool
 from predictions.writer import LogWriter
+from registry.views import router as registry_router
 from service.serving.batcher import Runner
+from service.serving.docs import mount_docs
 from service.serving.flows import AppState
 from service.serving.manager import ModelManager
 from service.serving.metrics import Metrics, NullMetrics
@@ -144,10 +146,13 @@ def create_app(
         description=DESCRIPTION,
         version="0.1.0",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # mount_docs: Swagger UI from the installed package, never from a CDN
+        redoc_url=None,  # ReDoc has no offline bundle installed
     )
+    mount_docs(app)
     app.include_router(router)
     app.include_router(monitors_router)
+    app.include_router(registry_router)
     app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
@@ -164,7 +169,9 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     if exc.status_code == 404:
         message = f"no route {request.method} {request.url.path} ({message})"
-    return error_response(exc.status_code, message, request_id_of(request))
+    response = error_response(exc.status_code, message, request_id_of(request))
+    response.headers.update(exc.headers or {})  # e.g. Allow on a 405
+    return response
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> Response:

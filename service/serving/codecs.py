@@ -38,11 +38,19 @@ NUMERIC_TYPES = {
 
 
 class BadRequest(ValueError):
-    """A body that is not a valid request of its protocol (answered with 400)."""
+    """A body that is not a valid request of its protocol (answered with ``status_code``, 400)."""
+
+    status_code = 400
 
     def __init__(self, message: str, rule: str = "format") -> None:
         self.rule = rule
         super().__init__(f"{message} (rule: {rule})")
+
+
+class BodyTooLarge(BadRequest):
+    """A body over ``max_body_bytes`` (413 Content Too Large)."""
+
+    status_code = 413
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 ROW = {
     "age": 42,
@@ -51,6 +54,10 @@ def _responses(ok: Any, *codes: int) -> dict[int | str, dict[str, Any]]:
     texts = {
         400: ("Bad request: names the row, the feature and the rule", ERROR_400),
         404: ("Model, version or label not served", {"error": "model 'nope' is not served here"}),
+        413: (
+            "The body is larger than max_body_bytes",
+            {"error": "the body has 5000000 bytes, more than the limit of 4194304 (rule: max_body_bytes)"},
+        ),
         500: (
             "The model's output broke its contract",
             {
@@ -85,7 +92,7 @@ V1_PREDICT = _json_body(
     },
 )
 V1_PREDICT_RESPONSES = _responses(
-    {"predictions": [0.0734], "prediction_ids": [PID], "model_version": "1"}, 400, 404, 500, 503
+    {"predictions": [0.0734], "prediction_ids": [PID], "model_version": "1"}, 400, 404, 413, 500, 503
 )
 
 V1_STATUS_RESPONSES = _responses(
@@ -130,7 +137,7 @@ FEEDBACK = _json_body(
     },
     {"labels": ("Ground truth for earlier predictions", {"labels": [{"prediction_id": PID, "label": 1}]})},
 )
-FEEDBACK_RESPONSES = _responses({"stored": 1, "unknown_ids": []}, 400, 404)
+FEEDBACK_RESPONSES = _responses({"stored": 1, "unknown_ids": [], "duplicate_ids": []}, 400, 404, 413)
 
 V2_INFER = _json_body(
     {
@@ -195,6 +202,7 @@ V2_INFER_RESPONSES = _responses(
     },
     400,
     404,
+    413,
     500,
     503,
 )
@@ -208,3 +216,30 @@ V2_MODEL_RESPONSES = _responses(
     },
     404,
 )
+
+
+# -- /docs served offline -------------------------------------------------------------------------
+DOCS_ASSETS = "/docs/assets"
+
+
+def mount_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) with its script, style sheet and favicon served from the installed
+    ``swagger_ui_bundle`` package, so the page renders on a network without internet access."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+    from starlette.responses import HTMLResponse
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+    openapi_url = app.openapi_url or "/openapi.json"
+
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} - API docs",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
+
+    app.add_api_route("/docs", swagger_ui, methods=["GET"], include_in_schema=False)

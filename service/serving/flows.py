@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -166,7 +167,11 @@ def parse_feedback(payload: Any) -> list[tuple[str, float]]:
 
 
 async def feedback(*, state: AppState, model_name: str, labels: list[tuple[str, float]]) -> dict[str, Any]:
-    """Store labels of known predictions; unknown ids are reported back."""
+    """Store labels of known predictions; unknown ids and ids sent more than once are reported back.
+
+    An id repeated within one request keeps its last label (in the request's order) and is listed in
+    ``duplicate_ids``, so a client can tell that one of its labels was overridden.
+    """
     if model_name not in state.manager.models:
         raise NotServed(f"Servable not found for request: model '{model_name}' is not served here")
     if state.writer is not None:  # predictions answered moments ago may still be on their way to the table
@@ -178,4 +183,6 @@ async def feedback(*, state: AppState, model_name: str, labels: list[tuple[str, 
 
     stored, unknown = await asyncio.to_thread(_store)
     state.metrics.labels(model_name, stored, len(unknown))
-    return {"stored": stored, "unknown_ids": unknown}
+    seen: Counter[str] = Counter(pid for pid, _ in labels)
+    duplicates = [pid for pid, n in seen.items() if n > 1]
+    return {"stored": stored, "unknown_ids": unknown, "duplicate_ids": duplicates}

@@ -14,11 +14,12 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from core.errors import Invalid
 from core.http import error_response, json_response, request_id_of
 from predictions.writer import LogUnavailable
 from registry.schema import FeatureKind, ModelSchema
 from service.serving import docs
-from service.serving.codecs import BadRequest, parse_json, parse_v1, parse_v2, split_binary
+from service.serving.codecs import BadRequest, BodyTooLarge, parse_json, parse_v1, parse_v2, split_binary
 from service.serving.contracts import ContractViolation
 from service.serving.flows import AppState, OutputContractError, Prediction, feedback, parse_feedback, predict
 from service.serving.manager import LoadedVersion, NotServed
@@ -35,22 +36,26 @@ def _state(request: Request) -> AppState:
 async def _body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise BadRequest(f"the body has {declared} bytes, more than the limit of {limit}", "max_body_bytes")
+        raise BodyTooLarge(f"the body has {declared} bytes, more than the limit of {limit}", "max_body_bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BadRequest(f"the body exceeds the limit of {limit} bytes", "max_body_bytes")
+            raise BodyTooLarge(f"the body exceeds the limit of {limit} bytes", "max_body_bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class BadVersion(Invalid):
+    """A version in the path that is not a number (400 through the app's DomainError handler)."""
 
 
 def _version(value: str | None) -> int | None:
     if value is None:
         return None
-    if not value.isdigit():
-        raise NotServed(f"version must be a positive integer, got {value!r}")
+    if not (value.isascii() and value.isdigit()):
+        raise BadVersion(f"version must be a positive integer like 3, got {value!r} (rule: version)")
     return int(value)
 
 
@@ -86,6 +91,9 @@ async def _predict(
         return error_response(400, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
     except BadRequest as exc:
         state.metrics.violation(name, [exc.rule])
+        state.metrics.request(protocol, "rejected")
+        return error_response(exc.status_code, str(exc), rid)
+    except BadVersion as exc:
         state.metrics.request(protocol, "rejected")
         return error_response(400, str(exc), rid)
     except NotServed as exc:
@@ -139,6 +147,28 @@ async def v1_predict_version(request: Request, name: str, version: str) -> Respo
 async def v1_predict_label(request: Request, name: str, label: str) -> Response:
     """Like `:predict`, answered by the version the label points to (e.g. `canary`)."""
     return await _predict(request, name, None, label, "v1", _v1_shape, _v1_decode)
+
+
+async def _post_only(request: Request) -> Response:
+    """Any other method on a ``:predict`` path: 405 naming POST (not "model 'x:predict' is not served")."""
+    resp = error_response(
+        405,
+        f"{request.method} is not allowed on {request.url.path}: send the request with POST (rule: method)",
+        request_id_of(request),
+    )
+    resp.headers["Allow"] = "POST"
+    return resp
+
+
+# before the GET routes below: their {name} would otherwise take "credit:predict" as a model name
+for _path in (
+    "/v1/models/{name}:predict",
+    "/v1/models/{name}/versions/{version}:predict",
+    "/v1/models/{name}/labels/{label}:predict",
+):
+    router.add_api_route(
+        _path, _post_only, methods=["GET", "HEAD", "PUT", "PATCH", "DELETE"], include_in_schema=False
+    )
 
 
 def _status(state: AppState, name: str, version: str | None, label: str | None, rid: str) -> Response:
@@ -264,7 +294,7 @@ async def v1_feedback(request: Request, name: str) -> Response:
         labels = parse_feedback(parse_json(await _body(request, state.settings.max_body_bytes)))
         result = await feedback(state=state, model_name=name, labels=labels)
     except BadRequest as exc:
-        return error_response(400, str(exc), rid)
+        return error_response(exc.status_code, str(exc), rid)
     except NotServed as exc:
         return error_response(404, str(exc), rid)
     return json_response(result, 200, rid)

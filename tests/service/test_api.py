@@ -184,7 +184,7 @@ def test_request_level_violations(server: Server, trained: TrainedModels) -> Non
     assert empty.status_code == 400 and "rule: empty" in empty.json()["error"]
     assert not_json.status_code == 400 and "rule: json" in not_json.json()["error"]
     assert ragged.status_code == 400 and "feature 'age'" in ragged.json()["error"]
-    assert huge.status_code == 400 and "rule: max_body_bytes" in huge.json()["error"]
+    assert huge.status_code == 413 and "rule: max_body_bytes" in huge.json()["error"]
     assert (
         v2_type.status_code == 400
         and "'region'" in v2_type.json()["error"]
@@ -362,7 +362,11 @@ def test_feedback_joins_and_reports_unknown_ids(server: Server, trained: Trained
         )
         bad = c.post("/v1/models/credit/feedback", json={"labels": [{"prediction_id": ids[2], "label": 7}]})
     assert r.status_code == 200, r.text
-    assert r.json() == {"stored": 2, "unknown_ids": ["00000000-0000-7000-8000-000000000000"]}
+    assert r.json() == {
+        "stored": 2,
+        "unknown_ids": ["00000000-0000-7000-8000-000000000000"],
+        "duplicate_ids": [],
+    }
     assert bad.status_code == 400 and "labels[0].label" in bad.json()["error"]
     from sqlalchemy import create_engine, text
 

@@ -123,7 +123,7 @@ def test_cli_errors_say_what_to_fix(tmp_path: Path) -> None:
     del cols[TARGET]
     write_table(cols, bad)
     res = _cli("train", "--model", "m", "--data", str(bad), "--mode", "local", cwd=tmp_path)
-    assert res.returncode == 1 and "no target column 'default'" in res.stderr
+    assert res.returncode == 2 and "no target column 'default'" in res.stderr
     res = _cli("cluster", "node", "--role", "chief", "--index", "0", "--cluster", '{"ps": ["127.0.0.1:1"]}')
     assert res.returncode == 2 and "must be ps or worker" in res.stderr
     res = _cli("cluster", "node", "--role", "ps", "--index", "3", "--cluster", '{"ps": ["127.0.0.1:1"]}')
