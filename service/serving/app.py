@@ -19,18 +19,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from core.config import Settings, get_settings
 from core.database import make_engine, open_database
 from core.errors import DomainError
+from core.http import error_response, request_id_of
 from monitors.scheduled import start_in_app as start_monitors
 from monitors.views import router as monitors_router
 from predictions.scheduled import start_retention
 from predictions.spool import Spool
 from predictions.writer import LogWriter
 from registry.views import router as registry_router
+from service.serving import open_inference, operations, tf_serving
 from service.serving.batcher import Runner
 from service.serving.docs import mount_docs
 from service.serving.flows import AppState
 from service.serving.manager import ModelManager
 from service.serving.metrics import Metrics, NullMetrics
-from service.serving.views import error_response, request_id_of, router
 
 log = logging.getLogger("driftwarden.serving")
 
@@ -150,9 +151,14 @@ def create_app(
         redoc_url=None,  # ReDoc has no offline bundle installed
     )
     mount_docs(app)
-    app.include_router(router)
-    app.include_router(monitors_router)
-    app.include_router(registry_router)
+    for router in (
+        tf_serving.router,
+        open_inference.router,
+        operations.router,
+        registry_router,
+        monitors_router,
+    ):
+        app.include_router(router)
     app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]

@@ -1,0 +1,100 @@
+"""What the serving routes of both protocols share: the app state, bounded body reading, path versions, and
+the predict route's core (decode -> check -> batched model -> check output -> log -> shape)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Request, Response
+
+from core.errors import Invalid
+from core.http import error_response, json_response, request_id_of
+from predictions.writer import LogUnavailable
+from registry.schema import ModelSchema
+from service.serving.codecs import BadRequest, BodyTooLarge, parse_json, split_binary
+from service.serving.contracts import ContractViolation
+from service.serving.flows import AppState, OutputContractError, Prediction, predict
+from service.serving.manager import NotServed
+
+
+def app_state(request: Request) -> AppState:
+    state: AppState = request.app.state.dw
+    return state
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the body has {declared} bytes, more than the limit of {limit}", "max_body_bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"the body exceeds the limit of {limit} bytes", "max_body_bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class BadVersion(Invalid):
+    """A version in the path that is not a number (400 through the app's DomainError handler)."""
+
+
+def path_version(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise BadVersion(f"version must be a positive integer like 3, got {value!r} (rule: version)")
+    return int(value)
+
+
+async def predict_route(
+    request: Request,
+    name: str,
+    version: str | None,
+    label: str | None,
+    protocol: str,
+    shape: Callable[[Prediction, Any], dict[str, Any]],
+    decode: Callable[[Any, bytes], Callable[[ModelSchema], Any]],
+) -> Response:
+    started = time.perf_counter()
+    state = app_state(request)
+    rid = request_id_of(request)
+    try:
+        raw = await read_body(request, state.settings.max_body_bytes)
+        header, binary = split_binary(raw, request.headers.get("inference-header-content-length"))
+        payload = parse_json(header)
+        result = await predict(
+            state=state,
+            model_name=name,
+            version=path_version(version),
+            label=label,
+            parse=decode(payload, binary),
+            request_id=rid,
+            protocol=protocol,
+            started=started,
+        )
+    except ContractViolation as exc:
+        state.metrics.violation(name, sorted({v.rule for v in exc.violations}))
+        state.metrics.request(protocol, "rejected")
+        return error_response(400, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
+    except BadRequest as exc:
+        state.metrics.violation(name, [exc.rule])
+        state.metrics.request(protocol, "rejected")
+        return error_response(exc.status_code, str(exc), rid)
+    except BadVersion as exc:
+        state.metrics.request(protocol, "rejected")
+        return error_response(400, str(exc), rid)
+    except NotServed as exc:
+        state.metrics.request(protocol, "not_found")
+        return error_response(404, str(exc), rid)
+    except OutputContractError as exc:
+        state.metrics.request(protocol, "output_violation")
+        return error_response(500, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
+    except LogUnavailable as exc:
+        state.metrics.request(protocol, "log_unavailable")
+        return error_response(503, f"prediction log unavailable: {exc}", rid)
+    state.metrics.request(protocol, "ok")
+    return json_response(shape(result, payload), 200, rid)

@@ -1,0 +1,214 @@
+"""TensorFlow Serving REST routes (``/v1``): predict (row and columnar), status, metadata, feedback.
+
+Thin: read the body, call a flow, shape the answer. Bodies are parsed by hand (not by pydantic) so that
+every client error is a 400 in the ``{"error": ...}`` shape, naming the row, the feature and the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from core.http import error_response, json_response, request_id_of
+from registry.schema import FeatureKind, ModelSchema
+from service.serving import docs
+from service.serving.codecs import BadRequest, parse_json, parse_v1
+from service.serving.flows import AppState, Prediction, feedback, parse_feedback
+from service.serving.manager import NotServed
+from service.serving.routing import app_state, path_version, predict_route, read_body
+
+router = APIRouter()
+V1 = "TF Serving REST"
+
+
+def _v1_decode(payload: Any, _binary: bytes) -> Callable[[ModelSchema], Any]:
+    return partial(parse_v1, payload=payload)
+
+
+def _v1_shape(result: Prediction, payload: Any) -> dict[str, Any]:
+    key = "predictions" if isinstance(payload, dict) and "instances" in payload else "outputs"
+    return {key: result.values, "prediction_ids": result.prediction_ids, "model_version": str(result.version)}
+
+
+PREDICT_DOC: dict[str, Any] = {
+    "openapi_extra": docs.V1_PREDICT,
+    "responses": docs.V1_PREDICT_RESPONSES,
+    "tags": [V1],
+}
+
+
+@router.post("/v1/models/{name}:predict", summary="Predict with the serving version", **PREDICT_DOC)
+async def v1_predict(request: Request, name: str) -> Response:
+    """Row format `{"instances": [...]}` -> `predictions`; columnar `{"inputs": {...}}` -> `outputs`.
+    Each row gets a `prediction_ids` entry (send it back with feedback)."""
+    return await predict_route(request, name, None, None, "v1", _v1_shape, _v1_decode)
+
+
+@router.post(
+    "/v1/models/{name}/versions/{version}:predict", summary="Predict with one version", **PREDICT_DOC
+)
+async def v1_predict_version(request: Request, name: str, version: str) -> Response:
+    """Like `:predict`, answered by a specific loaded version (the serving one or a labelled one)."""
+    return await predict_route(request, name, version, None, "v1", _v1_shape, _v1_decode)
+
+
+@router.post(
+    "/v1/models/{name}/labels/{label}:predict", summary="Predict with a labelled version", **PREDICT_DOC
+)
+async def v1_predict_label(request: Request, name: str, label: str) -> Response:
+    """Like `:predict`, answered by the version the label points to (e.g. `canary`)."""
+    return await predict_route(request, name, None, label, "v1", _v1_shape, _v1_decode)
+
+
+async def _post_only(request: Request) -> Response:
+    """Any other method on a ``:predict`` path: 405 naming POST (not "model 'x:predict' is not served")."""
+    resp = error_response(
+        405,
+        f"{request.method} is not allowed on {request.url.path}: send the request with POST (rule: method)",
+        request_id_of(request),
+    )
+    resp.headers["Allow"] = "POST"
+    return resp
+
+
+# before the GET routes below: their {name} would otherwise take "credit:predict" as a model name
+for _path in (
+    "/v1/models/{name}:predict",
+    "/v1/models/{name}/versions/{version}:predict",
+    "/v1/models/{name}/labels/{label}:predict",
+):
+    router.add_api_route(
+        _path, _post_only, methods=["GET", "HEAD", "PUT", "PATCH", "DELETE"], include_in_schema=False
+    )
+
+
+def _status(state: AppState, name: str, version: str | None, label: str | None, rid: str) -> Response:
+    served = state.manager.models.get(name)
+    if served is None:
+        return error_response(404, f"Servable not found for request: model '{name}' is not served here", rid)
+    entries = [(v, "AVAILABLE", "") for v in served.versions] + [(v, "LOADING", "") for v in served.loading]
+    entries += [(v, "END", err) for v, err in served.failed.items()]
+    try:
+        wanted = (
+            state.manager.resolve(name, version=path_version(version), label=label).version
+            if (version or label)
+            else None
+        )
+    except NotServed as exc:
+        return error_response(404, str(exc), rid)
+    rows = [
+        {
+            "version": str(v),
+            "state": st,
+            "status": {"error_code": "UNKNOWN" if err else "OK", "error_message": err},
+        }
+        for v, st, err in sorted(entries, reverse=True)
+        if wanted is None or v == wanted
+    ]
+    return json_response({"model_version_status": rows}, 200, rid)
+
+
+STATUS_DOC: dict[str, Any] = {"responses": docs.V1_STATUS_RESPONSES, "tags": [V1]}
+
+
+@router.get("/v1/models/{name}", summary="Version status", **STATUS_DOC)
+async def v1_status(request: Request, name: str) -> Response:
+    """The loaded versions of a model and their state (AVAILABLE, LOADING, END)."""
+    return _status(app_state(request), name, None, None, request_id_of(request))
+
+
+@router.get("/v1/models/{name}/versions/{version}", summary="Status of one version", **STATUS_DOC)
+async def v1_status_version(request: Request, name: str, version: str) -> Response:
+    """The state of one version."""
+    return _status(app_state(request), name, version, None, request_id_of(request))
+
+
+@router.get("/v1/models/{name}/labels/{label}", summary="Status of a labelled version", **STATUS_DOC)
+async def v1_status_label(request: Request, name: str, label: str) -> Response:
+    """The state of the version a label points to."""
+    return _status(app_state(request), name, None, label, request_id_of(request))
+
+
+def _tf_dtype(kind: FeatureKind) -> str:
+    return "DT_FLOAT" if kind is FeatureKind.NUMERIC else "DT_STRING"
+
+
+def _metadata(request: Request, name: str, version: str | None, label: str | None) -> Response:
+    rid = request_id_of(request)
+    try:
+        lv = app_state(request).manager.resolve(name, version=path_version(version), label=label)
+    except NotServed as exc:
+        return error_response(404, str(exc), rid)
+    dim = {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    inputs = {
+        f.name: {"dtype": _tf_dtype(f.kind), "tensor_shape": dim, "name": f"serving_default_{f.name}:0"}
+        for f in lv.schema.features
+    }
+    outputs = {
+        o.name: {"dtype": "DT_FLOAT", "tensor_shape": dim, "name": "StatefulPartitionedCall:0"}
+        for o in lv.schema.outputs
+    }
+    body = {
+        "model_spec": {"name": name, "signature_name": "", "version": str(lv.version)},
+        "metadata": {
+            "signature_def": {
+                "signature_def": {
+                    "serving_default": {
+                        "inputs": inputs,
+                        "outputs": outputs,
+                        "method_name": "tensorflow/serving/predict",
+                    }
+                }
+            }
+        },
+        "driftwarden": {"schema": lv.schema.to_dict()},
+    }
+    return json_response(body, 200, rid)
+
+
+META_DOC: dict[str, Any] = {"responses": docs.V1_METADATA_RESPONSES, "tags": [V1]}
+
+
+@router.get("/v1/models/{name}/metadata", summary="Signature and contract", **META_DOC)
+async def v1_metadata(request: Request, name: str) -> Response:
+    """The `serving_default` signature of the serving version, plus its input/output contract."""
+    return _metadata(request, name, None, None)
+
+
+@router.get("/v1/models/{name}/versions/{version}/metadata", summary="Signature of one version", **META_DOC)
+async def v1_metadata_version(request: Request, name: str, version: str) -> Response:
+    """The signature and contract of one version."""
+    return _metadata(request, name, version, None)
+
+
+@router.get(
+    "/v1/models/{name}/labels/{label}/metadata", summary="Signature of a labelled version", **META_DOC
+)
+async def v1_metadata_label(request: Request, name: str, label: str) -> Response:
+    """The signature and contract of the version a label points to."""
+    return _metadata(request, name, None, label)
+
+
+@router.post(
+    "/v1/models/{name}/feedback",
+    summary="Ground-truth labels",
+    openapi_extra=docs.FEEDBACK,
+    responses=docs.FEEDBACK_RESPONSES,
+    tags=["Feedback"],
+)
+async def v1_feedback(request: Request, name: str) -> Response:
+    """Attach ground truth to earlier predictions by `prediction_id`; ids that are not logged predictions
+    of this model come back in `unknown_ids`."""
+    state = app_state(request)
+    rid = request_id_of(request)
+    try:
+        labels = parse_feedback(parse_json(await read_body(request, state.settings.max_body_bytes)))
+        result = await feedback(state=state, model_name=name, labels=labels)
+    except BadRequest as exc:
+        return error_response(exc.status_code, str(exc), rid)
+    except NotServed as exc:
+        return error_response(404, str(exc), rid)
+    return json_response(result, 200, rid)
