@@ -11,12 +11,7 @@ from core.config import get_settings
 NOISY = ("absl", "tensorflow", "alembic")  # INFO chatter of libraries (export, migrations)
 # TensorFlow's C++ logs are configured from the environment when TensorFlow loads, so these must be set before
 # its first import (every command calls setup_logging first). An operator's own values win.
-TF_QUIET_ENV = {
-    "TF_CPP_MIN_LOG_LEVEL": "1",  # no C++ INFO lines (cpu_feature_guard, ...)
-    # TF 2.21 prints "oneDNN custom operations are on" at INFO whatever TF_CPP_MIN_LOG_LEVEL says; the stock
-    # Eigen kernels are as fast for these small dense networks (bench/predict_latency.py)
-    "TF_ENABLE_ONEDNN_OPTS": "0",
-}
+TF_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # no C++ INFO lines (cpu_feature_guard, ...)
 
 
 def quiet_libraries() -> None:
@@ -25,6 +20,17 @@ def quiet_libraries() -> None:
         os.environ.setdefault(name, value)
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def quiet_tensorflow_banner() -> None:
+    """For commands whose output a person reads (``train``, ``demo``): no oneDNN banner.
+
+    TF 2.21 prints "oneDNN custom operations are on" whatever ``TF_CPP_MIN_LOG_LEVEL`` says; only turning
+    the oneDNN kernels off removes it. Training these small networks is as fast without them, but serving
+    at high concurrency is not (``bench/serve.py``: ~5-10 % fewer requests/s at c=64), so ``serve`` keeps
+    them and prints the one line at start. An operator's own value wins.
+    """
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
 def setup_logging(level: str | None = None, *, driftwarden_level: str | None = None) -> None:

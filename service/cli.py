@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 
 from core.config import get_settings
 from core.errors import DomainError
-from core.logs import setup_logging
+from core.logs import quiet_tensorflow_banner, setup_logging
 
 
 class _Root(TyperGroup):
@@ -96,6 +96,7 @@ def demo(
     from service.demo import run_demo
 
     setup_logging("WARNING", driftwarden_level="INFO")
+    quiet_tensorflow_banner()
     run_demo(settings=get_settings(), model=model, rows=rows, workers=workers, epochs=epochs, seed=seed)
 
 

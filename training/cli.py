@@ -163,7 +163,7 @@ def train(
     """
     from core.config import get_settings
     from core.database import open_database
-    from core.logs import setup_logging
+    from core.logs import quiet_tensorflow_banner, setup_logging
     from registry.names import check_name
     from training.jobs import TrainJob, prepare
     from training.progress import Progress
@@ -171,6 +171,7 @@ def train(
     check_name(model, given_as="--model")  # fails before any data is read or any process started
     _check_cluster_options(mode=mode, ps=ps, workers=workers, cluster=cluster)
     setup_logging()
+    quiet_tensorflow_banner()  # before TensorFlow loads here or in the cluster processes started below
     settings = get_settings()
     job = TrainJob(
         model_name=model,
