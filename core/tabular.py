@@ -96,3 +96,16 @@ def write_table(columns: Mapping[str, np.ndarray], path: str | Path) -> Path:
     else:
         pq.write_table(table, p)
     return p
+
+
+def as_float(values: np.ndarray) -> np.ndarray:
+    """A numeric column as float64 (NaN for missing); strings that are not numbers become NaN."""
+    if values.dtype.kind in "iufb":
+        return np.asarray(values, dtype=np.float64)
+    out = np.full(values.shape, np.nan)
+    for i, v in enumerate(values):
+        try:
+            out[i] = float(v) if v is not None and v != "" else np.nan
+        except (TypeError, ValueError):
+            out[i] = np.nan
+    return out

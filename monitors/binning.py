@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.tabular import as_float
+
 
 @dataclass
 class GridCounts:
@@ -49,19 +51,6 @@ class GridCounts:
         """Zero counts for ``grid``."""
         size = 2 * len(grid) + 1
         return cls(cells=np.zeros(size, dtype=np.int64), sums=np.zeros(size), missing=0)
-
-
-def as_float(values: np.ndarray) -> np.ndarray:
-    """A numeric column as float64 (NaN for missing); strings that are not numbers become NaN."""
-    if values.dtype.kind in "iufb":
-        return np.asarray(values, dtype=np.float64)
-    out = np.full(values.shape, np.nan)
-    for i, v in enumerate(values):
-        try:
-            out[i] = float(v) if v is not None and v != "" else np.nan
-        except (TypeError, ValueError):
-            out[i] = np.nan
-    return out
 
 
 def count_on_grid(

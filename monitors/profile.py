@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from monitors.binning import as_float, count_on_grid
+from core.tabular import as_float
+from monitors.binning import count_on_grid
 from registry.schema import FeatureKind, ModelSchema
 
 PROFILE_FORMAT = "driftwarden.profile/1"

@@ -47,6 +47,7 @@ from sqlalchemy import Engine, and_, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from core.config import Settings
+from core.tabular import as_float
 from predictions.models import PredictionFeedback, PredictionLog, PredictionStatus
 
 CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
@@ -198,20 +199,11 @@ def _feature_expr(engine: Engine, name: str) -> ColumnElement[Any]:
 
 
 def _as_floats(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
-    """Floats from a column of raw scalars (None -> NaN; text that is no number -> NaN).
-
-    The same rule as the monitors' ``as_float`` for columns of Python values (this layer cannot import it).
-    """
+    """Floats from a column of raw scalars (None -> NaN; text that is no number -> NaN)."""
     try:
         return np.array(values, dtype=np.float64)  # None becomes NaN
     except (TypeError, ValueError):
-        out = np.full(len(values), np.nan)
-        for i, v in enumerate(values):
-            try:
-                out[i] = float(v) if v is not None and v != "" else np.nan
-            except (TypeError, ValueError):
-                out[i] = np.nan
-        return out
+        return as_float(np.array(values, dtype=object))
 
 
 def _generic_chunks(

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from monitors.binning import GridCounts, as_float, count_on_grid
+from core.tabular import as_float
+from monitors.binning import GridCounts, count_on_grid
 from monitors.profile import PCAProfile, reconstruction_error
 
 
