@@ -1,13 +1,16 @@
 """Serving benchmark: the real server over loopback under a concurrent load generator.
 
 Configurations: (a) driftwarden with the prediction log and metrics on (SQLite and PostgreSQL, both
-durability modes), (b) the same with monitoring off, (c) a naive FastAPI endpoint calling Keras
+durability modes; a name ending in ``-nometrics``, e.g. ``a-pg-fast-nometrics``, is the same with the log on
+and the Prometheus metrics off, to price the metrics), (b) the same with monitoring off, (c) a naive FastAPI
+endpoint calling Keras
 ``model.predict`` per request. Each is measured at concurrency 1, 8 and 64 (bounded in requests and time),
 reporting requests/s and p50/p99 latency; after each (a) run the server is stopped gracefully and the log
 rows are counted (they must equal the answered rows, with zero rows dropped).
 
     .venv/bin/python bench/serve.py                 # everything, ~3 minutes
     .venv/bin/python bench/serve.py --seconds 3 --configs a-sqlite-durable,b,c
+    .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,a-pg-fast-nometrics   # metrics' cost
 """
 
 from __future__ import annotations
@@ -300,7 +303,12 @@ def main() -> None:
                         "DRIFTWARDEN_RETENTION_INTERVAL_S": "0",
                         "DRIFTWARDEN_MONITOR_ENABLED": "false",  # serving and logging only, no drift runs
                     }
-                    extra = ["--no-log"] if config == "b" else ["--durability", config.rsplit("-", 1)[-1]]
+                    base_config = config.removesuffix("-nometrics")
+                    if base_config != config:
+                        env["DRIFTWARDEN_METRICS_ENABLED"] = "false"  # log on, metrics off
+                    extra = (
+                        ["--no-log"] if config == "b" else ["--durability", base_config.rsplit("-", 1)[-1]]
+                    )
                     proc, url = start_driftwarden(env, extra)
                 servers[config] = (proc, url, db_url)
                 asyncio.run(run_level(url, "/v1/models/bench:predict", body, 8, 2.0, warmup))
@@ -391,6 +399,16 @@ def _summary(results: dict[str, list[LevelResult]], checks: dict[str, dict[str, 
         print(
             f"{name:18s} " + "  ".join(f"{r.rps:9.1f} {r.pct(0.5):6.2f} {r.pct(0.99):6.2f}" for r in levels)
         )
+    for name, levels in results.items():
+        on = results.get(name.removesuffix("-nometrics"))
+        if name.endswith("-nometrics") and on:
+            print(
+                f"{name.removesuffix('-nometrics')}: metrics on / off throughput "
+                + ", ".join(
+                    f"c={a.concurrency}: {a.rps / b.rps:.3f}" for a, b in zip(on, levels, strict=True)
+                )
+                + " (target at c=64: >= 0.97)"
+            )
     base = results.get("b")
     naive = results.get("c")
     for name, levels in results.items():

@@ -5,10 +5,17 @@ segment; replay reads from the oldest, in order, and a segment is deleted once e
 database. The read position is kept in ``<dir>/cursor`` (a crash between a committed replay and the cursor
 update replays a few rows twice; the database ignores prediction ids it already has). A process that
 restarts begins a new segment, so a torn last line of a crashed process is skipped, never appended to.
+
+A spool folder belongs to one process: :meth:`Spool.claim` holds an exclusive lock on ``<dir>/lock`` for
+the process's lifetime, and a second process on the same database (``serve --workers N``) takes the next
+free slot, ``<dir>/worker-1``, ``<dir>/worker-2``, ... A slot's leftover rows are replayed by the next
+process that claims it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import threading
@@ -62,6 +69,25 @@ class Spool:
         self._head_size = 0
         self.corrupt_lines = 0
         self.pending_rows = self._count_pending()
+        self._lock_file: IO[bytes] | None = None
+        self._oldest: tuple[int, int, float] | None = None  # segment, offset, logged_at of the oldest row
+
+    @classmethod
+    def claim(cls, directory: Path, *, max_slots: int = 256) -> Spool:
+        """The spool of ``directory``, or of its first ``worker-<k>`` slot that no live process holds."""
+        for k in range(max_slots):
+            slot = directory if k == 0 else directory / f"worker-{k}"
+            slot.mkdir(parents=True, exist_ok=True)
+            fh = open(slot / "lock", "ab")  # noqa: SIM115 (held until close)
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.close()
+                continue
+            spool = cls(slot)
+            spool._lock_file = fh
+            return spool
+        raise RuntimeError(f"every spool slot under {directory} is taken ({max_slots} processes)")
 
     # -- paths and cursor -------------------------------------------------------------------------
     def _path(self, seg: int) -> Path:
@@ -184,10 +210,35 @@ class Spool:
                 total += size - (self._read_off if seg == self._read_seg else 0)
             return total
 
+    def oldest_age_s(self, now: float) -> float:
+        """Seconds since the oldest row still in the spool was logged (0 when the spool is empty)."""
+        if not self.pending_rows:
+            return 0.0
+        with self._lock:
+            for seg in self._segments:
+                off = self._read_off if seg == self._read_seg else 0
+                if self._oldest is not None and self._oldest[:2] == (seg, off):
+                    return max(0.0, now - self._oldest[2])
+                with contextlib.suppress(OSError), open(self._path(seg), "rb") as fh:
+                    fh.seek(off)
+                    for line in fh:
+                        if not line.endswith(b"\n"):
+                            break
+                        try:
+                            logged_at = decode_row(line).logged_at.timestamp()
+                        except (ValueError, TypeError):
+                            continue
+                        self._oldest = (seg, off, logged_at)
+                        return max(0.0, now - logged_at)
+            return 0.0
+
     def close(self) -> None:
-        """Close the open segment (pending rows stay on disk for the next start)."""
+        """Close the open segment (pending rows stay on disk for the next start) and free the slot."""
         with self._lock:
             if self._head is not None:
                 self._head.close()
                 self._head = None
                 self._head_seg = 0
+            if self._lock_file is not None:
+                self._lock_file.close()  # releases the flock
+                self._lock_file = None

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import threading
 import time
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,6 +35,11 @@ from predictions.spool import Spool
 log = logging.getLogger("driftwarden.predictions.writer")
 
 Durability = Literal["durable", "fast"]
+
+# Buckets of the batch write duration histogram (``driftwarden_prediction_log_flush_duration_seconds``).
+FLUSH_BUCKETS_S: tuple[float, ...] = (
+    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
 
 
 class LogUnavailable(RuntimeError):
@@ -59,7 +65,14 @@ class WriterStats:
     batches: int = 0
     last_error: str | None = None
     database_ok: bool = True
+    # batch write durations: a count per FLUSH_BUCKETS_S bucket, then +Inf, then the sum of seconds
+    flush_seconds: list[float] = field(default_factory=lambda: [0.0] * (len(FLUSH_BUCKETS_S) + 2))
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def observe_flush(self, seconds: float) -> None:
+        """Count one batch write (writer thread only)."""
+        self.flush_seconds[bisect_left(FLUSH_BUCKETS_S, seconds)] += 1
+        self.flush_seconds[-1] += seconds
 
 
 class LogWriter:
@@ -234,7 +247,7 @@ class LogWriter:
             error = self._spill(rows, sync=durable)
         else:
             try:
-                write_log_rows(engine=self.engine, rows=rows, idempotent=False)
+                self._write(rows, idempotent=False)
                 self.stats.rows_written += len(rows)
                 self.stats.batches += 1
                 self._mark_ok()
@@ -253,7 +266,7 @@ class LogWriter:
             if batch is None:
                 return
             try:
-                write_log_rows(engine=self.engine, rows=batch.rows, idempotent=True)
+                self._write(batch.rows, idempotent=True)
             except Exception as exc:
                 self._mark_failed(exc)
                 return
@@ -263,6 +276,13 @@ class LogWriter:
             with self._cond:
                 if self._queue and not self._stopping:
                     return  # let queued requests be spooled (durable callers wait for that) first
+
+    def _write(self, rows: list[LogRow], *, idempotent: bool) -> None:
+        t0 = time.perf_counter()
+        try:
+            write_log_rows(engine=self.engine, rows=rows, idempotent=idempotent)
+        finally:
+            self.stats.observe_flush(time.perf_counter() - t0)
 
     def _spill(self, rows: list[LogRow], *, sync: bool) -> BaseException | None:
         try:

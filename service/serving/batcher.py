@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,8 @@ import numpy as np
 log = logging.getLogger("driftwarden.serving.batcher")
 
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+# after each model call: every request's wait in the queue (s), the call's duration (s), its rows
+BatchObserver = Callable[[list[float], float, int], None]
 
 
 @dataclass
@@ -27,6 +30,7 @@ class _Item:
     columns: dict[str, np.ndarray]
     n: int
     future: asyncio.Future[dict[str, np.ndarray]]
+    queued_at: float
 
 
 class BatcherClosed(RuntimeError):
@@ -37,12 +41,19 @@ class MicroBatcher:
     """Queue requests for one model version and run them in combined calls."""
 
     def __init__(
-        self, runner: Runner, *, max_rows: int, max_wait_s: float, executor: ThreadPoolExecutor
+        self,
+        runner: Runner,
+        *,
+        max_rows: int,
+        max_wait_s: float,
+        executor: ThreadPoolExecutor,
+        observer: BatchObserver | None = None,
     ) -> None:
         self.runner = runner
         self.max_rows = max_rows
         self.max_wait_s = max_wait_s
         self.executor = executor
+        self.observer = observer
         self.calls = 0
         self.rows = 0
         self._pending: deque[_Item] = deque()
@@ -63,7 +74,7 @@ class MicroBatcher:
         if self._closed:
             raise BatcherClosed("model version unloaded")
         fut: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Item(columns, n, fut))
+        self._pending.append(_Item(columns, n, fut, time.perf_counter()))
         self._wake.set()
         return await fut
 
@@ -95,9 +106,10 @@ class MicroBatcher:
                 rows += item.n
             if not batch:
                 continue
+            taken = time.perf_counter()
             self._last_shared = len(batch) > 1
             try:
-                outputs = await loop.run_in_executor(self.executor, self._run, batch)
+                outputs, seconds = await loop.run_in_executor(self.executor, self._run, batch)
             except Exception as exc:  # the model failed: every caller of this batch gets the error
                 log.exception("model call failed for a batch of %d rows", rows)
                 for item in batch:
@@ -106,6 +118,8 @@ class MicroBatcher:
                 continue
             self.calls += 1
             self.rows += rows
+            if self.observer is not None:
+                self.observer([taken - item.queued_at for item in batch], seconds, rows)
             start = 0
             for item in batch:
                 part = {k: v[start : start + item.n] for k, v in outputs.items()}
@@ -116,9 +130,13 @@ class MicroBatcher:
     def _rows_pending(self) -> int:
         return sum(i.n for i in self._pending)
 
-    def _run(self, batch: list[_Item]) -> dict[str, np.ndarray]:
+    def _run(self, batch: list[_Item]) -> tuple[dict[str, np.ndarray], float]:
+        """The model call (executor thread) and its duration in seconds."""
         if len(batch) == 1:
-            return self.runner(batch[0].columns)
-        names = batch[0].columns.keys()
-        merged = {k: np.concatenate([item.columns[k] for item in batch]) for k in names}
-        return self.runner(merged)
+            columns = batch[0].columns
+        else:
+            names = batch[0].columns.keys()
+            columns = {k: np.concatenate([item.columns[k] for item in batch]) for k in names}
+        t0 = time.perf_counter()
+        outputs = self.runner(columns)
+        return outputs, time.perf_counter() - t0

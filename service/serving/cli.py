@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -20,6 +24,15 @@ def serve(
     no_log: Annotated[
         bool, typer.Option("--no-log", help="Serve without prediction log, metrics, drift monitor.")
     ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=1,
+            help="Worker processes sharing the port (default: settings api_workers); /metrics sums them.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the registry's models over TF Serving REST (/v1) and Open Inference Protocol v2 (/v2).
 
@@ -30,28 +43,53 @@ def serve(
 
     from core.config import get_settings
     from core.logs import setup_logging
-    from service.serving.app import create_app
 
     setup_logging()
-    settings = get_settings()
-    updates: dict[str, object] = {}
+    env: dict[str, str] = {}  # every worker builds its app from the environment (the app factory)
     if durability is not None:
         if durability not in ("durable", "fast"):
             raise typer.BadParameter("use 'durable' or 'fast'", param_hint="--durability")
-        mode: Literal["durable", "fast"] = "durable" if durability == "durable" else "fast"
-        updates["log_durability"] = mode
+        env["DRIFTWARDEN_LOG_DURABILITY"] = durability
     if no_log:
-        updates.update(prediction_log_enabled=False, metrics_enabled=False, monitor_enabled=False)
-    if updates:
-        settings = settings.model_copy(update=updates)
-    uvicorn.run(
-        create_app(settings),
-        host=host or settings.api_host,
-        port=port or settings.api_port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
-    )
+        env.update(
+            DRIFTWARDEN_PREDICTION_LOG_ENABLED="false",
+            DRIFTWARDEN_METRICS_ENABLED="false",
+            DRIFTWARDEN_MONITOR_ENABLED="false",
+        )
+    os.environ.update(env)
+    get_settings.cache_clear()
+    settings = get_settings()
+    n = workers or settings.api_workers
+    created: Path | None = None
+    if n > 1 and settings.metrics_enabled:
+        if settings.metrics_dir is None:
+            created = Path(tempfile.mkdtemp(prefix="driftwarden-metrics-"))
+            os.environ["DRIFTWARDEN_METRICS_DIR"] = str(created)
+            get_settings.cache_clear()
+        else:
+            clear_snapshots(settings.metrics_dir)  # a previous run's counters must not join this run's sums
+    try:
+        uvicorn.run(
+            "service.serving.app:worker_app",  # create_app from the environment, per worker
+            factory=True,
+            workers=n,
+            host=host or settings.api_host,
+            port=port or settings.api_port,
+            log_level=settings.log_level.lower(),
+            access_log=False,
+            timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
+        )
+    finally:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+
+
+def clear_snapshots(directory: Path) -> None:
+    """Remove the metric snapshot files of an earlier run from ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in directory.iterdir():
+        if path.suffix in (".json", ".tmp") or path.name == "scrape":
+            path.unlink(missing_ok=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -56,8 +56,9 @@ class Prediction:
 class OutputContractError(RuntimeError):
     """The model answered outside its output contract; the caller gets an error, never the value."""
 
-    def __init__(self, violations: list[Violation]) -> None:
+    def __init__(self, violations: list[Violation], version: int) -> None:
         self.violations = violations
+        self.version = version
         super().__init__(
             "the model's output broke its contract: " + "; ".join(v.describe() for v in violations[:5])
         )
@@ -102,7 +103,7 @@ async def predict(
     if problems:
         state.metrics.output_violation(model_name, sorted({p.rule for p in problems}))
         log.error("output contract violated by %s:%d: %s", model_name, lv.version, problems[0].describe())
-        raise OutputContractError(problems)
+        raise OutputContractError(problems, lv.version)
     state.metrics.predicted(model_name, lv.version, checked.n, checked.flags)
     return Prediction(model_name, lv.version, spec.name, values, ids)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from core.scheduling import every
 from registry.schema import FeatureKind, ModelSchema
 from registry.service import ServingPlan, read_schema, serving_plans
 from service.serving.batcher import MicroBatcher, Runner
+from service.serving.metrics import Metrics, NullMetrics
 
 log = logging.getLogger("driftwarden.serving.manager")
 
@@ -84,8 +86,10 @@ class ModelManager:
         poll_interval_s: float,
         batch_max_rows: int,
         batch_max_wait_s: float,
+        metrics: Metrics | None = None,
     ) -> None:
         self.db = db
+        self.metrics = metrics if metrics is not None else NullMetrics()
         self.loader = loader
         self.only = only
         self.poll_interval_s = poll_interval_s
@@ -145,9 +149,11 @@ class ModelManager:
             except Exception as exc:
                 served.failed[version] = f"{type(exc).__name__}: {exc}"[:500]
                 log.error("could not load %s:%d: %s", served.name, version, exc)
+                self.metrics.model_load(served.name, ok=False, features=[])
                 continue
             finally:
                 served.loading.discard(version)
+            self.metrics.model_load(served.name, ok=True, features=lv.schema.feature_names)
             lv.batcher.start()
             served.versions[version] = lv
             log.info("loaded %s:%d from %s", served.name, version, lv.path)
@@ -165,6 +171,7 @@ class ModelManager:
                 task = asyncio.get_running_loop().create_task(self._retire(lv))
                 self._retiring.add(task)
                 task.add_done_callback(self._retiring.discard)
+        self.metrics.model_state(served.name, serving=served.serving, loaded=sorted(served.versions))
 
     async def _retire(self, lv: LoadedVersion) -> None:
         await asyncio.sleep(RETIRE_GRACE_S)
@@ -180,7 +187,11 @@ class ModelManager:
         if missing:
             raise ValueError(f"the signature lacks the schema's outputs {sorted(missing)}")
         batcher = MicroBatcher(
-            runner, max_rows=self.batch_max_rows, max_wait_s=self.batch_max_wait_s, executor=self.executor
+            runner,
+            max_rows=self.batch_max_rows,
+            max_wait_s=self.batch_max_wait_s,
+            executor=self.executor,
+            observer=partial(self.metrics.batch, name),
         )
         log.info("%s:%d loaded and warmed up in %.2fs", name, version, time.monotonic() - t0)
         return LoadedVersion(name, version, path, schema, runner, batcher, datetime.now(UTC))

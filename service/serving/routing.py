@@ -3,6 +3,7 @@ the predict route's core (decode -> check -> batched model -> check output -> lo
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -61,40 +62,51 @@ async def predict_route(
 ) -> Response:
     started = time.perf_counter()
     state = app_state(request)
+    metrics = state.metrics
     rid = request_id_of(request)
+    model = name if name in state.manager.models else ""  # label values come from the registry only
+    answered = ""  # the version that answered
+    code = 500  # until proven otherwise (an unexpected error is answered 500 by the app's handler)
+    metrics.request_started(protocol)
     try:
-        raw = await read_body(request, state.settings.max_body_bytes)
-        header, binary = split_binary(raw, request.headers.get("inference-header-content-length"))
-        payload = parse_json(header)
-        result = await predict(
-            state=state,
-            model_name=name,
-            version=path_version(version),
-            label=label,
-            parse=decode(payload, binary),
-            request_id=rid,
-            protocol=protocol,
-            started=started,
-        )
-    except ContractViolation as exc:
-        state.metrics.violation(name, sorted({v.rule for v in exc.violations}))
-        state.metrics.request(protocol, "rejected")
-        return error_response(400, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
-    except BadRequest as exc:
-        state.metrics.violation(name, [exc.rule])
-        state.metrics.request(protocol, "rejected")
-        return error_response(exc.status_code, str(exc), rid)
-    except BadVersion as exc:
-        state.metrics.request(protocol, "rejected")
-        return error_response(400, str(exc), rid)
-    except NotServed as exc:
-        state.metrics.request(protocol, "not_found")
-        return error_response(404, str(exc), rid)
-    except OutputContractError as exc:
-        state.metrics.request(protocol, "output_violation")
-        return error_response(500, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
-    except LogUnavailable as exc:
-        state.metrics.request(protocol, "log_unavailable")
-        return error_response(503, f"prediction log unavailable: {exc}", rid)
-    state.metrics.request(protocol, "ok")
-    return json_response(shape(result, payload), 200, rid)
+        try:
+            raw = await read_body(request, state.settings.max_body_bytes)
+            header, binary = split_binary(raw, request.headers.get("inference-header-content-length"))
+            payload = parse_json(header)
+            result = await predict(
+                state=state,
+                model_name=name,
+                version=path_version(version),
+                label=label,
+                parse=decode(payload, binary),
+                request_id=rid,
+                protocol=protocol,
+                started=started,
+            )
+        except ContractViolation as exc:
+            code = 400
+            metrics.violation(model, [(v.feature, v.rule) for v in exc.violations])
+            return error_response(400, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
+        except BadRequest as exc:
+            code = exc.status_code
+            metrics.violation(model, [(None, exc.rule)])
+            return error_response(exc.status_code, str(exc), rid)
+        except BadVersion as exc:
+            code = 400
+            return error_response(400, str(exc), rid)
+        except NotServed as exc:
+            code = 404
+            return error_response(404, str(exc), rid)
+        except OutputContractError as exc:
+            code, answered = 500, str(exc.version)
+            return error_response(500, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
+        except LogUnavailable as exc:
+            code = 503
+            return error_response(503, f"prediction log unavailable: {exc}", rid)
+        code, answered = 200, str(result.version)
+        return json_response(shape(result, payload), 200, rid)
+    except asyncio.CancelledError:
+        code = 499  # the client went away before the answer (nginx's "client closed request")
+        raise
+    finally:
+        metrics.request_done(model, answered, protocol, code, time.perf_counter() - started)
