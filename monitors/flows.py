@@ -10,6 +10,7 @@ naming what is wrong.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -132,6 +133,7 @@ def run_monitor(
     reader: Reader | str = Reader.AUTO,
 ) -> Outcome:
     """Evaluate the serving version of ``model_name`` on its window and store the run."""
+    started = time.perf_counter()
     version = _known(db=db, model_name=model_name)
     path = Path(version.path)
     try:
@@ -178,6 +180,7 @@ def run_monitor(
             report=report,
             window_start=window.start,
             window_end=window.end,
+            duration_s=time.perf_counter() - started,
             extra={"window": window.as_dict()},
         )
         run_id = run.id
@@ -228,6 +231,7 @@ def run_summary(run: MonitorRun) -> dict[str, Any]:
         "window_start": run.window_start.isoformat() if run.window_start else None,
         "window_end": run.window_end.isoformat() if run.window_end else None,
         "rows": run.rows,
+        "duration_s": run.duration_s,
         "dataset_drifted": run.dataset_drifted,
         "n_features": run.n_features,
         "n_drifted": run.n_drifted,

@@ -29,6 +29,9 @@ class MonitorRun(Base):
     window_start: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     window_end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     rows: Mapped[int] = mapped_column(Integer)
+    duration_s: Mapped[float | None] = mapped_column(
+        Float, nullable=True
+    )  # read + evaluate (None: older runs)
     dataset_drifted: Mapped[bool] = mapped_column(Boolean)
     n_features: Mapped[int] = mapped_column(Integer)
     n_drifted: Mapped[int] = mapped_column(Integer)

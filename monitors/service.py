@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from monitors.models import FeatureResult, MonitorRun
@@ -35,6 +35,7 @@ def record_run(
     report: DriftReport,
     window_start: datetime | None = None,
     window_end: datetime | None = None,
+    duration_s: float | None = None,
     extra: dict[str, Any] | None = None,
 ) -> MonitorRun:
     """Persist ``report`` (plus ``extra`` keys in its JSON) as a monitor run with one row per feature."""
@@ -44,6 +45,7 @@ def record_run(
         window_start=window_start,
         window_end=window_end,
         rows=report.rows,
+        duration_s=duration_s,
         dataset_drifted=report.drifted,
         n_features=report.dataset.n_features,
         n_drifted=report.dataset.n_drifted,
@@ -74,3 +76,24 @@ def latest_run(*, session: Session, model_name: str) -> MonitorRun | None:
     """The newest run of a model, or None."""
     runs = list_runs(session=session, model_name=model_name, limit=1)
     return runs[0] if runs else None
+
+
+def latest_runs(*, session: Session, model_names: list[str]) -> dict[str, MonitorRun]:
+    """The newest run of each of ``model_names`` that has one (one query, whatever the number of models)."""
+    if not model_names:
+        return {}
+    newest = (
+        select(
+            MonitorRun.id,
+            func.row_number()
+            .over(
+                partition_by=MonitorRun.model_name,
+                order_by=(MonitorRun.created_at.desc(), MonitorRun.id.desc()),
+            )
+            .label("rank"),
+        )
+        .where(MonitorRun.model_name.in_(model_names))
+        .subquery()
+    )
+    stmt = select(MonitorRun).join(newest, MonitorRun.id == newest.c.id).where(newest.c.rank == 1)
+    return {run.model_name: run for run in session.scalars(stmt)}

@@ -1,13 +1,15 @@
-"""Operations routes: serving and prediction log status, Prometheus metrics."""
+"""Operations routes: serving and prediction log status, Prometheus metrics, liveness and readiness."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from core.http import json_response
+from core.health import readiness
+from core.http import json_response, request_id_of
 from service.serving.routing import app_state
 
 router = APIRouter()
@@ -55,5 +57,24 @@ async def status(request: Request) -> Response:
 
 @router.get("/metrics", summary="Prometheus metrics", tags=["Operations"])
 async def metrics(request: Request) -> Response:
-    """Counters of requests, predictions, contract flags and violations, and the prediction log."""
-    return Response(generate_latest(app_state(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    """Serving and prediction log metrics (summed over every worker process under `serve --workers N`),
+    and every registered collector's series (drift, health, process)."""
+    registry = app_state(request).metrics.registry
+    # off the event loop: a scrape under --workers N waits for the other workers' fresh snapshots
+    return Response(await asyncio.to_thread(generate_latest, registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/healthz", summary="Liveness", tags=["Operations"])
+async def healthz() -> Response:
+    """200 while the process answers (no database or model access; restart the process when it fails)."""
+    return json_response({"status": "alive"})
+
+
+@router.get("/readyz", summary="Readiness, with every health check", tags=["Operations"])
+async def readyz(request: Request) -> Response:
+    """200 when every health check passes (database, registry, disks, each served model, the cluster when
+    configured); 503 with ``error`` naming the failing checks. Results at most one health interval old."""
+    health = request.app.state.health
+    results = await asyncio.to_thread(health.monitor.results, max_age_s=health.max_age_s)
+    ready, body = readiness(results)
+    return json_response(body, 200 if ready else 503, request_id_of(request))

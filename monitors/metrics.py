@@ -1,0 +1,236 @@
+"""Drift and quality series for Prometheus, read from the latest stored monitor run of each serving model.
+
+The values come from the database (``monitor_runs``), not from a process's memory, so every worker and
+replica reports the same numbers and they survive restarts. A scrape reads at most once per
+``drift_metrics_cache_s`` (one query for all models); when the database cannot be read the last values
+are kept. Per model at most ``metrics_max_features`` features are exported (the most severe first, as
+the report orders them); beyond that one log line per run names the cap.
+
+Series (one value per model, feature, ...): ``driftwarden_drift_statistic{model,feature,test}``,
+``driftwarden_drift_p_value{model,feature}`` (adjusted for multiple testing when the verdict used it),
+``driftwarden_drift_effect_size{model,feature}``, ``driftwarden_drift_detected{model,feature}``,
+``driftwarden_dataset_drift_share{model}``, ``driftwarden_dataset_drifted{model}``,
+``driftwarden_prediction_drift_statistic{model}``, ``driftwarden_prediction_drifted{model}``,
+``driftwarden_data_quality_rate{model,feature,check}``,
+``driftwarden_model_performance{model,metric,source}`` (source ``estimated`` = CBPE, ``realized`` = labels),
+``driftwarden_model_reference_performance{model,metric}``,
+``driftwarden_label_coverage_ratio{model}``, ``driftwarden_monitor_last_run_timestamp_seconds{model}``,
+``driftwarden_monitor_run_duration_seconds{model}``, ``driftwarden_monitor_window_rows{model}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from core.config import Settings
+from core.database import Database
+from monitors.flows import serving_models
+from monitors.models import MonitorRun
+from monitors.service import latest_runs
+
+log = logging.getLogger("driftwarden.monitors.metrics")
+
+NOT_METRICS = {"rows", "label_coverage"}  # keys of a performance dict that are not a metric
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the series need from one stored run (read inside the session)."""
+
+    run_id: int
+    model_name: str
+    created_at: datetime
+    duration_s: float | None
+    rows: int
+    report: dict[str, Any]
+
+    @classmethod
+    def of(cls, run: MonitorRun) -> RunView:
+        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
+        return cls(run.id, run.model_name, created, run.duration_s, run.rows, dict(run.report))
+
+
+def read_latest(*, db: Database, only: list[str] | None = None) -> list[RunView]:
+    """The latest stored run of each serving model (models without a run are left out)."""
+    names = serving_models(db=db, only=only)
+    with db.session() as session:
+        runs = latest_runs(session=session, model_names=names)
+        return [RunView.of(runs[n]) for n in names if n in runs]
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"driftwarden_{name}", doc, labels=labels)
+
+
+def _num(value: Any) -> float | None:
+    """A finite number from the report, or None (the report stores NaN and infinity as null)."""
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def label_coverage(report: dict[str, Any]) -> float:
+    """Labelled rows / window rows (0 when no label has arrived)."""
+    window = report.get("window") or {}
+    if window.get("rows"):
+        return float(window.get("labelled") or 0) / float(window["rows"])
+    performance = report.get("performance") or {}
+    return float(_num(performance.get("label_coverage")) or 0.0)
+
+
+class DriftFamilies:
+    """The gauge families of the drift and quality series, filled run by run."""
+
+    def __init__(self) -> None:
+        self.statistic = _gauge(
+            "drift_statistic", "Drift statistic of the feature's test.", ["model", "feature", "test"]
+        )
+        self.p_value = _gauge(
+            "drift_p_value", "P-value the drift verdict used (adjusted).", ["model", "feature"]
+        )
+        self.effect = _gauge(
+            "drift_effect_size", "Effect size of the feature's drift test.", ["model", "feature"]
+        )
+        self.detected = _gauge(
+            "drift_detected", "1 if the feature drifted in the latest run.", ["model", "feature"]
+        )
+        self.share = _gauge(
+            "dataset_drift_share", "Drifted features / features in the latest run.", ["model"]
+        )
+        self.dataset = _gauge("dataset_drifted", "1 if the dataset drifted in the latest run.", ["model"])
+        self.pred_stat = _gauge(
+            "prediction_drift_statistic", "Drift statistic of the model output.", ["model"]
+        )
+        self.pred = _gauge(
+            "prediction_drifted", "1 if the model output drifted in the latest run.", ["model"]
+        )
+        self.quality = _gauge(
+            "data_quality_rate",
+            "Share of window rows failing a data-quality check.",
+            ["model", "feature", "check"],
+        )
+        self.performance = _gauge(
+            "model_performance",
+            "Model performance on the window: estimated (CBPE, no labels) or realized (labels).",
+            ["model", "metric", "source"],
+        )
+        self.reference = _gauge(
+            "model_reference_performance",
+            "Model performance on the held-out reference data.",
+            ["model", "metric"],
+        )
+        self.coverage = _gauge("label_coverage_ratio", "Labelled rows / window rows.", ["model"])
+        self.last_run = _gauge(
+            "monitor_last_run_timestamp_seconds", "Unix time of the latest monitor run.", ["model"]
+        )
+        self.duration = _gauge(
+            "monitor_run_duration_seconds", "Duration of the latest monitor run.", ["model"]
+        )
+        self.window_rows = _gauge(
+            "monitor_window_rows", "Rows in the window of the latest monitor run.", ["model"]
+        )
+
+    def families(self) -> list[GaugeMetricFamily]:
+        return list(vars(self).values())
+
+    def add(self, run: RunView, *, max_features: int) -> None:
+        """The series of one model's latest run (at most ``max_features`` features)."""
+        m, report = run.model_name, run.report
+        features = list(report.get("features") or [])[:max_features]
+        exported = set()
+        for f in features:
+            name, r = str(f["name"]), f.get("result") or {}
+            exported.add(name)
+            if (stat := _num(r.get("statistic"))) is not None:
+                self.statistic.add_metric([m, name, str(r.get("test", ""))], stat)
+            p = r.get("adjusted_p_value") if r.get("adjusted_p_value") is not None else r.get("p_value")
+            if (p := _num(p)) is not None:
+                self.p_value.add_metric([m, name], p)
+            if (effect := _num(r.get("effect"))) is not None:
+                self.effect.add_metric([m, name], effect)
+            self.detected.add_metric([m, name], float(bool(f.get("drifted"))))
+        dataset = report.get("dataset") or {}
+        self.share.add_metric([m], float(_num(dataset.get("share")) or 0.0))
+        self.dataset.add_metric([m], float(bool(dataset.get("drifted"))))
+        prediction = report.get("prediction")
+        if prediction:
+            if (stat := _num((prediction.get("result") or {}).get("statistic"))) is not None:
+                self.pred_stat.add_metric([m], stat)
+            self.pred.add_metric([m], float(bool(prediction.get("drifted"))))
+        seen: set[tuple[str, str]] = set()
+        for q in report.get("quality") or []:
+            key = (str(q.get("feature")), str(q.get("check")))
+            if key[0] in exported and key not in seen and (rate := _num(q.get("rate"))) is not None:
+                seen.add(key)
+                self.quality.add_metric([m, *key], rate)
+        for source, part in (("estimated", "estimated_performance"), ("realized", "performance")):
+            for metric, value in sorted((report.get(part) or {}).items()):
+                if metric not in NOT_METRICS and (v := _num(value)) is not None:
+                    self.performance.add_metric([m, metric, source], v)
+        for metric, value in sorted((report.get("reference_performance") or {}).items()):
+            if metric not in NOT_METRICS and (v := _num(value)) is not None:
+                self.reference.add_metric([m, metric], v)
+        self.coverage.add_metric([m], label_coverage(report))
+        self.last_run.add_metric([m], run.created_at.timestamp())
+        if run.duration_s is not None:
+            self.duration.add_metric([m], run.duration_s)
+        self.window_rows.add_metric([m], float(run.rows))
+
+
+class DriftCollector(Collector):
+    """Yields the drift and quality gauges of every serving model's latest run (cached briefly)."""
+
+    def __init__(self, *, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
+        self._runs: list[RunView] = []
+        self._read_at: float | None = None
+        self._failing = False
+        self._capped: dict[str, int] = {}  # model -> run already logged as capped
+        self._lock = threading.Lock()
+
+    def runs(self) -> list[RunView]:
+        """The latest runs, read again when the cache is older than ``drift_metrics_cache_s``."""
+        with self._lock:
+            now = time.monotonic()
+            if self._read_at is not None and now - self._read_at < self.settings.drift_metrics_cache_s:
+                return self._runs
+            self._read_at = now
+            try:
+                self._runs = read_latest(db=self.db, only=self.settings.serve_models or None)
+            except Exception as exc:  # the database is down: keep the last values, say so once
+                if not self._failing:
+                    log.warning(
+                        "drift metrics: cannot read the monitor runs, keeping the last values: %s", exc
+                    )
+                self._failing = True
+            else:
+                self._failing = False
+            return self._runs
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        cap = self.settings.metrics_max_features
+        families = DriftFamilies()
+        for run in self.runs():
+            n = len(run.report.get("features") or [])
+            if n > cap and self._capped.get(run.model_name) != run.run_id:
+                self._capped[run.model_name] = run.run_id
+                log.warning(
+                    "drift metrics: model %s has %d features, exporting the %d most severe of run %d "
+                    "(raise DRIFTWARDEN_METRICS_MAX_FEATURES to see all)",
+                    run.model_name,
+                    n,
+                    cap,
+                    run.run_id,
+                )
+            families.add(run, max_features=cap)
+        yield from families.families()

@@ -1,0 +1,85 @@
+"""The serving models' health checks (each served model loaded and answering a canary), and the composition
+of every package's checks and of the drift series into the app.
+
+The canary is the version's warm-up row (:func:`service.serving.manager.warmup_columns`), run straight on
+the loaded signature (not through the micro-batcher, so it never shows in the serving metrics); it must
+answer every output of the contract with finite numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+from prometheus_client import ProcessCollector
+
+from core.health import HealthCheck, HealthCollector, HealthMonitor, Status, core_checks
+from core.scheduling import every
+from monitors.metrics import DriftCollector
+from registry.health import registry_check
+from service.serving.flows import AppState
+from service.serving.manager import ModelManager, NotServed, warmup_columns
+from training.health import cluster_checks
+
+
+def _canary(manager: ModelManager, name: str) -> Status:
+    served = manager.models.get(name)
+    try:
+        lv = manager.resolve(name)
+    except NotServed as exc:
+        failed = "; ".join(f"v{v}: {why}" for v, why in sorted(served.failed.items())) if served else ""
+        return Status(False, f"{exc}" + (f" (load failures: {failed})" if failed else ""))
+    out = lv.runner(warmup_columns(lv.schema))
+    for o in lv.schema.outputs:
+        values = np.asarray(out.get(o.name), dtype=np.float64) if o.name in out else None
+        if values is None or values.size == 0:
+            return Status(False, f"{name}:{lv.version} answered the canary row without output '{o.name}'")
+        if not np.all(np.isfinite(values)):
+            return Status(False, f"{name}:{lv.version} answered the canary row with non-finite '{o.name}'")
+    return Status(True, f"{name}:{lv.version} loaded and answered the canary row", float(lv.version))
+
+
+def model_checks(manager: ModelManager) -> list[HealthCheck]:
+    """``model:<name>`` for every model the server serves (re-read on every run of the checks)."""
+    return [HealthCheck(f"model:{name}", partial(_canary, manager, name)) for name in sorted(manager.models)]
+
+
+@dataclass
+class Observability:
+    """The app's health monitor and its periodic job (``app.state.health``)."""
+
+    monitor: HealthMonitor
+    max_age_s: float
+    task: asyncio.Task[None] | None = None
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+def start_observability(state: AppState) -> Observability:
+    """Compose every package's health checks, export them and the drift series, start the periodic checks.
+
+    Called from the app's lifespan once the model manager has loaded; the first run of the checks starts
+    at once, then one every ``health_interval_s``.
+    """
+    cfg, db = state.settings, state.db
+    monitor = HealthMonitor(
+        [
+            partial(core_checks, settings=cfg, db=db),
+            lambda: [registry_check(db=db, registry=cfg.registry_path, only=cfg.serve_models)],
+            partial(model_checks, state.manager),
+            partial(cluster_checks, cfg.cluster_spec),
+        ],
+        timeout_s=cfg.health_timeout_s,
+    )
+    for collector in (
+        HealthCollector(monitor),
+        DriftCollector(db=db, settings=cfg),
+        ProcessCollector(registry=None),
+    ):
+        state.metrics.register(collector)
+    task = every(cfg.health_interval_s, monitor.run, name="health checks", initial_delay_s=0.0)
+    return Observability(monitor=monitor, max_age_s=max(cfg.health_interval_s, 1.0), task=task)
