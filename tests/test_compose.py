@@ -96,3 +96,114 @@ def test_dockerfile_ships_every_package_and_the_entry_point(package: str) -> Non
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["driftwarden"] == "service.cli:main"
     assert json.loads(re.search(r"ENTRYPOINT (\[.*\])", dockerfile).group(1)) == ["driftwarden"]  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ the monitoring stack (deploy/, issue 8)
+
+MONITORING = {
+    "prometheus": ("prom/prometheus:", 9090),
+    "alertmanager": ("prom/alertmanager:", 9093),
+    "grafana": ("grafana/grafana:", 3000),
+}
+
+
+def _bind_mounts(svc: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> repository path of a service's bind mounts (``./...`` sources)."""
+    out = {}
+    for mount in svc.get("volumes", []):
+        source, target = mount.split(":")[:2]
+        if source.startswith("./"):
+            out[target] = ROOT / source
+    return out
+
+
+def _in_repo(svc: dict[str, Any], container_path: str) -> Path:
+    """Where a path inside the container comes from in the repository (via the service's bind mounts)."""
+    for target, source in sorted(_bind_mounts(svc).items(), key=lambda kv: -len(kv[0])):
+        if container_path == target or container_path.startswith(target + "/"):
+            return source / container_path[len(target) :].lstrip("/")
+    raise AssertionError(f"{container_path} is not mounted from the repository")
+
+
+def _flag(svc: dict[str, Any], name: str) -> str:
+    values = [arg.split("=", 1)[1] for arg in svc["command"] if arg.startswith(f"--{name}=")]
+    assert len(values) == 1, (name, svc["command"])
+    return values[0]
+
+
+def _api_port() -> int:
+    cmd = _compose()["services"]["api"]["command"]
+    port = int(cmd[cmd.index("--port") + 1])
+    assert f"{port}:{port}" in _compose()["services"]["api"]["ports"]
+    return port
+
+
+@pytest.mark.parametrize("name", sorted(MONITORING))
+def test_monitoring_service_official_image_port_healthcheck_volumes(name: str) -> None:
+    compose = _compose()
+    svc = compose["services"][name]
+    image, port = MONITORING[name]
+    assert svc["image"].startswith(image) and not svc["image"].endswith(":latest"), svc["image"]
+    assert f"{port}:{port}" in svc["ports"]
+    test = svc["healthcheck"]["test"]
+    assert test[0] == "CMD" and any(f"localhost:{port}/" in word for word in test), test
+    named = [m.split(":")[0] for m in svc["volumes"] if not m.startswith(("./", "/"))]
+    assert named, f"{name}: no named volume for its data"
+    assert set(named) <= set(compose["volumes"]), named
+    mounts = _bind_mounts(svc)
+    assert mounts, f"{name}: nothing of deploy/ is mounted"
+    for target, source in mounts.items():
+        assert source.is_dir() and any(source.iterdir()), f"{name}: {source} (mounted at {target}) is empty"
+        assert source.resolve().is_relative_to(ROOT / "deploy"), source
+
+
+def test_prometheus_scrapes_the_api_and_loads_the_rules() -> None:
+    svc = _compose()["services"]["prometheus"]
+    config_file = _in_repo(svc, _flag(svc, "config.file"))
+    config = yaml.safe_load(config_file.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    api = jobs["driftwarden"]
+    assert api.get("metrics_path", "/metrics") == "/metrics"
+    targets = [t for sc in api["static_configs"] for t in sc["targets"]]
+    assert targets == [f"api:{_api_port()}"]
+    assert "api" in svc["depends_on"]
+    # every rule_files glob resolves to the rules in the repository
+    rules = [
+        p for pattern in config["rule_files"] for p in _in_repo(svc, pattern).parent.glob(Path(pattern).name)
+    ]
+    assert ROOT / "deploy/prometheus/rules/driftwarden.yml" in rules
+    # alerts go to the alertmanager service
+    managers = [
+        t for am in config["alerting"]["alertmanagers"] for sc in am["static_configs"] for t in sc["targets"]
+    ]
+    assert managers == [f"alertmanager:{MONITORING['alertmanager'][1]}"]
+
+
+def test_alertmanager_sends_to_the_api_receiver_grouped_by_model() -> None:
+    svc = _compose()["services"]["alertmanager"]
+    config = yaml.safe_load(_in_repo(svc, _flag(svc, "config.file")).read_text())
+    assert "model" in config["route"]["group_by"]
+    urls = [w["url"] for r in config["receivers"] for w in r.get("webhook_configs", [])]
+    assert f"http://api:{_api_port()}/v1/alerts/alertmanager" in urls
+    assert len(urls) >= 2, "the example team webhook is missing"
+
+
+def test_grafana_provisions_the_prometheus_datasource_and_the_dashboards() -> None:
+    svc = _compose()["services"]["grafana"]
+    provisioning = _in_repo(svc, "/etc/grafana/provisioning")
+    (datasource,) = yaml.safe_load((provisioning / "datasources/prometheus.yaml").read_text())["datasources"]
+    assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+    (provider,) = yaml.safe_load((provisioning / "dashboards/driftwarden.yaml").read_text())["providers"]
+    dashboards = sorted(_in_repo(svc, provider["options"]["path"]).glob("*.json"))
+    assert [d.name for d in dashboards] == [
+        "driftwarden-drift.json",
+        "driftwarden-infra.json",
+        "driftwarden-service.json",
+    ]
+    for path in dashboards:
+        board = json.loads(path.read_text())
+        uids = {p["datasource"]["uid"] for p in board["panels"] if "datasource" in p}
+        uids |= {v["datasource"]["uid"] for v in board.get("templating", {}).get("list", [])}
+        assert uids == {datasource["uid"]}, (path.name, uids)
+    home = _in_repo(svc, svc["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
+    assert home in dashboards
