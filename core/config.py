@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     max_restarts: int = Field(
         default=3, ge=0, description="Relaunches of a lost async chief, or of all sync workers after a loss."
     )
+    cluster_spec: str | None = Field(
+        default=None,
+        description="The training cluster to watch in the health checks: a JSON file path, JSON text or a "
+        "TF_CONFIG document (unset: no cluster check).",
+    )
 
     # serving
     api_host: str = "127.0.0.1"
@@ -72,6 +77,14 @@ class Settings(BaseSettings):
     )
     prediction_log_enabled: bool = Field(default=True, description="Log every prediction (off: none).")
     metrics_enabled: bool = Field(default=True, description="Prometheus counters at /metrics.")
+    api_workers: int = Field(
+        default=1, ge=1, description="`serve`: worker processes (uvicorn --workers; --workers overrides)."
+    )
+    metrics_dir: Path | None = Field(
+        default=None,
+        description="Folder of per-process metric snapshots summed at each scrape; `serve --workers N` "
+        "creates and removes one (unset: one process, metrics in memory only).",
+    )
     log_durability: Literal["durable", "fast"] = Field(
         default="fast",
         description="fast: answer first, write within log_flush_interval_ms (a hard crash loses that much); "
@@ -118,6 +131,27 @@ class Settings(BaseSettings):
     )
     admin_token: SecretStr | None = Field(
         default=None, description="Bearer token for admin routes (POST .../monitors:run); unset: open."
+    )
+
+    # observability (core/health.py, monitors/metrics.py, service/serving/operations.py)
+    metrics_max_features: int = Field(
+        default=100,
+        gt=0,
+        description="Most features per model exported as labelled series (the rest: a log line).",
+    )
+    drift_metrics_cache_s: float = Field(
+        default=5.0, ge=0, description="Drift/quality series are read from the database at most this often."
+    )
+    health_interval_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds between runs of the health checks in the server (0: only /readyz).",
+    )
+    health_timeout_s: float = Field(default=5.0, gt=0, description="A health check slower than this fails.")
+    health_disk_min_free_mb: float = Field(
+        default=256.0,
+        ge=0,
+        description="A data folder's disk with less free space than this fails its check.",
     )
 
     @model_validator(mode="before")

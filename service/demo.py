@@ -110,11 +110,43 @@ def watch_drift(
         report_path.parent.mkdir(parents=True, exist_ok=True)
         report_path.write_text(html.text)
         history = client.get(f"/v1/models/{model}/drift/history").json()
+        show_observability(client=client, url=url, model=model)
     console.print(
         f"\n  {len(history.get('runs', []))} runs stored (GET /v1/models/{model}/drift/history); "
         f"the latest HTML report (GET /reports/{model}/drift) saved to {report_path}"
     )
     return verdicts
+
+
+DASHBOARDS = {
+    "driftwarden-service": "service overview: traffic, errors, latency, batches, log pipeline",
+    "driftwarden-drift": "model drift & quality: per-feature drift, drift share, performance, label coverage",
+    "driftwarden-infra": "infrastructure: health checks, database, disk, process",
+}
+
+
+def show_observability(*, client: httpx.Client, url: str, model: str) -> None:
+    """Where the metrics, dashboards, alert rules and runbooks are, with two live series as a taste."""
+    scrape = client.get("/metrics").text
+    live = [
+        line
+        for line in scrape.splitlines()
+        if line.startswith((f'driftwarden_dataset_drifted{{model="{model}"}}', "driftwarden_database_up "))
+    ]
+    console.rule("[bold cyan]Observability")
+    console.print(f"  Prometheus metrics: {url}/metrics (the demo server; `driftwarden serve` on :8501)")
+    for line in live:
+        console.print(f"    {line}")
+    console.print(f"  health: {url}/healthz (alive), {url}/readyz (ready, failing checks named)")
+    console.print(
+        "  Grafana dashboards (provisioned by `docker compose up`, JSON in deploy/grafana/dashboards/):"
+    )
+    for uid, what in DASHBOARDS.items():
+        console.print(f"    {uid}: {what}")
+    console.print(
+        "  alerting rules: deploy/prometheus/rules/driftwarden.yml; Alertmanager: deploy/alertmanager/; "
+        "runbooks: docs/operations.md"
+    )
 
 
 def run_demo(*, settings: Settings, model: str, rows: int, workers: int, epochs: float, seed: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,9 +12,8 @@ import pytest
 
 from tests.training.helpers import pid_alive
 
-pytestmark = pytest.mark.cluster
 
-
+@pytest.mark.cluster
 def test_demo_trains_serves_logs_and_flags_the_planted_drift(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRIFTWARDEN_")}
     proc = subprocess.run(
@@ -33,9 +33,20 @@ def test_demo_trains_serves_logs_and_flags_the_planted_drift(tmp_path: Path) -> 
     assert "rows dropped 0" in " ".join(out.split())
     for phase in ("baseline", "covariate shift", "new category"):
         assert f"{phase} flagged exactly what was planted" in " ".join(out.split()), out[-5000:]
+    assert (
+        "Prometheus metrics: http://127.0.0.1:" in out
+        and 'driftwarden_dataset_drifted{model="credit"}' in out
+    )
+    assert "driftwarden-drift: model drift & quality" in out and "runbooks: docs/operations.md" in out
     report = tmp_path / "var" / "demo" / "drift-report.html"
     assert report.exists() and "loan_purpose" in report.read_text()
-    import json
-
     pids = json.loads(next((tmp_path / "var" / "checkpoints").glob("*/nodes/pids.json")).read_text())
     assert not [p for node, ps in pids.items() if node != "launcher" for p in ps if pid_alive(p)]
+
+
+def test_the_dashboards_the_demo_names_are_the_provisioned_ones() -> None:
+    from service.demo import DASHBOARDS
+
+    folder = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "dashboards"
+    uids = {json.loads(p.read_text())["uid"] for p in folder.glob("*.json")}
+    assert set(DASHBOARDS) == uids

@@ -20,6 +20,7 @@ from core.config import Settings, get_settings
 from core.database import make_engine, open_database
 from core.errors import DomainError
 from core.http import error_response, request_id_of
+from core.logs import setup_logging
 from monitors.scheduled import start_in_app as start_monitors
 from monitors.views import router as monitors_router
 from predictions.scheduled import start_retention
@@ -30,6 +31,7 @@ from service.serving import open_inference, operations, tf_serving
 from service.serving.batcher import Runner
 from service.serving.docs import mount_docs
 from service.serving.flows import AppState
+from service.serving.health import start_observability
 from service.serving.manager import ModelManager
 from service.serving.metrics import Metrics, NullMetrics
 
@@ -68,10 +70,21 @@ def spool_dir(settings: Settings, url: str) -> Path:
     return settings.spool_path / hashlib.sha256(url.encode()).hexdigest()[:12]
 
 
+def _metrics(cfg: Settings) -> Metrics:
+    """The app's metrics; other domains' collectors join every scrape through ``metrics.register``."""
+    if not cfg.metrics_enabled:
+        return NullMetrics()
+    return Metrics(max_features=cfg.metrics_max_features, snapshot_dir=cfg.metrics_dir)
+
+
 def create_app(
     settings: Settings | None = None, *, loader: Callable[[Path], Runner] | None = None
 ) -> FastAPI:
-    """Build the app; nothing heavy happens until the server starts it (lifespan)."""
+    """Build the app; nothing heavy happens until the server starts it (lifespan).
+
+    Also the factory of ``uvicorn service.serving.app:create_app --factory`` (``serve --workers N``):
+    without arguments it reads the settings from the environment, so every worker builds the same app.
+    """
     cfg = settings or get_settings()
 
     @asynccontextmanager
@@ -84,12 +97,12 @@ def create_app(
             model_loader: Callable[[Path], Runner] = tf_load
         else:
             model_loader = loader
-        metrics: Metrics = Metrics() if cfg.metrics_enabled else NullMetrics()
+        metrics = _metrics(cfg)
         writer = None
         if cfg.prediction_log_enabled:
             writer = LogWriter(
                 engine=_writer_engine(url),
-                spool=Spool(spool_dir(cfg, url)),
+                spool=Spool.claim(spool_dir(cfg, url)),  # one spool slot per process (--workers N)
                 durability=cfg.log_durability,
                 queue_max_rows=cfg.log_queue_max_rows,
                 batch_max_rows=cfg.log_batch_max_rows,
@@ -106,8 +119,10 @@ def create_app(
             poll_interval_s=cfg.model_poll_interval_s,
             batch_max_rows=cfg.batch_max_rows,
             batch_max_wait_s=cfg.batch_max_wait_ms / 1000.0,
+            metrics=metrics,
         )
         await manager.start()
+        metrics.start()  # --workers N: this process's snapshots for the scrapes of the others
         # TensorFlow leaves ~10^6 long-lived Python objects; without this every full collection walks them
         # all (a stall of 100+ ms under load). New objects are still collected as usual.
         gc.collect()
@@ -115,6 +130,7 @@ def create_app(
         app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
         retention = start_retention(app.state.dw)
         monitors = start_monitors(app.state.dw)  # drift scheduler; None when monitor_enabled is off
+        app.state.health = start_observability(app.state.dw)  # health checks, drift series, process metrics
         log.info(
             "serving %s; prediction log %s",
             sorted(manager.models) or "no models yet",
@@ -127,6 +143,7 @@ def create_app(
                 retention.cancel()
             if monitors is not None:
                 monitors.cancel()
+            app.state.health.close()
             await manager.close()
             if writer is not None:
                 await asyncio.to_thread(writer.close, cfg.shutdown_timeout_s)
@@ -140,6 +157,7 @@ def create_app(
                     s.rows_dropped,
                 )
                 writer.engine.dispose()
+            metrics.close()
             db.dispose()
 
     app = FastAPI(
@@ -164,6 +182,13 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
     return app
+
+
+def worker_app() -> FastAPI:
+    """The app factory of ``driftwarden serve`` (uvicorn ``--factory``): logging set up in this process (a
+    worker under ``--workers N`` is a fresh interpreter), then :func:`create_app` from the environment."""
+    setup_logging()
+    return create_app()
 
 
 async def _domain_error(request: Request, exc: DomainError) -> Response:
