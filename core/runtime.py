@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from core.config import Settings
 from core.database import Database
@@ -18,6 +19,12 @@ class Runtime:
 
     settings: Settings
     db: Database
+
+    @property
+    def leader_lock(self) -> Path | None:
+        """Makes a periodic job run in one worker of ``serve --workers N`` (None: a single process)."""
+        folder = self.settings.metrics_dir
+        return None if folder is None else folder / "periodic-jobs.lock"
 
     def flush_predictions(self, timeout_s: float) -> None:
         """Make predictions answered so far visible to readers of the log (no-op without a log writer)."""

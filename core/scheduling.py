@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import IO
 
 log = logging.getLogger("driftwarden.scheduling")
 
@@ -17,6 +21,7 @@ def every(
     *,
     name: str,
     initial_delay_s: float | None = None,
+    leader_lock: Path | None = None,
 ) -> asyncio.Task[None] | None:
     """Run ``fn`` every ``interval_s`` seconds on the running loop; None when ``interval_s <= 0``.
 
@@ -24,10 +29,52 @@ def every(
     worker thread, a coroutine function on the loop. Runs start at a fixed rate (a slow run delays the next
     only by its overrun); an exception is logged with ``name`` and never stops the loop. Cancel the task to
     stop it.
+
+    ``leader_lock``: several processes of one server (``serve --workers N``) share a folder; a run happens
+    only in the process that holds an exclusive lock on this file (taken at the first run, kept for the
+    process's life, taken over by another process at its next run once the holder is gone), so a periodic
+    job runs once per server, not once per worker.
     """
     if interval_s <= 0:
         return None
-    return asyncio.get_running_loop().create_task(_loop(interval_s, fn, name, initial_delay_s), name=name)
+    job = fn if leader_lock is None else _led_by(leader_lock, fn)
+    return asyncio.get_running_loop().create_task(_loop(interval_s, job, name, initial_delay_s), name=name)
+
+
+_held: dict[Path, IO[bytes]] = {}
+_held_lock = threading.Lock()
+
+
+def is_leader(lock: Path) -> bool:
+    """Whether this process holds (or now takes) the exclusive lock on ``lock``."""
+    with _held_lock:
+        if lock in _held:
+            return True
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock, "ab")  # noqa: SIM115 (held for the life of the process)
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            return False
+        _held[lock] = fh
+        return True
+
+
+def _led_by(
+    lock: Path, fn: Callable[[], object] | Callable[[], Awaitable[object]]
+) -> Callable[[], object] | Callable[[], Awaitable[object]]:
+    if inspect.iscoroutinefunction(fn):
+
+        async def run_async() -> object:
+            return await fn() if is_leader(lock) else None
+
+        return run_async
+
+    def run() -> object:
+        return fn() if is_leader(lock) else None
+
+    return run
 
 
 async def _loop(

@@ -95,6 +95,7 @@ def start_in_app(runtime: Runtime, *, initial_delay_s: float | None = None) -> a
         partial(run_pass, db=runtime.db, settings=settings, flush=lambda: runtime.flush_predictions(5.0)),
         name="monitor pass",
         initial_delay_s=initial_delay_s,
+        leader_lock=runtime.leader_lock,
     )
 
 

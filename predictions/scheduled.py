@@ -29,4 +29,5 @@ def start_retention(runtime: Runtime) -> asyncio.Task[None] | None:
         lambda: purge_expired(runtime),
         name="prediction retention",
         initial_delay_s=0.0,
+        leader_lock=runtime.leader_lock,
     )

@@ -3,11 +3,12 @@
 Each process writes its snapshot (plain JSON) to ``<dir>/<pid>-<start ns>.json``, atomically, from one
 daemon thread: once a second, at once when a scrape asks for it, and a last time when the process stops.
 A scrape in any process asks every other live process for a fresh snapshot (it replaces ``<dir>/scrape``,
-which holds the request's generation, a time in nanoseconds) and waits until each has
-answered that generation (at most ``wait_s``; a process that does not answer in time contributes its
-previous snapshot). So one scrape sums every request answered before it, in every process, without any
-file or lock on the request path. Snapshots of processes that have exited stay: their counters remain in
-the sums (counters never go backwards when a worker is replaced); their gauges are left out.
+which holds the request's generation, a time in nanoseconds) and waits until each has answered that
+generation (at most ``wait_s``, 3 s, well inside Prometheus' scrape timeout; a process that does not answer
+in time contributes its previous snapshot). So one scrape sums every request answered before it, in every
+process, without any file or lock on the request path. Snapshots of processes that have exited stay: their
+counters remain in the sums (counters never go backwards when a worker is replaced); their gauges are left
+out.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class SnapshotFiles:
         *,
         poll_s: float = 0.02,
         every_s: float = 1.0,
-        wait_s: float = 1.0,
+        wait_s: float = 3.0,
     ) -> None:
         self.directory = directory
         self.snapshot = snapshot
@@ -94,7 +95,7 @@ class SnapshotFiles:
             if generation != self._answered or time.monotonic() - last >= self.every_s:
                 try:
                     self.write(generation=generation, live=True)
-                except OSError as exc:  # a full or vanished folder: keep serving, say it once a second
+                except Exception as exc:  # a full or vanished folder: keep serving, say it once a second
                     log.warning("metrics: could not write the snapshot %s: %s", self.path, exc)
                 last = time.monotonic()
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +63,39 @@ def test_no_task_when_switched_off() -> None:
         assert every(0, lambda: None, name="off") is None
 
     asyncio.run(main())
+
+
+def test_a_leader_lock_runs_a_job_in_one_process_and_passes_on_when_it_dies(tmp_path: Path) -> None:
+    lock = tmp_path / "jobs.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from core.scheduling import is_leader; "
+            f"assert is_leader(Path({str(lock)!r})); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        runs: list[int] = []
+
+        async def main() -> None:
+            task = every(0.02, lambda: runs.append(1), name="led job", initial_delay_s=0.0, leader_lock=lock)
+            assert task is not None
+            await asyncio.sleep(0.3)
+            assert runs == [], "another process holds the lock: this one must not run the job"
+            holder.kill()
+            holder.wait()
+            for _ in range(100):
+                if runs:
+                    break
+                await asyncio.sleep(0.02)
+            task.cancel()
+
+        asyncio.run(main())
+        assert runs, "once the holder is gone, this process takes the lock and runs the job"
+    finally:
+        holder.kill()
+        holder.wait()
