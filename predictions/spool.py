@@ -9,7 +9,11 @@ restarts begins a new segment, so a torn last line of a crashed process is skipp
 A spool folder belongs to one process: :meth:`Spool.claim` holds an exclusive lock on ``<dir>/lock`` for
 the process's lifetime, and a second process on the same database (``serve --workers N``) takes the next
 free slot, ``<dir>/worker-1``, ``<dir>/worker-2``, ... A slot's leftover rows are replayed by the next
-process that claims it.
+process that claims it, or adopted: a process also takes (non-blocking) the lock of every other slot no live
+process holds that still has rows (:meth:`Spool.adopt`; at the claim, and again whenever its writer asks),
+replays those rows in the slot's order before its own, and frees the slot once it is empty. So rows left in
+``worker-2`` by a server that ran three workers reach the database after a restart with one worker, and
+the pending counts of the adopting process include them until they do.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import fcntl
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO
@@ -31,6 +35,12 @@ from predictions.service import LogRow
 log = logging.getLogger("driftwarden.predictions.spool")
 
 SUFFIX = ".jsonl"
+
+
+def _slot_number(path: Path) -> int:
+    """``worker-<k>`` -> k (anything else sorts last)."""
+    tail = path.name.removeprefix("worker-")
+    return int(tail) if tail.isdigit() else 1 << 30
 
 
 def encode_row(row: LogRow) -> bytes:
@@ -52,6 +62,7 @@ class SpoolBatch:
     rows: list[LogRow]
     segment: int
     end: int
+    source: Spool | None = None  # the adopted slot the rows come from (None: the spool's own slot)
 
 
 class Spool:
@@ -68,9 +79,12 @@ class Spool:
         self._head_seg = 0
         self._head_size = 0
         self.corrupt_lines = 0
-        self.pending_rows = self._count_pending()
+        self._pending = self._count_pending()  # rows of this slot not yet replayed
         self._lock_file: IO[bytes] | None = None
         self._oldest: tuple[int, int, float] | None = None  # segment, offset, logged_at of the oldest row
+        self._root: Path | None = None  # the folder of every slot (set by claim): where to look for orphans
+        self._adopted: list[Spool] = []  # other slots' spools this process holds until they are replayed
+        self._adopted_lock = threading.Lock()
 
     @classmethod
     def claim(cls, directory: Path, *, max_slots: int = 256) -> Spool:
@@ -86,8 +100,51 @@ class Spool:
                 continue
             spool = cls(slot)
             spool._lock_file = fh
+            spool._root = directory
+            spool.adopt()
             return spool
         raise RuntimeError(f"every spool slot under {directory} is taken ({max_slots} processes)")
+
+    def adopt(self) -> int:
+        """Take over every other slot under the claimed folder that no live process holds and that has rows.
+
+        Each such slot's lock is taken without waiting (a slot held by a live process is left alone); a slot
+        with no row left is freed at once. Returns the rows adopted by this call.
+        """
+        if self._root is None or self._lock_file is None:
+            return 0  # not a claimed spool: there are no sibling slots
+        with self._adopted_lock:
+            held = {self.directory.resolve(), *(a.directory.resolve() for a in self._adopted)}
+        slots = [self._root, *sorted(self._root.glob("worker-*"), key=_slot_number)]
+        added = 0
+        for slot in slots:
+            if slot.resolve() in held or not slot.is_dir() or not any(slot.glob(f"*{SUFFIX}")):
+                continue
+            fh = open(slot / "lock", "ab")  # noqa: SIM115 (held until the slot is replayed or closed)
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.close()
+                continue  # a live process owns it and replays it itself
+            try:
+                orphan = Spool(slot, segment_bytes=self.segment_bytes)
+            except OSError as exc:  # an unreadable slot must not stop this process: try again next time
+                fh.close()
+                log.error("spool: cannot read the slot %s to adopt it: %s", slot, exc)
+                continue
+            orphan._lock_file = fh
+            if not orphan._pending:
+                orphan.close()
+                continue
+            log.warning("spool: adopting %d rows left in %s by a process that is gone", orphan._pending, slot)
+            with self._adopted_lock:
+                self._adopted.append(orphan)
+            added += orphan._pending
+        return added
+
+    def _adopted_spools(self) -> list[Spool]:
+        with self._adopted_lock:
+            return list(self._adopted)
 
     # -- paths and cursor -------------------------------------------------------------------------
     def _path(self, seg: int) -> Path:
@@ -135,7 +192,7 @@ class Spool:
             if sync:
                 os.fsync(self._head.fileno())
             self._head_size += len(data)
-            self.pending_rows += len(rows)
+            self._pending += len(rows)
 
     def _open_head(self) -> None:
         if self._head is not None:
@@ -149,7 +206,18 @@ class Spool:
 
     # -- replay ----------------------------------------------------------------------------------
     def peek(self, max_rows: int) -> SpoolBatch | None:
-        """The oldest rows not yet replayed (up to ``max_rows``), or None when the spool is empty."""
+        """The oldest rows not yet replayed (up to ``max_rows``), or None when the spool is empty.
+
+        Adopted slots come first, one after the other, each in its own order; then this slot's rows.
+        """
+        for orphan in self._adopted_spools():
+            batch = orphan._peek_own(max_rows)
+            if batch is not None:
+                return SpoolBatch(rows=batch.rows, segment=batch.segment, end=batch.end, source=orphan)
+            self._release(orphan)  # nothing left (only torn or already-replayed lines): free the slot
+        return self._peek_own(max_rows)
+
+    def _peek_own(self, max_rows: int) -> SpoolBatch | None:
         with self._lock:
             while self._segments:
                 seg = self._segments[0]
@@ -177,11 +245,16 @@ class Spool:
 
     def commit(self, batch: SpoolBatch) -> None:
         """Mark ``batch`` as stored in the database."""
+        if batch.source is not None:
+            batch.source.commit(replace(batch, source=None))
+            if not batch.source._pending:
+                self._release(batch.source)
+            return
         with self._lock:
             if not self._segments or batch.segment != self._segments[0]:
                 return
             self._read_off = batch.end
-            self.pending_rows = max(0, self.pending_rows - len(batch.rows))
+            self._pending = max(0, self._pending - len(batch.rows))
             if batch.segment == self._head_seg and self._read_off >= self._head_size:
                 if self._head is not None:
                     self._head.close()
@@ -199,20 +272,37 @@ class Spool:
         self._read_seg, self._read_off = (self._segments[0], 0) if self._segments else (0, 0)
         self._save_cursor()
 
+    def _release(self, orphan: Spool) -> None:
+        """Free an adopted slot (its lock; whatever is left on disk stays for the next claim)."""
+        with self._adopted_lock:
+            if orphan not in self._adopted:
+                return
+            self._adopted.remove(orphan)
+        orphan.close()
+        log.info("spool: replayed and freed the adopted slot %s", orphan.directory)
+
     # -- state -----------------------------------------------------------------------------------
     @property
+    def pending_rows(self) -> int:
+        """Rows not yet replayed: this slot's and those of the slots it adopted."""
+        return self._pending + sum(a._pending for a in self._adopted_spools())
+
+    @property
     def pending_bytes(self) -> int:
-        """Bytes on disk not yet replayed."""
+        """Bytes on disk not yet replayed (adopted slots included)."""
         with self._lock:
             total = 0
             for seg in self._segments:
                 size = self._head_size if seg == self._head_seg else self._path(seg).stat().st_size
                 total += size - (self._read_off if seg == self._read_seg else 0)
-            return total
+        return total + sum(a.pending_bytes for a in self._adopted_spools())
 
     def oldest_age_s(self, now: float) -> float:
         """Seconds since the oldest row still in the spool was logged (0 when the spool is empty)."""
-        if not self.pending_rows:
+        return max([self._oldest_age_own(now), *(a._oldest_age_own(now) for a in self._adopted_spools())])
+
+    def _oldest_age_own(self, now: float) -> float:
+        if not self._pending:
             return 0.0
         with self._lock:
             for seg in self._segments:
@@ -233,7 +323,14 @@ class Spool:
             return 0.0
 
     def close(self) -> None:
-        """Close the open segment (pending rows stay on disk for the next start) and free the slot."""
+        """Close the open segment (pending rows stay on disk for the next start) and free the slot.
+
+        Adopted slots are freed too; their rows not yet replayed stay on disk for the next claim or adoption.
+        """
+        with self._adopted_lock:
+            adopted, self._adopted = self._adopted, []
+        for orphan in adopted:
+            orphan.close()
         with self._lock:
             if self._head is not None:
                 self._head.close()

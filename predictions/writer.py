@@ -5,7 +5,8 @@ transaction each: PostgreSQL COPY, SQLite one prepared multi-row insert). If a w
 full because the database is slow, rows go to the :class:`~predictions.spool.Spool` on disk; while
 the spool holds rows every new row is appended behind them, and the writer replays the spool in order as
 soon as the database answers again. Nothing is dropped: ``rows_dropped`` only moves if the local disk
-itself refuses a write.
+itself refuses a write. The writer also replays the rows other processes left in their spool slots
+(``serve --workers N`` restarted with fewer workers): see :meth:`~predictions.spool.Spool.adopt`.
 
 Durability (setting ``log_durability``):
 - ``durable``: a request is answered only once its rows are committed to the database or fsynced to the
@@ -89,6 +90,7 @@ class LogWriter:
         flush_interval_s: float = 0.05,
         commit_timeout_s: float = 2.0,
         retry_interval_s: float = 1.0,
+        adopt_interval_s: float = 30.0,
     ) -> None:
         self.engine = engine
         self.spool = spool
@@ -98,6 +100,7 @@ class LogWriter:
         self.flush_interval_s = flush_interval_s
         self.commit_timeout_s = commit_timeout_s
         self.retry_interval_s = retry_interval_s
+        self.adopt_interval_s = adopt_interval_s
         self.stats = WriterStats()
         self._queue: deque[_Entry] = deque()
         self._queued_rows = 0
@@ -108,6 +111,7 @@ class LogWriter:
         self._thread: threading.Thread | None = None
         self._seq_in = 0  # entries queued so far
         self._seq_out = 0  # entries handled (committed or spooled) so far, in queue order
+        self._next_adopt = 0.0  # when to look again for spool slots left with rows by a process that is gone
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -202,6 +206,7 @@ class LogWriter:
     # -- writer thread ---------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
+            self._adopt()
             entries = self._take()
             if entries:
                 try:
@@ -233,6 +238,18 @@ class LogWriter:
             self._queued_rows -= n
             self._busy = bool(entries)
             return entries
+
+    def _adopt(self) -> None:
+        """Every ``adopt_interval_s``: take over the spool slots of processes that are gone (their rows are
+        then replayed here, in each slot's order, before this process's own spooled rows)."""
+        now = time.monotonic()
+        if self._stopping or now < self._next_adopt:
+            return
+        self._next_adopt = now + self.adopt_interval_s
+        try:
+            self.spool.adopt()
+        except Exception as exc:  # never stops the writer: the rows stay on disk for the next try
+            log.error("prediction log: looking for spool slots to adopt failed: %s", exc)
 
     def _idle_wait(self) -> float:
         if self.spool.pending_rows:
