@@ -35,7 +35,7 @@ class Base(DeclarativeBase):
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
-    """Create an engine; SQLite gets WAL, a busy timeout and its parent folder."""
+    """Create an engine: SQLite gets WAL, a busy timeout and its folder; PostgreSQL a connect timeout."""
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
@@ -44,6 +44,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    if url.startswith("postgresql"):
+        # a black-holed server fails a connection attempt after this, not after the OS's TCP timeout
+        kwargs.setdefault("connect_args", {"connect_timeout": 10})
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(url, **kwargs)
 

@@ -1,10 +1,11 @@
 """Drift and quality series for Prometheus, read from the latest stored monitor run of each serving model.
 
 The values come from the database (``monitor_runs``), not from a process's memory, so every worker and
-replica reports the same numbers and they survive restarts. A scrape reads at most once per
-``drift_metrics_cache_s`` (one query for all models); when the database cannot be read the last values
-are kept. Per model at most ``metrics_max_features`` features are exported (the most severe first, as
-the report orders them); beyond that one log line per run names the cap.
+replica reports the same numbers and they survive restarts. A periodic job reads them every
+``drift_metrics_cache_s`` (half a second at the least; one query for all models) into a cache; a scrape only
+reads that cache, so it never waits on the database; when the database cannot be read the last values are
+kept. Per model at most ``metrics_max_features`` features are exported (the most severe first, as the report
+orders them); beyond that one log line per run names the cap.
 
 Series (one value per model, feature, ...): ``driftwarden_drift_statistic{model,feature,test}``,
 ``driftwarden_drift_p_value{model,feature}`` (adjusted for multiple testing when the verdict used it),
@@ -187,34 +188,48 @@ class DriftFamilies:
 
 
 class DriftCollector(Collector):
-    """Yields the drift and quality gauges of every serving model's latest run (cached briefly)."""
+    """Yields the drift and quality gauges of every serving model's latest run, from a cache.
+
+    :meth:`refresh` (a periodic job, every :meth:`refresh_interval_s`) reads the database; :meth:`collect`
+    (a scrape) only reads the cache, so a slow or unreachable database never holds up ``/metrics``.
+    """
+
+    MIN_REFRESH_S = 0.5  # ``drift_metrics_cache_s=0`` still refreshes on a timer, just a fast one
 
     def __init__(self, *, db: Database, settings: Settings) -> None:
         self.db = db
         self.settings = settings
         self._runs: list[RunView] = []
-        self._read_at: float | None = None
+        self.read_at: float | None = None  # monotonic time of the last successful read
+        self.refreshes = 0  # reads attempted and finished (successful or not)
         self._failing = False
         self._capped: dict[str, int] = {}  # model -> run already logged as capped
         self._lock = threading.Lock()
 
+    def refresh_interval_s(self) -> float:
+        """Seconds between two reads of the database by the refresh job."""
+        return max(self.settings.drift_metrics_cache_s, self.MIN_REFRESH_S)
+
+    def refresh(self) -> None:
+        """Read the latest runs into the cache; when the database cannot be read, keep the last values."""
+        try:
+            runs = read_latest(db=self.db, only=self.settings.serve_models or None)
+        except Exception as exc:  # the database is down: keep the last values, say so once
+            if not self._failing:
+                log.warning("drift metrics: cannot read the monitor runs, keeping the last values: %s", exc)
+            self._failing = True
+        else:
+            self._failing = False
+            with self._lock:
+                self._runs = runs
+                self.read_at = time.monotonic()
+        finally:
+            with self._lock:
+                self.refreshes += 1
+
     def runs(self) -> list[RunView]:
-        """The latest runs, read again when the cache is older than ``drift_metrics_cache_s``."""
+        """The cached latest runs (never reads the database)."""
         with self._lock:
-            now = time.monotonic()
-            if self._read_at is not None and now - self._read_at < self.settings.drift_metrics_cache_s:
-                return self._runs
-            self._read_at = now
-            try:
-                self._runs = read_latest(db=self.db, only=self.settings.serve_models or None)
-            except Exception as exc:  # the database is down: keep the last values, say so once
-                if not self._failing:
-                    log.warning(
-                        "drift metrics: cannot read the monitor runs, keeping the last values: %s", exc
-                    )
-                self._failing = True
-            else:
-                self._failing = False
             return self._runs
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

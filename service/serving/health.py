@@ -42,8 +42,16 @@ def _canary(manager: ModelManager, name: str) -> Status:
 
 
 def model_checks(manager: ModelManager) -> list[HealthCheck]:
-    """``model:<name>`` for every model the server serves (re-read on every run of the checks)."""
-    return [HealthCheck(f"model:{name}", partial(_canary, manager, name)) for name in sorted(manager.models)]
+    """``model:<name>`` for every model the server serves or should (re-read on every run of the checks).
+
+    A model with only staged versions (nothing promoted, nothing labelled, nothing loading or failed) is not
+    served, so it has no check: a `driftwarden train` of a new model must not make every replica unready.
+    """
+    return [
+        HealthCheck(f"model:{name}", partial(_canary, manager, name))
+        for name, served in sorted(manager.models.items())
+        if served.serving is not None or served.labels or served.loading or served.failed
+    ]
 
 
 @dataclass
@@ -53,17 +61,21 @@ class Observability:
     monitor: HealthMonitor
     max_age_s: float
     task: asyncio.Task[None] | None = None
+    drift: DriftCollector | None = None
+    drift_task: asyncio.Task[None] | None = None  # refreshes the drift series' cache
 
     def close(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
+        for task in (self.task, self.drift_task):
+            if task is not None:
+                task.cancel()
 
 
 def start_observability(state: AppState) -> Observability:
-    """Compose every package's health checks, export them and the drift series, start the periodic checks.
+    """Compose every package's health checks, export them and the drift series, start the periodic jobs.
 
     Called from the app's lifespan once the model manager has loaded; the first run of the checks starts
-    at once, then one every ``health_interval_s``.
+    at once, then one every ``health_interval_s``; the drift series' cache is read at once, then every
+    ``drift_metrics_cache_s`` (scrapes only read the cache).
     """
     cfg, db = state.settings, state.db
     monitor = HealthMonitor(
@@ -75,11 +87,16 @@ def start_observability(state: AppState) -> Observability:
         ],
         timeout_s=cfg.health_timeout_s,
     )
-    for collector in (
-        HealthCollector(monitor),
-        DriftCollector(db=db, settings=cfg),
-        ProcessCollector(registry=None),
-    ):
+    drift = DriftCollector(db=db, settings=cfg)
+    for collector in (HealthCollector(monitor), drift, ProcessCollector(registry=None)):
         state.metrics.register(collector)
     task = every(cfg.health_interval_s, monitor.run, name="health checks", initial_delay_s=0.0)
-    return Observability(monitor=monitor, max_age_s=max(cfg.health_interval_s, 1.0), task=task)
+    # the drift series are read from the database here, never in a scrape (/metrics must not wait on it)
+    drift_task = every(drift.refresh_interval_s(), drift.refresh, name="drift metrics", initial_delay_s=0.0)
+    return Observability(
+        monitor=monitor,
+        max_age_s=max(cfg.health_interval_s, 1.0),
+        task=task,
+        drift=drift,
+        drift_task=drift_task,
+    )

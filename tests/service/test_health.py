@@ -82,6 +82,24 @@ def test_healthz_and_readyz_when_all_is_well(server: Server) -> None:
     assert m[("process_resident_memory_bytes", ())] > 2**20 and m[("process_open_fds", ())] > 0
 
 
+def test_a_model_with_only_staged_versions_does_not_make_the_server_unready(
+    server: Server, trained: TrainedModels
+) -> None:
+    db = open_database(server.settings.database_url.get_secret_value())
+    try:
+        with db.session() as s:  # as `driftwarden train --model fraud` leaves it: staged, nothing promoted
+            register_version(
+                session=s, model_name="fraud", version=1, path=trained.paths[1], metrics={}, lineage={}
+            )
+    finally:
+        db.dispose()
+    with server.client() as c:
+        wait_for("the manager sees model fraud", lambda: "fraud" in server.state.manager.models, 10)
+        ready = c.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert "model:fraud" not in ready.json()["checks"] and "model:credit" in ready.json()["checks"]
+
+
 # --- failing checks are named ---------------------------------------------------------------------------
 
 
