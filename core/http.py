@@ -1,4 +1,4 @@
-"""The HTTP edge every domain's routes share: JSON bodies, the ``{"error": ...}`` shape and request ids."""
+"""The HTTP edge every domain's routes share: bounded bodies, the ``{"error": ...}`` shape and request ids."""
 
 from __future__ import annotations
 
@@ -13,8 +13,39 @@ from pydantic import SecretStr
 from starlette.requests import Request
 from starlette.responses import Response
 
+from core.errors import DomainError
+
 _random = random.Random(int.from_bytes(os.urandom(32), "big"))  # ids without a syscall per request
 REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+
+
+class BodyTooLarge(DomainError):
+    """A request body over its limit (413 Content Too Large); the message names the rule setting the limit."""
+
+    status_code = 413
+
+    def __init__(self, message: str, rule: str = "max_body_bytes") -> None:
+        self.rule = rule
+        super().__init__(f"{message} (rule: {rule})")
+
+
+async def read_body(request: Request, limit: int, *, rule: str = "max_body_bytes") -> bytes:
+    """The whole body, read as a stream and refused with :class:`BodyTooLarge` as soon as it passes ``limit``.
+
+    A declared ``Content-Length`` over the limit is refused before reading anything; a body without one (or
+    lying about it) is cut off while streaming, so memory never holds more than ``limit`` bytes of it.
+    """
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the body has {declared} bytes, more than the limit of {limit}", rule)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"the body exceeds the limit of {limit} bytes", rule)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def json_response(body: Any, status: int = 200, request_id: str | None = None) -> Response:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, field_validator
 from monitors.drift.base import Correction
 from monitors.drift.catalog import TESTS, lookup
 from registry.schema import FeatureKind
+from registry.service import model_dir
 
 
 class FeatureOverride(BaseModel):
@@ -84,8 +85,12 @@ CONFIG_FILE = "monitor.json"
 
 
 def config_path(*, registry: Path, model_name: str) -> Path:
-    """``<registry>/<model>/monitor.json``: one config per model, shared by its versions."""
-    return registry / model_name / CONFIG_FILE
+    """``<registry>/<model>/monitor.json``: one config per model, shared by its versions.
+
+    Built by :func:`registry.service.model_dir`, which checks the name and proves the folder is inside the
+    registry (``Invalid`` otherwise).
+    """
+    return model_dir(registry=registry, model_name=model_name) / CONFIG_FILE
 
 
 def load_config(*, registry: Path, model_name: str) -> MonitorConfig:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import DateTime, Enum, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import DateTime, Enum, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.database import Base
@@ -27,11 +27,24 @@ class VersionState(enum.StrEnum):
     REJECTED = "rejected"  # failed its tests; ``state_reason`` says why
 
 
+ONE_SERVING_WHERE = "state = 'serving'"  # the rows of the partial unique index: one per model at most
+
+
 class ModelVersion(Base):
     """A registered version; its files under ``<registry>/<model>/<version>/`` never change."""
 
     __tablename__ = "model_versions"
-    __table_args__ = (UniqueConstraint("model_name", "version", name="uq_model_versions_name_version"),)
+    __table_args__ = (
+        UniqueConstraint("model_name", "version", name="uq_model_versions_name_version"),
+        # at most one serving version per model, whatever runs at the same time (migration 0006)
+        Index(
+            "uq_model_versions_one_serving",
+            "model_name",
+            unique=True,
+            sqlite_where=text(ONE_SERVING_WHERE),
+            postgresql_where=text(ONE_SERVING_WHERE),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model_name: Mapped[str] = mapped_column(String(128), index=True)

@@ -72,14 +72,18 @@ def check_label(label: str) -> str:
 def check_version(version: int, *, what: str = "version") -> int:
     """``version`` unchanged when it is a positive integer; else raise InvalidVersion."""
     if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
-        raise InvalidVersion(f"{what} must be an integer from 1 to {MAX_VERSION}, got {version!r}")
+        raise InvalidVersion(
+            f"{what} must be a positive integer from 1 to {MAX_VERSION}, got {version!r} (rule: version)"
+        )
     return version
 
 
 def parse_version(text: str, *, what: str = "version") -> int:
     """A version given as text (a CLI argument, a URL segment): digits only, at least 1."""
     if not (text.isascii() and text.isdigit() and len(text) <= 10 and 1 <= int(text) <= MAX_VERSION):
-        raise InvalidVersion(f"{what} must be an integer from 1 to {MAX_VERSION}, got {_quoted(text)}")
+        raise InvalidVersion(
+            f"{what} must be a positive integer from 1 to {MAX_VERSION}, got {_quoted(text)} (rule: version)"
+        )
     return int(text)
 
 

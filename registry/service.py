@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, SessionTransaction
 
 from core.errors import Conflict, Invalid, NotFound
 from registry.models import (
@@ -246,20 +247,50 @@ def latest_version(*, session: Session, model_name: str) -> ModelVersion | None:
     )
 
 
+def _savepoint(session: Session) -> SessionTransaction:
+    """A savepoint inside the session's transaction, on SQLite too.
+
+    The SQLite driver (``pysqlite``) opens a transaction only before a write: a savepoint taken before any
+    write would become the outermost transaction, committed on release, and a later rollback of the session
+    would not undo it. So on SQLite a transaction is begun first when none is open.
+    """
+    connection = session.connection()
+    if connection.dialect.name == "sqlite":
+        raw = connection.connection.dbapi_connection
+        if raw is not None and not raw.in_transaction:
+            connection.exec_driver_sql("BEGIN")
+    return session.begin_nested()
+
+
 def _serve(session: Session, row: ModelVersion, *, action: EventAction, actor: str) -> ModelVersion:
-    """Make ``row`` the serving version; the one serving so far is archived (both recorded)."""
+    """Make ``row`` the serving version; the one serving so far is archived (both recorded).
+
+    The previous version is archived and flushed before ``row`` becomes serving, so one change never has two
+    serving rows. Two changes at the same time (API and CLI at once) may both read the same serving version;
+    the partial unique index ``uq_model_versions_one_serving`` lets only one of them store a serving row,
+    and the other gets :class:`~core.errors.Conflict`, its changes undone to a savepoint (the session stays
+    usable). The read comes before the savepoint: on SQLite, a transaction that read before writing cannot
+    write after another one committed ("database is locked" instead of the conflict).
+    """
     current = serving_version(session=session, model_name=row.model_name)
     previous = current.version if current is not None else None
-    if current is not None:
-        _move(
-            session,
-            current,
-            VersionState.ARCHIVED,
-            action=EventAction.ARCHIVE,
-            actor=actor,
-            reason=f"{action.value} of version {row.version}",
-        )
-    _move(session, row, VersionState.SERVING, action=action, actor=actor, previous_version=previous)
+    try:
+        with _savepoint(session):
+            if current is not None:
+                _move(
+                    session,
+                    current,
+                    VersionState.ARCHIVED,
+                    action=EventAction.ARCHIVE,
+                    actor=actor,
+                    reason=f"{action.value} of version {row.version}",
+                )
+            _move(session, row, VersionState.SERVING, action=action, actor=actor, previous_version=previous)
+    except IntegrityError:
+        raise Conflict(
+            f"another promotion of {row.model_name!r} happened at the same time; retry "
+            f"(`driftwarden models list --model {row.model_name}` shows the version serving now)"
+        ) from None
     return row
 
 

@@ -2,7 +2,8 @@
 
 Bad requests raise :class:`core.errors.DomainError` subclasses, answered by the app's one handler as
 ``{"error": ...}``: 400 for a malformed name, version or body field, 404 for an unknown model or version,
-409 for a change the version's state does not allow. Changing routes need the admin token when one is set.
+409 for a change the version's state does not allow (or a concurrent promotion), 413 for a body over
+:data:`MAX_BODY_BYTES`. Changing routes need the admin token when one is set.
 A running server serves a promoted (or rolled back, or re-labelled) version after its next registry poll.
 """
 
@@ -14,8 +15,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from core.errors import DomainError, Invalid
-from core.http import admin_denied, json_response, request_id_of
+from core.errors import Invalid
+from core.http import admin_denied, json_response, read_body, request_id_of
 from core.runtime import Runtime
 from registry.models import ModelVersionRead
 from registry.names import check_label, check_name, parse_version
@@ -23,18 +24,12 @@ from registry.service import labels_of, promote, reject, rollback, serving_versi
 
 router = APIRouter(tags=["Model registry"])
 ACTOR = "api"
-MAX_BODY_BYTES = 64 * 1024
+MAX_BODY_BYTES = 64 * 1024  # admin bodies are a version or a reason: read streaming, refused past this (413)
 
 
 def _body_doc(field: str, kind: str) -> dict[str, Any]:
     schema = {"type": "object", "required": [field], "properties": {field: {"type": kind}}}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-class BodyTooLarge(DomainError):
-    """A request body over :data:`MAX_BODY_BYTES`."""
-
-    status_code = 413
 
 
 def _state(request: Request) -> Runtime:
@@ -43,9 +38,7 @@ def _state(request: Request) -> Runtime:
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise BodyTooLarge(f"the body has {len(body)} bytes, more than the limit of {MAX_BODY_BYTES}")
+    body = await read_body(request, MAX_BODY_BYTES, rule="admin body limit")
     try:
         data = json.loads(body or b"null")
     except (ValueError, UnicodeDecodeError) as exc:

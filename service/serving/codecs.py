@@ -47,12 +47,6 @@ class BadRequest(ValueError):
         super().__init__(f"{message} (rule: {rule})")
 
 
-class BodyTooLarge(BadRequest):
-    """A body over ``max_body_bytes`` (413 Content Too Large)."""
-
-    status_code = 413
-
-
 @dataclass(frozen=True)
 class Columns:
     """Raw values per feature, the row count and which format the client used."""

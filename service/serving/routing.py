@@ -1,5 +1,5 @@
-"""What the serving routes of both protocols share: the app state, bounded body reading, path versions, and
-the predict route's core (decode -> check -> batched model -> check output -> log -> shape)."""
+"""What the serving routes of both protocols share: the app state, path versions, and the predict route's
+core (decode -> check -> batched model -> check output -> log -> shape)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from core.errors import Invalid
-from core.http import error_response, json_response, request_id_of
+from core.http import BodyTooLarge, error_response, json_response, read_body, request_id_of
 from predictions.writer import LogUnavailable
+from registry.names import InvalidVersion, parse_version
 from registry.schema import ModelSchema
-from service.serving.codecs import BadRequest, BodyTooLarge, parse_json, split_binary
+from service.serving.codecs import BadRequest, parse_json, split_binary
 from service.serving.contracts import ContractViolation
 from service.serving.flows import AppState, OutputContractError, Prediction, predict
 from service.serving.manager import NotServed
@@ -25,30 +25,9 @@ def app_state(request: Request) -> AppState:
     return state
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"the body has {declared} bytes, more than the limit of {limit}", "max_body_bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"the body exceeds the limit of {limit} bytes", "max_body_bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-class BadVersion(Invalid):
-    """A version in the path that is not a number (400 through the app's DomainError handler)."""
-
-
 def path_version(value: str | None) -> int | None:
-    if value is None:
-        return None
-    if not (value.isascii() and value.isdigit()):
-        raise BadVersion(f"version must be a positive integer like 3, got {value!r} (rule: version)")
-    return int(value)
+    """The version segment of a route (None when the route names none); 400 when it is not one."""
+    return None if value is None else parse_version(value)
 
 
 async def predict_route(
@@ -87,11 +66,11 @@ async def predict_route(
             code = 400
             metrics.violation(model, [(v.feature, v.rule) for v in exc.violations])
             return error_response(400, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
-        except BadRequest as exc:
+        except (BadRequest, BodyTooLarge) as exc:
             code = exc.status_code
             metrics.violation(model, [(None, exc.rule)])
             return error_response(exc.status_code, str(exc), rid)
-        except BadVersion as exc:
+        except InvalidVersion as exc:
             code = 400
             return error_response(400, str(exc), rid)
         except NotServed as exc:

@@ -12,13 +12,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from core.http import error_response, json_response, request_id_of
+from core.http import error_response, json_response, read_body, request_id_of
 from registry.schema import FeatureKind, ModelSchema
 from service.serving import docs
 from service.serving.codecs import BadRequest, parse_json, parse_v1
 from service.serving.flows import AppState, Prediction, feedback, parse_feedback
 from service.serving.manager import NotServed
-from service.serving.routing import app_state, path_version, predict_route, read_body
+from service.serving.routing import app_state, path_version, predict_route
 
 router = APIRouter()
 V1 = "TF Serving REST"

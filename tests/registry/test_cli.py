@@ -145,15 +145,15 @@ def test_promote_rollback_label_reject_show(registry: str) -> None:
 def test_bad_input_is_one_line_and_exit_2(registry: str) -> None:
     _fails_with(_run("models", "promote", "nope", "1"), "no model 'nope' in the registry", "models list")
     _fails_with(_run("models", "promote", "credit", "9"), "model 'credit' has no version 9", "1, 2, 3")
-    _fails_with(_run("models", "promote", "credit", "two"), "version must be an integer", "'two'")
-    _fails_with(_run("models", "promote", "credit", "0"), "version must be an integer")
+    _fails_with(_run("models", "promote", "credit", "two"), "version must be a positive integer", "'two'")
+    _fails_with(_run("models", "promote", "credit", "0"), "version must be a positive integer")
     _fails_with(_run("models", "rollback", "credit"), "no previous serving version", "no version serves")
     _fails_with(_run("models", "rollback", "nope"), "no model 'nope'")
     _fails_with(_run("models", "show", "credit:x"), "the version in 'credit:x'")
     _fails_with(_run("models", "show", "credit:7"), "has no version 7")
     _fails_with(_run("models", "show", "ghost"), "no model 'ghost'")
     _fails_with(_run("models", "label", "credit", "a/b", "1"), "label 'a/b' is not allowed", "pattern")
-    _fails_with(_run("models", "label", "credit", "stable", "x"), "version must be an integer")
+    _fails_with(_run("models", "label", "credit", "stable", "x"), "version must be a positive integer")
     _fails_with(_run("models", "reject", "credit", "1", "--reason", " "), "a reason is required")
     assert _run("models", "reject", "credit", "1", "--reason", "bad").exit_code == 0  # staged: allowed
     _fails_with(_run("models", "promote", "credit", "1"), "credit:1 was rejected (bad)", "cannot serve")

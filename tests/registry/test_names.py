@@ -135,7 +135,7 @@ def test_boundaries_of_the_pattern() -> None:
 def test_versions() -> None:
     assert parse_version("1") == 1 and parse_version(str(MAX_VERSION)) == MAX_VERSION
     for bad in ("0", "-1", "x", "1.5", "", " 1", "²", str(MAX_VERSION + 1), "9" * 5000):
-        with pytest.raises(InvalidVersion, match="must be an integer from 1 to"):
+        with pytest.raises(InvalidVersion, match="must be a positive integer from 1 to"):
             parse_version(bad)
     assert parse_ref("credit") == ("credit", None)
     assert parse_ref("credit:12") == ("credit", 12)
