@@ -82,8 +82,9 @@ class Settings(BaseSettings):
     )
     metrics_dir: Path | None = Field(
         default=None,
-        description="Folder of per-process metric snapshots summed at each scrape; `serve --workers N` "
-        "creates and removes one (unset: one process, metrics in memory only).",
+        description="Folder shared by the workers of `serve --workers N`: per-process metric snapshots "
+        "summed at each scrape, and the lock that runs periodic jobs in one worker; `serve` creates and "
+        "removes one (unset: one process, metrics in memory only).",
     )
     log_durability: Literal["durable", "fast"] = Field(
         default="fast",
@@ -140,7 +141,7 @@ class Settings(BaseSettings):
         description="Most features per model exported as labelled series (the rest: a log line).",
     )
     drift_metrics_cache_s: float = Field(
-        default=5.0, ge=0, description="Drift/quality series are read from the database at most this often."
+        default=5.0, ge=0, description="Drift/quality series are re-read from the database this often."
     )
     health_interval_s: float = Field(
         default=10.0,

@@ -112,12 +112,16 @@ def _monitor_config(
 def _reference_from_version(spec: str) -> tuple[Profile, ModelSchema]:
     from core.config import get_settings
     from monitors.profile import profile_from_dict
+    from registry.names import parse_ref
     from registry.service import read_meta, read_schema, version_dir
 
-    name, _, version = spec.rpartition(":")
-    if not name or not version.isdigit():
+    try:
+        name, version = parse_ref(spec)
+    except Invalid as exc:
+        raise Invalid(f"--reference-version: {exc}") from None
+    if version is None:
         raise Invalid(f"--reference-version: expected NAME:VERSION (e.g. credit:3), got {spec!r}")
-    path = version_dir(registry=get_settings().registry_path, model_name=name, version=int(version))
+    path = version_dir(registry=get_settings().registry_path, model_name=name, version=version)
     if not path.exists():
         raise Invalid(
             f"--reference-version {spec}: no registered version at {path} (see `driftwarden models list`)"

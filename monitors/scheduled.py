@@ -107,7 +107,10 @@ def run_process(*, settings: Settings, once: bool, only: list[str] | None = None
             return run_pass(db=db, settings=settings, force=True, only=only)
         while True:
             started = time.monotonic()
-            run_pass(db=db, settings=settings, only=only)
+            try:
+                run_pass(db=db, settings=settings, only=only)
+            except Exception as exc:  # e.g. the database is down: the daemon goes on, next interval
+                log.warning("monitor pass failed: %s", exc)
             time.sleep(max(settings.monitor_interval_s - (time.monotonic() - started), 0.0))
     finally:
         db.dispose()

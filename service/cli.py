@@ -17,16 +17,33 @@ from core.logs import quiet_tensorflow_banner, setup_logging
 
 
 class _Root(TyperGroup):
-    """The root command: a domain error ends any command with one line on stderr and its exit code."""
+    """The root command: any error ends a command with one line on stderr and exit code 2.
+
+    A domain error (bad input, a missing model, an old schema) says what is wrong and how to fix it. Anything
+    else is a bug: one line naming it, still exit 2, so that a CI gate never reads a crash as `drift`'s 1
+    ("drifted"). ``driftwarden --debug ...`` re-raises either, with its traceback.
+    """
 
     def invoke(self, ctx: Any) -> Any:  # typer vendors its own click: its Context type is private
         try:
             return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise  # exits, aborts and usage errors: click answers them itself
         except DomainError as exc:
             if ctx.meta.get("driftwarden.debug"):
                 raise
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
+        except Exception as exc:
+            if ctx.meta.get("driftwarden.debug"):
+                raise
+            message = str(exc).splitlines()[0] if str(exc) else ""
+            typer.echo(
+                f"error: unexpected {type(exc).__name__}: {message} (a bug: rerun with `driftwarden --debug "
+                "...` for the traceback and report it)",
+                err=True,
+            )
+            raise typer.Exit(2) from None
 
 
 app = typer.Typer(

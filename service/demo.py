@@ -125,14 +125,19 @@ DASHBOARDS = {
 }
 
 
-def show_observability(*, client: httpx.Client, url: str, model: str) -> None:
-    """Where the metrics, dashboards, alert rules and runbooks are, with two live series as a taste."""
-    scrape = client.get("/metrics").text
-    live = [
-        line
-        for line in scrape.splitlines()
-        if line.startswith((f'driftwarden_dataset_drifted{{model="{model}"}}', "driftwarden_database_up "))
-    ]
+def show_observability(*, client: httpx.Client, url: str, model: str, wait_s: float = 15.0) -> None:
+    """Where the metrics, dashboards, alert rules and runbooks are, with two live series as a taste.
+
+    The drift series follow the stored runs within ``drift_metrics_cache_s`` (they are re-read from the
+    database by a periodic job, never at scrape time), so the last run's verdict is waited for.
+    """
+    wanted = (f'driftwarden_dataset_drifted{{model="{model}"}}', "driftwarden_database_up ")
+    deadline = time.monotonic() + wait_s
+    while True:
+        live = [line for line in client.get("/metrics").text.splitlines() if line.startswith(wanted)]
+        if len(live) == len(wanted) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     console.rule("[bold cyan]Observability")
     console.print(f"  Prometheus metrics: {url}/metrics (the demo server; `driftwarden serve` on :8501)")
     for line in live:

@@ -143,8 +143,11 @@ def prepare(job: TrainJob) -> PreparedData:
     n_hold = max(1, int(round(n * job.holdout)))
     hold, train = order[:n_hold], order[n_hold:]
     train_cols = {k: v[train] for k, v in columns.items()}
-    schema = infer_schema(train_cols, target=job.target)
-    prep = fit_preprocessing(train_cols, schema)
+    try:
+        schema = infer_schema(train_cols, target=job.target)
+        prep = fit_preprocessing(train_cols, schema)
+    except ValueError as exc:  # a column the contract cannot describe (e.g. an id column of free text)
+        raise TrainingDataError(f"--data {job.data}: {exc}") from None
     hold_cols = {k: v[hold] for k, v in columns.items()}
     return PreparedData(
         schema=schema,

@@ -42,6 +42,7 @@ def serve(
     import uvicorn
 
     from core.config import get_settings
+    from core.database import open_database
     from core.logs import setup_logging
 
     setup_logging()
@@ -60,8 +61,10 @@ def serve(
     get_settings.cache_clear()
     settings = get_settings()
     n = workers or settings.api_workers
+    # the schema is checked (SQLite: upgraded) once here, not by N workers racing each other's migrations
+    open_database(settings=settings).dispose()
     created: Path | None = None
-    if n > 1 and settings.metrics_enabled:
+    if n > 1:  # the folder the workers share: metric snapshots and the lock of the periodic jobs
         if settings.metrics_dir is None:
             created = Path(tempfile.mkdtemp(prefix="driftwarden-metrics-"))
             os.environ["DRIFTWARDEN_METRICS_DIR"] = str(created)

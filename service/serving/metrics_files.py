@@ -91,17 +91,31 @@ class SnapshotFiles:
     def _run(self) -> None:
         last = time.monotonic()
         while not self._stop.wait(self.poll_s):
-            generation = self._generation()
-            if generation != self._answered or time.monotonic() - last >= self.every_s:
-                try:
+            try:
+                generation = self._generation()
+                if generation != self._answered or time.monotonic() - last >= self.every_s:
+                    last = time.monotonic()
                     self.write(generation=generation, live=True)
-                except Exception as exc:  # a full or vanished folder: keep serving, say it once a second
-                    log.warning("metrics: could not write the snapshot %s: %s", self.path, exc)
-                last = time.monotonic()
+            except Exception as exc:  # a full or vanished folder: keep serving, say it once a second
+                log.warning("metrics: could not write the snapshot %s: %s", self.path, exc)
+                time.sleep(self.every_s)
 
     # -- scrape side -----------------------------------------------------------------------------
     def others(self) -> list[dict[str, Any]]:
-        """Every other process's snapshot, fresh for the live ones; ``live`` false for those gone."""
+        """Every other process's snapshot, fresh for the live ones; ``live`` false for those gone.
+
+        A folder that cannot be written or read (a full disk) gives what is readable, or nothing: the scrape
+        still answers with this process's own values and every other collector's (disk free among them).
+        """
+        try:
+            return self._fresh()
+        except OSError as exc:
+            log.warning("metrics: the snapshots of the other workers are unavailable: %s", exc)
+            with contextlib.suppress(OSError):
+                return self._read()
+            return []
+
+    def _fresh(self) -> list[dict[str, Any]]:
         generation = self._ask()
         deadline = time.monotonic() + self.wait_s
         while True:

@@ -331,3 +331,9 @@ def test_schema_of_a_registered_version_is_accepted(data: dict[str, Path], tmp_p
     _assert_one_line_error(
         _drift(data["reference"], missing, "--schema", str(path)), "less.csv", "age", "--schema"
     )
+
+
+def test_reference_version_with_a_non_ascii_digit_is_an_input_error(data: dict[str, Path]) -> None:
+    _assert_one_line_error(
+        _drift("--reference-version", "credit:²", data["same"]), "--reference-version", "²"
+    )

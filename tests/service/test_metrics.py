@@ -363,3 +363,18 @@ def test_two_workers_one_scrape_sums_both(trained: TrainedModels, tmp_path: Path
     assert proc.returncode == 0, log
     assert count_rows(url) == sent, log  # both workers' writers flushed at shutdown
     assert not list(tmpdir.glob("driftwarden-metrics-*")), "serve left its snapshot folder behind"
+
+
+def test_a_scrape_survives_an_unusable_snapshot_folder(tmp_path: Path) -> None:
+    from service.serving.metrics_files import SnapshotFiles
+
+    folder = tmp_path / "snapshots"
+    mine = SnapshotFiles(folder, lambda: {"counters": {}, "histograms": {}, "gauges": {}}, wait_s=0.2)
+    other = SnapshotFiles(folder, lambda: {"counters": {"x": [[1]]}, "histograms": {}, "gauges": {}})
+    mine.start()
+    other.write(generation=0, live=True)
+    assert [s["counters"] for s in mine.others()] == [{"x": [[1]]}]  # read (not fresh: wait_s ran out)
+    shutil.rmtree(folder)  # e.g. cleaned away by a tmp reaper, or a disk that fails
+    assert mine.others() == []  # no exception: the scrape still answers with this process's own values
+    assert mine._thread is not None and mine._thread.is_alive(), "the snapshot thread must survive"
+    mine.close()

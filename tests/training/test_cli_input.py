@@ -162,3 +162,12 @@ def test_docs_training_commands_name_model_and_data_and_parse(mode: str) -> None
         assert "--model" in command and "--data" in command, command
         r = runner.invoke(app, [*command.split()[1:], "--help"])
         assert r.exit_code == 0, (command, r.output)  # every option in the doc exists
+
+
+def test_a_column_the_contract_cannot_describe_is_one_line_exit_2(tmp_path: Path) -> None:
+    cols = generate(400, seed=0)
+    cols["cust_id"] = np.array([f"c{i:05d}" for i in range(400)], dtype=object)  # free text, 400 values
+    write_table(cols, tmp_path / "ids.csv")
+    code, _, err = _train("--data", str(tmp_path / "ids.csv"), "--mode", "local")
+    line = _one_line_error(err)
+    assert code == 2 and "ids.csv" in line and "cust_id" in line, err
