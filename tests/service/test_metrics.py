@@ -287,6 +287,13 @@ def _served(snap: dict[str, Any]) -> float:
     return sum(row[-1] for row in snap["counters"].get("requests", []))
 
 
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def test_two_workers_one_scrape_sums_both(trained: TrainedModels, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'workers.db'}"
     seed_registry(url, trained, serving=1)
@@ -316,6 +323,12 @@ def test_two_workers_one_scrape_sums_both(trained: TrainedModels, tmp_path: Path
             assert proc.poll() is None, f"serve exited with {proc.returncode}"
             assert time.monotonic() < deadline, "two workers did not start"
             time.sleep(0.5)
+        # a worker writes its snapshot early in its start-up; the shared socket listens only once the first
+        # worker has finished starting (uvicorn binds in the parent, listens in the workers)
+        while not _answers(f"{base}/v2/health/live"):
+            assert proc.poll() is None, f"serve exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "the workers did not start listening"
+            time.sleep(0.2)
 
         def one(i: int) -> int:
             headers = {"Connection": "close"}  # a new connection each: the kernel spreads them
