@@ -124,3 +124,12 @@ def test_concrete_documented_commands_run_as_written(tmp_path: Path) -> None:
             f"`{line}` exited {proc.returncode} (documented: {want}):\n{out[-3000:]}"
         )
         assert "Traceback" not in out, f"`{line}`:\n{out[-3000:]}"
+
+
+def test_every_documented_setting_is_a_real_setting() -> None:
+    from core.config import Settings
+
+    real = {f"DRIFTWARDEN_{name.upper()}" for name in Settings.model_fields}
+    for doc in DOCS:
+        named = set(re.findall(r"DRIFTWARDEN_[A-Z_]+[A-Z]", doc.read_text()))
+        assert named <= real, f"{doc.name} names settings that do not exist: {sorted(named - real)}"
