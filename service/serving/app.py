@@ -92,7 +92,7 @@ def create_app(
         url = cfg.database_url.get_secret_value()
         db = await asyncio.to_thread(open_database, url, settings=cfg)
         if loader is None:
-            from service.serving.tf_model import load as tf_load
+            from registry.saved_model import load as tf_load
 
             model_loader: Callable[[Path], Runner] = tf_load
         else:

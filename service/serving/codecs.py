@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from registry.contracts import ContractViolation, Violation, check_columns, rows_to_columns
 from registry.schema import FeatureKind, ModelSchema
-from service.serving.contracts import ContractViolation, Violation, check_columns, rows_to_columns
 
 NUMERIC_TYPES = {
     "BOOL": None,

@@ -18,9 +18,9 @@ from core.runtime import Runtime
 from predictions.models import PredictionStatus
 from predictions.service import LogRow, new_prediction_id, record_feedback
 from predictions.writer import LogWriter
+from registry.contracts import Violation, check_inputs, check_outputs
 from service.serving.batcher import BatcherClosed
 from service.serving.codecs import BadRequest, Columns
-from service.serving.contracts import Violation, check_inputs, check_outputs
 from service.serving.manager import LoadedVersion, ModelManager, NotServed
 from service.serving.metrics import Metrics
 

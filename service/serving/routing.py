@@ -12,10 +12,10 @@ from fastapi import Request, Response
 
 from core.http import BodyTooLarge, error_response, json_response, read_body, request_id_of
 from predictions.writer import LogUnavailable
+from registry.contracts import ContractViolation
 from registry.names import InvalidVersion, parse_version
 from registry.schema import ModelSchema
 from service.serving.codecs import BadRequest, parse_json, split_binary
-from service.serving.contracts import ContractViolation
 from service.serving.flows import AppState, OutputContractError, Prediction, predict
 from service.serving.manager import NotServed
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from registry.contracts import ContractViolation, check_inputs, check_outputs
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
 from service.serving.codecs import BadRequest, parse_v1, parse_v2
-from service.serving.contracts import ContractViolation, check_inputs, check_outputs
 
 SCHEMA = ModelSchema(
     features=(

@@ -1,4 +1,4 @@
-"""The one module of the serving side that imports TensorFlow: load a SavedModel, call its signature."""
+"""The one module that loads a version's SavedModel (TensorFlow) and calls its signature (serving, gate)."""
 
 from __future__ import annotations
 
