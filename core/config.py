@@ -155,6 +155,105 @@ class Settings(BaseSettings):
         description="A data folder's disk with less free space than this fails its check.",
     )
 
+    # alerts (alerts/): rules, lifecycle, outgoing webhooks, the Alertmanager receiver
+    alert_rules_file: Path | None = Field(
+        default=None,
+        description="YAML file of alert rules seeded into the database at start (unset: the default rules "
+        "for every model; rules edited over the API stay until the file names that model again).",
+    )
+    alert_repeat_interval_s: float = Field(
+        default=4 * 3600.0, gt=0, description="A firing alert is notified again after this long."
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="Base URL of this API in webhook links (report, retrain, silence); unset: "
+        "http://<api_host>:<api_port>.",
+    )
+    webhook_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one webhook delivery.")
+    webhook_max_attempts: int = Field(
+        default=8, gt=0, description="Deliveries of one webhook message before it is dead-lettered."
+    )
+    webhook_backoff_s: float = Field(
+        default=2.0, gt=0, description="First retry delay of a failed delivery (doubles, with jitter)."
+    )
+    webhook_backoff_max_s: float = Field(default=600.0, gt=0, description="Longest retry delay.")
+    webhook_send_interval_s: float = Field(
+        default=1.0, gt=0, description="How often the sender looks for due deliveries (0 < s)."
+    )
+    webhook_sender_enabled: bool = Field(
+        default=True, description="Send webhook deliveries from this process (the API and `monitor`)."
+    )
+    alertmanager_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token Alertmanager sends to POST /v1/alerts/alertmanager (http_config "
+        "authorization); unset with no basic auth: the admin token applies.",
+    )
+    alertmanager_basic_auth: SecretStr | None = Field(
+        default=None, description="user:password Alertmanager sends as basic auth (http_config basic_auth)."
+    )
+
+    # retraining (training/): the job queue, its workers and the validation gate
+    worker_embedded: bool | None = Field(
+        default=None,
+        description="Run a retraining worker inside the API process (unset: yes on SQLite, no on "
+        "PostgreSQL, where `driftwarden worker` runs on the training machines).",
+    )
+    job_lease_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A running job whose worker stopped heartbeating this long is taken over.",
+    )
+    job_poll_interval_s: float = Field(
+        default=2.0, gt=0, description="How often an idle worker looks for jobs."
+    )
+    retrain_cooldown_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="After a job of a model ends, alert-triggered retrains of it wait this long.",
+    )
+    retrain_window_rows: int = Field(
+        default=50_000, gt=0, description="Retraining set: the last N labelled predictions of the model."
+    )
+    retrain_window_minutes: float | None = Field(
+        default=None, gt=0, description="Retraining set: only predictions of the last T minutes (unset: any)."
+    )
+    retrain_min_rows: int = Field(
+        default=500, gt=0, description="Fewer labelled predictions than this: the job refuses to train."
+    )
+    retrain_holdout_fraction: float = Field(
+        default=0.2, gt=0, lt=1, description="The newest share of labelled rows kept out for the gate."
+    )
+    retrain_include_previous_data: bool = Field(
+        default=False, description="Mix the serving version's training data into the retraining set."
+    )
+    retrain_epochs: float = Field(default=3.0, gt=0, description="Epochs of a retraining job.")
+    retrain_auto_promote: bool = Field(
+        default=True,
+        description="A candidate that passes the gate is promoted (off: held for `models promote`).",
+    )
+    gate_metric: Literal["roc_auc", "accuracy", "f1", "precision", "recall"] = Field(
+        default="roc_auc", description="The gate's quality metric, compared with the serving version's."
+    )
+    gate_metric_tolerance: float = Field(
+        default=0.02, ge=0, description="The candidate may be worse than the serving version by this much."
+    )
+    gate_calibration_tolerance: float = Field(
+        default=0.02, ge=0, description="Expected calibration error may be worse by this much."
+    )
+    gate_slice_tolerance: float = Field(
+        default=0.05, ge=0, description="No categorical slice's metric may be worse by more than this."
+    )
+    gate_slice_min_rows: int = Field(
+        default=100, gt=0, description="A slice (one value of a categorical feature) needs this many rows."
+    )
+    auto_rollback: bool = Field(
+        default=True,
+        description="Roll back a version promoted by a job when its performance alert fires in the watch.",
+    )
+    rollback_watch_s: float = Field(
+        default=3600.0, gt=0, description="How long after an automatic promotion the rollback watch lasts."
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _spool_in_the_data_folder(cls, data: Any) -> Any:
@@ -169,7 +268,7 @@ class Settings(BaseSettings):
         out: dict[str, Any] = {}
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if isinstance(value, SecretStr) and name == "admin_token":
+            if isinstance(value, SecretStr) and name != "database_url":
                 out[name] = "***"
             elif isinstance(value, SecretStr):
                 out[name] = _mask_url(value.get_secret_value())

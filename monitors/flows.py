@@ -19,6 +19,7 @@ from typing import Any
 from core.config import Settings
 from core.database import Database
 from core.errors import DomainError
+from core.events import MONITOR_RUN, publish
 from monitors.config import MonitorConfig, config_path, load_config
 from monitors.engine import evaluate
 from monitors.html import render_html
@@ -184,9 +185,11 @@ def run_monitor(
             extra={"window": window.as_dict()},
         )
         run_id = run.id
-    return Outcome(
+    outcome = Outcome(
         run_id=run_id, model_name=model_name, model_version=version.version, window=window, report=report
     )
+    publish(MONITOR_RUN, db=db, settings=settings, outcome=outcome)  # the alert rules act on it (alerts/)
+    return outcome
 
 
 def serving_models(*, db: Database, only: list[str] | None = None) -> list[str]:

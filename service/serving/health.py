@@ -15,6 +15,7 @@ from functools import partial
 import numpy as np
 from prometheus_client import ProcessCollector
 
+from core.events import HEALTH_PASS, publish
 from core.health import HealthCheck, HealthCollector, HealthMonitor, Status, core_checks
 from core.scheduling import every
 from monitors.metrics import DriftCollector
@@ -63,9 +64,10 @@ class Observability:
     task: asyncio.Task[None] | None = None
     drift: DriftCollector | None = None
     drift_task: asyncio.Task[None] | None = None  # refreshes the drift series' cache
+    announce_task: asyncio.Task[None] | None = None  # publishes each pass to the health alert rules
 
     def close(self) -> None:
-        for task in (self.task, self.drift_task):
+        for task in (self.task, self.drift_task, self.announce_task):
             if task is not None:
                 task.cancel()
 
@@ -91,6 +93,15 @@ def start_observability(state: AppState) -> Observability:
     for collector in (HealthCollector(monitor), drift, ProcessCollector(registry=None)):
         state.metrics.register(collector)
     task = every(cfg.health_interval_s, monitor.run, name="health checks", initial_delay_s=0.0)
+
+    def announce() -> None:  # the health alert rules act on the latest pass, in one worker of --workers N
+        publish(
+            HEALTH_PASS, db=db, settings=cfg, results=monitor.results(max_age_s=cfg.health_interval_s * 2)
+        )
+
+    announce_task = every(
+        cfg.health_interval_s, announce, name="health alerts", leader_lock=state.leader_lock
+    )
     # the drift series are read from the database here, never in a scrape (/metrics must not wait on it)
     drift_task = every(drift.refresh_interval_s(), drift.refresh, name="drift metrics", initial_delay_s=0.0)
     return Observability(
@@ -99,4 +110,5 @@ def start_observability(state: AppState) -> Observability:
         task=task,
         drift=drift,
         drift_task=drift_task,
+        announce_task=announce_task,
     )
