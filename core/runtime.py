@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from core.config import Settings
 from core.database import Database
@@ -28,3 +29,8 @@ class Runtime:
 
     def flush_predictions(self, timeout_s: float) -> None:
         """Make predictions answered so far visible to readers of the log (no-op without a log writer)."""
+
+    def extra_findings(self, model_name: str) -> list[dict[str, Any]]:
+        """Findings about a model that its drift report cannot know (the API process adds firing alerts):
+        ``{"kind", "subject", "message"}`` each."""
+        return []

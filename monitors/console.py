@@ -5,11 +5,15 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from monitors.findings import Headline, headline
 from monitors.report import DriftReport
 
 
-def print_report(report: DriftReport, *, console: Console | None = None) -> None:
-    """Per-feature verdicts sorted as the report holds them, quality flags, performance, dataset verdict."""
+def print_report(
+    report: DriftReport, *, console: Console | None = None, summary: Headline | None = None
+) -> None:
+    """Per-feature verdicts sorted as the report holds them, quality flags, performance, dataset verdict,
+    and the headline over every finding (never green while one stands)."""
 
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:.3g}"
@@ -53,3 +57,6 @@ def print_report(report: DriftReport, *, console: Console | None = None) -> None
         f"{verdict}: {d.n_drifted}/{d.n_features} features drifted ({d.share:.0%}; rule >= "
         f"{d.drift_share:.0%}, {d.correction} at alpha {d.alpha})"
     )
+    summary = summary or headline(report)
+    mark = "[green]no findings[/]" if summary.ok else "[bold red]ATTENTION[/]"
+    console.print(f"{mark}: {summary.text}")

@@ -22,6 +22,7 @@ from core.errors import DomainError
 from core.events import MONITOR_RUN, publish
 from monitors.config import MonitorConfig, config_path, load_config
 from monitors.engine import evaluate
+from monitors.findings import finding_from_dict, headline
 from monitors.html import render_html
 from monitors.log_window import Window, read_window
 from monitors.models import MonitorRun
@@ -252,8 +253,11 @@ def _registered(*, db: Database, model_name: str) -> None:
         raise UnknownModel(f"unknown model '{model_name}': it has no registered version")
 
 
-def latest_document(*, db: Database, model_name: str) -> dict[str, Any]:
-    """The newest run of a model as JSON; raises when the model is unknown or never evaluated."""
+def latest_document(
+    *, db: Database, model_name: str, extra: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The newest run of a model as JSON with its headline over every finding (and ``extra`` ones, e.g.
+    firing alerts); raises when the model is unknown or never evaluated."""
     _registered(db=db, model_name=model_name)
     with db.session() as session:
         run = latest_run(session=session, model_name=model_name)
@@ -262,7 +266,9 @@ def latest_document(*, db: Database, model_name: str) -> dict[str, Any]:
                 f"model '{model_name}' has no monitor run yet; POST /v1/models/{model_name}/monitors:run "
                 "evaluates it now"
             )
-        return run_document(run)
+        doc = run_document(run)
+    summary = headline(report_from_dict(doc["report"]), extra=[finding_from_dict(f) for f in extra or ()])
+    return {**doc, "headline": summary.as_dict()}
 
 
 def history(*, db: Database, model_name: str, limit: int = 50) -> dict[str, Any]:
@@ -273,12 +279,14 @@ def history(*, db: Database, model_name: str, limit: int = 50) -> dict[str, Any]
     return {"model_name": model_name, "runs": runs}
 
 
-def latest_html(*, db: Database, model_name: str) -> str:
-    """The newest run of a model as an HTML report."""
-    doc = latest_document(db=db, model_name=model_name)
+def latest_html(*, db: Database, model_name: str, extra: list[dict[str, Any]] | None = None) -> str:
+    """The newest run of a model as an HTML report (its headline counts ``extra`` findings too)."""
+    doc = latest_document(db=db, model_name=model_name, extra=extra)
     window = doc.get("window") or {}
     title = (
         f"Drift report: {model_name} v{doc['model_version']}, run {doc['run_id']} at {doc['created_at']}"
         + (f" ({window.get('start')} to {window.get('end')})" if window.get("start") else "")
     )
-    return render_html(report_from_dict(doc["report"]), title=title)
+    report = report_from_dict(doc["report"])
+    summary = headline(report, extra=[finding_from_dict(f) for f in extra or ()])
+    return render_html(report, title=title, summary=summary)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from monitors.findings import Headline, headline
 from monitors.report import DriftReport, FeatureDrift
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2rem;color:#1b1f24;background:#fafbfc}
 h1{font-size:1.5rem}h2{font-size:1.15rem;margin:0 0 .4rem}
 .summary{padding:.8rem 1rem;border-radius:6px;margin-bottom:1.5rem;font-weight:600}
+.summary ul{margin:.4rem 0;font-weight:400}.summary .detail{font-weight:400;font-size:.9rem}
 .bad{background:#fde8e8;border:1px solid #f5a3a3}.ok{background:#e7f6ec;border:1px solid #9fd8b0}
 .card{background:#fff;border:1px solid #d8dee4;border-radius:6px;padding:1rem;margin-bottom:1rem}
 .tag{display:inline-block;padding:0 .5rem;border-radius:4px;font-size:.85rem;margin-left:.5rem}
@@ -84,10 +86,12 @@ def _card(f: FeatureDrift) -> str:
     )
 
 
-def render_html(report: DriftReport, *, title: str = "Drift report") -> str:
-    """The report as one HTML page (no external assets)."""
+def render_html(report: DriftReport, *, title: str = "Drift report", summary: Headline | None = None) -> str:
+    """The report as one HTML page (no external assets); the headline is green only without findings."""
     d = report.dataset
-    cls = "bad" if d.drifted else "ok"
+    summary = summary or headline(report)
+    cls = "ok" if summary.ok else "bad"
+    listed = "".join(f"<li>{html.escape(f.message)}</li>" for f in summary.findings)
     head = (
         f"Dataset {'DRIFTED' if d.drifted else 'stable'}: {d.n_drifted} of {d.n_features} features drifted "
         f"(share {d.share:.0%}, rule >= {d.drift_share:.0%}, {d.correction} at alpha {d.alpha}); "
@@ -116,7 +120,9 @@ def render_html(report: DriftReport, *, title: str = "Drift report") -> str:
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
-        f'<div class="summary {cls}">{html.escape(head)}</div>'
+        f'<div class="summary {cls}"><div>{html.escape(summary.text)}</div>'
+        + (f'<ul class="findings">{listed}</ul>' if listed else "")
+        + f'<div class="detail">{html.escape(head)}</div></div>'
         + "".join(_card(f) for f in extra)
         + perf
         + (

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse
 from core.http import admin_denied, json_response, request_id_of
 from core.runtime import Runtime
 from monitors import flows
+from monitors.findings import finding_from_dict, headline
 
 router = APIRouter(tags=["Drift monitors"])
 
@@ -28,7 +29,8 @@ def _state(request: Request) -> Runtime:
 @router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)")
 async def latest(request: Request, name: str) -> Response:
     state = _state(request)
-    doc = await asyncio.to_thread(flows.latest_document, db=state.db, model_name=name)
+    extra = await asyncio.to_thread(state.extra_findings, name)
+    doc = await asyncio.to_thread(flows.latest_document, db=state.db, model_name=name, extra=extra)
     return json_response(doc, request_id=request_id_of(request))
 
 
@@ -52,8 +54,14 @@ async def run_now(request: Request, name: str) -> Response:
     outcome = await asyncio.to_thread(
         flows.run_monitor, db=state.db, settings=state.settings, model_name=name
     )
+    extra = await asyncio.to_thread(state.extra_findings, name)  # after the run: its alerts are evaluated
     return json_response(
-        {**outcome.summary(), "report": outcome.report.as_dict(), "window": outcome.window.as_dict()},
+        {
+            **outcome.summary(),
+            "headline": headline(outcome.report, extra=[finding_from_dict(f) for f in extra]).as_dict(),
+            "report": outcome.report.as_dict(),
+            "window": outcome.window.as_dict(),
+        },
         status=201,
         request_id=request_id_of(request),
     )
@@ -62,5 +70,6 @@ async def run_now(request: Request, name: str) -> Response:
 @router.get("/reports/{name}/drift", summary="Latest drift report (HTML)", response_class=HTMLResponse)
 async def html_report(request: Request, name: str) -> Response:
     state = _state(request)
-    page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name)
+    extra = await asyncio.to_thread(state.extra_findings, name)
+    page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name, extra=extra)
     return HTMLResponse(page)
