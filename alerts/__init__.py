@@ -1,1 +1,1 @@
-"""Alert rules, lifecycle, signed webhooks and retrain triggers (next milestone)."""
+"""Alert rules, lifecycle, silences, signed webhooks (outbox), retrain triggers, the Alertmanager receiver."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 from alembic import context
 
 # Every domain that owns tables is imported here, so that autogenerate sees all of them.
+import alerts.models  # noqa: F401
 import monitors.models  # noqa: F401
 import predictions.models  # noqa: F401
 import registry.models  # noqa: F401
+import training.models  # noqa: F401
 from core.config import get_settings
 from core.database import Base, make_engine
 

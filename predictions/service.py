@@ -11,13 +11,14 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import numpy as np
 import orjson
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from core.database import Database
-from predictions.models import LOG_COLUMNS, PredictionFeedback, PredictionLog
+from predictions.models import LOG_COLUMNS, PredictionFeedback, PredictionLog, PredictionStatus
 
 
 class LogRow(NamedTuple):
@@ -235,3 +236,71 @@ def count_before(*, db: Database, before: datetime) -> dict[str, int]:
             for model in logged_models(session=session)
         }
     return {model: n for model, n in counts.items() if n}
+
+
+class LabelledRows(NamedTuple):
+    """Labelled predictions of one model, oldest first: input columns, labels and logging times.
+
+    ``columns``: each numeric feature as floats (JSON null, an absent key or a value of another type is
+    NaN), each categorical feature as objects (its text; None when absent or not a string), as the window
+    readers of the monitors read them. ``window_rows``: every answered prediction logged between the first
+    and the last of these rows, labelled or not.
+    """
+
+    columns: dict[str, np.ndarray]
+    labels: np.ndarray
+    logged_at: list[datetime]
+    window_rows: int
+
+
+def labelled_rows(
+    *,
+    session: Session,
+    model_name: str,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    limit: int,
+    since: datetime | None = None,
+) -> LabelledRows:
+    """The newest ``limit`` answered predictions of ``model_name`` that have a ground-truth label."""
+    stmt = (
+        select(PredictionLog.inputs, PredictionLog.logged_at, PredictionFeedback.label)
+        .join(PredictionFeedback, PredictionFeedback.prediction_id == PredictionLog.prediction_id)
+        .where(PredictionLog.model_name == model_name, PredictionLog.status == PredictionStatus.OK.value)
+    )
+    if since is not None:
+        stmt = stmt.where(PredictionLog.logged_at >= since)
+    found = list(reversed(session.execute(stmt.order_by(PredictionLog.id.desc()).limit(limit)).all()))
+    n = len(found)
+    columns: dict[str, np.ndarray] = {}
+    for name in numeric:
+        col = np.full(n, np.nan)
+        for i, (inputs, _, _) in enumerate(found):
+            value = inputs.get(name) if isinstance(inputs, dict) else None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                col[i] = float(value)
+        columns[name] = col
+    for name in categorical:
+        cats = np.empty(n, dtype=object)
+        for i, (inputs, _, _) in enumerate(found):
+            value = inputs.get(name) if isinstance(inputs, dict) else None
+            cats[i] = value if isinstance(value, str) else None
+        columns[name] = cats
+    labels = np.array([float(label) for _, _, label in found], dtype=np.float64)
+    times = [when for _, when, _ in found]
+    window_rows = 0
+    if found:
+        window_rows = int(
+            session.scalar(
+                select(func.count())
+                .select_from(PredictionLog)
+                .where(
+                    PredictionLog.model_name == model_name,
+                    PredictionLog.status == PredictionStatus.OK.value,
+                    PredictionLog.logged_at >= times[0],
+                    PredictionLog.logged_at <= times[-1],
+                )
+            )
+            or 0
+        )
+    return LabelledRows(columns=columns, labels=labels, logged_at=times, window_rows=window_rows)

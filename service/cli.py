@@ -118,6 +118,7 @@ def demo(
 
 
 def _register_domains() -> None:
+    from alerts.cli import register as register_alerts
     from monitors.cli import register as register_monitors
     from predictions.cli import register as register_predictions
     from registry.cli import register as register_registry
@@ -129,6 +130,7 @@ def _register_domains() -> None:
     register_serving(app)
     register_predictions(app)
     register_monitors(app)
+    register_alerts(app)
 
 
 _register_domains()

@@ -1,8 +1,10 @@
 """``driftwarden demo``: the end-to-end tour on the embedded default (SQLite, local cluster on loopback).
 
 Each capability adds a step: generate data -> train on a local async cluster -> register and promote ->
-serve over both protocols with every prediction logged -> baseline then drifted traffic, drift verdicts
-and the HTML report.
+serve over both protocols with every prediction logged -> baseline, new-category and drifted traffic,
+drift verdicts and the HTML report -> the closed loop: the drift alert fires, a signed webhook reaches a
+local receiver, the alert's retraining job trains on the cluster, passes the validation gate and is
+promoted, the next run is clean, and a bad candidate is rejected (``service/demo_loop.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rich.console import Console
 
 from core.config import Settings
 from core.tabular import Columns, write_table
+from service.demo_loop import Summary
 from training.datagen import TARGET, Scenario, generate
 
 console = Console(stderr=True)
@@ -78,44 +81,122 @@ def wait_logged(*, client: httpx.Client, rows_written: int, timeout_s: float = 6
 
 
 def watch_drift(
-    *, settings: Settings, model: str, window: int, seed: int, report_path: Path
-) -> list[set[str]]:
-    """Baseline, then drifted traffic, a monitor run after each phase; returns the drifted features."""
+    *, settings: Settings, model: str, window: int, seed: int, report_path: Path, epochs: float
+) -> tuple[list[set[str]], Summary]:
+    """Baseline, a new category, then covariate shift, a monitor run after each; then close the loop.
+
+    Returns the drifted features of each phase and the summary of the loop (drift -> alert -> signed
+    webhook -> retraining job -> gate -> promotion -> clean run; a bad candidate rejected).
+    """
+    import base64
+    import secrets
+
     from monitors.console import print_report
+    from monitors.findings import finding_from_dict
+    from monitors.findings import headline as make_headline
     from monitors.report import report_from_dict
+    from service.demo_loop import close_the_loop, webhook_receiver
     from service.serving.demo import running_server
 
     phases = (
         (Scenario.BASELINE, "baseline traffic (same distribution as training)"),
-        (Scenario.COVARIATE_SHIFT, "covariate shift (older applicants, lower incomes and credit scores)"),
         (Scenario.NEW_CATEGORY, "a new category (loan_purpose = 'crypto')"),
+        (Scenario.COVARIATE_SHIFT, "covariate shift (older applicants, lower incomes and credit scores)"),
     )
-    live = settings.model_copy(update={"monitor_window_rows": window, "monitor_enabled": False})
-    verdicts = []
-    with running_server(settings=live) as url, httpx.Client(base_url=url, timeout=60) as client:
+    live = settings.model_copy(
+        update={
+            "monitor_window_rows": window,
+            "monitor_enabled": False,  # the demo runs the monitor after each phase
+            "worker_embedded": True,  # retraining jobs run in the server, on a local cluster
+            "job_poll_interval_s": 0.5,
+            "webhook_send_interval_s": 0.5,
+            "retrain_window_rows": window,  # retrain on the drifted window
+            "retrain_epochs": epochs,
+        }
+    )
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    verdicts: list[set[str]] = []
+    summary = Summary()
+    with (
+        webhook_receiver(secret) as receiver,
+        running_server(settings=live) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        hook = client.post(
+            "/v1/webhooks",
+            json={
+                "url": receiver.url,
+                "secret": secret,
+                "filter": {"models": [model]},
+                "description": "demo",
+            },
+        )
+        hook.raise_for_status()
+        console.print(
+            f"  webhook subscription {hook.json()['id']} -> {receiver.url} (Standard Webhooks, signed)"
+        )
         written = int(client.get("/status").json()["prediction_log"]["rows_written"])
-        for i, (scenario, title) in enumerate(phases):
-            console.print(f"\n[bold]{title}[/]: {window} predictions with their labels")
-            written += send_traffic(
-                client=client, model=model, columns=generate(window, scenario=scenario, seed=seed + 1000 + i)
-            )
+
+        def send(scenario: str, offset: int) -> None:
+            nonlocal written
+            cols = generate(window, scenario=Scenario(scenario), seed=seed + 1000 + offset)
+            written += send_traffic(client=client, model=model, columns=cols)
             wait_logged(client=client, rows_written=written)
+
+        def monitor() -> dict[str, Any]:
             run = client.post(f"/v1/models/{model}/monitors:run")
             run.raise_for_status()
-            doc = run.json()
-            print_report(report_from_dict(doc["report"]), console=console)
+            doc: dict[str, Any] = run.json()
+            return doc
+
+        for i, (scenario, title) in enumerate(phases):
+            console.print(f"\n[bold]{title}[/]: {window} predictions with their labels")
+            send(scenario.value, i)
+            doc = monitor()
+            head = doc.get("headline") or {}
+            print_report(
+                report_from_dict(doc["report"]),
+                console=console,
+                summary=make_headline(
+                    report_from_dict(doc["report"]),
+                    extra=[finding_from_dict(f) for f in head.get("findings", []) if f["kind"] == "alert"],
+                ),
+            )
             verdicts.append({f["name"] for f in doc["report"]["features"] if f["drifted"]})
+            if scenario is Scenario.BASELINE:
+                summary.add(
+                    "baseline traffic", bool(head.get("ok")), f"run {doc['run_id']}: {head.get('text')}"
+                )
         html = client.get(f"/reports/{model}/drift")
         html.raise_for_status()
         report_path.parent.mkdir(parents=True, exist_ok=True)
         report_path.write_text(html.text)
+        console.print(f"\n  the latest HTML report (GET /reports/{model}/drift) saved to {report_path}")
+        step("6. Close the loop: alert -> signed webhook -> retraining on the cluster -> gate -> promotion")
+        summary.add("drift planted", True, "covariate shift: age, income and credit_score")
+        close_the_loop(
+            client=client,
+            model=model,
+            receiver=receiver,
+            detected=verdicts[-1],
+            planted=set(PLANTED[Scenario.COVARIATE_SHIFT]),
+            send=send,
+            monitor=monitor,
+            console=console,
+            summary=summary,
+        )
         history = client.get(f"/v1/models/{model}/drift/history").json()
         show_observability(client=client, url=url, model=model)
-    console.print(
-        f"\n  {len(history.get('runs', []))} runs stored (GET /v1/models/{model}/drift/history); "
-        f"the latest HTML report (GET /reports/{model}/drift) saved to {report_path}"
-    )
-    return verdicts
+    console.print(f"\n  {len(history.get('runs', []))} runs stored (GET /v1/models/{model}/drift/history)")
+    summary.print(console)
+    return verdicts, summary
+
+
+PLANTED: dict[Scenario, tuple[str, ...]] = {
+    Scenario.BASELINE: (),
+    Scenario.NEW_CATEGORY: ("loan_purpose",),
+    Scenario.COVARIATE_SHIFT: ("age", "income", "credit_score"),
+}
 
 
 DASHBOARDS = {
@@ -154,7 +235,9 @@ def show_observability(*, client: httpx.Client, url: str, model: str, wait_s: fl
     )
 
 
-def run_demo(*, settings: Settings, model: str, rows: int, workers: int, epochs: float, seed: int) -> int:
+def run_demo(
+    *, settings: Settings, model: str, rows: int, workers: int, epochs: float, seed: int, window: int = 2000
+) -> int:
     """Run the tour; returns the registered (and promoted) version."""
     from core.database import open_database
     from registry.service import promote
@@ -210,14 +293,22 @@ def run_demo(*, settings: Settings, model: str, rows: int, workers: int, epochs:
     if served.rows_dropped:
         raise RuntimeError(f"the prediction log dropped {served.rows_dropped} rows")
 
-    step("5. Watch for drift: baseline traffic, then covariate shift, then a new category")
-    verdicts = watch_drift(
-        settings=settings, model=model, window=2000, seed=seed, report_path=Path("var/demo/drift-report.html")
+    step("5. Watch for drift: baseline traffic, then a new category, then covariate shift")
+    verdicts, summary = watch_drift(
+        settings=settings,
+        model=model,
+        window=window,
+        seed=seed,
+        report_path=Path("var/demo/drift-report.html"),
+        epochs=epochs,
     )
-    planted = [set(), {"age", "income", "credit_score"}, {"loan_purpose"}]
-    for phase, found, want in zip(
-        ("baseline", "covariate shift", "new category"), verdicts, planted, strict=True
+    for phase, found, scenario in zip(
+        ("baseline", "new category", "covariate shift"),
+        verdicts,
+        (Scenario.BASELINE, Scenario.NEW_CATEGORY, Scenario.COVARIATE_SHIFT),
+        strict=True,
     ):
+        want = set(PLANTED[scenario])
         missed, extra = sorted(want - found), sorted(found - want)
         if not missed and not extra:
             console.print(f"  {phase:<16} flagged exactly what was planted: {sorted(want) or 'nothing'}")
@@ -225,4 +316,7 @@ def run_demo(*, settings: Settings, model: str, rows: int, workers: int, epochs:
             console.print(
                 f"  [yellow]{phase:<16} missed {missed or 'nothing'}; also flagged {extra or 'nothing'}[/]"
             )
+    if not summary.ok:
+        failed = [stage for stage, ok, _ in summary.rows if not ok]
+        raise RuntimeError(f"the loop did not close: {', '.join(failed)} (see the table above)")
     return result.version.version

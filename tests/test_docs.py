@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PLACEHOLDER = re.compile(r"^[A-Z][A-Z_.]*(\[.*\])?$|^[A-Z]+:[A-Z]+$|\.\.\.|[\[\]|]")
 # processes that run until stopped: each has its own test (see the module docstring)
-LONG_RUNNING = ("serve", "monitor", "demo", "cluster node", "cluster chief", "cluster sync-worker")
+LONG_RUNNING = ("serve", "monitor", "demo", "cluster node", "cluster chief", "cluster sync-worker", "worker")
 # documented exit codes of concrete commands that are not 0 in a fresh workspace
 EXPECTED_EXIT = {
     "monitor --once": 2,  # no model has predictions to evaluate yet: no verdict, naming why

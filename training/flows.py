@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from core.config import get_settings
+from core.config import Settings, get_settings
 from core.database import Database
 from monitors.performance import classification_metrics
 from monitors.profile import build_reference_profile
@@ -38,10 +40,14 @@ def run_training(
     progress: Progress,
     cluster: ClusterSpec | None = None,
     prepared: PreparedData | None = None,
+    lineage: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
 ) -> TrainResult:
     """Train ``job`` on its cluster, evaluate on the held-out split and register a new staged version.
 
     ``prepared``: the job's data as :func:`training.jobs.prepare` returned it (read here when not given).
+    ``lineage``: more facts for the version's lineage (a retraining job adds its id, trigger and window).
+    ``settings``: the cluster settings (default: the process's).
     """
     from training.export import ServingModule, predict_proba, publish
 
@@ -62,7 +68,7 @@ def run_training(
         weights, cluster_shape = local.train(job, data, progress), {"chief": 1}
     else:
         weights, cluster_shape = train_on_cluster(
-            job=job, files=files, progress=progress, settings=get_settings(), external=cluster
+            job=job, files=files, progress=progress, settings=settings or get_settings(), external=cluster
         )
     module = ServingModule(weights, data.prep, data.schema)
     proba = predict_proba(module, data.holdout_inputs)
@@ -91,6 +97,7 @@ def run_training(
             "duration_s": round(seconds, 3),
             "parent_version": parent,
             "job_key": job.key,
+            **(lineage or {}),
         }
         version = publish(
             session=session,

@@ -16,6 +16,10 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from alerts.flows import install as install_alerts
+from alerts.flows import seed_rules
+from alerts.scheduled import start_sender
+from alerts.views import router as alerts_router
 from core.config import Settings, get_settings
 from core.database import make_engine, open_database
 from core.errors import DomainError
@@ -34,6 +38,8 @@ from service.serving.flows import AppState
 from service.serving.health import start_observability
 from service.serving.manager import ModelManager
 from service.serving.metrics import Metrics, NullMetrics
+from training.scheduled import start_in_app as start_worker
+from training.views import router as training_router
 
 log = logging.getLogger("driftwarden.serving")
 
@@ -128,9 +134,13 @@ def create_app(
         gc.collect()
         gc.freeze()
         app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
+        install_alerts()  # the alert rules act on every monitor run, health pass and finished job
+        await asyncio.to_thread(seed_rules, db=db, settings=cfg)  # DRIFTWARDEN_ALERT_RULES_FILE, if set
         retention = start_retention(app.state.dw)
         monitors = start_monitors(app.state.dw)  # drift scheduler; None when monitor_enabled is off
         app.state.health = start_observability(app.state.dw)  # health checks, drift series, process metrics
+        sender = start_sender(app.state.dw)  # the webhook outbox; None when webhook_sender_enabled is off
+        worker = await asyncio.to_thread(start_worker, app.state.dw)  # embedded retraining worker, or None
         log.info(
             "serving %s; prediction log %s",
             sorted(manager.models) or "no models yet",
@@ -143,6 +153,10 @@ def create_app(
                 retention.cancel()
             if monitors is not None:
                 monitors.cancel()
+            if sender is not None:
+                sender.cancel()
+            if worker is not None:  # a running job goes back to the queue (its lease is released)
+                await asyncio.to_thread(worker.stop, cfg.shutdown_timeout_s)
             app.state.health.close()
             await manager.close()
             if writer is not None:
@@ -175,6 +189,8 @@ def create_app(
         operations.router,
         registry_router,
         monitors_router,
+        alerts_router,
+        training_router,
     ):
         app.include_router(router)
     app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]

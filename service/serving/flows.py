@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from alerts.flows import firing_findings
 from core.runtime import Runtime
 from predictions.models import PredictionStatus
 from predictions.service import LogRow, new_prediction_id, record_feedback
@@ -40,6 +41,19 @@ class AppState(Runtime):
     def flush_predictions(self, timeout_s: float) -> None:
         if self.writer is not None:
             self.writer.flush(timeout_s)
+
+    def extra_findings(self, model_name: str) -> list[dict[str, Any]]:
+        """The model's firing alerts: the drift report's headline is never green while one stands."""
+        return [
+            {
+                "kind": "alert",
+                "subject": a["name"],
+                "message": f"alert {a['name']} firing ({a['severity']}"
+                + (", silenced" if a["silenced"] else "")
+                + f") since {a['fired_at']}: {a['summary']}",
+            }
+            for a in firing_findings(db=self.db, model_name=model_name)
+        ]
 
 
 @dataclass(frozen=True)

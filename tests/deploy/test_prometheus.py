@@ -1,4 +1,5 @@
-"""A real Prometheus scrapes a real driftwarden server: every dashboard and rule query returns series.
+"""A real Prometheus scrapes a real driftwarden server: every dashboard and rule query returns series; a real
+Alertmanager (configured from ``deploy/alertmanager/``) delivers the firing drift alert to the API.
 
 One module-scoped scenario: a server on SQLite with the session's trained model (monitors run on request,
 health checks every second, a configured training cluster that cannot be reached), a ``prometheus``
@@ -8,7 +9,12 @@ flagged row, refused rows (400 on both protocols), a monitor run, covariate-shif
 labels, and a second run. Then every PromQL expression of every dashboard panel (template variables
 substituted from their own queries) and of every alerting rule (comparisons made ``bool``) is evaluated
 through Prometheus' HTTP API and must return series carrying the labels its legend or annotations use,
-and the planted drift must make ``DriftwardenDatasetDrift`` fire.
+and the planted drift must make ``DriftwardenDatasetDrift`` fire. Prometheus sends its alerts to an
+``prometheus-alertmanager`` process (Debian's) whose config is ``deploy/alertmanager/alertmanager.yml``
+with the API's address, its bearer token and second-long group timers: the drift alert (label
+``action: retrain``) reaches ``POST /v1/alerts/alertmanager`` and a retraining job of the model results.
+The API's own alert rules for the model are set (by ``DRIFTWARDEN_ALERT_RULES_FILE``) without the retrain
+action, so the job can only come from Alertmanager; the worker is off, so the job stays queued.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import yaml
 
 from core.network import free_port
 from tests.deploy.promql import (
+    ALERTMANAGER,
     DEPLOY,
     RULES,
     PanelQuery,
@@ -46,6 +53,7 @@ from tests.support import Server, TrainedModels, seed_registry, serve_settings
 from training.datagen import TARGET, generate
 
 TOKEN = "deploy-admin"
+AM_TOKEN = "deploy-alertmanager"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 WINDOW = 600
 RATE_INTERVAL = "1m"  # what $__rate_interval becomes (Grafana: 4 x the 1 s scrape interval at least)
@@ -56,6 +64,7 @@ class Stack:
     server: Server
     prometheus: str  # base URL of the Prometheus HTTP API
     log: Path
+    alertmanager_log: Path
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         r = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=30)
@@ -147,14 +156,15 @@ def _traffic(client: httpx.Client, pause: Callable[[], None]) -> None:
     assert run.status_code == 201 and run.json()["dataset_drifted"] is True, run.text
 
 
-def _prometheus_files(root: Path, target: str) -> Path:
-    """The deploy/ config pointed at ``target``, scraping and evaluating every second, ``for:`` 1 s."""
+def _prometheus_files(root: Path, target: str, alertmanager: str) -> Path:
+    """The deploy/ config pointed at ``target``, scraping and evaluating every second, ``for:`` 1 s, alerts
+    sent to ``alertmanager``."""
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "driftwarden"]
     job["static_configs"] = [{"targets": [target]}]
     config["scrape_configs"] = [job]
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"}
-    config.pop("alerting")
+    config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     rules = yaml.safe_load(RULES.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
@@ -165,16 +175,56 @@ def _prometheus_files(root: Path, target: str) -> Path:
     return root / "prometheus.yml"
 
 
+def _alertmanager_file(root: Path, api: str, nowhere: str) -> Path:
+    """deploy/alertmanager/alertmanager.yml with the API's address and token, group timers of a second, and
+    the example team webhook pointed at a loopback port where nothing listens."""
+    config = yaml.safe_load(ALERTMANAGER.read_text())
+    config["route"].update(group_wait="1s", group_interval="1s")
+    for receiver in config["receivers"]:
+        for hook in receiver.get("webhook_configs", []):
+            if hook["url"].endswith("/v1/alerts/alertmanager"):
+                hook["url"] = f"{api}/v1/alerts/alertmanager"
+                hook["http_config"]["authorization"]["credentials"] = AM_TOKEN
+            else:
+                hook["url"] = f"http://{nowhere}/team"
+    path = root / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config))
+    check = subprocess.run([tool("amtool"), "check-config", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    return path
+
+
+def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("w") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture(scope="module")
 def stack(trained: TrainedModels, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("stack")
     url = f"sqlite:///{root / 'serve.db'}"
     seed_registry(url, trained, serving=1)
+    rules = (
+        root / "alert-rules.yml"
+    )  # the API's own drift rule only notifies: the job comes from Alertmanager
+    rules.write_text("models:\n  credit:\n    - {name: drift, kind: dataset_drift, actions: [notify]}\n")
     settings = serve_settings(
         url,
         root / "spool",
         monitor_enabled=False,
         admin_token=TOKEN,
+        alertmanager_token=AM_TOKEN,
+        alert_rules_file=rules,
+        worker_embedded=False,
         monitor_window_rows=WINDOW,
         monitor_min_rows=50,
         health_interval_s=1.0,
@@ -184,32 +234,49 @@ def stack(trained: TrainedModels, tmp_path_factory: pytest.TempPathFactory) -> I
     promtool_dir = root / "prometheus"
     promtool_dir.mkdir()
     with Server(settings) as server:
-        config = _prometheus_files(promtool_dir, f"127.0.0.1:{server.port}")
-        port = free_port()
+        am_port, port = free_port(), free_port()
+        am_config = _alertmanager_file(root, server.url, f"127.0.0.1:{free_port()}")
+        am_log = root / "alertmanager.log"
+        am = _start(
+            [
+                tool("prometheus-alertmanager"),
+                f"--config.file={am_config}",
+                f"--storage.path={root / 'alertmanager'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",  # no gossip: one instance
+                "--log.level=warn",
+            ],
+            am_log,
+        )
+        config = _prometheus_files(promtool_dir, f"127.0.0.1:{server.port}", f"127.0.0.1:{am_port}")
         log = root / "prometheus.log"
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                [
-                    tool("prometheus"),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={promtool_dir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--log.level=warn",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        proc = _start(
+            [
+                tool("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={promtool_dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            log,
+        )
         try:
-            stack = Stack(server=server, prometheus=f"http://127.0.0.1:{port}", log=log)
+            stack = Stack(
+                server=server, prometheus=f"http://127.0.0.1:{port}", log=log, alertmanager_log=am_log
+            )
 
             def ready() -> bool:
                 assert proc.poll() is None, f"prometheus exited:\n{log.read_text()[-3000:]}"
+                assert am.poll() is None, f"alertmanager exited:\n{am_log.read_text()[-3000:]}"
                 try:
-                    return httpx.get(f"{stack.prometheus}/-/ready", timeout=2).status_code == 200
+                    return (
+                        httpx.get(f"{stack.prometheus}/-/ready", timeout=2).status_code == 200
+                        and httpx.get(f"http://127.0.0.1:{am_port}/-/ready", timeout=2).status_code == 200
+                    )
                 except httpx.TransportError:
                     return False
 
-            _wait("prometheus to start", ready, 30)
+            _wait("prometheus and alertmanager to start", ready, 30)
             _wait("the first scrape", lambda: [s["value"][1] for s in stack.query("up")] == ["1"], 30)
             with server.client() as client:
                 _traffic(client, lambda: time.sleep(1.5))
@@ -226,12 +293,8 @@ def stack(trained: TrainedModels, tmp_path_factory: pytest.TempPathFactory) -> I
             time.sleep(3)
             yield stack
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
+            _stop(am)
 
 
 def _substitute(stack: Stack, query: PanelQuery, values: dict[str, dict[str, str]]) -> str:
@@ -310,6 +373,7 @@ def test_planted_drift_fires_the_dataset_drift_alert(stack: Stack) -> None:
         "alertname": "DriftwardenDatasetDrift",
         "model": "credit",
         "severity": "warning",
+        "action": "retrain",
     }
     assert alert["annotations"]["runbook_url"] == "docs/operations.md#driftwardendatasetdrift"
     assert re.search(
@@ -336,3 +400,39 @@ def test_a_scrape_of_the_busy_server_passes_promtool_check_metrics(stack: Stack)
     assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
         proc.stdout + proc.stderr
     )
+
+
+def test_alertmanager_delivers_the_drift_alert_and_a_retraining_job_results(stack: Stack) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with stack.server.client() as client:
+
+        def received() -> list[dict[str, Any]]:
+            alerts = client.get("/v1/alerts", params={"model": "credit"}, headers=headers).json()["alerts"]
+            return [
+                a
+                for a in alerts
+                if a["source"] == "alertmanager" and a["labels"].get("alertname") == "DriftwardenDatasetDrift"
+            ]
+
+        def log_tail() -> str:
+            return stack.alertmanager_log.read_text()[-3000:]
+
+        deadline = time.monotonic() + 60
+        while not received():
+            assert time.monotonic() < deadline, f"no Alertmanager delivery in 60 s; its log:\n{log_tail()}"
+            time.sleep(0.5)
+        (alert,) = received()
+        assert alert["state"] == "firing" and alert["model_name"] == "credit"
+        assert alert["labels"]["action"] == "retrain" and alert["severity"] == "warning"
+        jobs = client.get("/v1/jobs", params={"model": "credit"}, headers=headers).json()["jobs"]
+        (job,) = jobs  # one job, though Alertmanager re-sends the group every second
+        assert job["trigger"] == "alertmanager" and job["state"] == "queued", job
+        # the job came from one of the Alertmanager alerts labelled action=retrain (drift, or the performance
+        # drop that the same shifted, labelled traffic causes)
+        every = client.get("/v1/alerts", params={"model": "credit"}, headers=headers).json()["alerts"]
+        (source,) = [a for a in every if a["id"] == job["alert_id"]]
+        assert source["source"] == "alertmanager" and source["labels"]["action"] == "retrain", source
+        # the API's own rule saw the same drift and only notified: its alert has no job
+        own = client.get("/v1/alerts", params={"model": "credit", "state": "firing"}, headers=headers)
+        drift = [a for a in own.json()["alerts"] if a["source"] == "rule" and a["rule_name"] == "drift"]
+        assert drift and "retrain" not in (drift[0].get("evidence") or {})

@@ -1,0 +1,117 @@
+"""The Prometheus Alertmanager webhook (``webhook_config``, payload version "4"): its model and its auth.
+
+Alertmanager sends credentials from its receiver's ``http_config``: a bearer token
+(``authorization: {credentials_file: ...}``) compared with ``DRIFTWARDEN_ALERTMANAGER_TOKEN``, or basic
+auth compared with ``DRIFTWARDEN_ALERTMANAGER_BASIC_AUTH`` (``user:password``), both in constant time.
+With neither set, the admin token applies (open when no admin token is set either).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from alerts.specs import errors_at
+from core.config import Settings
+from core.errors import Invalid
+from core.http import admin_denied, error_response, request_id_of
+
+VERSION = "4"
+
+
+class AlertmanagerAlert(BaseModel):
+    """One alert of a notification."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    startsAt: datetime  # noqa: N815 (the wire format's names)
+    endsAt: datetime | None = None  # noqa: N815
+    generatorURL: str = ""  # noqa: N815
+    fingerprint: str = Field(default="", max_length=64)
+
+    def ends(self) -> datetime | None:
+        """``endsAt``, None while firing (Alertmanager sends 0001-01-01T00:00:00Z then)."""
+        return None if self.endsAt is None or self.endsAt.year < 1000 else self.endsAt
+
+
+class AlertmanagerPayload(BaseModel):
+    """A webhook notification: a group of alerts (version "4")."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: Literal["4"]
+    groupKey: str = ""  # noqa: N815
+    truncatedAlerts: int = 0  # noqa: N815
+    status: Literal["firing", "resolved"]
+    receiver: str = ""
+    groupLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    commonLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    commonAnnotations: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    externalURL: str = ""  # noqa: N815
+    alerts: list[AlertmanagerAlert] = Field(max_length=10_000)
+
+
+def parse_payload(data: Any) -> AlertmanagerPayload:
+    """The notification, or Invalid naming the field (``version`` first: only "4" is understood)."""
+    if not isinstance(data, dict):
+        raise Invalid(
+            f"the body must be an Alertmanager webhook payload (a JSON object), got {type(data).__name__}"
+        )
+    if "version" in data and data["version"] != VERSION:
+        raise Invalid(
+            f"version: Alertmanager webhook payload version {data['version']!r} is not supported; this "
+            f'receiver understands version "{VERSION}" (Alertmanager webhook_config)'
+        )
+    try:
+        return AlertmanagerPayload.model_validate(data)
+    except ValidationError as exc:
+        raise Invalid("; ".join(errors_at(exc))) from None
+
+
+def _equal(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def auth_denied(request: Request, settings: Settings) -> Response | None:
+    """None when the caller sent the configured Alertmanager credentials; else the 401 (or admin) answer."""
+    token, basic = settings.alertmanager_token, settings.alertmanager_basic_auth
+    if token is None and basic is None:
+        return admin_denied(request, settings.admin_token)
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    given = given.strip()
+    if token is not None and scheme.lower() == "bearer" and _equal(given, token.get_secret_value()):
+        return None
+    if basic is not None and scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(given, validate=True).decode()
+        except (binascii.Error, ValueError, UnicodeDecodeError):
+            decoded = ""
+        if _equal(decoded, basic.get_secret_value()):
+            return None
+    wanted = " or ".join(
+        w
+        for w, on in (
+            ("'Authorization: Bearer <DRIFTWARDEN_ALERTMANAGER_TOKEN>'", token is not None),
+            ("basic auth <DRIFTWARDEN_ALERTMANAGER_BASIC_AUTH>", basic is not None),
+        )
+        if on
+    )
+    response = error_response(
+        401,
+        f"the Alertmanager receiver needs {wanted} (missing or wrong credentials)",
+        request_id_of(request),
+    )
+    response.headers["www-authenticate"] = (
+        'Bearer realm="driftwarden"' if token is not None else ('Basic realm="driftwarden"')
+    )
+    return response

@@ -1,0 +1,352 @@
+"""Alert commands: ``driftwarden alerts ...`` (alerts, rules, silences) and ``driftwarden webhooks ...``.
+
+Bad input (an unknown model, a malformed rules file or matcher, a non-http(s) URL) raises a
+:class:`core.errors.DomainError`; the root command prints it as one line and exits 2. Module-level imports
+stay light (typer only).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+T = TypeVar("T")
+
+alerts_app = typer.Typer(
+    help="Alerts on drift, performance, data quality and health: list them, show and apply rules, silence.",
+    no_args_is_help=True,
+)
+webhooks_app = typer.Typer(
+    help="Signed outgoing webhooks (Standard Webhooks): subscriptions and their deliveries.",
+    no_args_is_help=True,
+)
+
+RULES_EPILOG = (
+    "A rules file is YAML: models: {<model or '*'>: [{name, kind, params, severity, for, labels, "
+    "annotations, actions}]}; kinds: dataset_drift, feature_drift, prediction_drift, performance, "
+    "estimated_performance, data_quality, concept_drift, health, retrain_rejected. See docs/alerts.md."
+)
+
+
+def _with_session(fn: Callable[[Session], T]) -> T:
+    from core.database import open_database
+
+    db = open_database()
+    try:
+        with db.session() as session:
+            return fn(session)
+    finally:
+        db.dispose()
+
+
+def _echo_json(doc: Any) -> None:
+    typer.echo(json.dumps(doc, indent=2, default=str))
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+# --- alerts -------------------------------------------------------------------------------------------------
+
+
+@alerts_app.command("list")
+def alerts_list(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Only this model's alerts.")] = None,
+    state: Annotated[
+        str | None, typer.Option("--state", help="Only alerts in this state: pending, firing or resolved.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most alerts shown.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+) -> None:
+    """List alerts, newest first."""
+    from alerts import service
+    from alerts.models import AlertRead
+    from core.errors import Invalid
+    from registry.names import check_name
+
+    if model is not None:
+        check_name(model, given_as="--model")
+    if state is not None and state not in ("pending", "firing", "resolved"):
+        raise Invalid(f"--state: {state!r} is not a state: use pending, firing or resolved")
+    rows = _with_session(
+        lambda s: [
+            AlertRead.model_validate(a)
+            for a in service.list_alerts(session=s, model_name=model, state=state, limit=limit)
+        ]
+    )
+    if as_json:
+        _echo_json([r.model_dump(mode="json") for r in rows])
+        return
+    if not rows:
+        typer.echo(
+            "no alerts" + (f" of model {model!r}" if model else "") + (f" in state {state}" if state else "")
+        )
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Alerts")
+    for col in ("id", "model", "name", "state", "severity", "summary", "since", "silenced"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            str(r.id),
+            r.model_name or "",
+            r.rule_name,
+            r.state,
+            r.severity,
+            str(r.annotations.get("summary", "")),
+            _when(r.fired_at or r.started_at),
+            "yes" if r.silenced else "",
+        )
+    Console().print(table)
+
+
+@alerts_app.command("show")
+def alerts_show(alert_id: Annotated[int, typer.Argument(help="Alert id (from `alerts list`).")]) -> None:
+    """Show one alert: labels, evidence and its history."""
+    from alerts import flows
+
+    detail = _with_session(lambda s: flows.alert_detail(session=s, alert_id=alert_id))
+    _echo_json(detail.model_dump(mode="json"))
+
+
+@alerts_app.command("rules", epilog=RULES_EPILOG)
+def alerts_rules(
+    model: Annotated[str, typer.Argument(help="Model name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+) -> None:
+    """Show the rules MODEL follows: its own, the '*' ones or the defaults."""
+    from alerts import flows
+    from registry.names import check_name
+
+    check_name(model)
+    doc = _with_session(lambda s: flows.rules_document(session=s, model_name=model))
+    if as_json:
+        _echo_json(doc)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Alert rules of {model} ({doc['origin']}: {doc['source']})")
+    for col in ("name", "kind", "params", "severity", "for", "actions", "enabled"):
+        table.add_column(col)
+    for r in doc["rules"]:
+        table.add_row(
+            r["name"],
+            r["kind"],
+            json.dumps(r["params"]),
+            r["severity"],
+            str(r["for_runs"]),
+            ", ".join(r["actions"]),
+            "yes" if r["enabled"] else "no",
+        )
+    Console().print(table)
+
+
+@alerts_app.command("rules-apply", epilog=RULES_EPILOG)
+def alerts_rules_apply(
+    file: Annotated[Path, typer.Argument(help="YAML rules file.")],
+    check: Annotated[bool, typer.Option("--check", help="Only validate the file; store nothing.")] = False,
+) -> None:
+    """Validate a rules file and store it: each model it names gets exactly the rules it lists."""
+    from alerts import flows
+    from core.database import open_database
+
+    db = open_database()
+    try:
+        counts = flows.apply_rules_file(db=db, path=file, check_only=check)
+    finally:
+        db.dispose()
+    what = ", ".join(f"{name}: {n} rule(s)" for name, n in counts.items()) or "no models"
+    typer.echo(f"{file}: valid ({what})" if check else f"stored from {file}: {what}")
+
+
+@alerts_app.command("silence")
+def alerts_silence(
+    matcher: Annotated[
+        list[str],
+        typer.Option(
+            "--matcher",
+            help="A label matcher: name=value, name!=value, name=~regex or name!~regex (repeatable; all must "
+            "match), e.g. --matcher model=credit --matcher severity=~'warning|info'.",
+        ),
+    ],
+    duration: Annotated[str, typer.Option("--for", help="How long: e.g. 2h, 30m, 1d12h.")] = "2h",
+    comment: Annotated[str, typer.Option("--comment", help="Why (shown in the alerts' history).")] = "",
+    created_by: Annotated[str, typer.Option("--by", help="Who silences.")] = "cli",
+) -> None:
+    """Silence matching alerts: no notifications, no actions, until the silence ends."""
+    from alerts import flows
+    from alerts.labels import parse_matcher
+    from alerts.specs import MatcherSpec, SilenceSpec
+
+    parsed = [parse_matcher(m, where=f"--matcher {m!r}") for m in matcher]
+    spec = SilenceSpec(
+        matchers=[MatcherSpec(**m.as_dict()) for m in parsed],
+        duration=duration,
+        comment=comment,
+        created_by=created_by,
+    )
+    read = _with_session(lambda s: flows.create_silence(session=s, spec=spec))
+    shown = ", ".join(str(m) for m in parsed)
+    typer.echo(f"silence {read.id}: {shown} until {read.ends_at.isoformat()}")
+
+
+@alerts_app.command("silences")
+def alerts_silences(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+    """List silences, newest first."""
+    from alerts import flows, service
+    from alerts.labels import Matcher
+
+    rows = _with_session(lambda s: [flows.silence_read(x) for x in service.list_silences(session=s)])
+    if as_json:
+        _echo_json([r.model_dump(mode="json") for r in rows])
+        return
+    if not rows:
+        typer.echo("no silences")
+    for r in rows:
+        matchers = ", ".join(str(Matcher.from_dict(m)) for m in r.matchers)
+        status = "active" if r.active else ("expired" if r.expired_at else "inactive")
+        typer.echo(f"{r.id}  {status:8}  {matchers}  until {_when(r.ends_at)}  {r.created_by}: {r.comment}")
+
+
+@alerts_app.command("unsilence")
+def alerts_unsilence(silence_id: Annotated[str, typer.Argument(help="Silence id.")]) -> None:
+    """Expire a silence now."""
+    from alerts import flows
+
+    read = _with_session(lambda s: flows.expire_silence(session=s, silence_id=silence_id))
+    typer.echo(f"silence {read.id} expired")
+
+
+# --- webhooks -----------------------------------------------------------------------------------------------
+
+
+@webhooks_app.command("list")
+def webhooks_list(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+    """List subscriptions (secrets are never shown)."""
+    from alerts import service
+    from alerts.models import WebhookRead
+
+    rows = _with_session(
+        lambda s: [WebhookRead.model_validate(w) for w in service.list_subscriptions(session=s)]
+    )
+    if as_json:
+        _echo_json([r.model_dump(mode="json") for r in rows])
+        return
+    if not rows:
+        typer.echo("no webhooks: `driftwarden webhooks add URL` subscribes one")
+    for r in rows:
+        typer.echo(f"{r.id}  {'on ' if r.enabled else 'off'}  {r.url}  filter={json.dumps(r.filter)}")
+
+
+@webhooks_app.command("add")
+def webhooks_add(
+    url: Annotated[str, typer.Argument(help="http(s) URL that receives the signed messages.")],
+    secret: Annotated[
+        str | None, typer.Option("--secret", help="whsec_<base64> signing secret (default: generated).")
+    ] = None,
+    model: Annotated[
+        list[str] | None, typer.Option("--model", help="Only these models (repeatable).")
+    ] = None,
+    severity: Annotated[
+        list[str] | None, typer.Option("--severity", help="Only these severities: info, warning, critical.")
+    ] = None,
+    event: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--event", help="Only these events: alert.firing, alert.resolved, job.finished, job.rejected."
+        ),
+    ] = None,
+    description: Annotated[str, typer.Option("--description", help="What it is for.")] = "",
+) -> None:
+    """Subscribe URL; prints the signing secret once (store it in the receiver)."""
+    from pydantic import ValidationError
+
+    from alerts import flows
+    from alerts.specs import WebhookSpec, errors_at
+    from core.errors import Invalid
+
+    try:
+        spec = WebhookSpec.model_validate(
+            {
+                "url": url,
+                "secret": secret,
+                "filter": {"models": model or [], "severities": severity or [], "events": event or []},
+                "description": description,
+            }
+        )
+    except ValidationError as exc:
+        raise Invalid("; ".join(errors_at(exc))) from None
+    created = _with_session(lambda s: flows.add_webhook(session=s, spec=spec))
+    typer.echo(f"webhook {created.id} -> {created.url}")
+    typer.echo(f"secret (shown once): {created.secret}")
+
+
+@webhooks_app.command("remove")
+def webhooks_remove(webhook_id: Annotated[str, typer.Argument(help="Subscription id.")]) -> None:
+    """Remove a subscription and its pending deliveries."""
+    from alerts import service
+
+    _with_session(lambda s: service.remove_subscription(session=s, webhook_id=webhook_id))
+    typer.echo(f"webhook {webhook_id} removed")
+
+
+@webhooks_app.command("deliveries")
+def webhooks_deliveries(
+    webhook_id: Annotated[str, typer.Argument(help="Subscription id.")],
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most deliveries shown.")] = 20,
+) -> None:
+    """List the messages to one subscription and where each delivery stands."""
+    from alerts import service
+    from alerts.models import DeliveryRead
+
+    def run(s: Session) -> list[DeliveryRead]:
+        service.get_subscription(session=s, webhook_id=webhook_id)
+        rows = service.list_deliveries(session=s, webhook_id=webhook_id, limit=limit)
+        return [DeliveryRead.model_validate(d) for d in rows]
+
+    for d in _with_session(run):
+        status = f"HTTP {d.last_status_code}" if d.last_status_code else (d.last_error or "")
+        typer.echo(f"{d.id}  {d.event_type:14}  {d.state:9}  attempts={d.attempts}  {status}")
+
+
+@webhooks_app.command("redeliver")
+def webhooks_redeliver(delivery_id: Annotated[str, typer.Argument(help="Delivery id (msg_...).")]) -> None:
+    """Send a delivery again: due now, attempts reset, same webhook-id and body."""
+    from alerts import service
+    from alerts.models import utcnow
+
+    _with_session(lambda s: service.redeliver(session=s, delivery_id=delivery_id, now=utcnow()))
+    typer.echo(f"delivery {delivery_id} is due again")
+
+
+@webhooks_app.command("send")
+def webhooks_send() -> None:
+    """Send every due delivery once now (the API and `driftwarden monitor` do this periodically)."""
+    from alerts.sender import send_due
+    from core.config import get_settings
+    from core.database import open_database
+
+    settings = get_settings()
+    db = open_database(settings=settings)
+    try:
+        n = send_due(db=db, settings=settings)
+    finally:
+        db.dispose()
+    typer.echo(f"{n} delivery attempt(s)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``alerts ...`` and ``webhooks ...`` to the root CLI."""
+    app.add_typer(alerts_app, name="alerts")
+    app.add_typer(webhooks_app, name="webhooks")

@@ -1,0 +1,487 @@
+"""Alert workflows: evaluate a model's rules, move its alerts through their lifecycle, notify, act.
+
+An evaluation runs after every monitor run (``monitor.run``: the drift, performance and quality rules) and
+every health pass (``health.pass``: the health rules), never by polling. For each rule and each label set:
+
+- active: a new alert is ``pending`` (``firing`` at once when ``for_runs`` is 1); a pending alert fires
+  after ``for_runs`` consecutive active evaluations; a firing one stays firing (one row per fingerprint);
+- inactive: a pending alert resolves silently, a firing one resolves with a notification;
+- a silence (matchers on the labels) mutes notifications and actions of the alerts it matches while it
+  is active; the alert keeps its state and is marked ``silenced``.
+
+One evaluation of a model writes at most one webhook message per subscription, holding every alert of
+the model that started firing, resolved, or is due for a repeat (``alert_repeat_interval_s``). Actions run
+when an alert is first announced: ``retrain`` enqueues a retraining job (``training.service.enqueue``),
+a firing performance alert of a version promoted by a job within ``rollback_watch_s`` rolls it back
+(``auto_rollback``). Every change, its history rows and its outbox rows are written in the caller's
+transaction: all or nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from alerts import rules, service, webhooks
+from alerts.alertmanager import AlertmanagerPayload
+from alerts.config import load_rules_file
+from alerts.gate import job_finished
+from alerts.labels import fingerprint
+from alerts.lifecycle import (
+    Ctx,
+    Evaluation,
+    activate,
+    alert_labels,
+    announce,
+    apply_silences,
+    keep_actions,
+    mark_silenced,
+    record,
+    resolve,
+    retrain,
+)
+from alerts.models import (
+    AlertDetail,
+    AlertEventRead,
+    AlertRead,
+    AlertSource,
+    AlertState,
+    Silence,
+    SilenceRead,
+    WebhookCreated,
+    aware,
+    utcnow,
+)
+from alerts.specs import (
+    HEALTH_KINDS,
+    MONITOR_KINDS,
+    RuleSpec,
+    SilenceSpec,
+    WebhookSpec,
+    check_silence,
+    parse_rules,
+)
+from core.config import Settings
+from core.database import Database
+from core.errors import Invalid
+from core.events import HEALTH_PASS, JOB_FINISHED, MONITOR_RUN, subscribe
+from registry.names import InvalidName, check_name
+from registry.service import count_versions, require_model
+from training.service import get_job
+
+log = logging.getLogger("driftwarden.alerts")
+
+
+def evaluate_model(
+    *,
+    session: Session,
+    settings: Settings,
+    model_name: str,
+    report: Mapping[str, Any] | None = None,
+    health: Mapping[str, Any] | None = None,
+    run_id: int | None = None,
+    model_version: int | None = None,
+    now: datetime | None = None,
+) -> Evaluation:
+    """Evaluate the model's rules on a report (``DriftReport.as_dict()``) and/or health results, in the
+    session's transaction (every change and its outbox rows commit together)."""
+    now = now or utcnow()
+    service.write_lock(session=session, key=f"model:{model_name}")
+    ruleset = service.effective_rules(session=session, model_name=model_name)
+    enabled = {r.name: r for r in ruleset.rules if r.enabled}
+    kinds = (MONITOR_KINDS if report is not None else frozenset()) | (
+        HEALTH_KINDS if health is not None else frozenset()
+    )
+    ctx = Ctx(
+        session=session,
+        settings=settings,
+        model_name=model_name,
+        now=now,
+        silences=service.active_silences(session=session, now=now),
+        ev=Evaluation(model_name),
+        model_version=model_version,
+    )
+    opened = {
+        a.fingerprint: a
+        for a in service.open_alerts(session=session, model_name=model_name, source=AlertSource.RULE.value)
+    }
+    active: set[str] = set()
+    evaluated: set[str] = set()
+    for spec in enabled.values():
+        if spec.kind not in kinds:
+            continue
+        if spec.kind in HEALTH_KINDS:
+            findings = rules.evaluate_health(spec, health or {}, model_name)
+        else:
+            findings = rules.evaluate(spec, report or {})
+        if findings is None:
+            continue  # the report cannot say: the rule's alerts keep their state
+        evaluated.add(spec.name)
+        for finding in findings:
+            labels = alert_labels(spec, model_name, finding)
+            fp = fingerprint(labels)
+            if finding.active:
+                active.add(fp)
+                opened[fp] = activate(ctx, spec, opened.get(fp), labels, finding)
+            elif fp in opened and opened[fp].state != AlertState.RESOLVED.value:
+                resolve(ctx, opened[fp], "no longer active", notify="notify" in spec.actions)
+    for fp, alert in opened.items():
+        if alert.state == AlertState.RESOLVED.value or fp in active:
+            continue
+        if alert.rule_name not in enabled:
+            resolve(ctx, alert, "its rule was removed or disabled", notify=True)
+        elif alert.rule_name in evaluated:
+            resolve(ctx, alert, "no longer active", notify="notify" in enabled[alert.rule_name].actions)
+    evidence = {}
+    if report is not None:
+        evidence["drift"] = webhooks.drift_evidence(report, run_id=run_id, model_version=model_version)
+    announce(ctx, evidence=evidence)
+    session.flush()
+    return ctx.ev
+
+
+# --- event handlers -----------------------------------------------------------------------------------------
+
+
+def on_monitor_run(*, db: Database, settings: Settings, outcome: Any, **_: Any) -> None:
+    """``monitor.run``: evaluate the model's monitor rules on the run's report."""
+    with db.session() as session:
+        evaluate_model(
+            session=session,
+            settings=settings,
+            model_name=outcome.model_name,
+            report=outcome.report.as_dict(),
+            run_id=outcome.run_id,
+            model_version=outcome.model_version,
+        )
+
+
+def on_health_pass(*, db: Database, settings: Settings, results: Mapping[str, Any], **_: Any) -> None:
+    """``health.pass``: evaluate the health rules of every model with a check or with rules of its own."""
+    names = {n.removeprefix("model:") for n in results if n.startswith("model:")}
+    with db.session() as session:
+        names |= {m for m in service.rule_models(session=session) if m != service.WILDCARD}
+        names = {
+            name
+            for name in names
+            if any(
+                r.enabled and r.kind in HEALTH_KINDS and rules.health_check_name(r, name) in results
+                for r in service.effective_rules(session=session, model_name=name).rules
+            )
+        }  # only models with a health rule this pass can evaluate: no write transaction for the others
+    for name in sorted(names):
+        try:
+            with db.session() as session:
+                evaluate_model(session=session, settings=settings, model_name=name, health=results)
+        except Exception:  # one model's failure must not stop the others
+            log.exception("health alert rules of %s failed", name)
+
+
+def on_job_finished(*, db: Database, settings: Settings, job_id: int, **_: Any) -> None:
+    """``job.finished``: announce the job; a rejected candidate raises the gate's alerts."""
+    with db.session() as session:
+        job = get_job(session=session, job_id=job_id)
+        job_finished(session=session, settings=settings, job=job)
+
+
+def install() -> None:
+    """Subscribe the three handlers (idempotent: installing twice subscribes once)."""
+    subscribe(MONITOR_RUN, on_monitor_run)
+    subscribe(HEALTH_PASS, on_health_pass)
+    subscribe(JOB_FINISHED, on_job_finished)
+
+
+# --- Alertmanager -------------------------------------------------------------------------------------------
+
+
+def _model_of(session: Session, labels: Mapping[str, str], cache: dict[str, bool]) -> tuple[str | None, bool]:
+    """The alert's ``model`` label when it is a valid name, and whether the registry knows it."""
+    name = labels.get("model")
+    if not name:
+        return None, False
+    try:
+        check_name(name)
+    except InvalidName:
+        return None, False
+    if name not in cache:
+        cache[name] = count_versions(session=session, model_name=name) > 0
+    return name, cache[name]
+
+
+def receive_alertmanager(
+    *, session: Session, settings: Settings, payload: AlertmanagerPayload, now: datetime | None = None
+) -> dict[str, Any]:
+    """Record each alert of a notification (source ``alertmanager``) and run its actions: label
+    ``action="retrain"`` or annotation ``retrain: "true"`` enqueues a retraining job (once per firing)."""
+    now = now or utcnow()
+    service.write_lock(session=session, key="alertmanager")
+    silences = service.active_silences(session=session, now=now)
+    known: dict[str, bool] = {}
+    received: list[dict[str, Any]] = []
+    jobs: list[dict[str, Any]] = []
+    ignored: list[dict[str, Any]] = []
+    for item in payload.alerts:
+        labels = dict(item.labels)
+        fp = item.fingerprint or fingerprint(labels)
+        model_name, model_known = _model_of(session, labels, known)
+        alertname = labels.get("alertname", "alertmanager")[:128]
+        started = item.startsAt.astimezone(UTC)
+        ctx = Ctx(session, settings, model_name or "", now, silences, Evaluation(model_name or ""))
+        wants_retrain = (
+            labels.get("action") == "retrain" or item.annotations.get("retrain", "").strip().lower() == "true"
+        )
+        evidence = {
+            "receiver": payload.receiver,
+            "group_key": payload.groupKey,
+            "generator_url": item.generatorURL,
+            "external_url": payload.externalURL,
+        }
+        alert = service.open_alert(session=session, fingerprint=fp)
+        if item.status == "firing":
+            if alert is None:
+                alert = service.add_alert(
+                    session=session,
+                    fingerprint=fp,
+                    model_name=model_name,
+                    rule_name=alertname,
+                    source=AlertSource.ALERTMANAGER.value,
+                    state=AlertState.FIRING.value,
+                    severity=labels.get("severity", "none")[:16],
+                    labels=labels,
+                    annotations=dict(item.annotations),
+                    evidence=evidence,
+                    value=None,
+                    now=now,
+                    started_at=started,
+                )
+                record(ctx, alert, alert.state, f"firing in Alertmanager (receiver {payload.receiver!r})")
+                outcome = "recorded"
+            else:
+                alert.labels = labels
+                alert.annotations = dict(item.annotations)
+                alert.evidence = keep_actions(alert.evidence, evidence)
+                alert.consecutive += 1
+                alert.last_evaluated_at = now
+                outcome = "updated"
+            apply_silences(ctx, alert)
+        elif alert is not None:
+            ends = item.ends()
+            alert.state = AlertState.RESOLVED.value
+            alert.resolved_at = ends.astimezone(UTC) if ends is not None else now
+            alert.last_evaluated_at = now
+            record(ctx, alert, alert.state, "resolved in Alertmanager", from_state=AlertState.FIRING.value)
+            outcome = "resolved"
+        elif service.find_alert(session=session, fingerprint=fp, started_at=started) is not None:
+            outcome = "duplicate"
+        else:
+            alert = service.add_alert(
+                session=session,
+                fingerprint=fp,
+                model_name=model_name,
+                rule_name=alertname,
+                source=AlertSource.ALERTMANAGER.value,
+                state=AlertState.RESOLVED.value,
+                severity=labels.get("severity", "none")[:16],
+                labels=labels,
+                annotations=dict(item.annotations),
+                evidence=evidence,
+                value=None,
+                now=now,
+                started_at=started,
+            )
+            ends = item.ends()
+            alert.resolved_at = ends.astimezone(UTC) if ends is not None else now
+            record(ctx, alert, alert.state, "received resolved from Alertmanager")
+            outcome = "recorded"
+        entry = {
+            "fingerprint": fp,
+            "alertname": alertname,
+            "model": labels.get("model"),
+            "status": item.status,
+            "id": alert.id if alert is not None else None,
+            "outcome": outcome,
+            "actionable": model_known,
+        }
+        received.append(entry)
+        if labels.get("model") and not model_known:
+            ignored.append(
+                {
+                    "fingerprint": fp,
+                    "alertname": alertname,
+                    "reason": f"model {labels.get('model')!r} is not in the registry: not actionable",
+                }
+            )
+            continue
+        if item.status != "firing" or not wants_retrain or alert is None:
+            continue
+        if not model_name:
+            ignored.append(
+                {"fingerprint": fp, "alertname": alertname, "reason": "no 'model' label: cannot retrain"}
+            )
+        elif alert.silenced:
+            ignored.append({"fingerprint": fp, "alertname": alertname, "reason": "silenced: retrain muted"})
+        else:
+            info = retrain(
+                ctx,
+                alert,
+                trigger="alertmanager",
+                key=f"{fp}:{started.isoformat()}",
+                requested_by=f"alertmanager:{payload.receiver or 'webhook'}",
+            )
+            jobs.append({"fingerprint": fp, "alertname": alertname, "alert_id": alert.id, **info})
+    session.flush()
+    return {"received": len(payload.alerts), "alerts": received, "jobs": jobs, "ignored": ignored}
+
+
+# --- rules --------------------------------------------------------------------------------------------------
+
+
+def rules_document(*, session: Session, model_name: str) -> dict[str, Any]:
+    """The rules a model follows (its own, the ``*`` ones or the defaults), each marked with its source."""
+    require_model(session=session, model_name=model_name)
+    ruleset = service.effective_rules(session=session, model_name=model_name)
+    return {
+        "model": model_name,
+        "origin": ruleset.origin,
+        "source": ruleset.source,
+        "rules": [{**r.as_dict(), "source": ruleset.source} for r in ruleset.rules],
+    }
+
+
+def put_model_rules(
+    *, session: Session, model_name: str, rules_in: Any, source: str = "api"
+) -> dict[str, Any]:
+    """Replace a model's rules with a validated list (``[]``: back to the defaults)."""
+    require_model(session=session, model_name=model_name)
+    specs = parse_rules(rules_in, path="rules")
+    service.replace_rules(session=session, model_name=model_name, rules=specs, source=source)
+    return rules_document(session=session, model_name=model_name)
+
+
+def store_rule_sets(
+    *, session: Session, rule_sets: Mapping[str, list[RuleSpec]], source: str, where: str
+) -> int:
+    """Store the rules of each model of a rules file (every model checked first); how many rules."""
+    for name in rule_sets:
+        if name != service.WILDCARD and count_versions(session=session, model_name=name) == 0:
+            raise Invalid(
+                f"{where}: models.{name}: no model {name!r} in the registry (`driftwarden models list` shows "
+                "them; use '*' for rules of every model)"
+            )
+    for name, specs in rule_sets.items():
+        service.replace_rules(session=session, model_name=name, rules=specs, source=source)
+    return sum(len(s) for s in rule_sets.values())
+
+
+def apply_rules_file(*, db: Database, path: Path, check_only: bool = False) -> dict[str, int]:
+    """Validate a rules file and (unless ``check_only``) store it; the number of rules per model."""
+    rule_sets = load_rules_file(path)
+    with db.session() as session:
+        if check_only:
+            for name in rule_sets:
+                if name != service.WILDCARD and count_versions(session=session, model_name=name) == 0:
+                    raise Invalid(f"{path}: models.{name}: no model {name!r} in the registry")
+        else:
+            store_rule_sets(session=session, rule_sets=rule_sets, source="file", where=str(path))
+    return {name: len(specs) for name, specs in rule_sets.items()}
+
+
+def seed_rules(*, db: Database, settings: Settings) -> int:
+    """Store the rules of ``alert_rules_file`` at start (unset: nothing, the defaults apply)."""
+    if settings.alert_rules_file is None:
+        return 0
+    counts = apply_rules_file(db=db, path=settings.alert_rules_file)
+    log.info("alert rules seeded from %s: %s", settings.alert_rules_file, counts)
+    return sum(counts.values())
+
+
+# --- reading alerts -----------------------------------------------------------------------------------------
+
+
+def alert_detail(*, session: Session, alert_id: int) -> AlertDetail:
+    """An alert with its history."""
+    alert = service.get_alert(session=session, alert_id=alert_id)
+    history = [
+        AlertEventRead.model_validate(e) for e in service.alert_history(session=session, alert_id=alert_id)
+    ]
+    return AlertDetail(**AlertRead.model_validate(alert).model_dump(), history=history)
+
+
+def firing_findings(*, db: Database, model_name: str) -> list[dict[str, Any]]:
+    """The firing alerts of a model, most severe first (the drift report's headline)."""
+    with db.session() as session:
+        return [
+            {
+                "id": a.id,
+                "name": a.rule_name,
+                "source": a.source,
+                "severity": a.severity,
+                "summary": (a.annotations or {}).get("summary", a.rule_name),
+                "labels": dict(a.labels or {}),
+                "value": a.value,
+                "fired_at": (aware(a.fired_at) or aware(a.started_at) or utcnow()).isoformat(),
+                "silenced": a.silenced,
+            }
+            for a in service.firing_alerts(session=session, model_name=model_name)
+        ]
+
+
+# --- silences and webhooks ----------------------------------------------------------------------------------
+
+
+def silence_read(silence: Silence, *, now: datetime | None = None) -> SilenceRead:
+    """A silence as shown, with whether it is active now."""
+    read = SilenceRead.model_validate(silence)
+    read.active = service.is_active(silence, now or utcnow())
+    return read
+
+
+def _resilence_open(session: Session, now: datetime) -> None:
+    """Re-mark every open alert's ``silenced`` flag after the silences changed."""
+    silences = service.active_silences(session=session, now=now)
+    for alert in service.open_alerts(session=session):
+        mark_silenced(session=session, silences=silences, alert=alert, now=now)
+
+
+def create_silence(*, session: Session, spec: SilenceSpec, now: datetime | None = None) -> SilenceRead:
+    """Store a silence and mark the open alerts it matches."""
+    now = now or utcnow()
+    matchers, starts, ends = check_silence(spec, now=now)
+    row = service.add_silence(
+        session=session,
+        matchers=matchers,
+        starts_at=starts,
+        ends_at=ends,
+        created_by=spec.created_by,
+        comment=spec.comment,
+        now=now,
+    )
+    _resilence_open(session, now)
+    return silence_read(row, now=now)
+
+
+def expire_silence(*, session: Session, silence_id: str, now: datetime | None = None) -> SilenceRead:
+    """End a silence now and unmark the open alerts only it muted."""
+    now = now or utcnow()
+    row = service.expire_silence(session=session, silence_id=silence_id, now=now)
+    _resilence_open(session, now)
+    return silence_read(row, now=now)
+
+
+def add_webhook(*, session: Session, spec: WebhookSpec, now: datetime | None = None) -> WebhookCreated:
+    """Store a subscription (a secret is generated when none is given); the answer shows the secret once."""
+    row = service.add_subscription(
+        session=session,
+        url=spec.url,
+        secret=webhooks.normalize_secret(spec.secret),
+        filter=spec.filter.model_dump(mode="json"),
+        description=spec.description,
+        enabled=spec.enabled,
+        now=now or utcnow(),
+    )
+    return WebhookCreated.model_validate(row)

@@ -1,0 +1,297 @@
+"""Rule kinds as pure functions: a drift report (``DriftReport.as_dict()``) or health results in, findings.
+
+:func:`evaluate` answers, for one rule, a list of :class:`Finding` (one per alert the rule can raise:
+one for most kinds, one per feature for ``feature_drift``/``data_quality`` with ``feature: "*"``), or
+``None`` when the report cannot say (no labels yet for a realised-performance rule, no such feature, no
+such health check): the rule's alerts then keep their state. :data:`DEFAULT_RULES` apply to every model
+without rules of its own (documented in docs/alerts.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from alerts.specs import PARAMS, Kind, RuleSpec
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one rule found for one alert: active or not, the measured value, the evidence, extra labels."""
+
+    active: bool
+    value: float | None
+    evidence: dict[str, Any]
+    labels: dict[str, str] = field(default_factory=dict)  # feature / check of per-item alerts
+
+
+def _rule(name: str, kind: Kind, **values: Any) -> RuleSpec:
+    spec = RuleSpec(name=name, kind=kind, **values)
+    return spec.model_copy(
+        update={"params": PARAMS[kind].model_validate(spec.params).model_dump(mode="json")}
+    )
+
+
+DEFAULT_RULES: tuple[RuleSpec, ...] = (
+    _rule("dataset_drift", Kind.DATASET_DRIFT, severity="warning", actions=["notify", "retrain"]),
+    _rule("feature_drift", Kind.FEATURE_DRIFT, severity="info", params={"feature": "*"}),
+    _rule("prediction_drift", Kind.PREDICTION_DRIFT, severity="warning"),
+    _rule(
+        "performance_drop",
+        Kind.PERFORMANCE,
+        severity="critical",
+        params={"metric": "roc_auc", "margin": 0.05},
+        actions=["notify", "retrain"],
+    ),
+    _rule(
+        "estimated_performance_drop",
+        Kind.ESTIMATED_PERFORMANCE,
+        severity="warning",
+        params={"metric": "roc_auc", "margin": 0.05},
+    ),
+    _rule(
+        "unseen_categories",
+        Kind.DATA_QUALITY,
+        severity="warning",
+        params={"check": "unseen_category", "above": 0.05, "feature": "*"},
+    ),
+    _rule("concept_drift", Kind.CONCEPT_DRIFT, severity="warning"),
+    _rule("model_unhealthy", Kind.HEALTH, severity="critical", for_runs=2, params={"check": "model:{model}"}),
+    _rule("retrain_rejected", Kind.RETRAIN_REJECTED, severity="warning"),
+)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _test_evidence(item: Mapping[str, Any]) -> dict[str, Any]:
+    r = item.get("result") or {}
+    return {
+        "feature": item.get("name"),
+        "test": r.get("test"),
+        "statistic": r.get("statistic"),
+        "p_value": r.get("p_value"),
+        "adjusted_p_value": r.get("adjusted_p_value"),
+        "effect": r.get("effect"),
+        "effect_name": r.get("effect_name"),
+        "threshold": r.get("threshold"),
+        "alpha": r.get("alpha"),
+    }
+
+
+def _dataset(report: Mapping[str, Any]) -> list[Finding] | None:
+    d = report.get("dataset")
+    if not d:
+        return None
+    drifted = [f.get("name") for f in report.get("features") or [] if f.get("drifted")]
+    evidence = {
+        "share": d.get("share"),
+        "n_drifted": d.get("n_drifted"),
+        "n_features": d.get("n_features"),
+        "drift_share": d.get("drift_share"),
+        "drifted_features": drifted[:20],
+    }
+    return [Finding(bool(d.get("drifted")), _num(d.get("share")), evidence)]
+
+
+def _feature(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Finding] | None:
+    features = report.get("features") or []
+    wanted = params.get("feature", "*")
+    if wanted != "*":
+        features = [f for f in features if f.get("name") == wanted]
+        if not features:
+            return None
+    return [
+        Finding(
+            bool(f.get("drifted")),
+            _num((f.get("result") or {}).get("statistic")),
+            _test_evidence(f),
+            {"feature": str(f.get("name"))},
+        )
+        for f in features
+    ]
+
+
+def _prediction(report: Mapping[str, Any]) -> list[Finding] | None:
+    p = report.get("prediction")
+    if not p:
+        return None
+    evidence = _test_evidence(p)
+    evidence.pop("feature")
+    return [Finding(bool(p.get("drifted")), _num((p.get("result") or {}).get("statistic")), evidence)]
+
+
+def _performance(
+    current: Mapping[str, Any] | None, reference: Mapping[str, Any] | None, params: Mapping[str, Any]
+) -> list[Finding] | None:
+    if not current:
+        return None
+    metric = str(params.get("metric", "roc_auc"))
+    value = _num(current.get(metric))
+    if value is None:
+        return None
+    ref = _num((reference or {}).get(metric))
+    evidence: dict[str, Any] = {
+        "metric": metric,
+        "value": value,
+        "reference": ref,
+        "drop": None if ref is None else ref - value,
+        "rows": current.get("rows"),
+    }
+    if "label_coverage" in current:
+        evidence["label_coverage"] = current.get("label_coverage")
+    below = _num(params.get("below"))
+    if below is not None:
+        evidence["below"] = below
+        return [Finding(value < below, value, evidence)]
+    margin = _num(params.get("margin"))
+    if ref is None or margin is None:
+        return None
+    evidence["margin"] = margin
+    return [Finding(ref - value > margin, value, evidence)]
+
+
+def _quality(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Finding] | None:
+    check, wanted = params.get("check"), params.get("feature", "*")
+    above = _num(params.get("above"))
+    above = 0.05 if above is None else above
+    checks = [q for q in report.get("quality") or [] if q.get("check") == check]
+    if wanted != "*":
+        checks = [q for q in checks if q.get("feature") == wanted]
+        if not checks:
+            return None
+    out = []
+    for q in checks:
+        rate = _num(q.get("rate")) or 0.0
+        evidence = {**q, "above": above}
+        out.append(
+            Finding(rate > above, rate, evidence, {"feature": str(q.get("feature")), "check": str(check)})
+        )
+    return out
+
+
+def _concept(report: Mapping[str, Any]) -> list[Finding] | None:
+    c = report.get("concept_drift")
+    if not c:
+        return None
+    alarms = list(c.get("alarms") or [])
+    evidence = {**c, "alarms": alarms[:5], "n_alarms": len(alarms)}
+    return [Finding(bool(c.get("drifted")), float(len(alarms)), evidence)]
+
+
+def evaluate(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None:
+    """The findings of a monitor-run rule on a report dict; None when the report cannot say."""
+    p = spec.params
+    match spec.kind:
+        case Kind.DATASET_DRIFT:
+            return _dataset(report)
+        case Kind.FEATURE_DRIFT:
+            return _feature(report, p)
+        case Kind.PREDICTION_DRIFT:
+            return _prediction(report)
+        case Kind.PERFORMANCE:
+            return _performance(report.get("performance"), report.get("reference_performance"), p)
+        case Kind.ESTIMATED_PERFORMANCE:
+            return _performance(report.get("estimated_performance"), report.get("reference_performance"), p)
+        case Kind.DATA_QUALITY:
+            return _quality(report, p)
+        case Kind.CONCEPT_DRIFT:
+            return _concept(report)
+    return None
+
+
+def health_check_name(spec: RuleSpec, model_name: str) -> str:
+    """The health check a ``health`` rule watches for ``model_name``."""
+    return str(spec.params.get("check", "model:{model}")).replace("{model}", model_name)
+
+
+def evaluate_health(spec: RuleSpec, results: Mapping[str, Any], model_name: str) -> list[Finding] | None:
+    """The finding of a ``health`` rule on a health pass (results: name -> CheckResult); None without it."""
+    if spec.kind is not Kind.HEALTH:
+        return None
+    name = health_check_name(spec, model_name)
+    r = results.get(name)
+    if r is None:
+        return None
+    evidence = {"check": name, "ok": bool(r.ok), "detail": str(r.detail), "value": _num(r.value)}
+    return [Finding(not r.ok, _num(r.value), evidence, {"check": name})]
+
+
+# --- annotations --------------------------------------------------------------------------------------------
+
+
+def _pct(v: Any) -> str:
+    n = _num(v)
+    return "?" if n is None else f"{n:.0%}"
+
+
+def _g(v: Any, fmt: str = ".3g") -> str:
+    n = _num(v)
+    return "?" if n is None else format(n, fmt)
+
+
+def default_summary(spec: RuleSpec, model_name: str, finding: Finding) -> str:
+    """A one-line summary of a finding when the rule has no ``summary`` annotation."""
+    e = finding.evidence
+    match spec.kind:
+        case Kind.DATASET_DRIFT:
+            return (
+                f"{model_name}: the input data drifted ({_pct(e.get('share'))} of features: "
+                f"{', '.join(map(str, e.get('drifted_features') or [])) or 'none'})"
+            )
+        case Kind.FEATURE_DRIFT:
+            return (
+                f"{model_name}: feature {e.get('feature')} drifted ({e.get('test')} {_g(e.get('statistic'))})"
+            )
+        case Kind.PREDICTION_DRIFT:
+            return f"{model_name}: the predictions drifted ({e.get('test')} {_g(e.get('statistic'))})"
+        case Kind.PERFORMANCE | Kind.ESTIMATED_PERFORMANCE:
+            which = "realized" if spec.kind is Kind.PERFORMANCE else "estimated"
+            bound = (
+                f"below {_g(e.get('below'))}"
+                if "below" in e
+                else f"{_g(e.get('drop'), '.3f')} below the reference {_g(e.get('reference'), '.3f')}"
+            )
+            return f"{model_name}: {which} {e.get('metric')} {_g(e.get('value'), '.3f')}, {bound}"
+        case Kind.DATA_QUALITY:
+            return (
+                f"{model_name}: {_pct(e.get('rate'))} of {e.get('feature')} fail {e.get('check')} "
+                f"(above {_pct(e.get('above'))})"
+            )
+        case Kind.CONCEPT_DRIFT:
+            return f"{model_name}: concept drift ({e.get('detector')}: {e.get('n_alarms')} alarms)"
+        case Kind.HEALTH:
+            return f"{model_name}: health check {e.get('check')} fails: {e.get('detail')}"
+        case Kind.RETRAIN_REJECTED:
+            return f"{model_name}: the validation gate rejected a retrained candidate ({e.get('check')})"
+    return f"{model_name}: {spec.name}"
+
+
+class _Keep(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def render(template: str, context: Mapping[str, Any]) -> str:
+    """``template`` with ``{name}`` (and ``{value:.3f}``) filled from ``context``; unknown names stay."""
+    try:
+        return template.format_map(_Keep(context))
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        return template
+
+
+def render_annotations(spec: RuleSpec, model_name: str, finding: Finding) -> dict[str, str]:
+    """The rule's annotations rendered for a finding; ``summary`` defaults to :func:`default_summary`."""
+    context: dict[str, Any] = {
+        k: v for k, v in finding.evidence.items() if isinstance(v, str | int | float) or v is None
+    }
+    context.update(finding.labels)
+    context.update(model=model_name, rule=spec.name, severity=spec.severity, value=finding.value)
+    out = {k: render(v, context) for k, v in spec.annotations.items()}
+    out.setdefault("summary", default_summary(spec, model_name, finding))
+    return out

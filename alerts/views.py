@@ -1,0 +1,261 @@
+"""Alert routes: rules per model, alerts and their history, silences, webhook subscriptions and their
+deliveries, and the Alertmanager receiver. Thin: parse, call a flow or a service function, shape.
+
+Every bad input is a 4xx ``{"error": ...}`` naming the field and the rule (a :class:`core.errors.Invalid`
+answered by the app's one handler). Changing routes and every webhook route need the admin token when
+one is set (webhook URLs and deliveries are configuration); the Alertmanager receiver takes its own
+credentials (:mod:`alerts.alertmanager`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.orm import Session
+
+from alerts import flows, service
+from alerts.alertmanager import auth_denied, parse_payload
+from alerts.models import AlertRead, DeliveryRead, WebhookRead, utcnow
+from alerts.specs import SilenceSpec, WebhookSpec, errors_at
+from core.errors import Invalid
+from core.http import admin_denied, json_response, read_body, request_id_of
+from core.runtime import Runtime
+from registry.names import check_name
+
+router = APIRouter(tags=["Alerts and webhooks"])
+MAX_BODY_BYTES = 256 * 1024  # rules, silences and subscriptions are small documents
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+def _state(request: Request) -> Runtime:
+    state: Runtime = request.app.state.dw
+    return state
+
+
+async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
+    body = await read_body(
+        request, limit, rule="alerts body limit" if limit == MAX_BODY_BYTES else "max_body_bytes"
+    )
+    try:
+        return json.loads(body or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Invalid(f"the body is not valid JSON ({exc})") from None
+
+
+def _object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _validated(model: type[M], data: Any) -> M:
+    try:
+        return model.model_validate(_object(data))
+    except ValidationError as exc:
+        raise Invalid("; ".join(errors_at(exc))) from None
+
+
+async def _in_session(request: Request, fn: Callable[[Session], T]) -> T:
+    state = _state(request)
+
+    def run() -> T:
+        with state.db.session() as session:
+            return fn(session)
+
+    return await asyncio.to_thread(run)
+
+
+def _ok(request: Request, body: Any, status: int = 200) -> Response:
+    return json_response(body, status, request_id_of(request))
+
+
+def _admin(request: Request) -> Response | None:
+    return admin_denied(request, _state(request).settings.admin_token)
+
+
+# --- rules --------------------------------------------------------------------------------------------------
+
+
+@router.get("/v1/models/{name}/alert-rules", summary="The alert rules of a model (its own or the defaults)")
+async def get_rules(request: Request, name: str) -> Response:
+    check_name(name)
+    doc = await _in_session(request, lambda s: flows.rules_document(session=s, model_name=name))
+    return _ok(request, doc)
+
+
+@router.put("/v1/models/{name}/alert-rules", summary="Replace the alert rules of a model (admin)")
+async def put_rules(request: Request, name: str) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+    check_name(name)
+    data = _object(await _json(request))
+    if set(data) != {"rules"}:
+        raise Invalid(
+            f'the body must be {{"rules": [...]}} (an empty list: back to the defaults); found fields '
+            f"{sorted(data)}"
+        )
+    doc = await _in_session(
+        request, lambda s: flows.put_model_rules(session=s, model_name=name, rules_in=data["rules"])
+    )
+    return _ok(request, doc)
+
+
+# --- alerts -------------------------------------------------------------------------------------------------
+
+
+@router.get("/v1/alerts", summary="Alerts, newest first")
+async def list_alerts(
+    request: Request,
+    model: Annotated[str | None, Query(description="Only this model's alerts.")] = None,
+    state: Annotated[Literal["pending", "firing", "resolved"] | None, Query()] = None,
+    severity: Annotated[str | None, Query(max_length=16)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    if model is not None:
+        check_name(model, given_as="model")
+
+    def run(s: Session) -> list[dict[str, Any]]:
+        rows = service.list_alerts(session=s, model_name=model, state=state, severity=severity, limit=limit)
+        return [AlertRead.model_validate(a).model_dump(mode="json") for a in rows]
+
+    return _ok(request, {"alerts": await _in_session(request, run)})
+
+
+@router.get("/v1/alerts/{alert_id}", summary="One alert with its history")
+async def get_alert(request: Request, alert_id: int) -> Response:
+    doc = await _in_session(
+        request, lambda s: flows.alert_detail(session=s, alert_id=alert_id).model_dump(mode="json")
+    )
+    return _ok(request, doc)
+
+
+@router.post("/v1/alerts/alertmanager", summary="Receive Prometheus Alertmanager notifications (webhook v4)")
+async def alertmanager(request: Request) -> Response:
+    state = _state(request)
+    if (denied := auth_denied(request, state.settings)) is not None:
+        return denied
+    payload = parse_payload(await _json(request, state.settings.max_body_bytes))
+    doc = await _in_session(
+        request, lambda s: flows.receive_alertmanager(session=s, settings=state.settings, payload=payload)
+    )
+    return _ok(request, doc)
+
+
+# --- silences -----------------------------------------------------------------------------------------------
+
+
+@router.post("/v1/silences", summary="Silence the alerts matching a set of label matchers (admin)")
+async def create_silence(request: Request) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+    spec = _validated(SilenceSpec, await _json(request))
+    read = await _in_session(request, lambda s: flows.create_silence(session=s, spec=spec))
+    return _ok(request, read.model_dump(mode="json"), 201)
+
+
+@router.get("/v1/silences", summary="Silences, newest first")
+async def list_silences(request: Request) -> Response:
+    def run(s: Session) -> list[dict[str, Any]]:
+        now = utcnow()
+        return [
+            flows.silence_read(x, now=now).model_dump(mode="json") for x in service.list_silences(session=s)
+        ]
+
+    return _ok(request, {"silences": await _in_session(request, run)})
+
+
+@router.delete("/v1/silences/{silence_id}", summary="Expire a silence now (admin)")
+async def delete_silence(request: Request, silence_id: str) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+    read = await _in_session(request, lambda s: flows.expire_silence(session=s, silence_id=silence_id))
+    return _ok(request, read.model_dump(mode="json"))
+
+
+# --- webhooks -----------------------------------------------------------------------------------------------
+
+
+@router.post("/v1/webhooks", summary="Subscribe a URL to signed webhook messages (admin)")
+async def create_webhook(request: Request) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+    spec = _validated(WebhookSpec, await _json(request))
+    created = await _in_session(request, lambda s: flows.add_webhook(session=s, spec=spec))
+    return _ok(request, created.model_dump(mode="json"), 201)
+
+
+@router.get("/v1/webhooks", summary="Webhook subscriptions (admin; secrets are never shown)")
+async def list_webhooks(request: Request) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+
+    def run(s: Session) -> list[dict[str, Any]]:
+        return [
+            WebhookRead.model_validate(w).model_dump(mode="json")
+            for w in service.list_subscriptions(session=s)
+        ]
+
+    return _ok(request, {"webhooks": await _in_session(request, run)})
+
+
+@router.get("/v1/webhooks/{webhook_id}", summary="One webhook subscription (admin)")
+async def get_webhook(request: Request, webhook_id: str) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+    doc = await _in_session(
+        request,
+        lambda s: WebhookRead.model_validate(
+            service.get_subscription(session=s, webhook_id=webhook_id)
+        ).model_dump(mode="json"),
+    )
+    return _ok(request, doc)
+
+
+@router.delete("/v1/webhooks/{webhook_id}", summary="Remove a webhook subscription and its outbox (admin)")
+async def delete_webhook(request: Request, webhook_id: str) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+    await _in_session(request, lambda s: service.remove_subscription(session=s, webhook_id=webhook_id))
+    return _ok(request, {"deleted": webhook_id})
+
+
+@router.get(
+    "/v1/webhooks/{webhook_id}/deliveries", summary="Messages to one subscription, newest first (admin)"
+)
+async def list_deliveries(
+    request: Request,
+    webhook_id: str,
+    state: Annotated[Literal["pending", "delivered", "dead"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+
+    def run(s: Session) -> list[dict[str, Any]]:
+        service.get_subscription(session=s, webhook_id=webhook_id)
+        rows = service.list_deliveries(session=s, webhook_id=webhook_id, state=state, limit=limit)
+        return [DeliveryRead.model_validate(d).model_dump(mode="json") for d in rows]
+
+    return _ok(request, {"deliveries": await _in_session(request, run)})
+
+
+@router.post(
+    "/v1/webhooks/deliveries/{delivery_id}:redeliver",
+    summary="Send a delivery again, due now, same webhook-id and body (admin)",
+)
+async def redeliver(request: Request, delivery_id: str) -> Response:
+    if (denied := _admin(request)) is not None:
+        return denied
+    doc = await _in_session(
+        request,
+        lambda s: DeliveryRead.model_validate(
+            service.redeliver(session=s, delivery_id=delivery_id, now=utcnow())
+        ).model_dump(mode="json"),
+    )
+    return _ok(request, doc)

@@ -1,0 +1,274 @@
+"""The closing step of ``driftwarden demo``: drift -> alert -> signed webhook -> retrain -> gate -> promote.
+
+Runs against the demo's live server (its embedded worker trains on the local cluster): drifted traffic
+with its labels, a monitor run that detects the drift, the default dataset-drift rule firing, a signed
+webhook verified by a local receiver with the ``standardwebhooks`` package, the retraining job the alert
+started, the validation gate, the promotion, clean traffic on the new version, and a deliberately bad
+candidate (trained on shuffled labels) that the gate rejects. Each stage is a row of the summary table.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from core.network import free_port
+
+FINAL = {"promoted", "passed", "rejected", "failed", "cancelled"}
+
+
+@dataclass
+class Received:
+    """One webhook message as the receiver saw it."""
+
+    webhook_id: str
+    type: str
+    verified: bool
+    body: dict[str, Any]
+
+
+@dataclass
+class WebhookReceiver:
+    """A local HTTP endpoint that verifies Standard Webhooks signatures with the ``standardwebhooks`` package
+    and keeps each message once (de-duplicated by ``webhook-id``, as a receiver should)."""
+
+    secret: str
+    url: str = ""
+    messages: dict[str, Received] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def handle(self, body: bytes, headers: dict[str, str]) -> int:
+        from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+        try:
+            Webhook(self.secret).verify(body.decode(), headers)
+        except WebhookVerificationError:
+            return 401
+        doc = json.loads(body)
+        with self.lock:
+            self.messages.setdefault(
+                headers["webhook-id"], Received(headers["webhook-id"], str(doc.get("type")), True, doc)
+            )
+        return 204
+
+    def of_type(self, kind: str) -> list[Received]:
+        with self.lock:
+            return [m for m in self.messages.values() if m.type == kind]
+
+
+@contextmanager
+def webhook_receiver(secret: str) -> Iterator[WebhookReceiver]:
+    """Run a :class:`WebhookReceiver` on a free loopback port for the duration of the block."""
+    receiver = WebhookReceiver(secret=secret)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            status = receiver.handle(body, {k.lower(): v for k, v in self.headers.items()})
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:  # quiet
+            return
+
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    receiver.url = f"http://127.0.0.1:{port}/hooks/driftwarden"
+    thread = threading.Thread(target=server.serve_forever, name="demo-webhook-receiver", daemon=True)
+    thread.start()
+    try:
+        yield receiver
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def wait_until(what: str, ready: Callable[[], Any], *, timeout_s: float, every_s: float = 0.5) -> Any:
+    """Poll ``ready`` until it returns something truthy; raise naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = ready()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the demo waited {timeout_s:.0f}s for {what}, in vain")
+        time.sleep(every_s)
+
+
+def wait_for_job(
+    client: httpx.Client, job_id: int, *, console: Console, timeout_s: float = 600
+) -> dict[str, Any]:
+    """Follow a job to its end, printing its phase and progress as they change."""
+    shown = ""
+
+    def done() -> dict[str, Any] | None:
+        nonlocal shown
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        p = job.get("progress") or {}
+        line = f"{job['state']}" + (f" step {p.get('step')}/{p.get('total_steps')}" if p.get("step") else "")
+        if p.get("loss") is not None:
+            line += f", loss {float(p['loss']):.4f}"
+        if line != shown:
+            console.print(f"    job {job_id}: {line}")
+            shown = line
+        return job if job["state"] in FINAL else None
+
+    job: dict[str, Any] = wait_until(f"job {job_id} to finish", done, timeout_s=timeout_s, every_s=1.0)
+    return job
+
+
+def gate_lines(job: dict[str, Any]) -> list[str]:
+    """The gate's checks of a job, one line each, with their figures."""
+    out = []
+    for check in (job.get("gate") or {}).get("checks", []):
+        mark = "pass" if check["passed"] else "FAIL"
+        out.append(f"{mark} {check['name']}: {check.get('message', '')}")
+    return out
+
+
+class Summary:
+    """The rows of the closing summary table: stage, outcome, evidence."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, bool, str]] = []
+
+    def add(self, stage: str, ok: bool, evidence: str) -> None:
+        self.rows.append((stage, ok, evidence))
+
+    def print(self, console: Console) -> None:
+        table = Table(title="The loop, closed unattended", show_lines=False, expand=True)
+        table.add_column("stage", no_wrap=True)
+        table.add_column("", no_wrap=True)
+        table.add_column("evidence", overflow="fold")
+        for stage, ok, evidence in self.rows:
+            table.add_row(stage, "[green]ok[/]" if ok else "[bold red]NO[/]", evidence)
+        console.print(table)
+
+    @property
+    def ok(self) -> bool:
+        return all(ok for _, ok, _ in self.rows)
+
+
+def _get(client: httpx.Client, path: str, **params: Any) -> Any:
+    r = client.get(path, params=params)
+    r.raise_for_status()
+    return r.json()
+
+
+def close_the_loop(
+    *,
+    client: httpx.Client,
+    model: str,
+    receiver: WebhookReceiver,
+    detected: set[str],
+    planted: set[str],
+    send: Callable[[str, int], None],
+    monitor: Callable[[], dict[str, Any]],
+    console: Console,
+    summary: Summary,
+) -> None:
+    """From the monitor run that found the planted drift to a promoted version and a rejected bad one.
+
+    ``send(scenario, seed)`` sends a window of traffic with its labels and waits until it is logged;
+    ``monitor()`` runs the monitor now and returns its answer.
+    """
+    summary.add("drift detected", detected == planted, f"drifted: {', '.join(sorted(detected)) or 'nothing'}")
+    alerts = _get(client, "/v1/alerts", model=model, state="firing")["alerts"]
+    drift = [a for a in alerts if a["source"] == "rule" and "retrain" in (a.get("evidence") or {})]
+    summary.add(
+        "alert fires",
+        bool(drift),
+        "; ".join(f"{a['name']} ({a['severity']}) id {a['id']}" for a in drift)
+        or "no retraining alert fired",
+    )
+    if not drift:
+        return
+    alert = drift[0]
+    console.print(
+        f"  alert {alert['name']} is firing ({alert['severity']}); its actions start a retraining job"
+    )
+
+    def delivered() -> Received | None:
+        for m in receiver.of_type("alert.firing"):
+            if any(a.get("id") == alert["id"] for a in m.body.get("data", {}).get("alerts", [])):
+                return m
+        return None
+
+    message: Received = wait_until("the signed webhook", delivered, timeout_s=60)
+    summary.add(
+        "signed webhook received",
+        message.verified,
+        f"{message.type} {message.webhook_id} at {receiver.url}, signature verified with standardwebhooks",
+    )
+
+    def started() -> dict[str, Any] | None:
+        jobs = _get(client, "/v1/jobs", model=model)["jobs"]
+        return next((j for j in jobs if j.get("alert_id") == alert["id"]), None)
+
+    job = wait_until("the retraining job of the alert", started, timeout_s=60)
+    summary.add(
+        "retraining job starts", True, f"job {job['id']} (trigger {job['trigger']}, alert {alert['id']})"
+    )
+    console.print(f"  retraining job {job['id']} started by the alert: training on the local cluster")
+    job = wait_for_job(client, job["id"], console=console)
+    params = job.get("params") or {}
+    window = job.get("data_window") or {}
+    summary.add(
+        "trained on the cluster",
+        job.get("result_version") is not None,
+        f"{params.get('mode', 'async')} cluster; {window.get('train_rows', '?')} training rows, "
+        f"{window.get('holdout_rows', '?')} held out for the gate; version {job.get('result_version')}",
+    )
+    for line in gate_lines(job):
+        console.print(f"    gate: {line}")
+    summary.add("passes the gate", job["state"] in {"promoted", "passed"}, "; ".join(gate_lines(job)))
+    summary.add("promoted", job["state"] == "promoted", f"job state {job['state']}")
+    if job["state"] != "promoted":
+        return
+    version = int(job["result_version"])
+
+    def serving() -> bool:
+        status = _get(client, f"/v1/models/{model}")["model_version_status"]
+        return any(int(s["version"]) == version and s["state"] == "AVAILABLE" for s in status)
+
+    wait_until(f"{model}:{version} to serve", serving, timeout_s=60)
+    summary.add("new version serves", True, f"GET /v1/models/{model}: version {version} AVAILABLE")
+
+    send("covariate_shift", 77)
+    run = monitor()
+    head = run.get("headline") or {}
+    summary.add(
+        "next monitor run clean",
+        bool(head.get("ok")) and not run["dataset_drifted"],
+        f"run {run['run_id']} on {model}:{run['model_version']}: {head.get('text', '')}",
+    )
+    console.print(f"  next monitor run on the new traffic: {head.get('text', '')}")
+
+    console.print("  a deliberately bad candidate: retrain on shuffled labels (a fire drill of the gate)")
+    r = client.post(
+        f"/v1/models/{model}/retrain", json={"drill": "shuffled_labels", "reason": "gate fire drill"}
+    )
+    r.raise_for_status()
+    bad = wait_for_job(client, int(r.json()["id"]), console=console)
+    failed = [c for c in (bad.get("gate") or {}).get("checks", []) if not c["passed"]]
+    for line in gate_lines(bad):
+        console.print(f"    gate: {line}")
+    still = _get(client, f"/v1/models/{model}")["model_version_status"]
+    untouched = any(int(s["version"]) == version and s["state"] == "AVAILABLE" for s in still)
+    summary.add(
+        "bad candidate rejected",
+        bad["state"] == "rejected" and bool(failed) and untouched,
+        f"job {bad['id']} {bad['state']}: "
+        + "; ".join(f"{c['name']}: {c.get('message', '')}" for c in failed)
+        + f"; {model}:{version} still serves",
+    )

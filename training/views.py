@@ -1,0 +1,137 @@
+"""Retraining routes: queue a job (admin), list and show jobs, cancel one (admin). Thin: parse, call, shape.
+
+``POST /v1/models/{name}/retrain`` answers 202 with the job document and ``Location: /v1/jobs/{id}``;
+``created`` tells a new job from the active one (or the one of the same ``Idempotency-Key``) it answers
+with. Errors are ``{"error": ...}`` naming the field or the rule: 400 a bad body, 401/403 the admin token,
+404 an unknown model or job, 409 cancelling a job that has ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from core.errors import Conflict, Invalid
+from core.events import JOB_FINISHED, publish
+from core.http import admin_denied, json_response, read_body, request_id_of
+from core.runtime import Runtime
+from training import service
+from training.models import JobState, Trigger
+
+router = APIRouter(tags=["Retraining jobs"])
+MAX_BODY = 16 * 1024
+
+
+def _state(request: Request) -> Runtime:
+    state: Runtime = request.app.state.dw
+    return state
+
+
+def _requester(request: Request) -> str:
+    client = request.client.host if request.client is not None else "unknown"
+    return f"api:{client}"
+
+
+async def _params(request: Request) -> dict[str, Any]:
+    body = await read_body(request, MAX_BODY)
+    if not body.strip():
+        return {}
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise Invalid(
+            f'the body is not JSON ({exc}): send an object like {{"epochs": 2}} or nothing'
+        ) from None
+    if not isinstance(payload, dict):
+        raise Invalid('the body must be a JSON object, e.g. {"reason": "drift on income", "epochs": 2}')
+    return service.check_params(payload)
+
+
+@router.post("/v1/models/{name}/retrain", summary="Queue a retraining job (admin)", status_code=202)
+async def retrain(
+    request: Request,
+    name: str,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+) -> Response:
+    """Queue a job that retrains NAME on its labelled predictions and validates it before production.
+
+    Body (optional): `reason`, `mode` (async | sync | local), `epochs`, `workers`, `ps`, `drill`
+    (`shuffled_labels`: a fire drill the validation gate must reject). An active job of the model, or the job
+    of the same `Idempotency-Key`, is answered instead of a new one (`created: false`).
+    """
+    state = _state(request)
+    denied = admin_denied(request, state.settings.admin_token)
+    if denied is not None:
+        return denied
+    params = await _params(request)
+
+    def _enqueue() -> dict[str, Any]:
+        with state.db.session() as session:
+            outcome = service.enqueue(
+                session=session,
+                model_name=name,
+                trigger=Trigger.API.value,
+                requested_by=_requester(request),
+                idempotency_key=idempotency_key,
+                params=params,
+            )
+            if outcome.job_id is None:  # a cooldown: not asked for here (cooldown_s=0), kept for safety
+                raise Conflict(outcome.reason)
+            job = service.get_job(session=session, job_id=outcome.job_id)
+            return {**service.job_document(job), "created": outcome.created, "reason": outcome.reason}
+
+    doc = await asyncio.to_thread(_enqueue)
+    response = json_response(doc, status=202, request_id=request_id_of(request))
+    response.headers["Location"] = doc["links"]["self"]
+    return response
+
+
+@router.get("/v1/jobs", summary="Retraining jobs, newest first")
+async def jobs(
+    request: Request,
+    model: Annotated[str | None, Query(description="Only this model's jobs.")] = None,
+    state: Annotated[str | None, Query(description="Only jobs in this state.")] = None,
+    limit: Annotated[int, Query(ge=1, le=service.MAX_LIST)] = 50,
+) -> Response:
+    runtime = _state(request)
+
+    def _list() -> list[dict[str, Any]]:
+        with runtime.db.session() as session:
+            found = service.list_jobs(session=session, model_name=model, state=state, limit=limit)
+            return [service.job_document(job) for job in found]
+
+    docs = await asyncio.to_thread(_list)
+    return json_response({"jobs": docs}, request_id=request_id_of(request))
+
+
+@router.get("/v1/jobs/{job_id}", summary="One retraining job: state, progress, gate checks, log tail")
+async def job(request: Request, job_id: int) -> Response:
+    runtime = _state(request)
+
+    def _get() -> dict[str, Any]:
+        with runtime.db.session() as session:
+            return service.job_document(service.get_job(session=session, job_id=job_id))
+
+    return json_response(await asyncio.to_thread(_get), request_id=request_id_of(request))
+
+
+@router.post("/v1/jobs/{job_id}:cancel", summary="Cancel a queued or running job (admin)")
+async def cancel(request: Request, job_id: int) -> Response:
+    """A queued job is cancelled at once; a running one stops at its worker's next heartbeat (202)."""
+    runtime = _state(request)
+    denied = admin_denied(request, runtime.settings.admin_token)
+    if denied is not None:
+        return denied
+
+    def _cancel() -> dict[str, Any]:
+        with runtime.db.session() as session:
+            doc = service.job_document(service.request_cancel(session=session, job_id=job_id))
+        if doc["state"] == JobState.CANCELLED.value:  # ended at once (it was queued): announce it
+            publish(JOB_FINISHED, db=runtime.db, settings=runtime.settings, job_id=job_id)
+        return doc
+
+    doc = await asyncio.to_thread(_cancel)
+    return json_response(doc, status=202, request_id=request_id_of(request))
