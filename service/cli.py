@@ -133,7 +133,15 @@ def _register_domains() -> None:
     register_alerts(app)
 
 
+def _install_alerts() -> None:
+    """Monitor runs of `driftwarden monitor` and jobs finished by `driftwarden worker` raise alerts too."""
+    from alerts.flows import install
+
+    install()
+
+
 _register_domains()
+_install_alerts()
 
 
 def main() -> None:

@@ -165,7 +165,9 @@ def watch_drift(
             verdicts.append({f["name"] for f in doc["report"]["features"] if f["drifted"]})
             if scenario is Scenario.BASELINE:
                 summary.add(
-                    "baseline traffic", bool(head.get("ok")), f"run {doc['run_id']}: {head.get('text')}"
+                    "baseline traffic",
+                    not verdicts[-1] and not doc["dataset_drifted"],
+                    f"run {doc['run_id']}: no feature drifted; {head.get('text')}",
                 )
         html = client.get(f"/reports/{model}/drift")
         html.raise_for_status()

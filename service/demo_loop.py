@@ -188,14 +188,15 @@ def close_the_loop(
     summary.add(
         "alert fires",
         bool(drift),
-        "; ".join(f"{a['name']} ({a['severity']}) id {a['id']}" for a in drift)
-        or "no retraining alert fired",
+        "; ".join(f"{a['rule_name']} ({a['severity']}) id {a['id']}" for a in drift)
+        or "no alert with a retrain action fired",
     )
     if not drift:
         return
     alert = drift[0]
     console.print(
-        f"  alert {alert['name']} is firing ({alert['severity']}); its actions start a retraining job"
+        f"  alert {alert['rule_name']} is firing ({alert['severity']}): "
+        f"{(alert.get('annotations') or {}).get('summary', '')}; its retrain action queued a job"
     )
 
     def delivered() -> Received | None:
@@ -247,10 +248,11 @@ def close_the_loop(
     send("covariate_shift", 77)
     run = monitor()
     head = run.get("headline") or {}
+    drifted = [f["name"] for f in run["report"]["features"] if f["drifted"]]
     summary.add(
         "next monitor run clean",
-        bool(head.get("ok")) and not run["dataset_drifted"],
-        f"run {run['run_id']} on {model}:{run['model_version']}: {head.get('text', '')}",
+        run["model_version"] == version and not run["dataset_drifted"] and not drifted,
+        f"run {run['run_id']} on {model}:{run['model_version']}: no feature drifted; {head.get('text', '')}",
     )
     console.print(f"  next monitor run on the new traffic: {head.get('text', '')}")
 
