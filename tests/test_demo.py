@@ -14,7 +14,7 @@ from tests.training.helpers import pid_alive
 
 
 @pytest.mark.cluster
-def test_demo_trains_serves_logs_and_flags_the_planted_drift(tmp_path: Path) -> None:
+def test_demo_trains_serves_flags_the_planted_drift_and_closes_the_loop(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRIFTWARDEN_")}
     proc = subprocess.run(
         [sys.executable, "-m", "service.cli", "demo", "--rows", "8000", "--epochs", "2"],
@@ -38,6 +38,35 @@ def test_demo_trains_serves_logs_and_flags_the_planted_drift(tmp_path: Path) -> 
         and 'driftwarden_dataset_drifted{model="credit"}' in out
     )
     assert "driftwarden-drift: model drift & quality" in out and "runbooks: docs/operations.md" in out
+    # the loop closed unattended: every stage of the summary table is there and ok (the demo exits 2 if not)
+    flat = " ".join(out.split())
+    assert "The loop, closed unattended" in out
+    for stage in (
+        "baseline traffic",
+        "drift detected",
+        "alert fires",
+        "signed webhook received",
+        "retraining job starts",
+        "trained on the cluster",
+        "passes the gate",
+        "promoted",
+        "new version serves",
+        "next monitor run clean",
+        "bad candidate rejected",
+    ):
+        assert f"│ {stage}" in out and f"{stage} │ ok" in " ".join(out.replace("│", " │ ").split()), stage
+    assert "signature verified with standardwebhooks" in flat and "(trigger alert," in flat
+    assert "credit: serving version 1 -> 2" in out  # the server switched to the retrained version
+    assert "job 2 rejected: metric: roc_auc" in flat and "credit:2 still serves" in flat
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'var' / 'driftwarden.db'}")
+    with engine.connect() as conn:
+        states = dict(conn.execute(text("select version, state from model_versions")).all())
+        jobs = conn.execute(text("select state, trigger from training_jobs order by id")).all()
+    engine.dispose()
+    assert states == {1: "archived", 2: "serving", 3: "rejected"}, states
+    assert [tuple(j) for j in jobs] == [("promoted", "alert"), ("rejected", "api")], jobs
     report = tmp_path / "var" / "demo" / "drift-report.html"
     assert report.exists() and "loan_purpose" in report.read_text()
     pids = json.loads(next((tmp_path / "var" / "checkpoints").glob("*/nodes/pids.json")).read_text())
