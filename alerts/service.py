@@ -254,6 +254,27 @@ def firing_alerts(*, session: Session, model_name: str) -> list[Alert]:
     return sorted(rows, key=lambda a: (order.get(a.severity, 3), a.id))
 
 
+@dataclass(frozen=True)
+class OpenCount:
+    """How many open alerts share one model, severity, state and silenced flag."""
+
+    model_name: str | None
+    severity: str
+    state: str
+    silenced: bool
+    count: int
+
+
+def open_alert_counts(*, session: Session) -> list[OpenCount]:
+    """Pending and firing alerts counted by model, severity, state and silenced flag (one query)."""
+    rows = session.execute(
+        select(Alert.model_name, Alert.severity, Alert.state, Alert.silenced, func.count())
+        .where(Alert.state != AlertState.RESOLVED.value)
+        .group_by(Alert.model_name, Alert.severity, Alert.state, Alert.silenced)
+    ).all()
+    return [OpenCount(m, sev, st, bool(sil), int(n)) for m, sev, st, sil, n in rows]
+
+
 # --- silences -----------------------------------------------------------------------------------------------
 
 
@@ -434,6 +455,22 @@ def count_deliveries(*, session: Session, state: str | None = None) -> int:
     if state is not None:
         stmt = stmt.where(WebhookDelivery.state == state)
     return int(session.scalar(stmt) or 0)
+
+
+def delivery_counts(*, session: Session) -> dict[str, int]:
+    """Outbox rows by state (states without rows are left out; one query)."""
+    rows = session.execute(select(WebhookDelivery.state, func.count()).group_by(WebhookDelivery.state)).all()
+    return {str(state): int(n) for state, n in rows}
+
+
+def oldest_pending_delivery(*, session: Session) -> datetime | None:
+    """When the oldest pending delivery was created (UTC), or None when none is pending."""
+    oldest = session.scalar(
+        select(func.min(WebhookDelivery.created_at)).where(
+            WebhookDelivery.state == DeliveryState.PENDING.value
+        )
+    )
+    return aware(oldest)
 
 
 def redeliver(*, session: Session, delivery_id: str, now: datetime) -> WebhookDelivery:

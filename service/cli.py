@@ -6,6 +6,8 @@ Imports stay light: TensorFlow loads only inside the commands that need it.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -29,6 +31,11 @@ class _Root(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise  # exits, aborts and usage errors: click answers them itself
+        except BrokenPipeError:
+            # the reader went away (`driftwarden jobs --help | head`): stop quietly, as SIGPIPE would
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+            raise typer.Exit(141) from None
         except DomainError as exc:
             if ctx.meta.get("driftwarden.debug"):
                 raise

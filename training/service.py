@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -463,6 +463,47 @@ def finished_since(*, session: Session, since: datetime) -> list[TrainingJob]:
             select(TrainingJob).where(TrainingJob.finished_at >= since).order_by(TrainingJob.finished_at)
         )
     )
+
+
+def job_counts(*, session: Session, finished_since: datetime) -> dict[tuple[str, JobState], int]:
+    """Jobs by model and state: every active job, and the final ones that ended at or after
+    ``finished_since`` (one query)."""
+    rows = session.execute(
+        select(TrainingJob.model_name, TrainingJob.state, func.count())
+        .where(or_(TrainingJob.state.in_(list(ACTIVE_STATES)), TrainingJob.finished_at >= finished_since))
+        .group_by(TrainingJob.model_name, TrainingJob.state)
+    ).all()
+    return {(str(model), JobState(state)): int(n) for model, state, n in rows}
+
+
+def running_since(*, session: Session) -> dict[str, datetime]:
+    """When each model's running or validating job was first claimed, by model (UTC)."""
+    rows = session.execute(
+        select(TrainingJob.model_name, TrainingJob.started_at, TrainingJob.created_at).where(
+            TrainingJob.state.in_([JobState.RUNNING, JobState.VALIDATING])
+        )
+    ).all()
+    out: dict[str, datetime] = {}
+    for model, started, created in rows:
+        moment = aware(started or created)
+        if moment is not None:
+            out[str(model)] = moment
+    return out
+
+
+def last_finished(*, session: Session) -> dict[tuple[str, JobState], datetime]:
+    """When each model's latest job in each final state ended, by model and state (UTC; one query)."""
+    rows = session.execute(
+        select(TrainingJob.model_name, TrainingJob.state, func.max(TrainingJob.finished_at))
+        .where(TrainingJob.finished_at.is_not(None))
+        .group_by(TrainingJob.model_name, TrainingJob.state)
+    ).all()
+    out: dict[tuple[str, JobState], datetime] = {}
+    for model, state, ended in rows:
+        moment = aware(ended)
+        if moment is not None:
+            out[(str(model), JobState(state))] = moment
+    return out
 
 
 def _iso(value: datetime | None) -> str | None:

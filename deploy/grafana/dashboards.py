@@ -6,7 +6,8 @@ Regenerate the JSON that provisioning loads (``deploy/grafana/dashboards/*.json`
 
 ``tests/deploy/test_dashboards.py`` regenerates them and compares byte for byte, and the integration test
 (``tests/deploy/test_prometheus.py``) evaluates every query below against a real Prometheus scraping a real
-server. Every query uses only the metric names agreed on issue 8; every legend names the labels it shows.
+server. Every query uses only the metric names agreed on issues 8 and 10; every legend names the labels it
+shows.
 """
 
 from __future__ import annotations
@@ -502,7 +503,8 @@ def service_overview() -> dash.Dashboard:
 
 
 def model_drift_quality() -> dash.Dashboard:
-    """Per model and feature: drift statistics over time, drifted share, performance, label coverage."""
+    """Per model and feature: drift statistics over time, drifted share, performance, label coverage; per
+    model: open alerts and retraining jobs."""
     ids = _Ids()
     m = '{model="$model"}'
     mf = '{model="$model", feature=~"$feature"}'
@@ -511,7 +513,8 @@ def model_drift_quality() -> dash.Dashboard:
             "driftwarden-drift",
             "driftwarden / Model drift & quality",
             "The latest stored monitor run of each model: data drift per feature, prediction drift, data "
-            "quality, estimated (CBPE) and realized performance, label coverage.",
+            "quality, estimated (CBPE) and realized performance, label coverage; its open alerts and "
+            "retraining jobs.",
         )
         .with_variable(_variable("model", "Model", "label_values(driftwarden_dataset_drift_share, model)"))
         .with_variable(
@@ -726,6 +729,82 @@ def model_drift_quality() -> dash.Dashboard:
             )
         )
     )
+    board = (
+        board.with_row(dash.Row("Alerts and retraining"))
+        .with_panel(
+            _stat(
+                ids,
+                "Firing alerts",
+                "The model's firing alerts by severity: its own rules, the validation gate and Alertmanager "
+                "(silenced ones included). GET /v1/alerts?model=... lists them.",
+                [
+                    Query(
+                        'max by (model, severity) (driftwarden_alerts{model="$model", state="firing"})',
+                        "{{severity}}",
+                    )
+                ],
+                thresholds=((None, "green"), (1.0, "red")),
+                width=6,
+            )
+        )
+        .with_panel(
+            _series(
+                ids,
+                "Open alerts by severity",
+                "Pending and firing alerts of the model by severity, and how many of them a silence mutes.",
+                [
+                    Query(
+                        'max by (model, severity, state) (driftwarden_alerts{model="$model"})',
+                        "{{severity}} {{state}}",
+                    ),
+                    Query(f"max by (model) (driftwarden_alerts_silenced{m})", "silenced {{model}}"),
+                ],
+                minimum=0,
+                width=18,
+            )
+        )
+        .with_panel(
+            _series(
+                ids,
+                "Retraining jobs by state",
+                "The model's retraining jobs: queued, running and validating now; promoted, passed, "
+                "rejected, failed and cancelled in the last 24 hours.",
+                [Query(f"max by (model, state) (driftwarden_training_jobs{m})", "{{state}}")],
+                minimum=0,
+                width=12,
+            )
+        )
+        .with_panel(
+            _stat(
+                ids,
+                "Running retraining job",
+                "How long the model's running or validating job has run since a worker claimed it (0: none "
+                "runs); the DriftwardenRetrainingStuck alert fires after 2 hours.",
+                [Query(f"max by (model) (driftwarden_training_job_running_seconds{m})", "{{model}}")],
+                unit="s",
+                thresholds=((None, "green"), (3600.0, "orange"), (7200.0, "red")),
+                width=4,
+            )
+        )
+        .with_panel(
+            _stat(
+                ids,
+                "Latest retraining outcomes",
+                "When the model's latest job ended in each final state (never: no job ended so).",
+                [
+                    Query(
+                        "max by (model, state) "
+                        f"(driftwarden_training_last_job_finished_timestamp_seconds{m}) * 1000",
+                        "{{state}}",
+                    )
+                ],
+                unit="dateTimeFromNow",
+                thresholds=((None, "blue"),),
+                mapping={"0": ("never", "text")},
+                width=8,
+            )
+        )
+    )
     return board
 
 
@@ -733,13 +812,15 @@ def model_drift_quality() -> dash.Dashboard:
 
 
 def infrastructure() -> dash.Dashboard:
-    """Database, training cluster, queues and the API processes' resources, with the health checks."""
+    """Database, training cluster, queues (with the webhook outbox) and the API processes' resources, with the
+    health checks."""
     ids = _Ids()
     job = '{job="driftwarden"}'
     board = _dashboard(
         "driftwarden-infra",
         "driftwarden / Infrastructure",
-        "Health checks, database, training cluster, queues and resources of the driftwarden API processes.",
+        "Health checks, database, training cluster, queues (with the webhook outbox) and resources of the "
+        "driftwarden API processes.",
     )
     board = (
         board.with_row(dash.Row("Health checks"))
@@ -908,6 +989,29 @@ def infrastructure() -> dash.Dashboard:
                 [_quantile(0.99, "driftwarden_batch_queue_seconds", "instance")],
                 unit="s",
                 width=4,
+            )
+        )
+        .with_panel(
+            _series(
+                ids,
+                "Webhook outbox",
+                "Alert and job messages of the outbox by state: pending (due or retrying), delivered, dead "
+                "(no 2xx after DRIFTWARDEN_WEBHOOK_MAX_ATTEMPTS; `driftwarden webhooks redeliver`).",
+                [Query("max by (state) (driftwarden_webhook_deliveries)", "{{state}}")],
+                minimum=0,
+                width=12,
+            )
+        )
+        .with_panel(
+            _series(
+                ids,
+                "Oldest pending webhook message",
+                "Age of the oldest message waiting in the outbox (0 when none); the "
+                "DriftwardenWebhookBacklog alert fires above 10 minutes.",
+                [Query("max by (job) (driftwarden_webhook_oldest_pending_age_seconds)", "{{job}}")],
+                unit="s",
+                minimum=0,
+                width=12,
             )
         )
     )

@@ -1,5 +1,6 @@
 """The serving models' health checks (each served model loaded and answering a canary), and the composition
-of every package's checks and of the drift series into the app.
+of every package's checks and of the series read from the database (drift, alerts and the webhook outbox,
+the retraining job queue) into the app.
 
 The canary is the version's warm-up row (:func:`service.serving.manager.warmup_columns`), run straight on
 the loaded signature (not through the micro-batcher, so it never shows in the serving metrics); it must
@@ -15,6 +16,7 @@ from functools import partial
 import numpy as np
 from prometheus_client import ProcessCollector
 
+from alerts.metrics import AlertsCollector
 from core.events import HEALTH_PASS, publish
 from core.health import HealthCheck, HealthCollector, HealthMonitor, Status, core_checks
 from core.scheduling import every
@@ -23,6 +25,7 @@ from registry.health import registry_check
 from service.serving.flows import AppState
 from service.serving.manager import ModelManager, NotServed, warmup_columns
 from training.health import cluster_checks
+from training.metrics import TrainingJobsCollector
 
 
 def _canary(manager: ModelManager, name: str) -> Status:
@@ -63,21 +66,24 @@ class Observability:
     max_age_s: float
     task: asyncio.Task[None] | None = None
     drift: DriftCollector | None = None
-    drift_task: asyncio.Task[None] | None = None  # refreshes the drift series' cache
+    alerts: AlertsCollector | None = None
+    jobs: TrainingJobsCollector | None = None
+    metrics_task: asyncio.Task[None] | None = None  # refreshes the caches of the three collectors above
     announce_task: asyncio.Task[None] | None = None  # publishes each pass to the health alert rules
 
     def close(self) -> None:
-        for task in (self.task, self.drift_task, self.announce_task):
+        for task in (self.task, self.metrics_task, self.announce_task):
             if task is not None:
                 task.cancel()
 
 
 def start_observability(state: AppState) -> Observability:
-    """Compose every package's health checks, export them and the drift series, start the periodic jobs.
+    """Compose every package's health checks, export them and the series read from the database (drift,
+    alerts and the webhook outbox, the job queue), start the periodic jobs.
 
     Called from the app's lifespan once the model manager has loaded; the first run of the checks starts
-    at once, then one every ``health_interval_s``; the drift series' cache is read at once, then every
-    ``drift_metrics_cache_s`` (scrapes only read the cache).
+    at once, then one every ``health_interval_s``; the database series' caches are read at once, then every
+    ``drift_metrics_cache_s``, one collector after the other in one job (scrapes only read the caches).
     """
     cfg, db = state.settings, state.db
     monitor = HealthMonitor(
@@ -90,7 +96,9 @@ def start_observability(state: AppState) -> Observability:
         timeout_s=cfg.health_timeout_s,
     )
     drift = DriftCollector(db=db, settings=cfg)
-    for collector in (HealthCollector(monitor), drift, ProcessCollector(registry=None)):
+    alerts = AlertsCollector(db=db, settings=cfg)
+    jobs = TrainingJobsCollector(db=db, settings=cfg)
+    for collector in (HealthCollector(monitor), drift, alerts, jobs, ProcessCollector(registry=None)):
         state.metrics.register(collector)
     task = every(cfg.health_interval_s, monitor.run, name="health checks", initial_delay_s=0.0)
 
@@ -102,13 +110,21 @@ def start_observability(state: AppState) -> Observability:
     announce_task = every(
         cfg.health_interval_s, announce, name="health alerts", leader_lock=state.leader_lock
     )
-    # the drift series are read from the database here, never in a scrape (/metrics must not wait on it)
-    drift_task = every(drift.refresh_interval_s(), drift.refresh, name="drift metrics", initial_delay_s=0.0)
+
+    # the database series are read here, never in a scrape (/metrics must not wait on the database); each
+    # refresh keeps its collector's last values when the database cannot be read
+    def refresh() -> None:
+        for collector in (drift, alerts, jobs):
+            collector.refresh()
+
+    metrics_task = every(drift.refresh_interval_s(), refresh, name="database metrics", initial_delay_s=0.0)
     return Observability(
         monitor=monitor,
         max_age_s=max(cfg.health_interval_s, 1.0),
         task=task,
         drift=drift,
-        drift_task=drift_task,
+        alerts=alerts,
+        jobs=jobs,
+        metrics_task=metrics_task,
         announce_task=announce_task,
     )

@@ -20,7 +20,7 @@ RULE_TESTS = DEPLOY / "prometheus" / "tests" / "driftwarden.test.yml"
 ALERTMANAGER = DEPLOY / "alertmanager" / "alertmanager.yml"
 OPERATIONS = ROOT / "docs" / "operations.md"
 
-# The metric names agreed on issue 8 (histograms by their base name); nothing else may be queried.
+# The metric names agreed on issues 8 and 10 (histograms by their base name); nothing else may be queried.
 AGREED = {
     "driftwarden_requests_total",
     "driftwarden_request_duration_seconds",
@@ -68,6 +68,14 @@ AGREED = {
     "driftwarden_database_up",
     "driftwarden_database_rtt_seconds",
     "driftwarden_disk_free_bytes",
+    # issue 10: the alerts, their webhook outbox and the retraining job queue (read from the database)
+    "driftwarden_alerts",
+    "driftwarden_alerts_silenced",
+    "driftwarden_webhook_deliveries",
+    "driftwarden_webhook_oldest_pending_age_seconds",
+    "driftwarden_training_jobs",
+    "driftwarden_training_job_running_seconds",
+    "driftwarden_training_last_job_finished_timestamp_seconds",
 }
 HISTOGRAMS = {
     "driftwarden_request_duration_seconds",
