@@ -25,19 +25,17 @@ is exported, 0 when there is none, so the series exist before the first alert or
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy.orm import Session
 
 from alerts import service
 from alerts.models import AlertState, DeliveryState
+from core.cached_metrics import CachedCollector
 from core.config import Settings
 from core.database import Database
 from registry.service import count_versions, serving_model_names
@@ -130,53 +128,27 @@ def families(snapshot: AlertSnapshot, *, now: float) -> list[GaugeMetricFamily]:
     return [alerts, silenced, deliveries, age]
 
 
-class AlertsCollector(Collector):
+class AlertsCollector(CachedCollector[AlertSnapshot]):
     """Yields the alert and outbox gauges from a cache: :meth:`refresh` (a periodic job) reads the
     database, :meth:`collect` (a scrape) never does."""
 
-    MIN_REFRESH_S = 0.5
+    what = "alert metrics"
 
     def __init__(self, *, db: Database, settings: Settings) -> None:
+        super().__init__(settings=settings, empty=AlertSnapshot())
         self.db = db
-        self.settings = settings
-        self._snapshot = AlertSnapshot()
-        self.read_at: float | None = None  # monotonic time of the last successful read
-        self.refreshes = 0  # reads attempted and finished (successful or not)
-        self._failing = False
-        self._lock = threading.Lock()
 
-    def refresh_interval_s(self) -> float:
-        """Seconds between two reads of the database by the refresh job."""
-        return max(self.settings.drift_metrics_cache_s, self.MIN_REFRESH_S)
+    def read(self) -> AlertSnapshot:
+        return read_snapshot(db=self.db)
 
-    def refresh(self) -> None:
-        """Read the alert tables into the cache; when the database cannot be read, keep the last values."""
-        try:
-            snapshot = read_snapshot(db=self.db)
-        except Exception as exc:  # the database is down: keep the last values, say so once
-            if not self._failing:
-                log.warning("alert metrics: cannot read the alert tables, keeping the last values: %s", exc)
-            self._failing = True
-        else:
-            self._failing = False
-            if snapshot.unchecked and not self.snapshot().unchecked:
-                log.warning(
-                    "alert metrics: open alerts name %d more models than the %d looked up in the registry; "
-                    'they are counted under model=""',
-                    snapshot.unchecked,
-                    MAX_MODELS_CHECKED,
-                )
-            with self._lock:
-                self._snapshot = snapshot
-                self.read_at = time.monotonic()
-        finally:
-            with self._lock:
-                self.refreshes += 1
+    def families(self, snapshot: AlertSnapshot, *, now: float) -> list[Metric]:
+        return list(families(snapshot, now=now))
 
-    def snapshot(self) -> AlertSnapshot:
-        """The cached snapshot (never reads the database)."""
-        with self._lock:
-            return self._snapshot
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield from families(self.snapshot(), now=time.time())
+    def accepted(self, old: AlertSnapshot, new: AlertSnapshot) -> None:
+        if new.unchecked and not old.unchecked:
+            log.warning(
+                "alert metrics: open alerts name %d more models than the %d looked up in the registry; "
+                'they are counted under model=""',
+                new.unchecked,
+                MAX_MODELS_CHECKED,
+            )

@@ -22,16 +22,13 @@ Series (one value per model, feature, ...): ``driftwarden_drift_statistic{model,
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client.core import GaugeMetricFamily, Metric
 
+from core.cached_metrics import CachedCollector
 from core.config import Settings
 from core.database import Database
 from monitors.flows import serving_models
@@ -187,55 +184,31 @@ class DriftFamilies:
         self.window_rows.add_metric([m], float(run.rows))
 
 
-class DriftCollector(Collector):
+class DriftCollector(CachedCollector[list[RunView]]):
     """Yields the drift and quality gauges of every serving model's latest run, from a cache.
 
     :meth:`refresh` (a periodic job, every :meth:`refresh_interval_s`) reads the database; :meth:`collect`
     (a scrape) only reads the cache, so a slow or unreachable database never holds up ``/metrics``.
     """
 
-    MIN_REFRESH_S = 0.5  # ``drift_metrics_cache_s=0`` still refreshes on a timer, just a fast one
+    what = "drift metrics"
 
     def __init__(self, *, db: Database, settings: Settings) -> None:
+        super().__init__(settings=settings, empty=[])
         self.db = db
-        self.settings = settings
-        self._runs: list[RunView] = []
-        self.read_at: float | None = None  # monotonic time of the last successful read
-        self.refreshes = 0  # reads attempted and finished (successful or not)
-        self._failing = False
         self._capped: dict[str, int] = {}  # model -> run already logged as capped
-        self._lock = threading.Lock()
 
-    def refresh_interval_s(self) -> float:
-        """Seconds between two reads of the database by the refresh job."""
-        return max(self.settings.drift_metrics_cache_s, self.MIN_REFRESH_S)
-
-    def refresh(self) -> None:
-        """Read the latest runs into the cache; when the database cannot be read, keep the last values."""
-        try:
-            runs = read_latest(db=self.db, only=self.settings.serve_models or None)
-        except Exception as exc:  # the database is down: keep the last values, say so once
-            if not self._failing:
-                log.warning("drift metrics: cannot read the monitor runs, keeping the last values: %s", exc)
-            self._failing = True
-        else:
-            self._failing = False
-            with self._lock:
-                self._runs = runs
-                self.read_at = time.monotonic()
-        finally:
-            with self._lock:
-                self.refreshes += 1
+    def read(self) -> list[RunView]:
+        return read_latest(db=self.db, only=self.settings.serve_models or None)
 
     def runs(self) -> list[RunView]:
         """The cached latest runs (never reads the database)."""
-        with self._lock:
-            return self._runs
+        return self.snapshot()
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def families(self, snapshot: list[RunView], *, now: float) -> list[Metric]:
         cap = self.settings.metrics_max_features
         families = DriftFamilies()
-        for run in self.runs():
+        for run in snapshot:
             n = len(run.report.get("features") or [])
             if n > cap and self._capped.get(run.model_name) != run.run_id:
                 self._capped[run.model_name] = run.run_id
@@ -248,4 +221,4 @@ class DriftCollector(Collector):
                     run.run_id,
                 )
             families.add(run, max_features=cap)
-        yield from families.families()
+        return list(families.families())

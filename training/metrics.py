@@ -24,15 +24,12 @@ job and an expression over them never comes back empty.
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client.core import GaugeMetricFamily, Metric
 
+from core.cached_metrics import CachedCollector
 from core.config import Settings
 from core.database import Database
 from registry.service import serving_model_names
@@ -96,46 +93,18 @@ def families(snapshot: JobSnapshot, *, now: float) -> list[GaugeMetricFamily]:
     return [jobs, running, finished]
 
 
-class TrainingJobsCollector(Collector):
+class TrainingJobsCollector(CachedCollector[JobSnapshot]):
     """Yields the job queue gauges from a cache: :meth:`refresh` (a periodic job) reads the database,
     :meth:`collect` (a scrape) never does."""
 
-    MIN_REFRESH_S = 0.5
+    what = "job metrics"
 
     def __init__(self, *, db: Database, settings: Settings) -> None:
+        super().__init__(settings=settings, empty=JobSnapshot())
         self.db = db
-        self.settings = settings
-        self._snapshot = JobSnapshot()
-        self.read_at: float | None = None  # monotonic time of the last successful read
-        self.refreshes = 0  # reads attempted and finished (successful or not)
-        self._failing = False
-        self._lock = threading.Lock()
 
-    def refresh_interval_s(self) -> float:
-        """Seconds between two reads of the database by the refresh job."""
-        return max(self.settings.drift_metrics_cache_s, self.MIN_REFRESH_S)
+    def read(self) -> JobSnapshot:
+        return read_snapshot(db=self.db)
 
-    def refresh(self) -> None:
-        """Read the jobs into the cache; when the database cannot be read, keep the last values."""
-        try:
-            snapshot = read_snapshot(db=self.db)
-        except Exception as exc:  # the database is down: keep the last values, say so once
-            if not self._failing:
-                log.warning("job metrics: cannot read the retraining jobs, keeping the last values: %s", exc)
-            self._failing = True
-        else:
-            self._failing = False
-            with self._lock:
-                self._snapshot = snapshot
-                self.read_at = time.monotonic()
-        finally:
-            with self._lock:
-                self.refreshes += 1
-
-    def snapshot(self) -> JobSnapshot:
-        """The cached snapshot (never reads the database)."""
-        with self._lock:
-            return self._snapshot
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield from families(self.snapshot(), now=time.time())
+    def families(self, snapshot: JobSnapshot, *, now: float) -> list[Metric]:
+        return list(families(snapshot, now=now))
