@@ -81,7 +81,7 @@ def wait_logged(*, client: httpx.Client, rows_written: int, timeout_s: float = 6
 
 
 def watch_drift(
-    *, settings: Settings, model: str, window: int, seed: int, report_path: Path, epochs: float
+    *, settings: Settings, model: str, window: int, seed: int, report_path: Path, epochs: float, rows: int
 ) -> tuple[list[set[str]], Summary]:
     """Baseline, a new category, then covariate shift, a monitor run after each; then close the loop.
 
@@ -111,7 +111,8 @@ def watch_drift(
             "job_poll_interval_s": 0.5,
             "webhook_send_interval_s": 0.5,
             "retrain_window_rows": window,  # retrain on the drifted window
-            "retrain_epochs": epochs,
+            # as many optimizer steps as the first training had (its data was rows/window times larger)
+            "retrain_epochs": epochs * max(1.0, rows / window),
         }
     )
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
@@ -303,6 +304,7 @@ def run_demo(
         seed=seed,
         report_path=Path("var/demo/drift-report.html"),
         epochs=epochs,
+        rows=rows,
     )
     for phase, found, scenario in zip(
         ("baseline", "new category", "covariate shift"),
