@@ -57,7 +57,7 @@ def test_demo_trains_serves_flags_the_planted_drift_and_closes_the_loop(tmp_path
         assert f"│ {stage}" in out and f"{stage} │ ok" in " ".join(out.replace("│", " │ ").split()), stage
     assert "signature verified with standardwebhooks" in flat and "(trigger alert," in flat
     assert "credit: serving version 1 -> 2" in out  # the server switched to the retrained version
-    assert "job 2 rejected: metric: roc_auc" in flat and "credit:2 still serves" in flat
+    assert "job 2: rejected" in flat and "gate: FAIL metric: roc_auc" in flat  # the drill, with its reason
     from sqlalchemy import create_engine, text
 
     engine = create_engine(f"sqlite:///{tmp_path / 'var' / 'driftwarden.db'}")
