@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from core.terminal import make_console
+
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
@@ -90,7 +92,6 @@ def alerts_list(
             "no alerts" + (f" of model {model!r}" if model else "") + (f" in state {state}" if state else "")
         )
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="Alerts")
@@ -107,7 +108,7 @@ def alerts_list(
             _when(r.fired_at or r.started_at),
             "yes" if r.silenced else "",
         )
-    Console().print(table)
+    make_console().print(table)
 
 
 @alerts_app.command("show")
@@ -133,7 +134,6 @@ def alerts_rules(
     if as_json:
         _echo_json(doc)
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"Alert rules of {model} ({doc['origin']}: {doc['source']})")
@@ -149,7 +149,7 @@ def alerts_rules(
             ", ".join(r["actions"]),
             "yes" if r["enabled"] else "no",
         )
-    Console().print(table)
+    make_console().print(table)
 
 
 @alerts_app.command("rules-apply", epilog=RULES_EPILOG)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from core.terminal import make_console
+
 if TYPE_CHECKING:
     from registry.models import ModelDetail, VersionDetail, VersionEventRead
 
@@ -34,7 +36,6 @@ def models_list(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
 ) -> None:
     """List registered versions with state, held-out metrics and lineage."""
-    from rich.console import Console
     from rich.table import Table
 
     from core.database import open_database
@@ -73,7 +74,7 @@ def models_list(
             str(r.lineage.get("train_rows", "")),
             r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
-    Console().print(table)
+    make_console().print(table)
 
 
 @models_app.command("show")

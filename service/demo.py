@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from rich.console import Console
 
 from core.config import Settings
 from core.tabular import Columns, write_table
+from core.terminal import make_console
 from service.demo_loop import Summary
 from training.datagen import TARGET, Scenario, generate
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def step(title: str) -> None:

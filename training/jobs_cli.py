@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from core.terminal import make_console
 from training.jobs import Mode
 
 jobs_app = typer.Typer(
@@ -34,7 +35,6 @@ def jobs_list(
     """List retraining jobs, newest first: state, trigger, progress, versions, outcome."""
     import json
 
-    from rich.console import Console
     from rich.table import Table
 
     from core.database import open_database
@@ -73,7 +73,7 @@ def jobs_list(
             (d["created_at"] or "")[:19].replace("T", " "),
             _outcome(d),
         )
-    Console().print(table)
+    make_console().print(table)
 
 
 @jobs_app.command("show")
