@@ -1,17 +1,29 @@
 """Tabular files (CSV or Parquet) as ordered numpy columns: floats for numbers, objects for strings.
 
+:func:`read_table` reads a whole file (strings as Python objects). :class:`TableStream` reads one in batches
+(Parquet row groups, CSV blocks) through Arrow, so a file larger than memory can be folded batch by batch
+(:func:`fold_batches`); in its batches numbers are numpy arrays and text is a :class:`CodedColumn`
+(dictionary codes: one small integer per cell, one Python string per distinct value).
+
 A file that cannot be read or written raises :class:`TableError`: one line naming the file, what is wrong and
 how to fix it (answered by the CLI root as ``error: ...`` with exit code 2).
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import re
+import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -19,6 +31,11 @@ from core.errors import Invalid
 
 Columns = dict[str, np.ndarray]
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+BATCH_ROWS = 65_536  # Parquet rows per batch of a TableStream
+PARQUET_BUFFER_BYTES = 1 << 20  # Parquet column chunks are read through a buffer this size, not whole
+CSV_BLOCK_BYTES = 16 << 20  # CSV bytes per block (one batch) of a TableStream
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 class TableError(Invalid, ValueError):
@@ -28,15 +45,115 @@ class TableError(Invalid, ValueError):
     """
 
 
-def _to_numpy(column: pa.ChunkedArray) -> np.ndarray:
+def _to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     t = column.type
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        if column.null_count:
-            return column.to_numpy(zero_copy_only=False).astype(np.float64)
+        if column.null_count:  # NaN for the nulls (a boolean with nulls would be objects otherwise)
+            return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
         return column.to_numpy().astype(np.int64)
     if pa.types.is_floating(t):
         return column.to_numpy(zero_copy_only=False).astype(np.float64)
     return np.array(column.to_pylist(), dtype=object)
+
+
+@dataclass(frozen=True)
+class CodedColumn:
+    """A text column as dictionary codes: ``codes[i]`` indexes ``categories``; -1 is a null (missing).
+
+    ``categories`` holds each distinct value once (``str``; ``""`` stays a value, which the monitors count as
+    missing like a null). ``np.asarray`` decodes it into objects (None for nulls): correct anywhere, but one
+    object per cell; :func:`value_counts` and :func:`as_float` read the codes instead.
+    """
+
+    codes: np.ndarray  # int32, one per row
+    categories: np.ndarray  # object array of str
+
+    def __len__(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def size(self) -> int:
+        return int(self.codes.shape[0])
+
+    def __getitem__(self, rows: slice | np.ndarray) -> CodedColumn:
+        return CodedColumn(codes=self.codes[rows], categories=self.categories)
+
+    def counts(self) -> Counter[str | None]:
+        """Rows per value (None: nulls), values that occur only."""
+        n = np.bincount(self.codes.astype(np.int64) + 1, minlength=len(self.categories) + 1).tolist()
+        out: Counter[str | None] = Counter()
+        if n[0]:
+            out[None] = n[0]
+        for cat, k in zip(self.categories.tolist(), n[1:], strict=True):
+            if k:
+                out[cat] += k
+        return out
+
+    def decode(self) -> np.ndarray:
+        """The column as an object array (None for nulls)."""
+        lookup = np.empty(len(self.categories) + 1, dtype=object)
+        lookup[: len(self.categories)] = self.categories
+        return lookup[self.codes]  # code -1 takes the trailing None
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.decode()
+        return out if dtype is None else out.astype(dtype)
+
+    @classmethod
+    def concat(cls, parts: Sequence[CodedColumn]) -> CodedColumn:
+        """One column from batches whose dictionaries differ (codes remapped onto one dictionary)."""
+        index: dict[str, int] = {}
+        codes = []
+        for part in parts:
+            ids = np.array([index.setdefault(c, len(index)) for c in part.categories.tolist()] + [-1])
+            codes.append(ids.astype(np.int32)[part.codes])
+        categories = np.empty(len(index), dtype=object)
+        categories[:] = list(index)
+        return cls(codes=np.concatenate(codes) if codes else np.zeros(0, np.int32), categories=categories)
+
+
+Column = np.ndarray | CodedColumn
+
+
+def value_counts(values: Column) -> Counter[Any]:
+    """Rows per distinct value, as ``Counter(values.tolist())`` counts them (NaNs may share one key)."""
+    if isinstance(values, CodedColumn):
+        return values.counts()
+    if values.dtype.kind in "iufb":
+        uniq, n = np.unique(values, return_counts=True)
+        return Counter(dict(zip(uniq.tolist(), n.tolist(), strict=True)))
+    return Counter(values.tolist())
+
+
+def _coded(array: pa.Array) -> CodedColumn:
+    """A text (or other non-numeric) Arrow array as codes; non-strings become ``str(value)``."""
+    if pa.types.is_null(array.type):
+        codes = np.full(len(array), -1, dtype=np.int32)
+        return CodedColumn(codes=codes, categories=np.empty(0, dtype=object))
+    if not pa.types.is_dictionary(array.type):
+        array = pc.dictionary_encode(array)
+    codes = array.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    words = array.dictionary.to_pylist()
+    if not (pa.types.is_string(array.dictionary.type) or pa.types.is_large_string(array.dictionary.type)):
+        words = [None if w is None else str(w) for w in words]
+    if any(w is None for w in words):  # a null inside the dictionary: a null cell
+        nulls = np.array([w is None for w in words] + [True])
+        codes = np.where(nulls[codes], -1, codes).astype(np.int32)
+    categories = np.empty(len(words), dtype=object)
+    categories[:] = ["" if w is None else w for w in words]
+    return CodedColumn(codes=codes, categories=categories)
+
+
+def _batch_column(array: pa.Array) -> Column:
+    """Numbers as ``read_table`` types them (int64, or float64 with NaN for nulls; zero-copy where Arrow
+    allows, so read-only), anything else as codes."""
+    t = array.type
+    if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)):
+        return _coded(array)
+    if array.null_count or (pa.types.is_floating(t) and t != pa.float64()):
+        return np.asarray(array.cast(pa.float64()).to_numpy(zero_copy_only=False))
+    dtype = np.float64 if pa.types.is_floating(t) else np.int64
+    return np.asarray(array.to_numpy(zero_copy_only=False)).astype(dtype, copy=False)
 
 
 def _format(p: Path, *, verb: str) -> str:
@@ -48,12 +165,8 @@ def _format(p: Path, *, verb: str) -> str:
     return fmt
 
 
-def read_table(path: str | Path) -> Columns:
-    """Read a ``.csv`` or ``.parquet`` file into columns; nulls become NaN or None.
-
-    Raises :class:`TableError` for a missing, empty, malformed or unsupported file, or duplicate column names.
-    """
-    p = Path(path)
+def _readable(p: Path) -> str:
+    """The format of a file that exists and may be read, else :class:`TableError`."""
     if not p.exists():
         raise TableError(
             f"data file not found: {p} (check the path; make one with `driftwarden data generate`)"
@@ -63,18 +176,191 @@ def read_table(path: str | Path) -> Columns:
     fmt = _format(p, verb="read")
     if fmt == "csv" and p.stat().st_size == 0:
         raise TableError(f"{p} is empty (0 bytes): a CSV needs a header row and data rows")
+    return fmt
+
+
+def _unreadable(p: Path, fmt: str, exc: BaseException) -> TableError:
+    reason = " ".join(str(exc).split())
+    return TableError(f"cannot read {p} as {fmt.upper()}: {reason}")
+
+
+def _unique_names(p: Path, names: Sequence[str]) -> None:
+    duplicates = sorted(name for name, n in Counter(names).items() if n > 1)
+    if duplicates:
+        raise TableError(f"{p} has duplicate column names {duplicates}: rename them so each is unique")
+
+
+def read_table(path: str | Path) -> Columns:
+    """Read a ``.csv`` or ``.parquet`` file into columns; nulls become NaN or None.
+
+    Raises :class:`TableError` for a missing, empty, malformed or unsupported file, or duplicate column names.
+    """
+    p = Path(path)
+    fmt = _readable(p)
     try:
         if fmt == "csv":
             table = pacsv.read_csv(p, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
         else:
             table = pq.read_table(p)
     except (pa.ArrowException, OSError) as exc:
-        reason = " ".join(str(exc).split())
-        raise TableError(f"cannot read {p} as {fmt.upper()}: {reason}") from exc
-    duplicates = sorted(name for name, n in Counter(table.column_names).items() if n > 1)
-    if duplicates:
-        raise TableError(f"{p} has duplicate column names {duplicates}: rename them so each is unique")
+        raise _unreadable(p, fmt, exc) from exc
+    _unique_names(p, table.column_names)
     return {name: _to_numpy(table.column(name)) for name in table.column_names}
+
+
+class _Widened(Exception):
+    """A later CSV block holds a value the type inferred from the first block cannot: read again."""
+
+
+_CONVERSION = re.compile(r"CSV column #(\d+): CSV conversion error to (\w+)")
+_WIDER = {"null": pa.int64(), "int64": pa.float64(), "double": pa.string()}
+
+
+class TableStream:
+    """A ``.csv`` or ``.parquet`` file read in batches of numpy columns (text as :class:`CodedColumn`).
+
+    Parquet is read row group by row group (dictionary pages stay codes), CSV block by block, so memory is
+    bounded by a batch whatever the file's size. Opening checks what :func:`read_table` checks (missing,
+    empty, malformed, unsupported, duplicate names); ``names`` are the columns, ``rows`` the row count when
+    the file's metadata knows it (Parquet). A CSV column typed by its first block is widened as
+    :func:`read_table` would type it (int -> float -> text) when a later block needs it; iterate with
+    :func:`fold_batches`, which starts the fold again in that case.
+    """
+
+    def __init__(
+        self, path: str | Path, *, batch_rows: int = BATCH_ROWS, block_bytes: int = CSV_BLOCK_BYTES
+    ) -> None:
+        self.path = Path(path)
+        self.format = _readable(self.path)
+        self.batch_rows = batch_rows
+        self.block_bytes = block_bytes
+        self.rows: int | None = None
+        self._types: dict[str, pa.DataType] = {}
+        try:
+            if self.format == "parquet":
+                meta = pq.ParquetFile(self.path)
+                self.names: list[str] = list(meta.schema_arrow.names)
+                self.rows = meta.metadata.num_rows
+                self._text = [
+                    f.name
+                    for f in meta.schema_arrow
+                    if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+                ]
+            else:
+                with self._open_csv(None) as reader:
+                    self.names = list(reader.schema.names)
+        except (pa.ArrowException, OSError) as exc:
+            raise _unreadable(self.path, self.format, exc) from exc
+        _unique_names(self.path, self.names)
+
+    def _open_csv(self, columns: Sequence[str] | None) -> pacsv.CSVStreamingReader:
+        return pacsv.open_csv(
+            self.path,
+            read_options=pacsv.ReadOptions(block_size=self.block_bytes),
+            convert_options=pacsv.ConvertOptions(
+                strings_can_be_null=True,
+                include_columns=list(columns) if columns is not None else None,
+                column_types=self._types,
+            ),
+        )
+
+    def _widen(self, exc: pa.ArrowInvalid) -> bool:
+        """Widen the column a CSV conversion error names (False when it is not such an error)."""
+        found = _CONVERSION.search(str(exc))
+        if found is None or self.format != "csv":
+            return False
+        name, was = self.names[int(found.group(1))], found.group(2)
+        wider = _WIDER.get(was, pa.string())
+        if was == "string" or self._types.get(name) == wider:
+            return False
+        self._types[name] = wider
+        return True
+
+    def batches(self, columns: Sequence[str] | None = None) -> Iterator[dict[str, Column]]:
+        """Batches of ``columns`` (default: all; each must be one of ``names``)."""
+        wanted = list(self.names if columns is None else columns)
+        try:
+            if self.format == "parquet":
+                text = [c for c in self._text if c in wanted]
+                source = pq.ParquetFile(
+                    self.path, read_dictionary=text, pre_buffer=False, buffer_size=PARQUET_BUFFER_BYTES
+                )
+                batches: Iterator[pa.RecordBatch] = source.iter_batches(
+                    batch_size=self.batch_rows, columns=wanted
+                )
+            else:
+                batches = iter(self._open_csv(wanted))
+            for batch in batches:
+                yield {name: _batch_column(batch.column(name)) for name in wanted}
+        except pa.ArrowInvalid as exc:
+            if self._widen(exc):
+                raise _Widened(str(exc)) from exc
+            raise _unreadable(self.path, self.format, exc) from exc
+        except (pa.ArrowException, OSError) as exc:
+            raise _unreadable(self.path, self.format, exc) from exc
+
+
+def _read_ahead(batches: Iterator[T], depth: int) -> Iterator[T]:
+    """The items of ``batches``, produced by a thread up to ``depth`` ahead (Arrow decodes without the GIL,
+    so reading the next batch overlaps with work on this one); its errors are raised here, in order."""
+    items: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in batches:
+                while not stop.is_set():
+                    try:
+                        items.put((True, item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put((False, None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            items.put((False, exc))
+
+    worker = threading.Thread(target=produce, name="table-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            more, item = items.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting on a full queue, then let it end
+            with contextlib.suppress(queue.Empty):
+                items.get(timeout=0.1)
+
+
+def fold_batches(
+    stream: TableStream,
+    *,
+    columns: Sequence[str] | None,
+    start: Callable[[], S],
+    add: Callable[[S, dict[str, Column]], None],
+    read_ahead: int = 1,
+) -> S:
+    """Fold every batch of ``columns`` into a state made by ``start`` (made again if a CSV column widens).
+
+    The next ``read_ahead`` batches are read by a thread while ``add`` works (0: no thread).
+    """
+    while True:
+        state = start()
+        batches = stream.batches(columns)
+        try:
+            for batch in _read_ahead(batches, read_ahead) if read_ahead > 0 else batches:
+                add(state, batch)
+            return state
+        except _Widened:
+            continue
+        finally:
+            pa.default_memory_pool().release_unused()  # hand the batches' memory back to the system
 
 
 def write_table(columns: Mapping[str, np.ndarray], path: str | Path) -> Path:
@@ -98,14 +384,21 @@ def write_table(columns: Mapping[str, np.ndarray], path: str | Path) -> Path:
     return p
 
 
-def as_float(values: np.ndarray) -> np.ndarray:
+def _parse_float(v: Any) -> float:
+    try:
+        return float(v) if v is not None and v != "" else np.nan
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def as_float(values: Column) -> np.ndarray:
     """A numeric column as float64 (NaN for missing); strings that are not numbers become NaN."""
+    if isinstance(values, CodedColumn):  # each distinct string parsed once
+        lookup = np.array([_parse_float(v) for v in values.categories.tolist()] + [np.nan])
+        return lookup[values.codes]
     if values.dtype.kind in "iufb":
         return np.asarray(values, dtype=np.float64)
     out = np.full(values.shape, np.nan)
     for i, v in enumerate(values):
-        try:
-            out[i] = float(v) if v is not None and v != "" else np.nan
-        except (TypeError, ValueError):
-            out[i] = np.nan
+        out[i] = _parse_float(v)
     return out

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.tabular import as_float
+from core.tabular import Column, as_float
 
 
 @dataclass
@@ -54,7 +54,7 @@ class GridCounts:
 
 
 def count_on_grid(
-    values: np.ndarray, grid: np.ndarray, *, limits: tuple[float | None, float | None] = (None, None)
+    values: Column, grid: np.ndarray, *, limits: tuple[float | None, float | None] = (None, None)
 ) -> GridCounts:
     """Exact cell counts of ``values`` (NaN = missing) on ``grid``; one sort, O(n log n).
 
@@ -62,7 +62,18 @@ def count_on_grid(
     """
     x = np.sort(as_float(values))  # NaN sorts last
     n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
-    x = x[:n_valid]
+    return count_sorted(x[:n_valid], grid, missing=int(x.size - n_valid), limits=limits)
+
+
+def count_sorted(
+    x: np.ndarray,
+    grid: np.ndarray,
+    *,
+    missing: int = 0,
+    limits: tuple[float | None, float | None] = (None, None),
+) -> GridCounts:
+    """:func:`count_on_grid` of values already sorted, without NaN (``missing`` of them were dropped)."""
+    n_valid = int(x.size)
     outside = 0
     if limits[0] is not None:
         outside += int(np.searchsorted(x, limits[0], side="left"))
@@ -70,7 +81,6 @@ def count_on_grid(
         outside += int(n_valid - np.searchsorted(x, limits[1], side="right"))
     k = len(grid)
     cells = np.zeros(2 * k + 1, dtype=np.int64)
-    missing = int(values.size - n_valid)
     if k == 0:
         cells[0] = n_valid
         return GridCounts(cells=cells, sums=np.array([x.sum()]), missing=missing, outside=outside)

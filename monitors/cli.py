@@ -215,16 +215,11 @@ def drift_cmd(
     import json
 
     import numpy as np
-    from rich.console import Console
 
     from core.config import get_settings
-    from core.tabular import read_table
     from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
-    from monitors.console import print_report
-    from monitors.engine import compare
-    from monitors.html import render_html
+    from monitors.offline import numeric_features, read_reference, reference_schema, sketch_current
     from monitors.profile import build_reference_profile, profile_from_dict
-    from registry.schema import FeatureKind
 
     _check_outputs(json_out, html_out)
     config = _monitor_config(config_file, alpha=alpha, drift_share=drift_share)
@@ -232,8 +227,8 @@ def drift_cmd(
     given_schema = _read_schema(schema_file) if schema_file is not None else None
     findings: list[Finding] = []
     tables: dict[str, dict[str, np.ndarray]] = {}
-    reference: dict[str, np.ndarray] | None = None
     schema: ModelSchema | None = None
+    profile: Profile | None = None
     if reference_version is not None:
         if len(files) != 1:
             raise typer.BadParameter("with --reference-version give only CURRENT", param_hint="FILES")
@@ -243,21 +238,29 @@ def drift_cmd(
         findings += check_rows(
             profile.rows, where=f"the reference profile of {reference_version}", min_rows=minimum
         )
+        label_col = target or (schema.target or None)
     else:
         if len(files) != 2:
             raise typer.BadParameter("give REFERENCE and CURRENT", param_hint="FILES")
         reference_path, current_path = files
-        reference = read_table(reference_path)
-        tables[f"REFERENCE {reference_path}"] = reference
-        source = f"--schema {schema_file}" if given_schema is not None else f"REFERENCE {reference_path}"
         exclude = {c for c in (target, prediction_column) if c}
+        ref_facts, reference = read_reference(
+            reference_path,
+            columns=None  # all: the features are inferred from them
+            if given_schema is None
+            else [*given_schema.feature_names, target, prediction_column, given_schema.target or None],
+            target=target,
+            prediction=prediction_column,
+        )
+        tables[f"REFERENCE {reference_path}"] = ref_facts.for_checks()
+        source = f"--schema {schema_file}" if given_schema is not None else f"REFERENCE {reference_path}"
         features = (
             given_schema.feature_names
             if given_schema is not None
-            else [c for c in reference if c not in exclude]
+            else [c for c in ref_facts.names if c not in exclude]
         )
         findings += check_table(
-            reference,
+            tables[f"REFERENCE {reference_path}"],
             where=f"REFERENCE {reference_path}",
             min_rows=minimum,
             features=features,
@@ -267,47 +270,66 @@ def drift_cmd(
         )
         if not findings:
             try:
-                schema = given_schema or _infer_schema(reference, exclude=exclude, target=target)
+                schema = given_schema or reference_schema(
+                    reference, ref_facts, exclude=exclude, target=target
+                )
             except ValueError as exc:
                 raise Invalid(f"REFERENCE {reference_path}: {exc}") from None
-    current = read_table(current_path)
-    tables[f"CURRENT {current_path}"] = current
+        label_col = target or ((schema.target if schema is not None else None) or None)
+    hint = f" (check --config {config_file})" if config_file is not None else ""
+    failed: Invalid | None = None
+    if profile is None and schema is not None and not findings:
+        preds = reference.get(prediction_column) if prediction_column else None
+        labels = reference.get(label_col) if label_col and preds is not None else None
+        try:
+            profile = profile_from_dict(
+                build_reference_profile(
+                    reference,
+                    schema,
+                    predictions=None if preds is None else np.asarray(preds, dtype=np.float64),
+                    labels=None if labels is None else np.asarray(labels),
+                )
+            )
+        except (ValueError, TypeError) as exc:
+            failed = Invalid(f"cannot compare CURRENT {current_path} with {source}: {exc}{hint}")
+        del reference  # the profile holds all that is needed of it
+    cur_facts, sketch = sketch_current(
+        current_path,
+        profile=profile if not findings and failed is None else None,
+        features=[] if schema is None else schema.feature_names,
+        prediction=prediction_column,
+        labels=label_col,
+        target=target,
+        threshold=config.classification_threshold,
+    )
+    tables[f"CURRENT {current_path}"] = cur_facts.for_checks()
     findings[:0] = check_options(
         tables, target=target, prediction=prediction_column, target_in=list(tables)[:1]
     )
-    numeric = [] if schema is None else [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
     findings += check_table(
-        current,
+        tables[f"CURRENT {current_path}"],
         where=f"CURRENT {current_path}",
         min_rows=minimum,
         features=[] if schema is None else schema.feature_names,
         feature_source=source,
-        numeric=numeric,
+        numeric=[] if schema is None else numeric_features(schema),
         target=target,
         prediction=prediction_column,
         target_required=reference_version is not None,
     )
     raise_findings(findings)
-    assert schema is not None  # no finding: the reference was read and its schema built
-    label_col = target or (schema.target or None)
+    if failed is not None:
+        raise failed
+    assert profile is not None and sketch is not None  # no finding: both sides were read and checked
+    from rich.console import Console
+
+    from monitors.console import print_report
+    from monitors.engine import evaluate
+    from monitors.html import render_html
+
     try:
-        if reference is not None:
-            preds = reference.get(prediction_column) if prediction_column else None
-            labels = reference.get(label_col) if label_col and preds is not None else None
-            profile = profile_from_dict(
-                build_reference_profile(reference, schema, predictions=preds, labels=labels)
-            )
-        cur_preds = current.get(prediction_column) if prediction_column else None
-        cur_labels = current.get(label_col) if label_col and cur_preds is not None else None
-        report = compare(
-            profile=profile,
-            columns={f: current[f] for f in schema.feature_names},
-            predictions=None if cur_preds is None else np.asarray(cur_preds, dtype=np.float64),
-            labels=cur_labels,
-            config=config,
-        )
+        report = evaluate(profile=profile, sketch=sketch, config=config)
     except (ValueError, TypeError) as exc:
-        hint = f" (check --config {config_file})" if config_file is not None else ""
         raise Invalid(f"cannot compare CURRENT {current_path} with {source}: {exc}{hint}") from None
     to_stdout = STDOUT in {str(json_out), str(html_out)}
     print_report(report, console=Console(stderr=True) if to_stdout else None)

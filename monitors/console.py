@@ -1,4 +1,9 @@
-"""A drift report as a table on the terminal (used by `driftwarden drift` and the demo)."""
+"""A drift report as a table on the terminal (used by `driftwarden drift` and the demo).
+
+On a terminal rich fits the table to its width. Piped or captured (a file, a CI log, a test), there is no
+width to fit: the table is printed at its natural width and lines are not wrapped, so no column name or
+value is cut ("statis…") and each finding stays on one line.
+"""
 
 from __future__ import annotations
 
@@ -39,24 +44,42 @@ def print_report(
             "[bold red]DRIFT[/]" if r.drifted else "[green]ok[/]",
         )
     console = console or Console()
-    console.print(table)
+    wrap = console.is_terminal
+    _print_table(console, table)
     for q in report.quality:
         if q.flagged:
             console.print(
                 f"[yellow]quality[/] {q.feature}: {q.check} {q.count}/{q.rows} ({q.rate:.2%}, "
-                f"expected {q.expected_rate:.2%})"
+                f"expected {q.expected_rate:.2%})",
+                soft_wrap=not wrap,
             )
     if report.performance:
-        console.print(f"performance (labels): { {k: round(v, 4) for k, v in report.performance.items()} }")
+        perf = {k: round(v, 4) for k, v in report.performance.items()}
+        console.print(f"performance (labels): {perf}", soft_wrap=not wrap)
     if report.estimated_performance:
         est = {k: round(v, 4) for k, v in report.estimated_performance.items()}
-        console.print(f"performance (estimated, CBPE): {est}")
+        console.print(f"performance (estimated, CBPE): {est}", soft_wrap=not wrap)
     d = report.dataset
     verdict = "[bold red]DATASET DRIFTED[/]" if d.drifted else "[green]dataset stable[/]"
     console.print(
         f"{verdict}: {d.n_drifted}/{d.n_features} features drifted ({d.share:.0%}; rule >= "
-        f"{d.drift_share:.0%}, {d.correction} at alpha {d.alpha})"
+        f"{d.drift_share:.0%}, {d.correction} at alpha {d.alpha})",
+        soft_wrap=not wrap,
     )
     summary = summary or headline(report)
     mark = "[green]no findings[/]" if summary.ok else "[bold red]ATTENTION[/]"
-    console.print(f"{mark}: {summary.text}")
+    console.print(f"{mark}: {summary.text}", soft_wrap=not wrap)
+
+
+def _print_table(console: Console, table: Table) -> None:
+    """The table at the console's width on a terminal; elsewhere at least as wide as its content needs."""
+    needed = console.measure(table, options=console.options.update_width(10_000)).maximum
+    if console.is_terminal or needed <= console.width:
+        console.print(table)
+        return
+    width = console.width
+    console.width = needed
+    try:
+        console.print(table)
+    finally:
+        console.width = width

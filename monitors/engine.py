@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from core.tabular import Column
 from monitors.binning import GridCounts, cell_points
 from monitors.config import FeatureOverride, MonitorConfig
 from monitors.drift import catalog
@@ -32,13 +33,13 @@ from registry.schema import FeatureKind
 def sketch_columns(
     *,
     profile: Profile,
-    columns: Mapping[str, np.ndarray],
+    columns: Mapping[str, Column],
     predictions: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     threshold: float = 0.5,
     chunk_rows: int = CHUNK_ROWS,
 ) -> WindowSketch:
-    """Sketch in-memory columns chunk by chunk (memory bounded by ``chunk_rows``)."""
+    """Sketch in-memory columns chunk by chunk (memory bounded by ``chunk_rows``); text may be codes."""
     sketch = WindowSketch(threshold=threshold)
     n = len(next(iter(columns.values()))) if columns else (0 if predictions is None else len(predictions))
     for start in range(0, max(n, 1), chunk_rows):
@@ -362,7 +363,7 @@ def _multivariate(*, profile: Profile, sketch: WindowSketch, config: MonitorConf
 def compare(
     *,
     profile: Profile,
-    columns: Mapping[str, np.ndarray],
+    columns: Mapping[str, Column],
     predictions: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     config: MonitorConfig | None = None,

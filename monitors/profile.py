@@ -13,7 +13,6 @@ A PCA of the standardised numeric features (``"multivariate"``) lets joint shift
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from core.tabular import as_float
-from monitors.binning import count_on_grid
+from core.tabular import CodedColumn, Column, as_float, value_counts
+from monitors.binning import count_sorted
 from registry.schema import FeatureKind, ModelSchema
 
 PROFILE_FORMAT = "driftwarden.profile/1"
@@ -124,12 +123,36 @@ class Profile:
 # ---------------------------------------------------------------- building
 
 
+def quantile_positions(n: int, q: np.ndarray) -> np.ndarray:
+    """Positions in ``n`` sorted values of the quantiles ``q`` by ``np.quantile(method="inverted_cdf")``.
+
+    Parameters
+    ----------
+    n : int
+        Number of values (at least 1).
+    q : np.ndarray
+        Probabilities in [0, 1].
+
+    Returns
+    -------
+    np.ndarray
+        Integer positions: the smallest ``i`` with ``(i + 1) / n >= q`` (numpy's rule, in its arithmetic), so
+        ``sorted_values[positions]`` equals ``np.quantile(values, q, method="inverted_cdf")`` without
+        partitioning the values again.
+    """
+    index = n * np.asarray(q, dtype=np.float64) - 1
+    below = np.floor(index)
+    positions = np.where(index - below == 0, below, below + 1).astype(np.intp)
+    return np.clip(positions, 0, n - 1)
+
+
 def numeric_summary(
-    values: np.ndarray, *, name: str, n_quantiles: int = N_QUANTILES, n_bins: int = N_BINS
+    values: Column, *, name: str, n_quantiles: int = N_QUANTILES, n_bins: int = N_BINS
 ) -> dict[str, Any]:
-    """Summary dict of one numeric column (NaN = missing)."""
-    x = as_float(values)
-    present = np.sort(x[~np.isnan(x)])
+    """Summary dict of one numeric column (NaN = missing); one sort of the values."""
+    x = np.sort(as_float(values))  # NaN sorts last
+    n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
+    present = x[:n_valid]
     out: dict[str, Any] = {"kind": FeatureKind.NUMERIC.value, "name": name, "count": int(present.size)}
     out["missing"] = int(x.size - present.size)
     if present.size == 0:
@@ -138,9 +161,9 @@ def numeric_summary(
         )
         out.update(bin_cuts=[], bin_counts=[0])
         return out
-    q = np.quantile(present, np.linspace(0.0, 1.0, n_quantiles), method="inverted_cdf")
+    q = present[quantile_positions(present.size, np.linspace(0.0, 1.0, n_quantiles))]
     grid = np.unique(q)
-    counts = count_on_grid(present, grid)
+    counts = count_sorted(present, grid)
     # decile cuts are taken from the sketch itself, so they are grid points
     cuts = np.unique(q[np.round(np.arange(1, n_bins) * (n_quantiles - 1) / n_bins).astype(np.int64)])
     cuts = cuts[cuts < grid[-1]]  # a cut at the maximum would leave an always-empty last bin
@@ -160,9 +183,9 @@ def numeric_summary(
     return out
 
 
-def categorical_summary(values: np.ndarray, *, name: str) -> dict[str, Any]:
+def categorical_summary(values: Column, *, name: str) -> dict[str, Any]:
     """Summary dict of one categorical column (None or "" = missing)."""
-    counts = Counter(values.tolist())
+    counts = value_counts(values)
     missing = 0
     cats: dict[str, int] = {}
     for key, n in counts.items():
@@ -179,21 +202,29 @@ def categorical_summary(values: np.ndarray, *, name: str) -> dict[str, Any]:
     }
 
 
-def _pca_summary(columns: Mapping[str, np.ndarray], names: list[str]) -> dict[str, Any] | None:
+def _pca_summary(columns: Mapping[str, Column], names: list[str]) -> dict[str, Any] | None:
     if len(names) < 2:
         return None
-    x = np.column_stack([as_float(columns[n]) for n in names])
-    if x.shape[0] > PCA_MAX_ROWS:
-        x = x[np.linspace(0, x.shape[0] - 1, PCA_MAX_ROWS).astype(np.int64)]
+    rows = len(columns[names[0]])
+    pick = np.linspace(0, rows - 1, PCA_MAX_ROWS).astype(np.int64) if rows > PCA_MAX_ROWS else slice(None)
+    x = np.empty((min(rows, PCA_MAX_ROWS), len(names)), order="F")  # sampled rows first, one column a time
+    for j, n in enumerate(names):
+        x[:, j] = as_float(columns[n][pick])
     center = np.nanmean(x, axis=0)
     scale = np.nanstd(x, axis=0)
     scale[~(scale > 0)] = 1.0
     center = np.nan_to_num(center)
-    z = np.nan_to_num((x - center) / scale)
+    x -= center  # standardised in place: z
+    x /= scale
+    z = np.nan_to_num(x, copy=False)
     if z.shape[0] < 2 * len(names):
         return None
-    _, s, vt = np.linalg.svd(z, full_matrices=False)
-    var = s**2 / max(float((s**2).sum()), 1e-300)
+    # principal axes from the d x d scatter matrix (the right singular vectors of z), largest first
+    eigenvalues, vectors = np.linalg.eigh(z.T @ z)
+    order = np.argsort(eigenvalues)[::-1]
+    energy = np.clip(eigenvalues[order], 0.0, None)
+    vt = np.ascontiguousarray(vectors[:, order].T)
+    var = energy / max(float(energy.sum()), 1e-300)
     k = int(np.searchsorted(np.cumsum(var), PCA_VARIANCE) + 1)
     k = min(max(k, 1), len(names) - 1)
     comps, resid = vt[:k], vt[k:]
@@ -209,14 +240,33 @@ def _pca_summary(columns: Mapping[str, np.ndarray], names: list[str]) -> dict[st
     }
 
 
+def pca_errors(columns: Mapping[str, Column], pca: PCAProfile) -> np.ndarray:
+    """Reconstruction error of each row of ``columns`` under the reference ``pca``.
+
+    Each row is standardised with the reference center and scale, a missing value at the center (0), then
+    measured by :func:`reconstruction_error`. The block is built transposed (a feature per row: contiguous
+    copies), which is also the order the matrix product reads fastest.
+    """
+    rows = len(columns[pca.features[0]]) if pca.features else 0
+    zt = np.empty((len(pca.features), rows))
+    for j, name in enumerate(pca.features):
+        zt[j] = as_float(columns[name])
+    zt -= pca.center[:, None]
+    zt /= pca.scale[:, None]
+    np.copyto(zt, 0.0, where=np.isnan(zt))  # as np.nan_to_num, without its passes for the infinities
+    if np.isinf(zt).any():
+        np.nan_to_num(zt, copy=False)
+    return reconstruction_error(zt.T, pca.residual_components)
+
+
 def reconstruction_error(z: np.ndarray, residual_components: np.ndarray) -> np.ndarray:
     """Mean squared residual per row of standardised ``z`` after projecting on the kept components.
 
     With an orthonormal basis split into kept and ``residual_components`` (the discarded principal
     axes), the residual's squared norm is the energy along the discarded axes: ``||z R^T||^2``.
     """
-    along = z @ residual_components.T
-    return np.asarray(np.einsum("ij,ij->i", along, along) / z.shape[1])
+    along = residual_components @ z.T  # (axes, rows)
+    return np.asarray(np.einsum("ij,ij->j", along, along) / z.shape[1])
 
 
 def _calibration(predictions: np.ndarray, labels: np.ndarray) -> dict[str, list[float]]:
@@ -235,21 +285,25 @@ def _calibration(predictions: np.ndarray, labels: np.ndarray) -> dict[str, list[
 
 
 def build_reference_profile(
-    columns: Mapping[str, np.ndarray],
+    columns: Mapping[str, Column],
     schema: ModelSchema,
     *,
     predictions: np.ndarray | None = None,
     labels: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Build the JSON-serialisable reference profile of ``columns`` under ``schema``."""
+    """Build the JSON-serialisable reference profile of ``columns`` under ``schema``.
+
+    Text columns may be :class:`core.tabular.CodedColumn` (counted by their codes).
+    """
     features: dict[str, Any] = {}
     numeric: list[str] = []
     rows = 0
     for spec in schema.features:
         if spec.name not in columns:
             raise ValueError(f"feature {spec.name!r} of the schema is missing from the data")
-        col = np.asarray(columns[spec.name])
-        rows = max(rows, int(col.shape[0]))
+        col = columns[spec.name]
+        col = col if isinstance(col, CodedColumn) else np.asarray(col)
+        rows = max(rows, len(col))
         if spec.kind is FeatureKind.NUMERIC:
             summary = numeric_summary(col, name=spec.name)
             summary.update(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.tabular import CodedColumn, Column, value_counts
 from monitors.binning import GridCounts, count_on_grid
 from monitors.drift.multivariate import pca_error_counts
 from monitors.drift.streaming import PageHinkley
@@ -62,25 +63,26 @@ class WindowSketch:
     def update(
         self,
         profile: Profile,
-        columns: Mapping[str, np.ndarray],
+        columns: Mapping[str, Column],
         *,
         predictions: np.ndarray | None = None,
         labels: np.ndarray | None = None,
     ) -> WindowSketch:
-        """Add one chunk of rows (in time order); returns self."""
+        """Add one chunk of rows (in time order); returns self. Text may come as codes (``CodedColumn``)."""
         n = len(next(iter(columns.values()))) if columns else (0 if predictions is None else len(predictions))
         self.rows += n
         for name, feature in profile.features.items():
             if name not in columns:
                 continue
-            values = np.asarray(columns[name])
+            values = columns[name]
+            values = values if isinstance(values, CodedColumn) else np.asarray(values)
             if isinstance(feature, NumericProfile):
                 limits = (feature.allowed_min, feature.allowed_max)
                 counts = count_on_grid(values, feature.grid, limits=limits)
                 prev = self.numeric.get(name)
                 self.numeric[name] = counts if prev is None else prev.merge(counts)
             elif isinstance(feature, CategoricalProfile):
-                self.categorical.setdefault(name, Counter()).update(values.tolist())
+                self.categorical.setdefault(name, Counter()).update(value_counts(values))
         pca = profile.multivariate
         if pca is not None and all(f in columns for f in pca.features):
             err = pca_error_counts(columns, pca)

@@ -12,21 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
-from core.tabular import as_float
+from core.tabular import Column
 from monitors.binning import GridCounts, count_on_grid
-from monitors.profile import PCAProfile, reconstruction_error
+from monitors.profile import PCAProfile, pca_errors
 
 
-def pca_error_counts(columns: Mapping[str, np.ndarray], pca: PCAProfile) -> GridCounts:
+def pca_error_counts(columns: Mapping[str, Column], pca: PCAProfile) -> GridCounts:
     """Counts of one chunk's reconstruction errors on the reference error grid.
 
     The chunk is processed as one block (rows x numeric features): callers feed bounded chunks
-    (:meth:`monitors.window.WindowSketch.update`), so memory stays bounded by the chunk size.
+    (:meth:`monitors.window.WindowSketch.update`, the log window's chunks), so memory stays bounded.
     """
     if not pca.features or not len(columns[pca.features[0]]):
         return GridCounts.empty(pca.error.grid)
-    block = np.column_stack([as_float(np.asarray(columns[f])) for f in pca.features])
-    z = np.nan_to_num((block - pca.center) / pca.scale)
-    return count_on_grid(reconstruction_error(z, pca.residual_components), pca.error.grid)
+    return count_on_grid(pca_errors(columns, pca), pca.error.grid)

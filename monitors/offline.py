@@ -1,0 +1,296 @@
+"""Offline drift (``driftwarden drift``): files read in Arrow batches into the service's profile and sketch.
+
+Nothing here measures anything: the reference's columns go to :func:`monitors.profile.build_reference_profile`
+and each batch of the current file is folded into a :class:`monitors.window.WindowSketch`, the engine the
+service runs. What is particular to files:
+
+- text is read as dictionary codes (:class:`core.tabular.CodedColumn`), never one Python object per cell;
+- the current file is read batch by batch (Parquet row groups, CSV blocks) and each batch folded into the
+  sketch, so its size is not bounded by memory; the reference keeps its numeric columns (8 bytes a value:
+  exact quantiles need them all) and its text as codes (4 bytes a value);
+- the pre-flight checks of :mod:`monitors.checks` read only a column's length and the set of values it holds
+  (or, for numbers, their range), so each column's :class:`ColumnFacts` are gathered while reading and the
+  checks run on a small stand-in of each column (:meth:`FileFacts.for_checks`) with the same findings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from core.tabular import (
+    BATCH_ROWS,
+    CSV_BLOCK_BYTES,
+    CodedColumn,
+    Column,
+    TableStream,
+    as_float,
+    fold_batches,
+)
+from monitors.profile import Profile
+from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, infer_feature
+
+if TYPE_CHECKING:  # imported when sketching: it loads the statistics (scipy), which the reference needs not
+    from monitors.window import WindowSketch
+
+
+@dataclass
+class ColumnFacts:
+    """What the pre-flight checks read of one column, gathered batch by batch (the values are not kept).
+
+    Text keeps its distinct values (the dictionary, small by nature); numbers keep one present value, their
+    range with ``ranged`` (predictions: the checks report it) and every distinct value with ``distinct``
+    (labels: the checks list those that are not 0/1).
+    """
+
+    distinct: bool = False
+    ranged: bool = False
+    rows: int = 0
+    missing: int = 0
+    text: bool = False
+    integer: bool = True  # every batch held integers without a missing value
+    low: float = np.inf
+    high: float = -np.inf
+    values: set[Any] = field(default_factory=set)
+
+    def add(self, values: Column) -> None:
+        """Count one batch of the column."""
+        self.rows += len(values)
+        if isinstance(values, CodedColumn):
+            self.text, self.integer = True, False
+            for key, n in values.counts().items():
+                self.missing += n if key is None or key == "" else 0
+                self.values.add(key)
+            return
+        present = values
+        if values.dtype.kind == "f":
+            self.integer = False
+            nan = np.isnan(values)
+            if nan.any():
+                self.missing += int(nan.sum())
+                present = values[~nan]
+        if not present.size:
+            return
+        if self.distinct:
+            self.values.update(np.unique(present).tolist())
+        elif self.ranged:
+            self.low = min(self.low, float(present.min()))
+            self.high = max(self.high, float(present.max()))
+        elif self.low == np.inf:
+            self.low = self.high = float(present[0])
+
+    def sample(self) -> np.ndarray:
+        """A few values standing for the column: its distinct values (text, labels), its range (or one
+        value), plus a missing value when it has one; the dtype ``read_table`` would give the whole column."""
+        if self.text:
+            out = np.empty(len(self.values), dtype=object)
+            out[:] = sorted(self.values, key=lambda v: (v is not None, "" if v is None else str(v)))
+            return out
+        present = [self.low, self.high] if self.rows > self.missing else []
+        present = sorted(self.values) if self.distinct else present
+        if self.integer:
+            return np.array(present, dtype=np.int64)
+        return np.array(present + ([np.nan] if self.missing else []), dtype=np.float64)
+
+
+class _StandIn:
+    """A column as the checks see it: ``len`` is its row count, ``np.asarray`` its sample of values."""
+
+    def __init__(self, rows: int, values: np.ndarray) -> None:
+        self.rows, self.values = rows, values
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return self.values if dtype is None else self.values.astype(dtype)
+
+
+@dataclass
+class FileFacts:
+    """A file's column names (in order), its row count, and the facts of the columns that were read."""
+
+    names: list[str]
+    rows: int = 0
+    columns: dict[str, ColumnFacts] = field(default_factory=dict)
+
+    def for_checks(self) -> dict[str, np.ndarray]:
+        """Every column as a stand-in the functions of :mod:`monitors.checks` read like the full column."""
+        empty = np.zeros(0)
+        out = {
+            name: _StandIn(self.rows, self.columns[name].sample() if name in self.columns else empty)
+            for name in self.names
+        }
+        return cast(dict[str, np.ndarray], out)  # they read only len() and np.asarray(): see _StandIn
+
+    def missing_rate(self, name: str) -> float:
+        facts = self.columns[name]
+        return facts.missing / facts.rows if facts.rows else 0.0
+
+
+def _present(names: Sequence[str], wanted: Sequence[str | None]) -> list[str]:
+    return list(dict.fromkeys(w for w in wanted if w is not None and w in names))
+
+
+def _to_read(names: Sequence[str], wanted: Sequence[str | None]) -> list[str]:
+    """The wanted columns the file has; its first column when it has none of them (to count its rows)."""
+    return _present(names, wanted) or list(names[:1])
+
+
+def read_reference(
+    path: Path,
+    *,
+    columns: Sequence[str | None] | None = None,
+    target: str | None = None,
+    prediction: str | None = None,
+    batch_rows: int = BATCH_ROWS,
+    block_bytes: int = CSV_BLOCK_BYTES,
+) -> tuple[FileFacts, dict[str, Column]]:
+    """Read the reference's ``columns`` (those it has; default all) in one pass: numbers as arrays, text
+    as codes.
+
+    The facts keep the distinct values of ``target`` and the range of ``prediction`` (the checks report
+    labels that are not 0/1 and probabilities outside [0, 1]). ``batch_rows`` / ``block_bytes``: the size
+    of a Parquet / CSV batch.
+    """
+    stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes)
+    keep = _to_read(stream.names, stream.names if columns is None else columns)
+
+    @dataclass
+    class State:
+        facts: FileFacts
+        columns: dict[str, _Assembled]
+
+    def start() -> State:
+        facts = FileFacts(names=stream.names)
+        facts.columns = {
+            name: ColumnFacts(distinct=name == target, ranged=name == prediction) for name in keep
+        }
+        return State(facts=facts, columns={name: _Assembled(stream.rows) for name in keep})
+
+    def add(state: State, batch: dict[str, Column]) -> None:
+        state.facts.rows += len(next(iter(batch.values()))) if batch else 0
+        for name, values in batch.items():
+            state.facts.columns[name].add(values)
+            state.columns[name].add(values)
+
+    state = fold_batches(stream, columns=keep, start=start, add=add)
+    return state.facts, {name: state.columns.pop(name).column() for name in keep}
+
+
+class _Assembled:
+    """One column assembled from its batches: numbers into one array (allocated once when the row count is
+    known), codes onto one dictionary."""
+
+    def __init__(self, rows: int | None) -> None:
+        self.rows = rows
+        self.filled = 0
+        self.array: np.ndarray | None = None
+        self.parts: list[Column] = []
+
+    def add(self, values: Column) -> None:
+        if self.rows is None or isinstance(values, CodedColumn):
+            self.parts.append(values)
+            return
+        if self.array is None:
+            self.array = np.empty(self.rows, dtype=values.dtype)
+        elif self.array.dtype != values.dtype and values.dtype.kind == "f":
+            self.array = self.array.astype(np.float64)  # an integer column with a missing value: floats
+        self.array[self.filled : self.filled + len(values)] = values
+        self.filled += len(values)
+
+    def column(self) -> Column:
+        if self.array is not None:
+            return self.array[: self.filled]
+        coded = [p for p in self.parts if isinstance(p, CodedColumn)]
+        if coded:
+            return CodedColumn.concat(coded)
+        return np.concatenate([np.asarray(p) for p in self.parts]) if self.parts else np.zeros(0)
+
+
+def reference_schema(
+    columns: dict[str, Column], facts: FileFacts, *, exclude: set[str], target: str | None
+) -> ModelSchema:
+    """The schema inferred from the reference, as ``registry.schema.infer_feature`` infers it.
+
+    Text is inferred from its distinct values; its missing rate is the counted one.
+    """
+    features: list[FeatureSpec] = []
+    for name, values in columns.items():
+        if name in exclude:
+            continue
+        if isinstance(values, CodedColumn):
+            spec = infer_feature(name, facts.columns[name].sample())
+            rate = facts.missing_rate(name)
+            features.append(dataclasses.replace(spec, missing_rate=rate, nullable=rate > 0))
+        else:
+            features.append(infer_feature(name, values))
+    outputs = (OutputSpec(name="probability"),)
+    return ModelSchema(features=tuple(features), outputs=outputs, target=target or "")
+
+
+def sketch_current(
+    path: Path,
+    *,
+    profile: Profile | None,
+    features: Sequence[str],
+    prediction: str | None,
+    labels: str | None,
+    target: str | None,
+    threshold: float,
+    batch_rows: int = BATCH_ROWS,
+    block_bytes: int = CSV_BLOCK_BYTES,
+) -> tuple[FileFacts, WindowSketch | None]:
+    """Read the current file batch by batch: gather its facts and fold it into a sketch on ``profile``.
+
+    Without a profile (the reference failed its checks) only the facts are gathered. ``labels`` are counted
+    only with a prediction column, as :func:`monitors.engine.compare` counts them; the facts keep the
+    distinct values of ``target`` (the checked label column) and the range of ``prediction``.
+    """
+    from monitors.window import WindowSketch
+
+    stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes)
+    features = _present(stream.names, features)
+    prediction = prediction if prediction in stream.names else None
+    labels = labels if labels in stream.names and prediction is not None else None
+    keep = _to_read(stream.names, [*features, prediction, labels, target])
+
+    @dataclass
+    class State:
+        facts: FileFacts
+        sketch: WindowSketch | None
+
+    def start() -> State:
+        facts = FileFacts(names=stream.names)
+        facts.columns = {
+            name: ColumnFacts(distinct=name == target, ranged=name == prediction) for name in keep
+        }
+        return State(facts=facts, sketch=None if profile is None else WindowSketch(threshold=threshold))
+
+    def add(state: State, batch: dict[str, Column]) -> None:
+        rows = len(next(iter(batch.values()))) if batch else 0
+        state.facts.rows += rows
+        for name, values in batch.items():
+            state.facts.columns[name].add(values)
+        if state.sketch is None or profile is None:
+            return
+        state.sketch.update(
+            profile,
+            {name: batch[name] for name in features},
+            predictions=None if prediction is None else as_float(batch[prediction]),
+            labels=None if labels is None else as_float(batch[labels]),
+        )
+        state.sketch.rows = state.facts.rows
+
+    state = fold_batches(stream, columns=keep, start=start, add=add)
+    return state.facts, state.sketch
+
+
+def numeric_features(schema: ModelSchema) -> list[str]:
+    """Names of the schema's numeric features."""
+    return [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
