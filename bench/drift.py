@@ -2,7 +2,8 @@
 in memory and read from the prediction log (SQLite and PostgreSQL).
 
 Run: ``.venv/bin/python bench/drift.py [--rows 10000 100000 1000000] [--reference-rows 100000]
-[--db sqlite postgresql] [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]``.
+[--db sqlite postgresql] [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
+[--readers auto blocks aggregate generic]``.
 Prints wall seconds and peak memory growth (MB above the RSS at the start of the stage, from the
 kernel's VmHWM after resetting it through /proc/self/clear_refs) for each stage.
 
@@ -158,14 +159,12 @@ def report_json(report: Any) -> str:
     return json.dumps(report.as_dict())
 
 
-def db_report(*, engine: Any, profile: Any, spec: Any) -> Any:
+def db_report(*, engine: Any, profile: Any, spec: Any, reader: str = "auto") -> Any:
     """Read a window from the database and evaluate it: what one monitor run does."""
     from monitors.log_window import read_window
 
-    return evaluate(
-        profile=profile,
-        sketch=read_window(engine=engine, profile=profile, model_name="bench", spec=spec).sketch,
-    )
+    window = read_window(engine=engine, profile=profile, model_name="bench", spec=spec, reader=reader)
+    return evaluate(profile=profile, sketch=window.sketch)
 
 
 def window_columns(rows: int) -> Columns:
@@ -267,7 +266,9 @@ def scratch_database(kind: str, pg_url: str) -> Any:
         admin.dispose()
 
 
-def bench_database(kind: str, *, profile: Any, windows: list[int], pg_url: str) -> None:
+def bench_database(
+    kind: str, *, profile: Any, windows: list[int], pg_url: str, readers: list[str] | None = None
+) -> None:
     from core.database import open_database
     from monitors.log_window import read_window
     from predictions.windows import WindowSpec
@@ -278,25 +279,36 @@ def bench_database(kind: str, *, profile: Any, windows: list[int], pg_url: str) 
         print(f"{kind}: wrote {max(windows)} log rows in {time.perf_counter() - t0:.1f} s (not timed below)")
         db = open_database(url, upgrade=True)  # a scratch database: create its schema
         for rows in windows:
-            print(f"window from {kind}: last {rows} rows")
             spec = WindowSpec(rows=rows)
-            window = measure(
-                "read + sketch (chunks from the log)",
-                partial(read_window, engine=db.engine, profile=profile, model_name="bench", spec=spec),
-            )
-            assert window.rows == rows, (window.rows, rows)
-            report = measure(
-                "evaluate (all tests, report)", partial(evaluate, profile=profile, sketch=window.sketch)
-            )
-            measure(
-                "full report from the database",
-                partial(db_report, engine=db.engine, profile=profile, spec=spec),
-            )
-            print(
-                f"  -> reader={window.reader}, chunks={window.chunks}, dataset drifted={report.drifted}, "
-                f"{report.dataset.n_drifted}/{report.dataset.n_features} features"
-            )
-            del window, report
+            for reader in readers or ["auto"]:
+                if kind == "sqlite" and reader in ("blocks", "aggregate"):
+                    continue
+                print(f"window from {kind}: last {rows} rows, reader {reader}")
+                window = measure(
+                    "read + sketch (from the log)",
+                    partial(
+                        read_window,
+                        engine=db.engine,
+                        profile=profile,
+                        model_name="bench",
+                        spec=spec,
+                        reader=reader,
+                    ),
+                )
+                assert window.rows == rows, (window.rows, rows)
+                report = measure(
+                    "evaluate (all tests, report)", partial(evaluate, profile=profile, sketch=window.sketch)
+                )
+                measure(
+                    "full report from the database",
+                    partial(db_report, engine=db.engine, profile=profile, spec=spec, reader=reader),
+                )
+                print(
+                    f"  -> reader={window.reader}, chunks={window.chunks}, dataset drifted={report.drifted}, "
+                    f"{report.dataset.n_drifted}/{report.dataset.n_features} features, multivariate drifted="
+                    f"{report.multivariate.drifted if report.multivariate else None}"
+                )
+                del window, report
         db.dispose()
 
 
@@ -307,6 +319,13 @@ def main() -> None:
     parser.add_argument("--db", nargs="*", choices=["sqlite", "postgresql"], default=["sqlite", "postgresql"])
     parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--skip-memory", action="store_true", help="Only the database stages.")
+    parser.add_argument(
+        "--readers",
+        nargs="+",
+        choices=["auto", "generic", "blocks", "aggregate"],
+        default=["auto"],
+        help="Window readers to time on each database (blocks and aggregate: PostgreSQL only).",
+    )
     parser.add_argument(
         "--evidently",
         metavar="PYTHON",
@@ -355,8 +374,126 @@ def main() -> None:
     if args.evidently:
         bench_evidently(args.evidently, reference_rows=args.reference_rows, windows=args.rows, ours=ours)
     for kind in args.db:
-        bench_database(kind, profile=profile, windows=sorted(args.rows), pg_url=args.pg_url)
+        bench_database(
+            kind, profile=profile, windows=sorted(args.rows), pg_url=args.pg_url, readers=args.readers
+        )
+
+
+# ------------------------------------------------------- offline stage (`driftwarden drift` on files)
+
+
+def coded_columns(cols: Columns) -> dict[str, Any]:
+    """The columns as the offline path holds them: text as dictionary codes, numbers unchanged."""
+    from core.tabular import CodedColumn
+
+    out: dict[str, Any] = {}
+    for name, col in cols.items():
+        if col.dtype == object:
+            cats, codes = np.unique(col, return_inverse=True)
+            out[name] = CodedColumn(codes=codes.astype(np.int32), categories=cats.astype(object))
+        else:
+            out[name] = col
+    return out
+
+
+def profile_and_compare(*, reference: Any, schema: ModelSchema, current: Any) -> Any:
+    """Reference profile, then sketch + evaluate of the current columns: the offline work, in memory."""
+    from monitors.engine import compare
+
+    profile = profile_from_dict(build_reference_profile(reference, schema))
+    return compare(profile=profile, columns=current)
+
+
+# A small interpreter starts the command and reports its rusage: a child forked straight from this process
+# would count this process's pages (the benchmark's columns) in its peak RSS until it execs.
+LAUNCHER = """
+import json, os, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    proc = subprocess.Popen(sys.argv[2:], stdout=out, stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(proc.pid, 0)
+print(json.dumps({"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime,
+                  "rss_mb": usage.ru_maxrss / 1024}))
+"""
+
+
+def run_cli(args: list[str]) -> tuple[float, float, float, int, str]:
+    """Run ``driftwarden ARGS``: wall and CPU seconds, its peak RSS in MB, exit code, verdict line."""
+    import subprocess
+    import sys
+    import tempfile
+
+    exe = Path(sys.executable).with_name("driftwarden")
+    with tempfile.NamedTemporaryFile("r", suffix=".out") as out:
+        t0 = time.perf_counter()
+        launched = subprocess.run(
+            [sys.executable, "-c", LAUNCHER, out.name, str(exe), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        wall = time.perf_counter() - t0  # includes the launcher's start (~20 ms)
+        text = Path(out.name).read_text()
+    usage = json.loads(launched.stdout)
+    lines = [line for line in text.splitlines() if "features drifted" in line] or text.splitlines()[-1:]
+    return wall, usage["cpu"], usage["rss_mb"], usage["code"], lines[-1] if lines else ""
+
+
+def offline_main(argv: list[str]) -> None:
+    """``bench/drift.py offline``: `driftwarden drift` on two Parquet (or CSV) files of N rows x 25 features,
+    and the same work (reference profile + compare) on in-memory columns."""
+    import statistics
+    import tempfile
+
+    from core.tabular import write_table
+
+    parser = argparse.ArgumentParser(prog="bench/drift.py offline", description=offline_main.__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="Rows of REFERENCE and of CURRENT.")
+    parser.add_argument("--format", choices=["parquet", "csv"], nargs="+", default=["parquet"])
+    parser.add_argument("--repeat", type=int, default=3, help="CLI runs per format (the median is printed).")
+    parser.add_argument("--skip-memory", action="store_true", help="Only the CLI runs.")
+    args = parser.parse_args(argv)
+    n = args.rows
+    print(f"offline: {n} vs {n} rows, {N_NUMERIC} numeric + {N_CATEGORICAL} categorical features")
+    ref, cur = make_columns(n, seed=1), window_columns(n)
+    schema = ModelSchema(
+        features=tuple(infer_feature(k, c) for k, c in ref.items()),
+        outputs=(OutputSpec(name="p"),),
+        target="",
+    )
+    if not args.skip_memory:
+        for label, (r, c) in (
+            ("text as objects", (ref, cur)),
+            ("text as codes (the offline path)", (coded_columns(ref), coded_columns(cur))),
+        ):
+            report = measure(
+                f"profile + compare, {label}",
+                partial(profile_and_compare, reference=r, schema=schema, current=c),
+            )
+            print(f"    -> {report.dataset.n_drifted}/{report.dataset.n_features} features drifted")
+    with tempfile.TemporaryDirectory(prefix="dw-offline-") as tmp:
+        for fmt in args.format:
+            paths = [
+                write_table(cols, Path(tmp) / f"{name}.{fmt}") for name, cols in (("ref", ref), ("cur", cur))
+            ]
+            mb = sum(p.stat().st_size for p in paths) / 1e6
+            runs = [run_cli(["drift", *map(str, paths)]) for _ in range(args.repeat)]
+            wall = statistics.median(r[0] for r in runs)
+            cpu = statistics.median(r[1] for r in runs)
+            rss = statistics.median(r[2] for r in runs)
+            print(
+                f"  driftwarden drift ({fmt}, {mb:.0f} MB on disk): wall {wall:.2f} s (runs "
+                f"{', '.join(f'{r[0]:.2f}' for r in runs)}), CPU {cpu:.2f} s, peak RSS {rss:.0f} MB, "
+                f"exit {runs[-1][3]}: {runs[-1][4]}",
+                flush=True,
+            )
+            for p in paths:
+                p.unlink()
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:2] == ["offline"]:
+        offline_main(sys.argv[2:])
+    else:
+        main()

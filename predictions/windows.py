@@ -27,6 +27,9 @@ Two readers yield the same values:
   A range holding a value the JSON schema rejects (a row that bypassed the input contract) is
   re-read with the generic reader, so both agree exactly.
 
+A third reader, ``aggregate`` (PostgreSQL, selectable, not the default: slower here), returns counts
+instead of rows: :mod:`predictions.aggregates`.
+
 Values: a numeric feature is a float (JSON ``null``, an absent key or a value of another type is NaN);
 a categorical feature is its text (``None`` when absent); a prediction or label without a value is NaN.
 """
@@ -59,6 +62,7 @@ class Reader(enum.StrEnum):
     AUTO = "auto"  # blocks on PostgreSQL, generic elsewhere
     GENERIC = "generic"
     BLOCKS = "blocks"
+    AGGREGATE = "aggregate"  # PostgreSQL: counts computed in the database (predictions/aggregates.py)
 
 
 @dataclass(frozen=True)
@@ -136,8 +140,8 @@ def choose_reader(*, engine: Engine, reader: Reader | str = Reader.AUTO) -> Read
     reader = Reader(reader)
     if reader is Reader.AUTO:
         reader = Reader.BLOCKS if engine.dialect.name == "postgresql" else Reader.GENERIC
-    if reader is Reader.BLOCKS and engine.dialect.name != "postgresql":
-        raise ValueError("the blocks reader needs PostgreSQL")
+    if reader in (Reader.BLOCKS, Reader.AGGREGATE) and engine.dialect.name != "postgresql":
+        raise ValueError(f"the {reader.value} reader needs PostgreSQL")
     return reader
 
 
@@ -371,6 +375,8 @@ def read_chunks(
 ) -> Iterator[Chunk]:
     """The rows of a summarized window in id order, chunk by chunk: named features, predictions, labels."""
     reader = choose_reader(engine=engine, reader=reader)
+    if reader is Reader.AGGREGATE:
+        raise ValueError("the aggregate reader returns counts, not rows: use predictions.aggregates")
     if reader is Reader.BLOCKS:
         return _block_chunks(
             engine=engine, summary=summary, numeric=numeric, categorical=categorical, chunk_rows=chunk_rows
