@@ -201,14 +201,18 @@ def serving_models(*, db: Database, only: list[str] | None = None) -> list[str]:
 
 
 def is_due(*, db: Database, model_name: str, interval_s: float, now: datetime | None = None) -> bool:
-    """True when the model's newest run is older than ``interval_s`` (so replicas do not repeat it)."""
+    """True when the model's newest run STARTED at least ``interval_s`` ago (give or take 10 %), so that a
+    scheduler sharing the database with another (replicas, a separate ``driftwarden monitor``) does not
+    repeat it. Measured from the run's start (stored time minus its duration), as the schedulers measure
+    their passes: a slow evaluation must not make the next pass skip the model."""
     now = now or datetime.now(UTC)
     with db.session() as session:
         run = latest_run(session=session, model_name=model_name)
         if run is None:
             return True
         created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
-    return now - created >= timedelta(seconds=interval_s * 0.9)
+        started = created - timedelta(seconds=run.duration_s or 0.0)
+    return now - started >= timedelta(seconds=interval_s * 0.9)
 
 
 def run_document(run: MonitorRun) -> dict[str, Any]:

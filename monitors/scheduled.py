@@ -2,9 +2,11 @@
 
 It runs inside the serving process by default (started from the app's lifespan, off with
 ``DRIFTWARDEN_MONITOR_ENABLED=false``) or as its own process (``driftwarden monitor``). A pass skips a
-model whose newest run is younger than the interval, so several replicas (or a server and a separate
-``driftwarden monitor``) sharing one database do not evaluate the same model several times per interval.
-Evaluations run in a worker thread; a failing model is logged and never stops the loop.
+model whose newest run started less than an interval ago, so several replicas (or a server and a separate
+``driftwarden monitor``) sharing one database normally do not repeat a model within an interval. It is a
+check, not a lock: two schedulers whose passes start at the same moment can both evaluate a model, so run
+one scheduler per database (docs/operations.md, "Scale-out"). Evaluations run in a worker thread; a
+failing model is logged and never stops the loop.
 """
 
 from __future__ import annotations

@@ -42,3 +42,28 @@ def test_migration_and_round_trip(tmp_path: Path, profile_dict: dict[str, Any]) 
     migrate.downgrade(url, "0002_prediction_log")
     tables = sa.inspect(make_engine(url)).get_table_names()
     assert "monitor_runs" not in tables and "prediction_log" in tables
+
+
+def test_a_slow_run_does_not_make_the_next_pass_skip_the_model(
+    tmp_path: Path, profile_dict: dict[str, Any]
+) -> None:
+    """``is_due`` measures from the run's start (stored time minus duration), as schedulers pace passes."""
+    from datetime import timedelta
+
+    from core.database import open_database
+    from monitors.flows import is_due
+
+    report = compare(profile=profile_from_dict(profile_dict), columns=generate(500, seed=72))
+    db = open_database(f"sqlite:///{tmp_path / 'due.db'}")
+    try:
+        with db.session() as session:
+            run = record_run(
+                session=session, model_name="credit", model_version=1, report=report, duration_s=100.0
+            )
+            stored = run.created_at
+        # stored 250 s ago after a 100 s evaluation: it started 350 s ago, more than the 300 s interval
+        assert is_due(db=db, model_name="credit", interval_s=300, now=stored + timedelta(seconds=250))
+        # started 100 + 150 = 250 s ago: less than 0.9 x 300 s, not due yet
+        assert not is_due(db=db, model_name="credit", interval_s=300, now=stored + timedelta(seconds=150))
+    finally:
+        db.dispose()
