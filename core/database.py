@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Engine, MetaData, create_engine, event
+from sqlalchemy import JSON, Engine, MetaData, create_engine, event, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
@@ -94,6 +96,45 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+@contextmanager
+def try_lock(db: Database, name: str) -> Iterator[bool]:
+    """Hold the lock ``name`` across every process on this database, if free; yields whether it is held.
+
+    PostgreSQL: a session-level advisory lock on a connection kept for the block (released on exit, or by the
+    server when the connection dies). SQLite: an exclusive ``flock`` on a file beside the database file
+    (released on exit, or by the kernel when the process dies); an in-memory database has no other process.
+    """
+    key = hashlib.sha256(name.encode()).digest()[:8]
+    if is_sqlite(db.url):
+        database = db.engine.url.database
+        if not database or database == ":memory:":
+            yield True
+            return
+        folder = Path(database).parent / (Path(database).name + ".locks")
+        folder.mkdir(exist_ok=True)
+        with open(folder / f"{key.hex()}.lock", "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    number = int.from_bytes(key, "big", signed=True)
+    with db.engine.connect() as conn:
+        got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": number}).scalar())
+        conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": number})
+                conn.commit()
 
 
 def is_sqlite(url: str) -> bool:

@@ -3,10 +3,11 @@
 It runs inside the serving process by default (started from the app's lifespan, off with
 ``DRIFTWARDEN_MONITOR_ENABLED=false``) or as its own process (``driftwarden monitor``). A pass skips a
 model whose newest run started less than an interval ago, so several replicas (or a server and a separate
-``driftwarden monitor``) sharing one database normally do not repeat a model within an interval. It is a
-check, not a lock: two schedulers whose passes start at the same moment can both evaluate a model, so run
-one scheduler per database (docs/operations.md, "Scale-out"). Evaluations run in a worker thread; a
-failing model is logged and never stops the loop.
+``driftwarden monitor``) sharing one database do not repeat a model within an interval. That is a
+check; a per-model lock across processes (``core.database.try_lock``: an advisory lock on PostgreSQL, a
+file lock beside the SQLite file) also keeps two schedulers whose passes start at the same moment from
+evaluating one model twice (the second skips it; the due check runs under the lock). Evaluations run in
+a worker thread; a failing model is logged and never stops the loop.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from core.config import Settings
-from core.database import Database, open_database
+from core.database import Database, open_database, try_lock
 from core.runtime import Runtime
 from core.scheduling import every
 from monitors.flows import MonitorError, Outcome, is_due, run_monitor, serving_models
@@ -63,11 +64,16 @@ def run_pass(
         flush()
     results: list[PassResult] = []
     for name in serving_models(db=db, only=only or settings.serve_models or None):
-        if not force and not is_due(db=db, model_name=name, interval_s=settings.monitor_interval_s):
-            results.append(PassResult(name, skipped="evaluated less than an interval ago"))
-            continue
         try:
-            outcome = run_monitor(db=db, settings=settings, model_name=name)
+            # one evaluation of a model at a time across every scheduler on this database (PostgreSQL)
+            with try_lock(db, f"driftwarden:monitor:{name}") as held:
+                if not held:
+                    results.append(PassResult(name, skipped="another scheduler is evaluating it now"))
+                    continue
+                if not force and not is_due(db=db, model_name=name, interval_s=settings.monitor_interval_s):
+                    results.append(PassResult(name, skipped="evaluated less than an interval ago"))
+                    continue
+                outcome = run_monitor(db=db, settings=settings, model_name=name)
         except MonitorError as exc:
             results.append(PassResult(name, skipped=str(exc)))
         except Exception as exc:  # one broken model must not stop the others

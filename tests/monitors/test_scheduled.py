@@ -137,3 +137,41 @@ def test_broken_config_or_profile_is_a_409_naming_the_file(
     with pytest.raises(NoProfile, match="unreadable"):
         run_monitor(db=db, settings=settings, model_name="credit")
     db.dispose()
+
+
+def test_two_schedulers_at_the_same_moment_evaluate_a_model_once(
+    database_url: str, tmp_path: Path, profile_dict: dict[str, Any], schema: ModelSchema
+) -> None:
+    """Passes of two schedulers that start together (replicas on one database): one evaluates, the other
+    skips the model (the lock across processes, then the due check under it)."""
+    import threading
+
+    from monitors.scheduled import run_pass
+
+    settings = get_settings().model_copy(
+        update={"database_url": database_url, "monitor_min_rows": 10, "monitor_interval_s": 3600.0}
+    )
+    db = open_database(database_url)
+    register_profile(db, settings.registry_path, profile_dict, model="credit")
+    log_columns(db.engine, generate(3000, seed=35), features=list(schema.feature_names))
+    start = threading.Barrier(4)
+    passes: list[list[Any]] = []
+
+    def scheduler() -> None:
+        start.wait()
+        passes.append(run_pass(db=db, settings=settings))
+
+    threads = [threading.Thread(target=scheduler) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    evaluated = [r for results in passes for r in results if r.outcome is not None]
+    skipped = [r.skipped for results in passes for r in results if r.outcome is None]
+    assert len(passes) == 4 and len(evaluated) == 1, (evaluated, skipped)
+    assert len(skipped) == 3 and all(
+        s and ("another scheduler" in s or "less than an interval" in s) for s in skipped
+    )
+    with db.session() as s:
+        assert len(list_runs(session=s, model_name="credit")) == 1
+    db.dispose()
