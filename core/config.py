@@ -120,6 +120,11 @@ class Settings(BaseSettings):
     monitor_window_minutes: float | None = Field(
         default=None, gt=0, description="Default window: the last T minutes (with rows: both limits apply)."
     )
+    monitor_read_database_url: SecretStr | None = Field(
+        default=None,
+        description="Read the monitors' windows from this database (a read replica of database_url); runs "
+        "are still stored on, and due checks read from, database_url (unset: database_url for both).",
+    )
     monitor_min_rows: int = Field(default=100, gt=0, description="Fewer predictions in a window: no run.")
     monitor_chunk_rows: int = Field(default=25_000, gt=0, description="Rows read from the log per chunk.")
     drift_min_rows: int = Field(
@@ -268,7 +273,7 @@ class Settings(BaseSettings):
         out: dict[str, Any] = {}
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if isinstance(value, SecretStr) and name != "database_url":
+            if isinstance(value, SecretStr) and not name.endswith("database_url"):
                 out[name] = "***"
             elif isinstance(value, SecretStr):
                 out[name] = _mask_url(value.get_secret_value())

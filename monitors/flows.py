@@ -16,8 +16,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Engine
+
 from core.config import Settings
-from core.database import Database
+from core.database import Database, make_engine
 from core.errors import DomainError
 from core.events import MONITOR_RUN, publish
 from monitors.config import MonitorConfig, config_path, load_config
@@ -104,6 +106,24 @@ def load_profile(*, path: Path) -> Profile:
     return cached
 
 
+_read_engines: dict[str, Engine] = {}
+_read_engines_lock = threading.Lock()
+
+
+def window_engine(*, db: Database, settings: Settings) -> Engine:
+    """Where windows are read: the read replica of ``monitor_read_database_url`` (one engine per URL, kept
+    for the process), else the database runs are stored in."""
+    url = settings.monitor_read_database_url
+    if url is None:
+        return db.engine
+    key = url.get_secret_value()
+    with _read_engines_lock:
+        engine = _read_engines.get(key)
+        if engine is None:
+            engine = _read_engines[key] = make_engine(key)
+        return engine
+
+
 def window_spec(*, settings: Settings, config: MonitorConfig, version: int | None) -> WindowSpec:
     """The model's window: its own config first, then the server defaults."""
     rows = config.window_rows or settings.monitor_window_rows
@@ -156,7 +176,7 @@ def run_monitor(
         raise InvalidConfig(f"the monitor config of '{model_name}' at {where} is invalid: {exc}") from None
     spec = window_spec(settings=settings, config=config, version=version.version)
     window = read_window(
-        engine=db.engine,
+        engine=window_engine(db=db, settings=settings),
         profile=profile,
         model_name=model_name,
         spec=spec,
