@@ -242,23 +242,23 @@ def receive_alertmanager(
             "external_url": payload.externalURL,
         }
         alert = service.open_alert(session=session, fingerprint=fp)
+
+        fields: dict[str, Any] = {  # a new row for this alert, firing or already resolved
+            "fingerprint": fp,
+            "model_name": model_name,
+            "rule_name": alertname,
+            "source": AlertSource.ALERTMANAGER.value,
+            "severity": labels.get("severity", "none")[:16],
+            "labels": labels,
+            "annotations": dict(item.annotations),
+            "evidence": evidence,
+            "value": None,
+            "now": now,
+            "started_at": started,
+        }
         if item.status == "firing":
             if alert is None:
-                alert = service.add_alert(
-                    session=session,
-                    fingerprint=fp,
-                    model_name=model_name,
-                    rule_name=alertname,
-                    source=AlertSource.ALERTMANAGER.value,
-                    state=AlertState.FIRING.value,
-                    severity=labels.get("severity", "none")[:16],
-                    labels=labels,
-                    annotations=dict(item.annotations),
-                    evidence=evidence,
-                    value=None,
-                    now=now,
-                    started_at=started,
-                )
+                alert = service.add_alert(session=session, state=AlertState.FIRING.value, **fields)
                 record(ctx, alert, alert.state, f"firing in Alertmanager (receiver {payload.receiver!r})")
                 outcome = "recorded"
             else:
@@ -279,21 +279,7 @@ def receive_alertmanager(
         elif service.find_alert(session=session, fingerprint=fp, started_at=started) is not None:
             outcome = "duplicate"
         else:
-            alert = service.add_alert(
-                session=session,
-                fingerprint=fp,
-                model_name=model_name,
-                rule_name=alertname,
-                source=AlertSource.ALERTMANAGER.value,
-                state=AlertState.RESOLVED.value,
-                severity=labels.get("severity", "none")[:16],
-                labels=labels,
-                annotations=dict(item.annotations),
-                evidence=evidence,
-                value=None,
-                now=now,
-                started_at=started,
-            )
+            alert = service.add_alert(session=session, state=AlertState.RESOLVED.value, **fields)
             ends = item.ends()
             alert.resolved_at = ends.astimezone(UTC) if ends is not None else now
             record(ctx, alert, alert.state, "received resolved from Alertmanager")

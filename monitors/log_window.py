@@ -83,34 +83,23 @@ def read_window(
     summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
     if summary is None:
         return Window(model_name, spec, 0, None, None, None, None, 0, sketch, chosen.value)
-    if chosen is Reader.AGGREGATE:
+    count = 0
+    if chosen is Reader.AGGREGATE:  # counted inside the database: no chunks
         sketch = sketch_aggregate(
             engine=engine, profile=profile, summary=summary, threshold=threshold, chunk_rows=chunk_rows
         )
-        return Window(
-            model_name=model_name,
-            spec=spec,
-            rows=sketch.rows,
-            start=summary.start,
-            end=summary.end,
-            first_id=summary.first_id,
-            last_id=summary.last_id,
-            labelled=sketch.labels.rows,
-            sketch=sketch,
-            reader=chosen.value,
+    else:
+        chunks = read_chunks(
+            engine=engine,
+            summary=summary,
+            numeric=[n for n, f in profile.features.items() if isinstance(f, NumericProfile)],
+            categorical=[n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)],
+            chunk_rows=chunk_rows,
+            reader=chosen,
         )
-    chunks = read_chunks(
-        engine=engine,
-        summary=summary,
-        numeric=[n for n, f in profile.features.items() if isinstance(f, NumericProfile)],
-        categorical=[n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)],
-        chunk_rows=chunk_rows,
-        reader=chosen,
-    )
-    count = 0
-    for chunk in chunks:
-        add_chunk(sketch=sketch, profile=profile, chunk=chunk)
-        count += 1
+        for chunk in chunks:
+            add_chunk(sketch=sketch, profile=profile, chunk=chunk)
+            count += 1
     return Window(
         model_name=model_name,
         spec=spec,
