@@ -473,6 +473,18 @@ def oldest_pending_delivery(*, session: Session) -> datetime | None:
     return aware(oldest)
 
 
+def purge_deliveries(*, session: Session, before: datetime, chunk: int = 5000) -> int:
+    """Delete at most ``chunk`` delivered or dead messages created before ``before``; pending ones stay."""
+    ids = select(WebhookDelivery.id).where(
+        WebhookDelivery.state.in_((DeliveryState.DELIVERED.value, DeliveryState.DEAD.value)),
+        WebhookDelivery.created_at < before,
+    )
+    doomed = list(session.scalars(ids.limit(chunk)))
+    if doomed:
+        session.execute(delete(WebhookDelivery).where(WebhookDelivery.id.in_(doomed)))
+    return len(doomed)
+
+
 def redeliver(*, session: Session, delivery_id: str, now: datetime) -> WebhookDelivery:
     """Put a delivery back in the outbox, due now, attempts reset (same id, same body)."""
     row = get_delivery(session=session, delivery_id=delivery_id)

@@ -185,6 +185,11 @@ class Settings(BaseSettings):
     webhook_send_interval_s: float = Field(
         default=1.0, gt=0, description="How often the sender looks for due deliveries (0 < s)."
     )
+    webhook_retention_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="Delivered and dead webhook messages older than this leave the outbox (pending stay).",
+    )
     webhook_sender_enabled: bool = Field(
         default=True, description="Send webhook deliveries from this process (the API and `monitor`)."
     )

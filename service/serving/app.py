@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from alerts.flows import install as install_alerts
 from alerts.flows import seed_rules
-from alerts.scheduled import start_sender
+from alerts.scheduled import start_outbox_retention, start_sender
 from alerts.views import router as alerts_router
 from core.config import Settings, get_settings
 from core.database import make_engine, open_database
@@ -140,6 +140,7 @@ def create_app(
         monitors = start_monitors(app.state.dw)  # drift scheduler; None when monitor_enabled is off
         app.state.health = start_observability(app.state.dw)  # health checks, drift series, process metrics
         sender = start_sender(app.state.dw)  # the webhook outbox; None when webhook_sender_enabled is off
+        outbox_retention = start_outbox_retention(app.state.dw)  # delivered/dead messages after N days
         worker = await asyncio.to_thread(start_worker, app.state.dw)  # embedded retraining worker, or None
         log.info(
             "serving %s; prediction log %s",
@@ -153,8 +154,9 @@ def create_app(
                 retention.cancel()
             if monitors is not None:
                 monitors.cancel()
-            if sender is not None:
-                sender.cancel()
+            for task in (sender, outbox_retention):
+                if task is not None:
+                    task.cancel()
             if worker is not None:  # a running job goes back to the queue (its lease is released)
                 await asyncio.to_thread(worker.stop, cfg.shutdown_timeout_s)
             app.state.health.close()

@@ -251,3 +251,23 @@ def test_the_periodic_sender_delivers_and_can_be_off(db: Database) -> None:
         asyncio.run(run())
     assert len(receiver.accepted) == 2
     assert start_sender(Runtime(settings=settings_for(db, webhook_sender_enabled=False), db=db)) is None
+
+
+def test_outbox_retention_removes_old_delivered_and_dead_messages_only(db: Database) -> None:
+    from alerts.models import DeliveryState
+    from alerts.scheduled import purge_outbox
+
+    hook = subscribe(db, "http://127.0.0.1:9/hook")
+    now = utcnow()
+    old = queue_messages(db, hook, 6, now - timedelta(days=40))
+    new = queue_messages(db, hook, 2, now - timedelta(days=1))
+    states = [DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.PENDING] * 2
+    states += [DeliveryState.DELIVERED, DeliveryState.DEAD]
+    with db.session() as s:
+        for delivery_id, state in zip([*old, *new], states, strict=True):
+            service.get_delivery(session=s, delivery_id=delivery_id).state = state.value
+    settings = settings_for(db, webhook_retention_days=30)
+    assert purge_outbox(db=db, settings=settings, now=now) == 4  # the old delivered and dead ones
+    # old pending messages are still to be sent; recent ones stay whatever their state
+    assert set(deliveries(db)) == {old[2], old[5], *new}
+    assert purge_outbox(db=db, settings=settings, now=now) == 0
