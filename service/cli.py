@@ -26,6 +26,12 @@ class _Root(TyperGroup):
     ("drifted"). ``driftwarden --debug ...`` re-raises either, with its traceback.
     """
 
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name in PUBLISHING:
+            _install_alerts()  # only for these: importing the alerts (ORM, models) costs ~0.45 s of start-up
+        return name, command, rest
+
     def invoke(self, ctx: Any) -> Any:  # typer vendors its own click: its Context type is private
         try:
             return super().invoke(ctx)
@@ -140,6 +146,9 @@ def _register_domains() -> None:
     register_alerts(app)
 
 
+PUBLISHING = {"monitor", "worker", "jobs"}  # commands whose monitor runs or finished jobs raise alerts
+
+
 def _install_alerts() -> None:
     """Monitor runs of `driftwarden monitor` and jobs finished by `driftwarden worker` raise alerts too."""
     from alerts.flows import install
@@ -148,7 +157,6 @@ def _install_alerts() -> None:
 
 
 _register_domains()
-_install_alerts()
 
 
 def main() -> None:

@@ -175,3 +175,37 @@ def test_two_schedulers_at_the_same_moment_evaluate_a_model_once(
     with db.session() as s:
         assert len(list_runs(session=s, model_name="credit")) == 1
     db.dispose()
+
+
+def test_the_monitor_command_raises_alerts_and_other_commands_do_not_load_them(
+    tmp_path: Path, profile_dict: dict[str, Any], schema: ModelSchema
+) -> None:
+    """`driftwarden monitor` installs the alert rules' subscriptions (its drifted run fires the default
+    dataset-drift rule); a command that publishes nothing (e.g. `config`) never imports the alerts."""
+    import os
+
+    from alerts.service import list_alerts
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    env = {
+        **os.environ,
+        "DRIFTWARDEN_DATABASE_URL": url,
+        "DRIFTWARDEN_REGISTRY_PATH": str(tmp_path / "models"),
+        "DRIFTWARDEN_MONITOR_MIN_ROWS": "10",
+    }
+    db = open_database(url)
+    register_profile(db, tmp_path / "models", profile_dict, model="credit")
+    log_columns(
+        db.engine, generate(400, scenario="covariate_shift", seed=36), features=list(schema.feature_names)
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "service.cli", "monitor", "--once"], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 1 and "DRIFTED" in run.stdout, run.stdout + run.stderr  # 1: drifted
+    with db.session() as s:
+        fired = {a.rule_name for a in list_alerts(session=s, model_name="credit", state="firing")}
+    assert "dataset_drift" in fired, fired
+    db.dispose()
+    probe = "import sys, service.cli; print('alerts.flows' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert loaded.stdout.strip() == "False", loaded.stdout + loaded.stderr
