@@ -53,6 +53,29 @@ def new_prediction_id() -> str:
     return str(uuid.UUID(int=value))
 
 
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_HEX_AT = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])  # the 32 digits; dashes between
+
+
+def new_prediction_ids(n: int) -> list[str]:
+    """``n`` ids like :func:`new_prediction_id`; from 8 on built at once with numpy (no UUID objects)."""
+    if n < 8:
+        return [new_prediction_id() for _ in range(n)]
+    ms = (time.time_ns() // 1_000_000) & 0xFFFFFFFFFFFF
+    raw = np.empty((n, 16), dtype=np.uint8)
+    raw[:, :6] = np.frombuffer(ms.to_bytes(6, "big"), dtype=np.uint8)
+    raw[:, 6:] = np.frombuffer(_random.randbytes(10 * n), dtype=np.uint8).reshape(n, 10)
+    raw[:, 6] = (raw[:, 6] & 0x0F) | 0x70  # version 7
+    raw[:, 8] = (raw[:, 8] & 0x3F) | 0x80  # RFC 4122 variant
+    nibbles = np.empty((n, 32), dtype=np.uint8)
+    nibbles[:, 0::2] = raw >> 4
+    nibbles[:, 1::2] = raw & 0x0F
+    text = np.full((n, 36), ord("-"), dtype=np.uint8)
+    text[:, _HEX_AT] = _HEX_DIGITS[nibbles]
+    joined = text.tobytes().decode("ascii")
+    return [joined[i : i + 36] for i in range(0, 36 * n, 36)]
+
+
 def utcnow() -> datetime:
     """Timezone-aware now, UTC."""
     return datetime.now(UTC)

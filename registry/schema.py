@@ -12,6 +12,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,11 @@ class FeatureSpec:
         """dtype of the SavedModel input: float32 for numeric, string for categorical."""
         return "float32" if self.kind is FeatureKind.NUMERIC else "string"
 
+    @cached_property
+    def category_set(self) -> frozenset[str]:
+        """The training categories as a set (computed once per spec: serving checks every request)."""
+        return frozenset(self.categories)
+
 
 @dataclass(frozen=True)
 class OutputSpec:
@@ -77,6 +83,11 @@ class ModelSchema:
     @property
     def feature_names(self) -> list[str]:
         return [f.name for f in self.features]
+
+    @cached_property
+    def feature_set(self) -> frozenset[str]:
+        """The input names as a set (computed once per schema: serving checks every request)."""
+        return frozenset(f.name for f in self.features)
 
     def feature(self, name: str) -> FeatureSpec:
         """The spec of feature ``name`` (KeyError if unknown)."""

@@ -54,6 +54,7 @@ class Columns:
     values: Mapping[str, Sequence[Any]]
     n: int
     fmt: str  # "row" | "columnar" | "tensors" | "matrix"
+    rows: list[dict[str, Any]] | None = None  # row format: the request's own row objects (logged as sent)
 
 
 def parse_json(body: bytes) -> Any:
@@ -95,7 +96,7 @@ def parse_v1(schema: ModelSchema, payload: Any) -> Columns:
         if not isinstance(instances, list):
             raise BadRequest('"instances" must be a list of objects')
         values, n = rows_to_columns(schema, instances)
-        return Columns(values, n, "row")
+        return Columns(values, n, "row", rows=instances)
     if "inputs" in payload:
         inputs = payload["inputs"]
         if not isinstance(inputs, Mapping):

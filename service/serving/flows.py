@@ -17,7 +17,7 @@ import numpy as np
 from alerts.flows import firing_findings
 from core.runtime import Runtime
 from predictions.models import PredictionStatus
-from predictions.service import LogRow, new_prediction_id, record_feedback
+from predictions.service import LogRow, new_prediction_ids, record_feedback
 from predictions.writer import LogWriter
 from registry.contracts import Violation, check_inputs, check_outputs
 from service.serving.batcher import BatcherClosed
@@ -94,7 +94,11 @@ async def predict(
         lv = state.manager.resolve(model_name, version=version, label=label)
         columns: Columns = parse(lv.schema)
         checked = check_inputs(
-            lv.schema, columns.values, columns.n, max_rows=state.settings.max_rows_per_request
+            lv.schema,
+            columns.values,
+            columns.n,
+            max_rows=state.settings.max_rows_per_request,
+            rows=columns.rows,
         )
         try:
             outputs = await lv.batcher.submit(checked.arrays, checked.n)
@@ -106,7 +110,7 @@ async def predict(
     values: list[float] = np.asarray(outputs[spec.name], dtype=np.float64).reshape(-1).tolist()
     problems = check_outputs(spec, values)
     latency_ms = (time.perf_counter() - started) * 1000.0
-    ids = [new_prediction_id() for _ in range(checked.n)]
+    ids = new_prediction_ids(checked.n)
     floats = [v if math.isfinite(v) else None for v in values] if problems else values
     writer = state.writer
     if writer is not None:

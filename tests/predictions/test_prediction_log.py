@@ -200,6 +200,26 @@ def test_prediction_ids_are_unique_and_time_ordered() -> None:
     assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
 
 
+@pytest.mark.parametrize("n", [1, 7, 8, 32, 1024])
+def test_prediction_ids_in_bulk_are_valid_v7_uuids_unique_and_time_ordered(n: int) -> None:
+    import time
+    import uuid
+
+    from predictions.service import new_prediction_ids
+
+    before = time.time_ns() // 1_000_000
+    batches = [new_prediction_ids(n) for _ in range(20)]
+    after = time.time_ns() // 1_000_000
+    ids = [i for batch in batches for i in batch]
+    assert all(len(batch) == n for batch in batches)
+    assert len(set(ids)) == len(ids)
+    for i in ids:
+        parsed = uuid.UUID(i)
+        assert str(parsed) == i and parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert before <= parsed.int >> 80 <= after  # the 48-bit millisecond clock
+    assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
+
+
 def test_time_window_boundary_includes_a_row_logged_exactly_on_it(database_url: str) -> None:
     """A timestamp with zero microseconds compares like any other (SQLite stores text timestamps)."""
     from predictions.service import write_log_rows
