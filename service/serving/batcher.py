@@ -1,9 +1,10 @@
 """Adaptive micro-batching (TF Serving's batching idea): concurrent requests share one model call.
 
 While a model call runs in the executor thread, new requests queue up; the next call takes all of them
-(up to ``max_rows`` rows). Under no load a request runs alone at once, under load batches grow by
-themselves. ``max_wait_s`` > 0 additionally lets a batch wait that long for company, but only when the
-previous call was shared by several requests (there is load to wait for).
+(up to ``max_rows`` rows). Under no load a request runs alone at once: with nothing queued and no call
+running it goes straight to the executor from its own coroutine (no hand-over to the batching task), and
+under load batches grow by themselves. ``max_wait_s`` > 0 additionally lets a batch wait that long for
+company, but only when the previous call was shared by several requests (there is load to wait for).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class MicroBatcher:
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self._last_shared = False
+        self._busy = False  # a model call is running (direct or batched): arrivals queue for the next batch
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="micro-batcher")
@@ -73,10 +75,35 @@ class MicroBatcher:
         """Queue one request's columns; resolves to its slice of the outputs."""
         if self._closed:
             raise BatcherClosed("model version unloaded")
-        fut: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if not self._pending and not self._busy:  # alone: no company to wait for, no task to hand over to
+            return await self._direct(loop, columns, n)
+        fut: asyncio.Future[dict[str, np.ndarray]] = loop.create_future()
         self._pending.append(_Item(columns, n, fut, time.perf_counter()))
         self._wake.set()
         return await fut
+
+    async def _direct(
+        self, loop: asyncio.AbstractEventLoop, columns: dict[str, np.ndarray], n: int
+    ) -> dict[str, np.ndarray]:
+        """One request's own model call; requests arriving meanwhile queue for the next batch."""
+        self._busy = True
+        self._last_shared = False
+        item = _Item(columns, n, loop.create_future(), time.perf_counter())
+        try:
+            outputs, seconds = await loop.run_in_executor(self.executor, self._run, [item])
+        except Exception:
+            log.exception("model call failed for a request of %d rows", n)
+            raise
+        finally:
+            self._busy = False
+            if self._pending:
+                self._wake.set()
+        self.calls += 1
+        self.rows += n
+        if self.observer is not None:
+            self.observer([0.0], seconds, n)
+        return outputs
 
     async def close(self) -> None:
         """Finish what is queued, then stop."""
@@ -88,8 +115,8 @@ class MicroBatcher:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if not self._pending:
-                if self._closed:
+            if not self._pending or self._busy:
+                if self._closed and not self._pending:
                     return
                 self._wake.clear()
                 await self._wake.wait()
@@ -108,6 +135,7 @@ class MicroBatcher:
                 continue
             taken = time.perf_counter()
             self._last_shared = len(batch) > 1
+            self._busy = True
             try:
                 outputs, seconds = await loop.run_in_executor(self.executor, self._run, batch)
             except Exception as exc:  # the model failed: every caller of this batch gets the error
@@ -116,6 +144,8 @@ class MicroBatcher:
                     if not item.future.done():
                         item.future.set_exception(exc)
                 continue
+            finally:
+                self._busy = False
             self.calls += 1
             self.rows += rows
             if self.observer is not None:
