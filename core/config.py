@@ -77,8 +77,11 @@ class Settings(BaseSettings):
     )
     prediction_log_enabled: bool = Field(default=True, description="Log every prediction (off: none).")
     metrics_enabled: bool = Field(default=True, description="Prometheus counters at /metrics.")
-    api_workers: int = Field(
-        default=1, ge=1, description="`serve`: worker processes (uvicorn --workers; --workers overrides)."
+    api_workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="`serve`: worker processes sharing the port (--workers overrides); unset: one per CPU "
+        "core this process may run on. Each worker loads every served model.",
     )
     metrics_dir: Path | None = Field(
         default=None,

@@ -30,7 +30,8 @@ def serve(
             "--workers",
             "-w",
             min=1,
-            help="Worker processes sharing the port (default: settings api_workers); /metrics sums them.",
+            help="Worker processes sharing the port (default: settings api_workers, else one per CPU core); "
+            "/metrics sums them.",
         ),
     ] = None,
 ) -> None:
@@ -60,7 +61,7 @@ def serve(
     os.environ.update(env)
     get_settings.cache_clear()
     settings = get_settings()
-    n = workers or settings.api_workers
+    n = workers or settings.api_workers or available_cores()
     # the schema is checked (SQLite: upgraded) once here, not by N workers racing each other's migrations
     open_database(settings=settings).dispose()
     created: Path | None = None
@@ -85,6 +86,14 @@ def serve(
     finally:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity API on this platform
+        return max(1, os.cpu_count() or 1)
 
 
 def clear_snapshots(directory: Path) -> None:

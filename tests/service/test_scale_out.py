@@ -125,6 +125,7 @@ def test_two_servers_and_one_monitor_share_one_postgres(
             "DRIFTWARDEN_MONITOR_INTERVAL_S": str(INTERVAL_S),
             "DRIFTWARDEN_RETENTION_INTERVAL_S": "0",
             "DRIFTWARDEN_LOG_LEVEL": "WARNING",
+            "DRIFTWARDEN_API_WORKERS": "1",  # two API processes, one worker each (default: one per core)
         }
         bases = []
         servers = []
