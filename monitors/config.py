@@ -10,7 +10,6 @@ from pydantic import BaseModel, Field, field_validator
 from monitors.drift.base import Correction
 from monitors.drift.catalog import TESTS, lookup
 from registry.schema import FeatureKind
-from registry.service import model_dir
 
 
 class FeatureOverride(BaseModel):
@@ -90,6 +89,8 @@ def config_path(*, registry: Path, model_name: str) -> Path:
     Built by :func:`registry.service.model_dir`, which checks the name and proves the folder is inside the
     registry (``Invalid`` otherwise).
     """
+    from registry.service import model_dir  # here: it loads the ORM, which `driftwarden drift` needs not
+
     return model_dir(registry=registry, model_name=model_name) / CONFIG_FILE
 
 

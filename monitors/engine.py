@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from core.config import Settings
 from core.tabular import Column
 from monitors.binning import GridCounts, cell_points
 from monitors.config import FeatureOverride, MonitorConfig
@@ -26,8 +27,11 @@ from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.quality import QualityCheck, good_turing_unseen, rate_check, violation_check
 from monitors.report import DatasetDrift, DriftReport, FeatureDrift, Histogram
 from monitors.window import WindowSketch, split_missing
-from predictions.windows import CHUNK_ROWS
 from registry.schema import FeatureKind
+
+CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
+"""Rows per chunk of :func:`sketch_columns`: the log readers' chunk (``predictions.windows.CHUNK_ROWS``), not
+imported from there because that module loads SQLAlchemy, which the offline command needs not."""
 
 
 def sketch_columns(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -32,7 +33,7 @@ from core.tabular import (
     as_float,
     fold_batches,
 )
-from monitors.profile import Profile
+from monitors.profile import WORKERS, Profile
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, infer_feature
 
 if TYPE_CHECKING:  # imported when sketching: it loads the statistics (scipy), which the reference needs not
@@ -248,9 +249,11 @@ def sketch_current(
 ) -> tuple[FileFacts, WindowSketch | None]:
     """Read the current file batch by batch: gather its facts and fold it into a sketch on ``profile``.
 
-    Without a profile (the reference failed its checks) only the facts are gathered. ``labels`` are counted
-    only with a prediction column, as :func:`monitors.engine.compare` counts them; the facts keep the
-    distinct values of ``target`` (the checked label column) and the range of ``prediction``.
+    Each batch's features are counted on up to :data:`monitors.profile.WORKERS` threads while a thread
+    reads the next batch. Without a profile (the reference failed its checks) only the facts are gathered.
+    ``labels`` are counted only with a prediction column, as :func:`monitors.engine.compare` counts them;
+    the facts keep the distinct values of ``target`` (the checked label column) and the range of
+    ``prediction``.
     """
     from monitors.window import WindowSketch
 
@@ -284,10 +287,12 @@ def sketch_current(
             {name: batch[name] for name in features},
             predictions=None if prediction is None else as_float(batch[prediction]),
             labels=None if labels is None else as_float(batch[labels]),
+            pool=pool,
         )
         state.sketch.rows = state.facts.rows
 
-    state = fold_batches(stream, columns=keep, start=start, add=add)
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sketch") as pool:
+        state = fold_batches(stream, columns=keep, start=start, add=add)
     return state.facts, state.sketch
 
 

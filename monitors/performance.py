@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.stats import rankdata
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,21 @@ def _from_confusion(
     )
 
 
+def mid_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of ``values``, tied values sharing the mean of their ranks (as ``scipy.stats.rankdata``);
+    all NaN when a value is NaN."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if np.isnan(x).any():
+        return np.full(x.shape, np.nan)
+    order = np.argsort(x, kind="stable")
+    ordered = x[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # first position of each tie group
+    ends = np.r_[starts[1:], x.size]  # one past its last
+    ranks = np.empty(x.size)
+    ranks[order] = np.repeat((starts + 1 + ends) / 2.0, ends - starts)  # ranks starts+1 .. ends, averaged
+    return ranks
+
+
 def roc_auc(*, y_true: np.ndarray, y_score: np.ndarray) -> float:
     """ROC AUC as the normalised Mann-Whitney U statistic (mid-ranks for tied scores)."""
     y = np.asarray(y_true).astype(bool)
@@ -83,7 +97,7 @@ def roc_auc(*, y_true: np.ndarray, y_score: np.ndarray) -> float:
     n_neg = y.size - n_pos
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    ranks = rankdata(y_score)
+    ranks = mid_ranks(y_score)
     u = float(ranks[y].sum()) - n_pos * (n_pos + 1) / 2.0
     return u / (n_pos * n_neg)
 

@@ -13,7 +13,9 @@ A PCA of the standardised numeric features (``"multivariate"``) lets joint shift
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ import numpy as np
 
 from core.tabular import CodedColumn, Column, as_float, value_counts
 from monitors.binning import count_sorted
-from registry.schema import FeatureKind, ModelSchema
+from registry.schema import FeatureKind, FeatureSpec, ModelSchema
 
 PROFILE_FORMAT = "driftwarden.profile/1"
 N_QUANTILES = 1001  # quantile sketch size: F is known to within 1/1000 between grid points
@@ -32,6 +34,18 @@ MISSING_CATEGORY = None  # categorical missing values: None or ""
 PCA_MAX_ROWS = 200_000
 PCA_VARIANCE = 0.9
 CALIBRATION_BINS = 20
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+WORKERS = min(4, _cores())
+"""Threads that summarise or count columns at once (each holds a sorted copy of the column it works on)."""
 
 
 # ---------------------------------------------------------------- typed view
@@ -293,32 +307,39 @@ def build_reference_profile(
 ) -> dict[str, Any]:
     """Build the JSON-serialisable reference profile of ``columns`` under ``schema``.
 
-    Text columns may be :class:`core.tabular.CodedColumn` (counted by their codes).
+    Text columns may be :class:`core.tabular.CodedColumn` (counted by their codes). The features and the
+    PCA are summarised on up to :data:`WORKERS` threads (numpy sorts and reductions release the GIL), each
+    on its own, so the profile does not depend on how many there are.
     """
-    features: dict[str, Any] = {}
-    numeric: list[str] = []
-    rows = 0
     for spec in schema.features:
         if spec.name not in columns:
             raise ValueError(f"feature {spec.name!r} of the schema is missing from the data")
-        col = columns[spec.name]
-        col = col if isinstance(col, CodedColumn) else np.asarray(col)
-        rows = max(rows, len(col))
-        if spec.kind is FeatureKind.NUMERIC:
-            summary = numeric_summary(col, name=spec.name)
-            summary.update(
-                observed_min=spec.observed_min,
-                observed_max=spec.observed_max,
-                allowed_min=spec.allowed_min,
-                allowed_max=spec.allowed_max,
-            )
-            numeric.append(spec.name)
-        else:
-            summary = categorical_summary(col, name=spec.name)
-        features[spec.name] = summary
+    cols = {
+        spec.name: c if isinstance(c := columns[spec.name], CodedColumn) else np.asarray(c)
+        for spec in schema.features
+    }
+    numeric = [spec.name for spec in schema.features if spec.kind is FeatureKind.NUMERIC]
+
+    def summary(spec: FeatureSpec) -> dict[str, Any]:
+        if spec.kind is not FeatureKind.NUMERIC:
+            return categorical_summary(cols[spec.name], name=spec.name)
+        out = numeric_summary(cols[spec.name], name=spec.name)
+        out.update(
+            observed_min=spec.observed_min,
+            observed_max=spec.observed_max,
+            allowed_min=spec.allowed_min,
+            allowed_max=spec.allowed_max,
+        )
+        return out
+
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="profile") as pool:
+        pca = pool.submit(_pca_summary, cols, numeric)  # the longest task: first
+        summaries = pool.map(summary, schema.features)
+        features = {spec.name: done for spec, done in zip(schema.features, summaries, strict=True)}
+        multivariate = pca.result()
     out: dict[str, Any] = {
         "format": PROFILE_FORMAT,
-        "rows": rows,
+        "rows": max((len(c) for c in cols.values()), default=0),
         "target": schema.target,
         "task": schema.task,
         "n_quantiles": N_QUANTILES,
@@ -327,7 +348,7 @@ def build_reference_profile(
         "prediction": None,
         "performance": None,
         "calibration": None,
-        "multivariate": _pca_summary(columns, numeric),
+        "multivariate": multivariate,
     }
     if predictions is not None:
         p = np.asarray(predictions, dtype=np.float64).reshape(-1)

@@ -2,11 +2,12 @@
 
 Each check compares the window's rate with the rate expected from the reference and flags it when
 the window's rate is higher by at least ``min_increase`` (absolute) *and* a one-sided binomial test
-(``scipy.stats.binom.sf``) rejects "rate <= expected" at ``alpha``. Expected rates: the reference
-missing rate; ``2 / (n_ref + 1)`` for values outside the reference [min, max] (the chance that a new
-draw from a continuous reference falls beyond its extremes); the Good-Turing estimate ``n_1 / N``
-(share of categories seen once) for unseen categories. Contract violations (values outside the
-schema's allowed range) are expected never to occur and are flagged from the first one.
+(:func:`binomial_sf`, equal to ``scipy.stats.binom.sf``) rejects "rate <= expected" at ``alpha``.
+Expected rates: the reference missing rate; ``2 / (n_ref + 1)`` for values outside the reference
+[min, max] (the chance that a new draw from a continuous reference falls beyond its extremes); the
+Good-Turing estimate ``n_1 / N`` (share of categories seen once) for unseen categories. Contract
+violations (values outside the schema's allowed range) are expected never to occur and are flagged
+from the first one.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scipy.stats import binom
+from scipy.special import betainc
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,20 @@ class QualityCheck:
         return asdict(self)
 
 
+def binomial_sf(k: int, n: int, p: float) -> float:
+    """``P(X > k)`` for ``X ~ Binomial(n, p)``: the regularised incomplete beta ``I_p(k + 1, n - k)``.
+
+    ``scipy.special.betainc`` gives the value ``scipy.stats.binom.sf`` gives (both go through Boost's
+    incomplete beta) without importing ``scipy.stats``; tests/monitors/test_statistics_without_scipy_stats.py
+    checks they agree to the bit.
+    """
+    if k < 0:
+        return 1.0
+    if k >= n:
+        return 0.0
+    return float(betainc(k + 1.0, float(n - k), p))
+
+
 def rate_check(
     *,
     feature: str,
@@ -47,7 +62,7 @@ def rate_check(
     """Flag ``count`` of ``rows`` when clearly and significantly above ``expected_rate``."""
     rate = count / rows if rows else 0.0
     p_exp = min(max(expected_rate, 0.0), 1.0)
-    p_value = float(binom.sf(count - 1, rows, p_exp)) if rows else 1.0
+    p_value = binomial_sf(count - 1, rows, p_exp) if rows else 1.0
     flagged = rows > 0 and rate - p_exp >= min_increase and p_value < alpha
     return QualityCheck(
         feature=feature,

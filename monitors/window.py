@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -67,25 +69,27 @@ class WindowSketch:
         *,
         predictions: np.ndarray | None = None,
         labels: np.ndarray | None = None,
+        pool: Executor | None = None,
     ) -> WindowSketch:
-        """Add one chunk of rows (in time order); returns self. Text may come as codes (``CodedColumn``)."""
+        """Add one chunk of rows (in time order); returns self. Text may come as codes (``CodedColumn``).
+
+        With a ``pool``, its threads count the features (and the PCA error) of the chunk, each on its own.
+        """
         n = len(next(iter(columns.values()))) if columns else (0 if predictions is None else len(predictions))
         self.rows += n
-        for name, feature in profile.features.items():
-            if name not in columns:
-                continue
-            values = columns[name]
-            values = values if isinstance(values, CodedColumn) else np.asarray(values)
-            if isinstance(feature, NumericProfile):
-                limits = (feature.allowed_min, feature.allowed_max)
-                counts = count_on_grid(values, feature.grid, limits=limits)
+        pca = profile.multivariate
+        pca = pca if pca is not None and all(f in columns for f in pca.features) else None
+        errors = pool.submit(pca_error_counts, columns, pca) if pool is not None and pca is not None else None
+        features = [(name, f) for name, f in profile.features.items() if name in columns]
+        counted = (pool.map if pool is not None else map)(lambda nf: _count(nf[1], columns[nf[0]]), features)
+        for (name, _), counts in zip(features, counted, strict=True):
+            if isinstance(counts, GridCounts):
                 prev = self.numeric.get(name)
                 self.numeric[name] = counts if prev is None else prev.merge(counts)
-            elif isinstance(feature, CategoricalProfile):
-                self.categorical.setdefault(name, Counter()).update(value_counts(values))
-        pca = profile.multivariate
-        if pca is not None and all(f in columns for f in pca.features):
-            err = pca_error_counts(columns, pca)
+            else:
+                self.categorical.setdefault(name, Counter()).update(counts)
+        if pca is not None:
+            err = errors.result() if errors is not None else pca_error_counts(columns, pca)
             self.pca_error = err if self.pca_error is None else self.pca_error.merge(err)
         if predictions is not None and profile.prediction is not None:
             p = np.asarray(predictions, dtype=np.float64).reshape(-1)
@@ -128,6 +132,14 @@ class WindowSketch:
             setattr(out, attr, b if a is None else a if b is None else a.merge(b))
         out.labels = self.labels.merge(other.labels)
         return out
+
+
+def _count(feature: NumericProfile | CategoricalProfile, values: Column) -> GridCounts | Counter[Any]:
+    """One chunk of one feature counted as the sketch keeps it: on the reference grid, or per value."""
+    values = values if isinstance(values, CodedColumn) else np.asarray(values)
+    if isinstance(feature, NumericProfile):
+        return count_on_grid(values, feature.grid, limits=(feature.allowed_min, feature.allowed_max))
+    return value_counts(values)
 
 
 def split_missing(counter: Counter[str | None]) -> tuple[dict[str, int], int]:

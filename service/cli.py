@@ -1,16 +1,24 @@
 """The ``driftwarden`` command line.
 
-Imports stay light: TensorFlow loads only inside the commands that need it.
+Imports stay light: TensorFlow loads only inside the commands that need it, and a domain's commands are
+registered only when they are used. Importing every domain's ``cli`` module (and through them SQLAlchemy,
+the training data generator, ...) costs about a quarter of a CPU-second, which ``driftwarden drift`` in a CI
+job should not pay: the root knows which module adds which command (:data:`DOMAINS`), ``driftwarden CMD``
+imports only CMD's module, and only listing the commands (``--help``, completion, a mistyped name) imports
+them all.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
+from collections.abc import Iterator, MutableMapping
 from typing import Annotated, Any
 
 import typer
+import typer.main
 from typer.core import TyperGroup
 
 from core.config import get_settings
@@ -59,9 +67,83 @@ class _Root(TyperGroup):
             raise typer.Exit(2) from None
 
 
+# The module of each domain whose ``register(app)`` adds the root commands named here, in the order the
+# root's help lists them (commands before groups, as typer lists them). tests/service/test_cli_root.py checks
+# it against what each ``register`` adds; a name missing here is still found, by importing every domain.
+DOMAINS: dict[str, tuple[str, ...]] = {
+    "registry.cli": ("models",),
+    "training.cli": ("train", "worker", "data", "cluster", "jobs"),
+    "service.serving.cli": ("serve",),
+    "predictions.cli": ("predictions",),
+    "monitors.cli": ("drift", "monitor"),
+    "alerts.cli": ("alerts", "webhooks"),
+}
+
+
+def domain_commands(module: str) -> dict[str, Any]:
+    """The click commands that ``module``'s ``register(app)`` adds to a root, by name."""
+    sub = typer.Typer()
+    importlib.import_module(module).register(sub)
+    return dict(typer.main.get_group(sub).commands)
+
+
+class _DomainCommands(MutableMapping[str, Any]):
+    """The root's commands: its own, and each domain's, imported the first time one of them is looked up.
+
+    Iterating (``--help``, completion, suggestions for a mistyped name) imports every domain and gives the
+    names in the order an eager registration gives them.
+    """
+
+    def __init__(self, own: MutableMapping[str, Any]) -> None:
+        self._own = dict(own)
+        self._domains: dict[str, dict[str, Any]] = {}  # module -> its commands, once imported
+
+    def _load(self, module: str) -> None:
+        if module not in self._domains:
+            self._domains[module] = domain_commands(module)
+
+    def _everything(self) -> list[tuple[str, Any]]:
+        for module in DOMAINS:
+            self._load(module)
+        found = [*self._own.items(), *(kv for module in DOMAINS for kv in self._domains[module].items())]
+        return sorted(found, key=lambda kv: isinstance(kv[1], TyperGroup))  # stable: commands, then groups
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._own:
+            return self._own[name]
+        for module, names in DOMAINS.items():
+            if name in names:
+                self._load(module)
+                if name in self._domains[module]:
+                    return self._domains[module][name]
+        return dict(self._everything())[name]  # not in the table: look in every domain (KeyError if none)
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._own[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        dict(self._everything())[name]  # KeyError when there is no such command
+        for commands in (self._own, *self._domains.values()):
+            commands.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for name, _ in self._everything()])
+
+    def __len__(self) -> int:
+        return len(self._everything())
+
+
+class _LazyRoot(_Root):
+    """The real root: the domains' commands come from :class:`_DomainCommands`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands = _DomainCommands(self.commands)
+
+
 app = typer.Typer(
     name="driftwarden",
-    cls=_Root,
+    cls=_LazyRoot,
     help=(
         "Production monitoring and drift detection for TensorFlow models.\n\n"
         "Train on a TensorFlow cluster, register versions, serve them over HTTP (TF Serving REST and "
@@ -130,22 +212,6 @@ def demo(
     run_demo(settings=get_settings(), model=model, rows=rows, workers=workers, epochs=epochs, seed=seed)
 
 
-def _register_domains() -> None:
-    from alerts.cli import register as register_alerts
-    from monitors.cli import register as register_monitors
-    from predictions.cli import register as register_predictions
-    from registry.cli import register as register_registry
-    from service.serving.cli import register as register_serving
-    from training.cli import register as register_training
-
-    register_registry(app)
-    register_training(app)
-    register_serving(app)
-    register_predictions(app)
-    register_monitors(app)
-    register_alerts(app)
-
-
 PUBLISHING = {"monitor", "worker", "jobs"}  # commands whose monitor runs or finished jobs raise alerts
 
 
@@ -154,9 +220,6 @@ def _install_alerts() -> None:
     from alerts.flows import install
 
     install()
-
-
-_register_domains()
 
 
 def main() -> None:
