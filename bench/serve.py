@@ -1,16 +1,42 @@
-"""Serving benchmark: the real server over loopback under a concurrent load generator.
+"""Serving benchmark: the real server over loopback, driven by ``wrk`` (or the older Python generator).
 
-Configurations: (a) driftwarden with the prediction log and metrics on (SQLite and PostgreSQL, both
-durability modes; a name ending in ``-nometrics``, e.g. ``a-pg-fast-nometrics``, is the same with the log on
-and the Prometheus metrics off, to price the metrics), (b) the same with monitoring off, (c) a naive FastAPI
-endpoint calling Keras
-``model.predict`` per request. Each is measured at concurrency 1, 8 and 64 (bounded in requests and time),
-reporting requests/s and p50/p99 latency; after each (a) run the server is stopped gracefully and the log
-rows are counted (they must equal the answered rows, with zero rows dropped).
+The load generator is ``wrk`` by default, a C program (Debian's package; the bench installs it with
+``apt-get install -y wrk`` when it is missing), so the load does not share the server's interpreter; a
+Lua script written by the bench posts the TF Serving row format ``{"instances": [...]}`` with ``--rows``
+rows per request (1 and 32 by default) and prints one JSON line (requests, non-2xx and socket errors,
+duration, latency percentiles). ``--driver python`` keeps the earlier asyncio generator (it runs in this
+process, one core's worth of Python beside the server's).
 
-    .venv/bin/python bench/serve.py                 # everything, ~3 minutes
-    .venv/bin/python bench/serve.py --seconds 3 --configs a-sqlite-durable,b,c
+Configurations (``--configs``, comma-separated; ``-wN`` runs N worker processes):
+
+- ``a-{sqlite,pg}-{fast,durable}[-nometrics][-wN]``: driftwarden with the prediction log on (that backend
+  and durability; ``-nometrics``: Prometheus metrics off, to price them);
+- ``b[-wN]``: driftwarden ``--no-log`` (no log, no metrics, no monitor);
+- ``c``: a naive FastAPI endpoint calling Keras ``model.predict`` per request;
+- ``f[-wN]``: the plain FastAPI endpoint of ``bench/plain_fastapi.py`` (the SavedModel's serving
+  signature, no checks, no log), one uvicorn process or ``uvicorn --workers N``; ``--compare-fastapi``
+  adds ``f`` and ``f-w2``.
+
+Servers run one at a time (this is a 2-core machine): start, wait for every worker, warm up (``--warmup``
+seconds per size at c=8), then every rows-per-request size at concurrency 1, 8 and 64 (``--levels``) for
+``--seconds`` each; ``--repeat N`` runs the whole sequence N times and the tables show medians. ``wrk``
+runs min(c, 2) threads; its latency percentiles are its own (with its correction for coordinated
+omission), the Python generator's are raw. With the log on, the bench waits after every cell until no
+request is in flight and the log's queue and spool are empty, so that a cell does not inherit the backlog
+of the one before, and prints how long that took (a writer that keeps up drains within a second).
+
+After each log-on configuration the server is stopped gracefully and the log rows are counted: they must
+equal the rows the server answered (its ``driftwarden_predictions_total``, warm-up included; not
+checkable with ``-nometrics``), lie between the rows of the requests the load generator read answers to
+and those it sent (``wrk`` abandons the requests in flight when its time is up; the Python generator waits
+for them, so there the three agree exactly), and none may be dropped. A mismatch prints MISMATCH and makes
+the exit code 1.
+
+    .venv/bin/python bench/serve.py                 # default configs, 1 and 32 rows, ~6 minutes
+    .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,a-pg-durable,b --compare-fastapi
+    .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,b,a-pg-fast-w2,b-w2 --rows 1
     .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,a-pg-fast-nometrics   # metrics' cost
+    .venv/bin/python bench/serve.py --driver python --seconds 3 --configs a-sqlite-durable,b,c --rows 1
 """
 
 from __future__ import annotations
@@ -20,13 +46,16 @@ import asyncio
 import gc
 import json
 import os
+import re
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +65,85 @@ from core.network import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = (1, 8, 64)
+ROWS = (1, 32)
+PREDICT = "/v1/models/bench:predict"
+DEFAULT_CONFIGS = "a-sqlite-durable,a-sqlite-fast,a-pg-durable,a-pg-fast,a-pg-fast-w2,b,b-w2,c"
 PG_ADMIN = os.environ.get(
     "DRIFTWARDEN_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
+CONFIG_RE = re.compile(
+    r"(?P<base>a-(?P<backend>sqlite|pg)-(?P<durability>fast|durable)(?P<nometrics>-nometrics)?|b|c|f)"
+    r"(?:-w(?P<workers>[1-9][0-9]*))?"
+)
+CONFIG_RULE = "a-{sqlite,pg}-{fast,durable}[-nometrics][-wN], b[-wN], c or f[-wN]"
+# the ratios the issues name: (numerator, denominator, rows per request, target)
+LOG_TARGETS = {("a-pg-fast", 1): 0.95, ("a-pg-fast", 32): 0.85, ("a-pg-durable", 1): 0.85}
 
 
-# -- load generator -------------------------------------------------------------------------------
+# -- configurations -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Config:
+    name: str
+    kind: str  # a: log on, b: --no-log, c: naive Keras, f: plain FastAPI
+    backend: str = "sqlite"
+    durability: str = "fast"
+    metrics: bool = True
+    workers: int = 1
+
+    @property
+    def logs(self) -> bool:
+        return self.kind == "a"
+
+    @property
+    def single(self) -> str:
+        """The same configuration in one process (``a-pg-fast`` for ``a-pg-fast-w2``)."""
+        return re.sub(r"-w[0-9]+$", "", self.name)
+
+
+def parse_config(name: str) -> Config:
+    """``a-pg-fast-w2`` -> Config; anything else is an error naming the rule."""
+    m = CONFIG_RE.fullmatch(name)
+    if m is None or (m["base"] == "c" and m["workers"]):
+        raise SystemExit(f"--configs: '{name}' is not a configuration (use {CONFIG_RULE})")
+    base = m["base"]
+    return Config(
+        name=name,
+        kind=base[0],
+        backend=m["backend"] or "sqlite",
+        durability=m["durability"] or "fast",
+        metrics=not m["nometrics"],
+        workers=int(m["workers"] or 1),
+    )
+
+
+# -- measurements ---------------------------------------------------------------------------------
+@dataclass
+class Measure:
+    """One configuration at one concurrency and one request size (one repeat)."""
+
+    config: str
+    rows: int
+    concurrency: int
+    answered: int  # 2xx answers
+    errors: int  # non-2xx answers
+    socket_errors: int  # connect/read/write errors and timeouts (wrk); 0 for the Python generator
+    sent: int  # requests started (an upper bound: wrk abandons the ones in flight when the time is up)
+    seconds: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    repeat: int = 0
+    drain_s: float = 0.0  # log on: seconds after the run until the log's queue and spool were empty
+
+    @property
+    def rps(self) -> float:
+        return self.answered / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "rps": self.rps, "rows_per_s": self.rps * self.rows}
+
+
+# -- the Python load generator (--driver python) --------------------------------------------------
 @dataclass
 class LevelResult:
     concurrency: int
@@ -111,41 +213,222 @@ async def run_level(
     return LevelResult(concurrency, len(latencies), errors[0], time.perf_counter() - t0, latencies)
 
 
+# -- wrk (--driver wrk) ---------------------------------------------------------------------------
+WRK_LUA = """-- written by bench/serve.py: POST one JSON body, report one JSON line
+local f = assert(io.open("%(body)s", "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "application/json"
+
+local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+end
+
+sent = 0
+local req = nil
+function request()
+  sent = sent + 1
+  if req == nil then req = wrk.format() end
+  return req
+end
+
+function done(summary, latency, requests)
+  local n = 0
+  for _, t in ipairs(threads) do n = n + t:get("sent") end
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests": %%d, "sent": %%d, "duration_us": %%d, "status_errors": %%d, "connect": %%d, ' ..
+    '"read": %%d, "write": %%d, "timeout": %%d, "p50_us": %%d, "p90_us": %%d, "p99_us": %%d}\\n',
+    summary.requests, n, summary.duration, e.status, e.connect, e.read, e.write, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99)))
+end
+"""
+
+
+def ensure_wrk() -> str:
+    """The path of ``wrk``; installs Debian's package first when it is missing."""
+    path = shutil.which("wrk")
+    if path:
+        return path
+    print("wrk is not installed: installing Debian's package (apt-get install -y wrk) ...", flush=True)
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [*sudo, "apt-get", "install", "-y", "-q", "wrk"]
+    if subprocess.run(install, env=env).returncode != 0:  # an old package list: update once, retry
+        subprocess.run([*sudo, "apt-get", "update", "-q"], env=env)
+        subprocess.run(install, env=env)
+    path = shutil.which("wrk")
+    if not path:
+        raise SystemExit("--driver wrk: could not install wrk (apt-get install wrk); or use --driver python")
+    return path
+
+
+def run_wrk(
+    wrk: str, url: str, script: Path, concurrency: int, seconds: float, timeout_s: float
+) -> dict[str, Any]:
+    """One ``wrk`` run; returns the JSON line its ``done()`` printed."""
+    cmd = [
+        wrk,
+        "-t",
+        str(min(concurrency, 2)),
+        "-c",
+        str(concurrency),
+        "-d",
+        f"{max(1, round(seconds))}s",
+        "--timeout",
+        f"{max(1, round(timeout_s))}s",
+        "-s",
+        str(script),
+        url + PREDICT,
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"wrk failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+@dataclass
+class Driver:
+    """Sends one request size to one server at one concurrency, as ``wrk`` or the Python generator."""
+
+    kind: str
+    root: Path
+    timeout_s: float
+    max_requests: int
+    wrk: str = ""
+    scripts: dict[int, Path] = field(default_factory=dict)
+    bodies: dict[int, bytes] = field(default_factory=dict)
+
+    def add_body(self, rows: int, body: bytes) -> None:
+        self.bodies[rows] = body
+        if self.kind == "wrk":
+            body_path = self.root / f"body-{rows}.json"
+            body_path.write_bytes(body)
+            script = self.root / f"post-{rows}.lua"
+            script.write_text(WRK_LUA % {"body": str(body_path)})
+            self.scripts[rows] = script
+
+    def measure(self, config: str, url: str, rows: int, concurrency: int, seconds: float) -> Measure:
+        if self.kind == "wrk":
+            r = run_wrk(self.wrk, url, self.scripts[rows], concurrency, seconds, self.timeout_s)
+            return Measure(
+                config=config,
+                rows=rows,
+                concurrency=concurrency,
+                answered=r["requests"] - r["status_errors"],
+                errors=r["status_errors"],
+                socket_errors=r["connect"] + r["read"] + r["write"] + r["timeout"],
+                sent=r["sent"],
+                seconds=r["duration_us"] / 1e6,
+                p50_ms=r["p50_us"] / 1000.0,
+                p90_ms=r["p90_us"] / 1000.0,
+                p99_ms=r["p99_us"] / 1000.0,
+            )
+        lr = asyncio.run(run_level(url, PREDICT, self.bodies[rows], concurrency, seconds, self.max_requests))
+        return Measure(
+            config=config,
+            rows=rows,
+            concurrency=concurrency,
+            answered=lr.requests - lr.errors,
+            errors=lr.errors,
+            socket_errors=0,
+            sent=lr.requests,
+            seconds=lr.seconds,
+            p50_ms=lr.pct(0.5),
+            p90_ms=lr.pct(0.9),
+            p99_ms=lr.pct(0.99),
+        )
+
+    def warm_up(self, config: str, url: str, rows: int, seconds: float) -> Measure:
+        """A few hundred requests or more at c=8 (their rows are logged too, so they are counted)."""
+        if self.kind == "wrk":
+            return self.measure(config, url, rows, 8, seconds)
+        saved, self.max_requests = self.max_requests, 300
+        try:
+            return self.measure(config, url, rows, 8, seconds)
+        finally:
+            self.max_requests = saved
+
+
 # -- servers --------------------------------------------------------------------------------------
-def wait_ready(url: str, probe: str, proc: subprocess.Popen[bytes], timeout: float = 90) -> None:
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+
+def wait_ready(server: Server, probe: str, workers: int, timeout: float = 180) -> None:
+    """Until ``probe`` answers 200 and every uvicorn worker has logged its startup (``--workers N``:
+    a worker still loading TensorFlow does not accept yet, and the measurement must not start without it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{_tail(server.log)}")
+        started = server.log.read_text(errors="replace").count("Application startup complete")
         try:
-            if httpx.get(url + probe, timeout=2).status_code == 200:
+            if started >= workers and httpx.get(server.url + probe, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise RuntimeError("server did not become ready")
+    raise RuntimeError(f"server did not become ready:\n{_tail(server.log)}")
 
 
-def start_driftwarden(env: dict[str, str], extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> Server:
     port = free_port()
-    proc = subprocess.Popen(
-        [str(ROOT / ".venv/bin/driftwarden"), "serve", "--port", str(port), *extra],
-        env={**os.environ, **env, "DRIFTWARDEN_LOG_LEVEL": "WARNING"},
-        cwd=ROOT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(url, "/v2/models/bench/ready", proc)
-    return proc, url
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*cmd, "--port", str(port)], env={**os.environ, **env}, cwd=ROOT, stdout=out, stderr=out
+        )
+    return Server(proc, f"http://127.0.0.1:{port}", log)
 
 
-def start_naive(model_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "naive-server", "--model", str(model_path), "--port", str(port)], cwd=ROOT
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(url, "/health", proc)
-    return proc, url
+def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> Server:
+    """Start ``config``'s server and wait until every worker answers."""
+    log = root / f"{config.name}.log"
+    if config.kind == "c":
+        server = _spawn([sys.executable, __file__, "naive-server", "--model", str(model_path)], {}, log)
+        wait_ready(server, "/health", 1)
+        return server
+    if config.kind == "f":
+        cmd = [
+            str(ROOT / ".venv/bin/uvicorn"),
+            "bench.plain_fastapi:create_app",
+            "--factory",
+            "--host",
+            "127.0.0.1",
+            "--workers",
+            str(config.workers),
+            "--log-level",
+            "info",
+            "--no-access-log",
+        ]
+        server = _spawn(cmd, {"DW_BENCH_MODEL_PATH": str(model_path)}, log)
+        wait_ready(server, "/health", config.workers)
+        return server
+    env = {
+        "DRIFTWARDEN_DATABASE_URL": db_url,
+        "DRIFTWARDEN_SPOOL_PATH": str(root / "spool" / config.name),
+        "DRIFTWARDEN_RETENTION_INTERVAL_S": "0",
+        "DRIFTWARDEN_MONITOR_ENABLED": "false",  # serving and logging only, no drift runs
+        "DRIFTWARDEN_LOG_LEVEL": "INFO",  # uvicorn's "Application startup complete" per worker
+    }
+    if not config.metrics:
+        env["DRIFTWARDEN_METRICS_ENABLED"] = "false"  # log on, metrics off
+    extra = ["--no-log"] if config.kind == "b" else ["--durability", config.durability]
+    cmd = [str(ROOT / ".venv/bin/driftwarden"), "serve", "--workers", str(config.workers), *extra]
+    server = _spawn(cmd, env, log)
+    wait_ready(server, "/v2/models/bench/ready", config.workers)
+    return server
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -155,6 +438,51 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def metric_sum(text: str, name: str) -> float:
+    """The sum of every series of ``name`` in a Prometheus text exposition."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def served_rows(url: str) -> tuple[int, int]:
+    """(rows the server answered, log rows it dropped) from /metrics, once no request is in flight."""
+    last = None
+    for _ in range(100):
+        text = httpx.get(url + "/metrics", timeout=30).text
+        now = (
+            int(metric_sum(text, "driftwarden_predictions_total")),
+            int(metric_sum(text, "driftwarden_prediction_log_rows_dropped_total")),
+        )
+        if metric_sum(text, "driftwarden_requests_in_flight") == 0 and now == last:
+            return now
+        last = now
+        time.sleep(0.3)
+    raise RuntimeError("the server's request counters did not settle")
+
+
+def wait_drained(url: str, timeout_s: float = 300.0) -> float:
+    """Seconds until no request is in flight and the log's queue and spool are empty (-1: not within
+    ``timeout_s``): how far the log writer fell behind the run. Each cell then starts from an empty log."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        text = httpx.get(url + "/metrics", timeout=30).text
+        backlog = sum(
+            metric_sum(text, name)
+            for name in (
+                "driftwarden_requests_in_flight",
+                "driftwarden_prediction_log_queue_rows",
+                "driftwarden_prediction_log_spool_rows",
+            )
+        )
+        if backlog == 0:
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    return -1.0
 
 
 def naive_server(model: Path, port: int) -> None:
@@ -179,7 +507,7 @@ def naive_server(model: Path, port: int) -> None:
     def health() -> dict[str, str]:
         return {"ok": "yes"}
 
-    @app.post("/v1/models/bench:predict")
+    @app.post(PREDICT)
     def predict(body: dict[str, Any]) -> dict[str, Any]:
         rows = body["instances"]
         x = {
@@ -192,11 +520,11 @@ def naive_server(model: Path, port: int) -> None:
         out = net.predict(x, verbose=0)
         return {"predictions": out["probability"].tolist()}
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="info", access_log=False)
 
 
 # -- orchestration --------------------------------------------------------------------------------
-def train_model(root: Path) -> tuple[Path, list[dict[str, Any]]]:
+def train_model(root: Path, n_rows: int) -> tuple[Path, list[dict[str, Any]]]:
     from core.database import open_database
     from core.tabular import write_table
     from training.datagen import generate
@@ -215,7 +543,7 @@ def train_model(root: Path) -> tuple[Path, list[dict[str, Any]]]:
         progress=Progress("t", show_bar=False),
     )
     db.dispose()
-    sample = generate(64, seed=3)
+    sample = generate(max(64, n_rows), seed=3)
     rows = []
     for values in zip(*sample.values(), strict=True):
         row = {}
@@ -249,6 +577,85 @@ def count_log(url: str) -> int:
     return n
 
 
+def run_config(
+    config: Config,
+    *,
+    repeat: int,
+    root: Path,
+    model_path: Path,
+    driver: Driver,
+    args: argparse.Namespace,
+) -> tuple[list[Measure], dict[str, Any] | None]:
+    """Start one server, warm it up, measure every size and level, stop it, check its log."""
+    from sqlalchemy import create_engine, text
+
+    run_id = f"{config.name}-{repeat}"
+    db_url = f"sqlite:///{root / (run_id + '.db')}"
+    pg_name = None
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    if config.backend == "pg" and config.kind == "a":
+        pg_name = f"driftwarden_bench_{uuid.uuid4().hex[:8]}"
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{pg_name}"'))
+        db_url = PG_ADMIN.rsplit("/", 1)[0] + f"/{pg_name}"
+    measures: list[Measure] = []
+    check: dict[str, Any] | None = None
+    server = None
+    try:
+        if config.kind in ("a", "b"):
+            prepare_db(db_url, model_path)
+        server = start_server(config, root, model_path, db_url)
+        print(f"started {config.name} at {server.url} (workers: {config.workers})", flush=True)
+        warm = [driver.warm_up(config.name, server.url, rows, args.warmup) for rows in args.rows]
+        if config.logs and config.metrics:
+            wait_drained(server.url)
+        for rows in args.rows:
+            for level in args.levels:
+                m = driver.measure(config.name, server.url, rows, level, args.seconds)
+                m.repeat = repeat
+                if config.logs and config.metrics:
+                    m.drain_s = wait_drained(server.url)
+                measures.append(m)
+                print(
+                    f"{config.name:20s} rows={rows:<3d} c={level:<3d} {m.rps:8.1f} req/s "
+                    f"{m.rps * rows:9.1f} rows/s  p50 {m.p50_ms:7.2f} ms  p99 {m.p99_ms:7.2f} ms  "
+                    f"n={m.answered} non-2xx={m.errors} socket-errors={m.socket_errors}"
+                    + (f"  log drained {m.drain_s:.1f} s later" if m.drain_s else ""),
+                    flush=True,
+                )
+        if config.logs:
+            served, dropped = served_rows(server.url) if config.metrics else (-1, -1)
+            stop(server.proc)
+            everything = warm + measures
+            low = sum(m.answered * m.rows for m in everything)
+            high = sum(m.sent * m.rows for m in everything)
+            logged = count_log(db_url)
+            ok = low <= logged <= high and (not config.metrics or (logged == served and dropped == 0))
+            check = {
+                "config": config.name,
+                "repeat": repeat,
+                "logged_rows": logged,
+                "served_rows": served,  # driftwarden_predictions_total (-1: metrics off)
+                "answered_rows": low,  # 2xx answers the load generator read x rows per request
+                "sent_rows": high,  # requests it sent x rows per request
+                "rows_dropped": dropped,
+                "ok": ok,
+            }
+            print(
+                f"{config.name:20s} log: {logged} rows logged, server answered {served}, load generator "
+                f"read {low} and sent {high}, dropped {dropped}: {'OK' if ok else 'MISMATCH'}",
+                flush=True,
+            )
+    finally:
+        if server is not None and server.proc.poll() is None:
+            stop(server.proc)
+        if pg_name is not None:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)'))
+        admin.dispose()
+    return measures, check
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -257,179 +664,218 @@ def main() -> None:
     naive = sub.add_parser("naive-server")
     naive.add_argument("--model", type=Path, required=True)
     naive.add_argument("--port", type=int, required=True)
-    parser.add_argument("--seconds", type=float, default=6.0, help="Time per concurrency level and config.")
+    parser.add_argument("--driver", choices=("wrk", "python"), default="wrk", help="Load generator.")
+    parser.add_argument("--seconds", type=float, default=5.0, help="Time per level, size and config.")
     parser.add_argument(
-        "--rounds", type=int, default=3, help="Interleaved slices per level (evens out noise)."
+        "--rows", type=int, nargs="+", default=list(ROWS), help="Rows per request (one or more sizes)."
     )
-    parser.add_argument("--max-requests", type=int, default=40_000, help="Request cap per slice.")
-    parser.add_argument("--configs", default="a-sqlite-durable,a-sqlite-fast,a-pg-durable,a-pg-fast,b,c")
-    parser.add_argument("--json", type=Path, help="Also write the results here.")
+    parser.add_argument(
+        "--levels", type=int, nargs="+", default=list(LEVELS), help="Concurrency levels (connections)."
+    )
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="Comma-separated, see above.")
+    parser.add_argument(
+        "--compare-fastapi", action="store_true", help="Add f and f-w2 (bench/plain_fastapi.py)."
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="Run every config N times in turn; tables show medians."
+    )
+    parser.add_argument("--warmup", type=float, default=2.0, help="Warm-up seconds per size, at c=8.")
+    parser.add_argument("--timeout", type=float, default=5.0, help="wrk's request timeout (seconds).")
+    parser.add_argument(
+        "--max-requests", type=int, default=40_000, help="Python driver: request cap per level."
+    )
+    parser.add_argument("--json", type=Path, help="Also write every result here.")
     args = parser.parse_args()
     if args.cmd == "naive-server":
         naive_server(args.model, args.port)
         return
-    from sqlalchemy import create_engine, text
+    for name, values in (("--rows", args.rows), ("--levels", args.levels)):
+        if any(v < 1 for v in values):
+            raise SystemExit(f"{name}: every value must be at least 1 (got {values})")
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat: must be at least 1 (got {args.repeat})")
+    names = [c for c in args.configs.split(",") if c]
+    if args.compare_fastapi:
+        names += [c for c in ("f", "f-w2") if c not in names]
+    configs = [parse_config(c) for c in names]
 
-    configs = args.configs.split(",")
-    results: dict[str, list[LevelResult]] = {}
-    checks: dict[str, dict[str, Any]] = {}
-    servers: dict[str, tuple[subprocess.Popen[bytes], str, str]] = {}
-    warmup = 300
+    measures: list[Measure] = []
+    checks: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
         root = Path(tmp)
+        driver = Driver(args.driver, root, args.timeout, args.max_requests)
+        if args.driver == "wrk":
+            driver.wrk = ensure_wrk()
         print("training a model ...", flush=True)
-        model_path, rows = train_model(root)
+        model_path, sample = train_model(root, max(args.rows))
         gc.collect()
         gc.freeze()
-        body = json.dumps({"instances": [rows[0]]}).encode()
-        admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-        pg_names: list[str] = []
-        try:
+        for rows in args.rows:
+            driver.add_body(rows, json.dumps({"instances": sample[:rows]}).encode())
+        for repeat in range(args.repeat):
             for config in configs:
-                db_url = f"sqlite:///{root / (config + '.db')}"
-                if "-pg" in config:
-                    name = f"driftwarden_bench_{uuid.uuid4().hex[:8]}"
-                    with admin.connect() as conn:
-                        conn.execute(text(f'CREATE DATABASE "{name}"'))
-                    pg_names.append(name)
-                    db_url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
-                if config == "c":
-                    proc, url = start_naive(model_path)
-                else:
-                    prepare_db(db_url, model_path)
-                    env = {
-                        "DRIFTWARDEN_DATABASE_URL": db_url,
-                        "DRIFTWARDEN_SPOOL_PATH": str(root / "spool" / config),
-                        "DRIFTWARDEN_RETENTION_INTERVAL_S": "0",
-                        "DRIFTWARDEN_MONITOR_ENABLED": "false",  # serving and logging only, no drift runs
-                    }
-                    base_config = config.removesuffix("-nometrics")
-                    if base_config != config:
-                        env["DRIFTWARDEN_METRICS_ENABLED"] = "false"  # log on, metrics off
-                    extra = (
-                        ["--no-log"] if config == "b" else ["--durability", base_config.rsplit("-", 1)[-1]]
-                    )
-                    proc, url = start_driftwarden(env, extra)
-                servers[config] = (proc, url, db_url)
-                asyncio.run(run_level(url, "/v1/models/bench:predict", body, 8, 2.0, warmup))
-                print(f"started {config} at {url}", flush=True)
-            slice_s = args.seconds / args.rounds
-            for level in LEVELS:
-                parts: dict[str, list[LevelResult]] = {c: [] for c in configs}
-                for _ in range(args.rounds):
-                    for config in configs:
-                        if config == "c" and parts[config]:
-                            continue  # the naive server is slow enough that one long slice is plenty
-                        seconds = args.seconds if config == "c" else slice_s
-                        r = asyncio.run(
-                            run_level(
-                                servers[config][1],
-                                "/v1/models/bench:predict",
-                                body,
-                                level,
-                                seconds,
-                                args.max_requests,
-                            )
-                        )
-                        parts[config].append(r)
-                for config in configs:
-                    merged = LevelResult(
-                        level,
-                        sum(p.requests for p in parts[config]),
-                        sum(p.errors for p in parts[config]),
-                        sum(p.seconds for p in parts[config]),
-                        [x for p in parts[config] for x in p.latencies_ms],
-                    )
-                    results.setdefault(config, []).append(merged)
-                    print(
-                        f"{config:18s} c={level:<3d} {merged.rps:8.1f} req/s  p50 {merged.pct(0.5):7.2f} ms  "
-                        f"p99 {merged.pct(0.99):7.2f} ms  n={merged.requests} errors={merged.errors}",
-                        flush=True,
-                    )
-            for config, (proc, url, db_url) in servers.items():
-                status = httpx.get(url + "/status").json()["prediction_log"] if config != "c" else {}
-                stop(proc)
-                if config.startswith("a"):
-                    answered = sum(r.requests - r.errors for r in results[config]) + warmup
-                    checks[config] = {
-                        "answered_rows": answered,
-                        "logged_rows": count_log(db_url),
-                        "rows_dropped": status.get("rows_dropped"),
-                        "rows_spooled": status.get("rows_spooled"),
-                    }
-                    print(f"{config:18s} log: {checks[config]}", flush=True)
-        finally:
-            for proc, _, _ in servers.values():
-                if proc.poll() is None:
-                    stop(proc)
-            with admin.connect() as conn:
-                for name in pg_names:
-                    conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
-    _summary(results, checks)
+                got, check = run_config(
+                    config, repeat=repeat, root=root, model_path=model_path, driver=driver, args=args
+                )
+                measures += got
+                if check is not None:
+                    checks.append(check)
+    ratios = summary(measures, checks, args)
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
-                    "results": {
-                        k: [
-                            {
-                                "concurrency": r.concurrency,
-                                "rps": r.rps,
-                                "p50_ms": r.pct(0.5),
-                                "p99_ms": r.pct(0.99),
-                                "requests": r.requests,
-                                "errors": r.errors,
-                            }
-                            for r in v
-                        ]
-                        for k, v in results.items()
-                    },
+                    "driver": args.driver,
+                    "seconds": args.seconds,
+                    "repeat": args.repeat,
+                    "measures": [m.as_dict() for m in measures],
                     "log_checks": checks,
+                    "ratios": ratios,
                 },
                 indent=2,
             )
         )
+    if not all(c["ok"] for c in checks):
+        sys.exit(1)
 
 
-def _summary(results: dict[str, list[LevelResult]], checks: dict[str, dict[str, Any]]) -> None:
-    print("\nsummary")
-    print(f"{'config':18s} " + "  ".join(f"c={c:<3d} req/s   p50    p99" for c in LEVELS))
-    for name, levels in results.items():
-        print(
-            f"{name:18s} " + "  ".join(f"{r.rps:9.1f} {r.pct(0.5):6.2f} {r.pct(0.99):6.2f}" for r in levels)
+# -- summary --------------------------------------------------------------------------------------
+@dataclass
+class Cell:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    n: int  # repeats
+
+
+def cells(measures: list[Measure]) -> dict[tuple[str, int, int], Cell]:
+    """Median over the repeats of each (config, rows, concurrency)."""
+    groups: dict[tuple[str, int, int], list[Measure]] = {}
+    for m in measures:
+        groups.setdefault((m.config, m.rows, m.concurrency), []).append(m)
+    return {
+        k: Cell(
+            statistics.median(m.rps for m in ms),
+            statistics.median(m.p50_ms for m in ms),
+            statistics.median(m.p99_ms for m in ms),
+            len(ms),
         )
-    for name, levels in results.items():
-        on = results.get(name.removesuffix("-nometrics"))
-        if name.endswith("-nometrics") and on:
-            print(
-                f"{name.removesuffix('-nometrics')}: metrics on / off throughput "
-                + ", ".join(
-                    f"c={a.concurrency}: {a.rps / b.rps:.3f}" for a, b in zip(on, levels, strict=True)
+        for k, ms in groups.items()
+    }
+
+
+def summary(
+    measures: list[Measure], checks: list[dict[str, Any]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Print the tables and the ratios the issues name; return the ratios."""
+    table = cells(measures)
+    configs = list(dict.fromkeys(m.config for m in measures))
+    levels = args.levels
+    top, low = max(levels), min(levels)
+    how = f"{args.driver}, {args.seconds:g} s per cell" + (
+        f", median of {args.repeat} runs" if args.repeat > 1 else ""
+    )
+    width = 34
+    for rows in args.rows:
+        print(f"\n{rows} row{'s' if rows > 1 else ''} per request ({how}):")
+        print(f"{'':20s} " + " | ".join(f"{'c=' + str(c):^{width}s}" for c in levels))
+        print(
+            f"{'config':20s} "
+            + " | ".join(f"{'req/s':>8s} {'rows/s':>9s} {'p50':>6s} / {'p99 ms':6s}" for _ in levels)
+        )
+        for name in configs:
+            parts = []
+            for c in levels:
+                cell = table.get((name, rows, c))
+                parts.append(
+                    f"{cell.rps:8.1f} {cell.rps * rows:9.1f} {cell.p50_ms:6.2f} / {cell.p99_ms:6.1f}"
+                    if cell
+                    else f"{'-':^{width}s}"
                 )
-                + " (target at c=64: >= 0.97)"
-            )
-    base = results.get("b")
-    naive = results.get("c")
-    for name, levels in results.items():
-        if not name.startswith("a"):
-            continue
-        if base:
-            worst = min(a.rps / b.rps for a, b in zip(levels, base, strict=True) if b.rps)
-            print(f"{name}: throughput vs (b) logging off: worst level {worst:.2f}x (target >= 0.9)")
-        if naive:
-            print(
-                f"{name}: throughput vs (c) naive at c=64: {levels[-1].rps / max(naive[-1].rps, 1e-9):.1f}x "
-                "(target >= 30)"
-            )
-        print(f"{name}: p99 at c=8: {levels[1].pct(0.99):.2f} ms (target < 10 ms)")
-        if name in checks:
-            c = checks[name]
-            ok = c["logged_rows"] == c["answered_rows"] and c["rows_dropped"] == 0
-            print(
-                f"{name}: logged {c['logged_rows']} of {c['answered_rows']} answered rows, "
-                f"dropped {c['rows_dropped']}: {'OK' if ok else 'MISMATCH'}"
-            )
+            print(f"{name:20s} " + " | ".join(parts))
+
+    ratios: list[dict[str, Any]] = []
+
+    def ratio(label: str, num: str, den: str, rows: int, c: int, what: str, target: float | None) -> None:
+        a, b = table.get((num, rows, c)), table.get((den, rows, c))
+        if a is None or b is None:
+            return
+        x, y = (a.rps, b.rps) if what == "req/s" else (a.p50_ms, b.p50_ms)
+        value = x / y if y else float("nan")
+        goal = (
+            "" if target is None else f"  (target >= {target:.2f}: {'met' if value >= target else 'missed'})"
+        )
+        print(
+            f"  {label:34s} {num} / {den}, {rows} row(s), c={c}, {what}: "
+            f"{x:.2f} / {y:.2f} = {value:.3f}{goal}"
+        )
+        ratios.append(
+            {
+                "ratio": label,
+                "num": num,
+                "den": den,
+                "rows": rows,
+                "concurrency": c,
+                "what": what,
+                "num_value": x,
+                "den_value": y,
+                "value": value,
+                "target": target,
+            }
+        )
+
+    print("\nratios")
+    for name in configs:  # log on / --no-log, at the top level
+        cfg = parse_config(name)
+        if cfg.logs and cfg.metrics:
+            base = "b" if cfg.workers == 1 else f"b-w{cfg.workers}"
+            for rows in args.rows:
+                target = LOG_TARGETS.get((name, rows)) if top == 64 else None
+                ratio("log on / --no-log", name, base, rows, top, "req/s", target)
+    for name in configs:  # metrics on / off
+        if name.endswith("-nometrics") or "-nometrics-" in name:
+            on = name.replace("-nometrics", "")
+            for rows in args.rows:
+                ratio("metrics on / off", on, name, rows, top, "req/s", None)
+    for dw in ("a-pg-fast", "b"):  # driftwarden / plain FastAPI
+        for rows in args.rows:
+            for c in dict.fromkeys((low, top)):
+                ratio("driftwarden / plain FastAPI", dw, "f", rows, c, "req/s", None)
+            ratio("driftwarden / plain FastAPI", dw, "f", rows, low, "p50", None)
+    for name in configs:  # N workers / one
+        cfg = parse_config(name)
+        if cfg.workers > 1:
+            for rows in args.rows:
+                ratio(f"w{cfg.workers} / single", name, cfg.single, rows, top, "req/s", None)
+    for name in configs:  # driftwarden -wN / plain FastAPI -wN
+        cfg = parse_config(name)
+        if cfg.workers > 1 and cfg.kind in ("a", "b"):
+            for rows in args.rows:
+                ratio(
+                    "driftwarden-wN / plain FastAPI-wN",
+                    name,
+                    f"f-w{cfg.workers}",
+                    rows,
+                    top,
+                    "req/s",
+                    None,
+                )
+    if "c" in configs:
+        for name in configs:
+            if name.startswith("a"):
+                ratio("driftwarden / naive Keras", name, "c", args.rows[0], top, "req/s", None)
+    backlog = [m for m in measures if m.drain_s >= 0.5 or m.drain_s < 0]
+    if backlog:
+        print("\nlog backlog: seconds after a run until the log's queue and spool were empty (-1: > 300 s)")
+        for m in backlog:
+            print(f"  {m.config} (run {m.repeat + 1}), {m.rows} row(s), c={m.concurrency}: {m.drain_s:.1f} s")
+    print()
+    for check in checks:
+        print(
+            f"  log check {check['config']} (run {check['repeat'] + 1}): {check['logged_rows']} logged, "
+            f"{check['served_rows']} answered by the server: {'OK' if check['ok'] else 'MISMATCH'}"
+        )
+    return ratios
 
 
 if __name__ == "__main__":
