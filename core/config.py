@@ -106,9 +106,25 @@ class Settings(BaseSettings):
         description="Local spool of unwritten log rows (default: `spool` beside the registry, in the same "
         "data folder: ./var/spool, or /var/lib/driftwarden/spool when the registry is there).",
     )
-    retention_days: float = Field(default=30.0, gt=0, description="Prediction log retention window.")
+    retention_days: float = Field(
+        default=30.0,
+        gt=0,
+        description="Prediction log retention window (PostgreSQL: the server's job drops whole partitions, "
+        "so a row stays up to log_partition_days longer; `predictions purge` cuts exactly).",
+    )
     retention_interval_s: float = Field(
-        default=3600.0, ge=0, description="Seconds between retention cleanups in the server (0: off)."
+        default=3600.0,
+        ge=0,
+        description="Seconds between retention passes in the server (0: off). On PostgreSQL a pass also "
+        "creates the log's partitions ahead: with it off, new rows land in the DEFAULT partition once the "
+        "migration's run out, until `predictions purge` runs.",
+    )
+    log_partition_days: int = Field(
+        default=1,
+        ge=1,
+        le=366,
+        description="PostgreSQL: days of prediction log per partition (retention drops whole partitions; "
+        "the retention job creates them a week ahead). New partitions only: existing ones keep their range.",
     )
     shutdown_timeout_s: float = Field(default=30.0, gt=0, description="Graceful shutdown: time to flush.")
 

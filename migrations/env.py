@@ -12,6 +12,7 @@ import registry.models  # noqa: F401
 import training.models  # noqa: F401
 from core.config import get_settings
 from core.database import Base, make_engine
+from predictions.partitions import include_object
 
 config = context.config
 target_metadata = Base.metadata
@@ -22,7 +23,13 @@ def _url() -> str:
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True, render_as_batch=True)
+    context.configure(
+        url=_url(),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        render_as_batch=True,
+        include_object=include_object,
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -30,13 +37,23 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connectable = config.attributes.get("connection")
     if connectable is not None:
-        context.configure(connection=connectable, target_metadata=target_metadata, render_as_batch=True)
+        context.configure(
+            connection=connectable,
+            target_metadata=target_metadata,
+            render_as_batch=True,
+            include_object=include_object,
+        )
         with context.begin_transaction():
             context.run_migrations()
         return
     engine = make_engine(_url())
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=True,
+            include_object=include_object,
+        )
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

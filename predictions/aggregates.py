@@ -133,7 +133,16 @@ def _window_filter(summary: WindowSummary) -> tuple[str, dict[str, Any]]:
     if summary.since is not None:
         sql += " AND p.logged_at >= %(since)s"
         params["since"] = summary.since
+    params.update(start=summary.start or "-infinity", end=summary.end or "infinity")  # for _LABELS_ON
     return sql, params
+
+
+# a label joins its prediction on both keys and within the window's time span, which prunes the feedback
+# partitions of other days (see predictions.service.feedback_join); every window row lies in that span
+_LABELS_ON = (
+    "fb.prediction_id = p.prediction_id AND fb.logged_at = p.logged_at "
+    "AND fb.logged_at BETWEEN %(start)s AND %(end)s"
+)
 
 
 def _literal(text: str) -> str:
@@ -164,7 +173,7 @@ def _aggregate_sql(
             f"CASE WHEN {ok} AND fb.label = 0 THEN {prob} END",
             f"CASE WHEN {ok} THEN (({prob} >= %(threshold)s)::int + 2 * (fb.label <> 0)::int)::float8 END",
         ]
-        join = "LEFT JOIN prediction_feedback fb ON fb.prediction_id = p.prediction_id"
+        join = f"LEFT JOIN prediction_feedback fb ON {_LABELS_ON}"
     cases = " ".join(f"WHEN {i} THEN width_bucket(x, %(g{i})s::float8[])" for i in range(n))
     cases += f" WHEN {ids['P']} THEN width_bucket(x, %(gp)s::float8[])"
     if labels:
@@ -387,7 +396,12 @@ def _rows(
     if step > 1:
         where = where & (PredictionLog.id % step == 0)
     return _generic_chunks(
-        engine=engine, where=where, numeric=numeric, categorical=categorical, chunk_rows=chunk_rows
+        engine=engine,
+        where=where,
+        numeric=numeric,
+        categorical=categorical,
+        chunk_rows=chunk_rows,
+        span=(summary.start, summary.end),
     )
 
 
@@ -418,7 +432,7 @@ def labelled_rows(
     where, params = _window_filter(summary)
     sql = (
         "SELECT p.probability, fb.label FROM prediction_log p "
-        f"JOIN prediction_feedback fb ON fb.prediction_id = p.prediction_id WHERE {where} ORDER BY p.id"
+        f"JOIN prediction_feedback fb ON {_LABELS_ON} WHERE {where} ORDER BY p.id"
     )
     raw = engine.raw_connection()
     try:

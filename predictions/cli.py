@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from core.errors import Invalid
+
+if TYPE_CHECKING:
+    from predictions.service import Retention
 
 predictions_app = typer.Typer(help="The prediction log.", no_args_is_help=True)
 
@@ -25,13 +28,16 @@ def purge(
     """Delete logged predictions (and their feedback) older than the retention window.
 
     Deleting needs --yes (on a terminal, a prompt asks instead); --dry-run shows the count per model and
-    deletes nothing. Without either, the counts are shown and the command exits 2.
+    deletes nothing. Without either, the counts are shown and the command exits 2. On PostgreSQL the
+    partitions wholly older than the cutoff are dropped (each is named with the predictions it held), the
+    rest of the older rows are deleted in chunks, and the partitions of the coming week are created (with
+    --yes also when there is nothing to delete).
     """
     from datetime import timedelta
 
     from core.config import get_settings
     from core.database import open_database
-    from predictions.service import count_before, purge_all_before, utcnow
+    from predictions.service import apply_retention, count_before, expired_partitions, utcnow
 
     settings = get_settings()
     window = settings.retention_days if days is None else days
@@ -42,11 +48,16 @@ def purge(
         total = sum(counts.values())
         when = f"logged before {cutoff.isoformat(timespec='seconds')} (older than {window:g} days)"
         if total == 0:
+            if yes and not dry_run:  # still drop empty expired partitions, make the coming week's
+                _report(apply_retention(db=db, before=cutoff, partition_days=settings.log_partition_days))
             typer.echo(f"nothing to delete: no prediction {when}")
             return
         verb = "would delete" if dry_run or not yes else "deleting"
         for model, n in sorted(counts.items()):
             typer.echo(f"{verb} {n} predictions of {model} (and their feedback) {when}")
+        if dry_run or not yes:
+            for name in expired_partitions(db=db, before=cutoff):
+                typer.echo(f"would drop partition {name} and its feedback's (wholly older)")
         if dry_run:
             typer.echo(f"dry run: {total} predictions would be deleted; nothing was deleted")
             return
@@ -59,10 +70,18 @@ def purge(
             if not typer.confirm(f"Delete {total} predictions and their feedback?", default=False):
                 typer.echo("nothing deleted", err=True)
                 raise typer.Exit(1)
-        deleted = purge_all_before(db=db, before=cutoff)
+        done = apply_retention(db=db, before=cutoff, partition_days=settings.log_partition_days)
     finally:
         db.dispose()
-    typer.echo(f"deleted {deleted} predictions {when}")
+    _report(done)
+    typer.echo(f"deleted {done.removed} predictions {when}")
+
+
+def _report(done: Retention) -> None:
+    for name, n in done.dropped:
+        typer.echo(f"dropped partition {name} and its feedback's ({n} predictions)")
+    if done.created:
+        typer.echo(f"created partitions {', '.join(done.created)} (the coming week)")
 
 
 def register(app: typer.Typer) -> None:

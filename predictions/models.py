@@ -3,15 +3,29 @@
 ``prediction_log`` holds one row per served prediction. The monitors read "the last N rows" or "the last
 T minutes" of one model, so the table carries two composite indexes led by ``model_name``:
 ``(model_name, logged_at)`` for time windows and ``(model_name, id)`` for last-N reads (``id`` grows with
-insertion order, so ``ORDER BY id DESC LIMIT N`` is an index scan); retention deletes per model through the
-first one, so no further index slows the inserts. The output probability and the
+insertion order, so ``ORDER BY id DESC LIMIT N`` is an index scan); the chunked retention DELETE finds rows
+per model through the first one, so no further index slows the inserts. The output probability and the
 latency are real columns (aggregations never parse JSON); the raw inputs are one JSON document per row
 (JSONB on PostgreSQL), because the feature set differs per model and version. ``prediction_id`` is a
 time-ordered UUID (v7 layout), so its unique index is appended to at the right edge like ``id``.
 
 ``prediction_feedback`` holds the ground-truth label of a prediction (one per prediction; a resent label
-replaces the previous one) and joins on ``prediction_id``. Rows go with their prediction at retention
-cleanup (ON DELETE CASCADE).
+replaces the previous one), with the prediction's ``logged_at`` copied beside its ``prediction_id`` (filled
+by ``record_feedback`` from the log), and joins on both.
+
+On PostgreSQL both tables are range-partitioned by ``logged_at`` with the same ranges (migration 0009,
+:mod:`predictions.partitions`): retention drops the partitions of a span of time that has wholly expired,
+log and feedback in one transaction, instead of deleting rows. A partitioned table's primary and unique
+keys must contain the partition key, so there the log's primary key is ``(id, logged_at)`` (``id`` still
+comes from one sequence and stays unique), its unique key ``(prediction_id, logged_at)`` (the conflict
+target of the writer's idempotent replay: a replayed row carries its original ``logged_at``) and the
+feedback's key ``(prediction_id, logged_at)``; the feedback has no foreign key to the log there (why: see
+:mod:`predictions.partitions`). SQLite keeps single tables, the log's keys of migration 0002 (primary key
+``id``, SQLite's autoincrementing rowid; unique ``prediction_id``) and the feedback's foreign key with
+``ON DELETE CASCADE``; its feedback has the ``logged_at`` column and key too, so one model and one upsert
+serve both backends. These models describe the PostgreSQL layout (the ORM's primary key of the log is
+``id``, which is unique on both); on SQLite the log's unique key and the feedback's foreign key differ from
+them, as ``tests/predictions/test_partitions.py`` pins.
 
 ``status`` is ``ok`` for an answered prediction and ``output_violation`` when the model's output broke its
 contract (the caller got an error, the event is kept for the on-call engineer); monitors read ``ok`` rows.
@@ -23,7 +37,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Index, Integer, String
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.database import Base
@@ -41,12 +55,14 @@ class PredictionLog(Base):
 
     __tablename__ = "prediction_log"
     __table_args__ = (
+        UniqueConstraint("prediction_id", "logged_at", name="uq_prediction_log_prediction_id"),
         Index("ix_prediction_log_model_name_logged_at", "model_name", "logged_at"),
         Index("ix_prediction_log_model_name_id", "model_name", "id"),
+        {"postgresql_partition_by": "RANGE (logged_at)"},
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    prediction_id: Mapped[str] = mapped_column(String(36), unique=True)
+    prediction_id: Mapped[str] = mapped_column(String(36))
     request_id: Mapped[str] = mapped_column(String(128))
     model_name: Mapped[str] = mapped_column(String(128))
     model_version: Mapped[int] = mapped_column(Integer)
@@ -63,11 +79,13 @@ class PredictionFeedback(Base):
     """The ground-truth label of one logged prediction."""
 
     __tablename__ = "prediction_feedback"
-    __table_args__ = (Index("ix_prediction_feedback_model_name_received_at", "model_name", "received_at"),)
-
-    prediction_id: Mapped[str] = mapped_column(
-        String(36), ForeignKey("prediction_log.prediction_id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        Index("ix_prediction_feedback_model_name_received_at", "model_name", "received_at"),
+        {"postgresql_partition_by": "RANGE (logged_at)"},
     )
+
+    prediction_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    logged_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)  # the prediction's
     model_name: Mapped[str] = mapped_column(String(128))
     label: Mapped[float] = mapped_column(Float)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -88,3 +106,6 @@ LOG_COLUMNS: tuple[str, ...] = (
     "status",
     "protocol",
 )
+
+# Column order of a feedback row where rows are copied between tables (partition maintenance).
+FEEDBACK_COLUMNS: tuple[str, ...] = ("prediction_id", "logged_at", "model_name", "label", "received_at")

@@ -13,11 +13,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Connection, Engine, and_, delete, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from core.database import Database
+from predictions import partitions
 from predictions.models import LOG_COLUMNS, PredictionFeedback, PredictionLog, PredictionStatus
 
 
@@ -99,7 +101,9 @@ PG_INSERT = (
     "nullif(e->7, 'null'::jsonb), (e->>8)::float8, e->>9, e->>10 "
     "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n"
 )
-PG_INSERT_IDEMPOTENT = PG_INSERT + " ON CONFLICT (prediction_id) DO NOTHING"
+# the conflict target is the unique key (prediction_id, logged_at): on the partitioned PostgreSQL log a unique
+# key must hold the partition key; a replayed row carries its original logged_at, so it still conflicts
+PG_INSERT_IDEMPOTENT = PG_INSERT + " ON CONFLICT (prediction_id, logged_at) DO NOTHING"
 
 
 def batch_json(rows: Sequence[LogRow]) -> str:
@@ -135,15 +139,16 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
     return len(rows)
 
 
-def known_prediction_ids(*, session: Session, model_name: str, ids: Iterable[str]) -> set[str]:
-    """The subset of ``ids`` that are logged predictions of ``model_name``."""
+def logged_times(*, session: Session, model_name: str, ids: Iterable[str]) -> dict[str, datetime]:
+    """When each of ``ids`` that is a logged prediction of ``model_name`` was logged."""
     wanted = list(dict.fromkeys(ids))
-    found: set[str] = set()
+    found: dict[str, datetime] = {}
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
         found.update(
-            session.scalars(
-                select(PredictionLog.prediction_id).where(
+            (pid, when)
+            for pid, when in session.execute(
+                select(PredictionLog.prediction_id, PredictionLog.logged_at).where(
                     PredictionLog.model_name == model_name, PredictionLog.prediction_id.in_(chunk)
                 )
             )
@@ -155,20 +160,26 @@ def record_feedback(
     *, session: Session, model_name: str, labels: Sequence[tuple[str, float]]
 ) -> tuple[int, list[str]]:
     """Store ground-truth labels of logged predictions; returns (stored, unknown prediction ids)."""
-    known = known_prediction_ids(session=session, model_name=model_name, ids=(pid for pid, _ in labels))
+    known = logged_times(session=session, model_name=model_name, ids=(pid for pid, _ in labels))
     latest = {pid: label for pid, label in labels if pid in known}  # a repeated id: the last label wins
     unknown = list(dict.fromkeys(pid for pid, _ in labels if pid not in known))
     if latest:
         now = utcnow()
         values = [
-            {"prediction_id": pid, "model_name": model_name, "label": label, "received_at": now}
+            {
+                "prediction_id": pid,
+                "logged_at": known[pid],  # the feedback lives in the partition of its prediction
+                "model_name": model_name,
+                "label": label,
+                "received_at": now,
+            }
             for pid, label in latest.items()
         ]
         dialect = session.get_bind().dialect.name
         ins = postgresql.insert if dialect == "postgresql" else sqlite.insert
         stmt = ins(PredictionFeedback)
         stmt = stmt.on_conflict_do_update(
-            index_elements=["prediction_id"],
+            index_elements=["prediction_id", "logged_at"],
             set_={"label": stmt.excluded.label, "received_at": stmt.excluded.received_at},
         )
         session.execute(stmt, values)
@@ -227,9 +238,14 @@ def purge_predictions(*, session: Session, before: datetime, chunk: int = 5000) 
             break
     if not ids:
         return 0
-    pids = select(PredictionLog.prediction_id).where(PredictionLog.id.in_(ids))
-    session.execute(delete(PredictionFeedback).where(PredictionFeedback.prediction_id.in_(pids)))
-    session.execute(delete(PredictionLog).where(PredictionLog.id.in_(ids)))
+    fb, log = PredictionFeedback, PredictionLog
+    rows = (log.id.in_(ids), log.logged_at < before)  # the time bound prunes PostgreSQL's partitions
+    if session.get_bind().dialect.name == "postgresql":  # no foreign key there: the labels go explicitly
+        pairs = select(log.prediction_id, log.logged_at).where(*rows)
+        session.execute(delete(fb).where(tuple_(fb.prediction_id, fb.logged_at).in_(pairs)))
+    else:
+        session.execute(delete(fb).where(fb.prediction_id.in_(select(log.prediction_id).where(*rows))))
+    session.execute(delete(log).where(*rows))
     return len(ids)
 
 
@@ -261,6 +277,118 @@ def count_before(*, db: Database, before: datetime) -> dict[str, int]:
     return {model: n for model, n in counts.items() if n}
 
 
+def feedback_join(
+    dialect: str, *, since: datetime | None = None, until: datetime | None = None
+) -> ColumnElement[bool]:
+    """The join condition of a label to its prediction (``since``/``until``: the predictions' time span)."""
+    # PostgreSQL: on both keys (a lookup by both goes to one feedback partition; a partition-wise join is
+    # possible) and within the predictions' time span: the planner does not carry the log's time bounds
+    # over the equality, so without the span a hash join scans the labels of every day (measured, the
+    # blocks reader on a 100k-row window of a 10M-row log with 100k labels a day: 0.23 s with the span,
+    # 0.44 s without). It changes nothing joined: a label's logged_at is its prediction's, inside the span.
+    # SQLite: on prediction_id (one table, its key).
+    fb, log = PredictionFeedback, PredictionLog
+    on = fb.prediction_id == log.prediction_id
+    if dialect != "postgresql":
+        return on
+    terms = [on, fb.logged_at == log.logged_at]
+    if since is not None:
+        terms.append(fb.logged_at >= since)
+    if until is not None:
+        terms.append(fb.logged_at <= until)
+    return and_(*terms)
+
+
+class Retention(NamedTuple):
+    """What one retention pass did."""
+
+    created: list[str]  # log partitions created ahead (each with its feedback twin)
+    dropped: list[tuple[str, int]]  # log partitions dropped with their feedback; predictions each held
+    deleted: int  # predictions deleted row by row (chunked DELETE)
+
+    @property
+    def removed(self) -> int:
+        return self.deleted + sum(n for _, n in self.dropped)
+
+
+def _partitioned(db: Database) -> bool:
+    if db.engine.dialect.name != "postgresql":
+        return False
+    with db.engine.connect() as conn:
+        return partitions.is_partitioned(conn)
+
+
+def prepare_partitions(*, db: Database, now: datetime, days: int) -> list[str]:
+    """Create the log's missing partitions from ``now`` to ``partitions.AHEAD`` later (PostgreSQL); names."""
+    created: list[str] = []
+    if not _partitioned(db):
+        return created
+
+    def step(conn: Connection) -> str | None:
+        todo = partitions.missing(partitions.existing(conn), now, now + partitions.AHEAD, days)
+        if not todo:
+            return None
+        partitions.create(conn, todo[0])
+        return todo[0].name()
+
+    while (name := partitions.change(db.engine, step)) is not None:
+        created.append(name)
+    return created
+
+
+def expired_partitions(*, db: Database, before: datetime) -> list[str]:
+    """The log's partitions that hold only times before ``before`` (PostgreSQL): what a purge drops."""
+    if not _partitioned(db):
+        return []
+    with db.engine.connect() as conn:
+        return [span.name() for span in partitions.existing(conn) if span.end <= before]
+
+
+def drop_partitions_before(*, db: Database, before: datetime) -> list[tuple[str, int]]:
+    """Drop each log partition wholly before ``before`` and its feedback's (PostgreSQL); names, rows held."""
+    dropped: list[tuple[str, int]] = []
+    if not _partitioned(db):
+        return dropped
+
+    def step(conn: Connection) -> tuple[str, int] | None:
+        expired = [span for span in partitions.existing(conn) if span.end <= before]
+        if not expired:
+            return None
+        return expired[0].name(), partitions.drop(conn, expired[0])
+
+    while (done := partitions.change(db.engine, step)) is not None:
+        dropped.append(done)
+    return dropped
+
+
+def retention_cutoff(*, db: Database, before: datetime) -> datetime:
+    """The start of the log partition holding ``before`` (PostgreSQL), else ``before`` itself."""
+    if not _partitioned(db):
+        return before
+    with db.engine.connect() as conn:
+        holding = [span.start for span in partitions.existing(conn) if span.holds(before)]
+    return holding[0] if holding else before
+
+
+def apply_retention(
+    *,
+    db: Database,
+    before: datetime,
+    partition_days: int,
+    now: datetime | None = None,
+    whole_partitions: bool = False,
+) -> Retention:
+    """Create partitions ahead, drop the expired ones, then delete the older rows left in chunks."""
+    # whole_partitions (the periodic job): the cutoff moves back to the start of the partition holding
+    # `before`, so that partition stays whole until all of it has expired and only rows of the default
+    # partition are deleted one by one; without it (`predictions purge`) every row before `before` goes
+    created = prepare_partitions(db=db, now=now or utcnow(), days=partition_days)
+    if whole_partitions:
+        before = retention_cutoff(db=db, before=before)
+    dropped = drop_partitions_before(db=db, before=before)
+    return Retention(created=created, dropped=dropped, deleted=purge_all_before(db=db, before=before))
+
+
 class LabelledRows(NamedTuple):
     """Labelled predictions of one model, oldest first: input columns, labels and logging times.
 
@@ -288,7 +416,7 @@ def labelled_rows(
     """The newest ``limit`` answered predictions of ``model_name`` that have a ground-truth label."""
     stmt = (
         select(PredictionLog.inputs, PredictionLog.logged_at, PredictionFeedback.label)
-        .join(PredictionFeedback, PredictionFeedback.prediction_id == PredictionLog.prediction_id)
+        .join(PredictionFeedback, feedback_join(session.get_bind().dialect.name, since=since))
         .where(PredictionLog.model_name == model_name, PredictionLog.status == PredictionStatus.OK.value)
     )
     if since is not None:

@@ -7,7 +7,9 @@ A window is the last ``rows`` answered predictions and/or those of the last ``mi
    and the id range of the window (for a last-N window an index scan of the newest N ids on
    ``(model_name, id)``); rows written while the window is read get higher ids and are left out.
 2. **Rows** (:func:`read_chunks`), chunk by chunk: the named input features, the ``probability``
-   column, and the label from a left join of ``prediction_feedback``. Each chunk arrives as numpy
+   column, and the label from a left join of ``prediction_feedback`` (on ``prediction_id``; on
+   PostgreSQL also on ``logged_at``, the partition key of both tables, within the window's time span,
+   so that only the label partitions of the window's days are read). Each chunk arrives as numpy
    columns (categoricals may arrive already counted); the caller folds it into its summary and drops
    it: memory is bounded by ``chunk_rows``, never by the window.
 
@@ -52,6 +54,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from core.config import Settings
 from core.tabular import as_float
 from predictions.models import PredictionFeedback, PredictionLog, PredictionStatus
+from predictions.service import feedback_join
 
 CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
 """Rows per chunk unless told otherwise: the default of the ``monitor_chunk_rows`` setting. The monitors
@@ -217,13 +220,15 @@ def _generic_chunks(
     numeric: Sequence[str],
     categorical: Sequence[str],
     chunk_rows: int,
+    span: tuple[datetime | None, datetime | None] = (None, None),
 ) -> Iterator[Chunk]:
     fb = PredictionFeedback
     names = [*numeric, *categorical]
+    labels_on = feedback_join(engine.dialect.name, since=span[0], until=span[1])
     stmt = (
         select(*[_feature_expr(engine, n) for n in names], PredictionLog.probability, fb.label)
         .select_from(PredictionLog)
-        .outerjoin(fb, fb.prediction_id == PredictionLog.prediction_id)
+        .outerjoin(fb, labels_on)
         .where(where)
         .order_by(PredictionLog.id)
     )
@@ -251,19 +256,22 @@ SELECT convert_to('{"p":' || coalesce(
             nullif(nullif(nullif(p.probability, 'NaN'), 'Infinity'), '-Infinity')::text, 'null')
         || ',"y":' || coalesce(f.label::text, 'null')
         || ',"x":' || p.inputs::text || '}', 'UTF8')
-FROM prediction_log p LEFT JOIN prediction_feedback f ON f.prediction_id = p.prediction_id
+FROM prediction_log p
+LEFT JOIN prediction_feedback f ON f.prediction_id = p.prediction_id AND f.logged_at = p.logged_at {span}
 WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {extra}
 ORDER BY p.id
 """
 
 
-def _block_sql(spec: WindowSpec, since: datetime | None) -> str:
+def _block_sql(spec: WindowSpec, since: datetime | None, span: bool) -> str:
     extra = ""
     if spec.version is not None:
         extra += " AND p.model_version = %(version)s"
     if since is not None:
         extra += " AND p.logged_at >= %(since)s"
-    return _BLOCK_SQL.replace("{extra}", extra)
+    # the window's time span on the labels prunes their partitions (see predictions.service.feedback_join)
+    labels = "AND f.logged_at BETWEEN %(start)s AND %(end)s" if span else ""
+    return _BLOCK_SQL.replace("{extra}", extra).replace("{span}", labels)
 
 
 def _fetch_block(engine: Engine, sql: str, params: dict[str, Any]) -> bytes:
@@ -325,8 +333,11 @@ def _block_chunks(
     import pyarrow as pa
 
     spec = summary.spec
-    sql = _block_sql(spec, summary.since)
+    span = summary.start is not None and summary.end is not None
+    sql = _block_sql(spec, summary.since, span)
     base: dict[str, Any] = {"model_name": summary.model_name, "status": PredictionStatus.OK.value}
+    if span:
+        base.update(start=summary.start, end=summary.end)
     if spec.version is not None:
         base["version"] = spec.version
     if summary.since is not None:
@@ -361,6 +372,7 @@ def _block_chunks(
                     numeric=numeric,
                     categorical=categorical,
                     chunk_rows=chunk_rows,
+                    span=(summary.start, summary.end),
                 )
 
 
@@ -384,5 +396,10 @@ def read_chunks(
     bounds = _Bounds(low=summary.first_id, high=summary.last_id, since=summary.since)
     where = _window_where(model_name=summary.model_name, spec=summary.spec, bounds=bounds)
     return _generic_chunks(
-        engine=engine, where=where, numeric=numeric, categorical=categorical, chunk_rows=chunk_rows
+        engine=engine,
+        where=where,
+        numeric=numeric,
+        categorical=categorical,
+        chunk_rows=chunk_rows,
+        span=(summary.start, summary.end),
     )

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -187,9 +187,10 @@ def test_two_servers_and_one_monitor_share_one_postgres(
 
         # (1) once per interval: one run per elapsed interval, never two within one interval
         expected = int(observed // INTERVAL_S) + 1
-        created = [c for c, _, _, _ in runs]
         durations = [d for _, d, _, _ in runs]
-        gaps = [(b - a).total_seconds() for a, b in zip(created, created[1:], strict=False)]
+        # a run is stored when it ends: its start is that time minus its duration (the scheduler's clock)
+        started = [c - timedelta(seconds=d) for c, d, _, _ in runs]
+        gaps = [(b - a).total_seconds() for a, b in zip(started, started[1:], strict=False)]
         assert len(runs) == expected, (len(runs), observed, gaps, durations, mlog.read_text()[-2000:])
         assert all(0.9 * INTERVAL_S <= g < 1.5 * INTERVAL_S for g in gaps), gaps
 

@@ -1,0 +1,328 @@
+"""Retention benchmark: one day off a large prediction log, partitioned (a drop) vs unpartitioned (DELETE).
+
+Run: ``.venv/bin/python bench/retention.py [--rows 10000000] [--days 10] [--compare-rows N] [--passes 3]
+[--admin-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres] [--keep]``.
+
+A scratch database (dropped at the end unless ``--keep``) gets two schemas:
+
+- ``part``: migrated to head (the log and feedback partitioned by day), the partitions of the ``--days``
+  days made, then ``--rows`` rows spread evenly over those days (four models, JSONB inputs like a served
+  row's) and a label for every tenth row, all generated in SQL (``generate_series``, one statement per day),
+  then ``VACUUM ANALYZE`` (as autovacuum leaves a day-old partition). Each timed pass is what the retention
+  job does with a cutoff one day later than the previous one (``apply_retention(whole_partitions=True)``):
+  create partitions ahead (nothing left to create), drop the oldest day's log and feedback partitions (with
+  the exact count of what they held), delete rows of the DEFAULT partition older than the cutoff (none).
+- ``flat``: migrated to 0008 (the unpartitioned log and its feedback with the foreign key), filled the same
+  way with ``--compare-rows`` rows (default: ``--rows``); each timed pass is the previous retention code,
+  the chunked DELETE (5000 rows per transaction: the ids per model through ``(model_name, logged_at)``, the
+  feedback by ``prediction_id``, then the log rows) of the oldest day; then the ``VACUUM`` that reclaims
+  the dead rows, timed on its own. With fewer ``--compare-rows``, the per-row rate is also extrapolated to
+  one day of the partitioned log (said so in the output).
+
+Figures are wall seconds per pass and their median; the machine is shared, so run it more than once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, text
+
+from core import migrate
+from core.database import Database, make_engine, make_session_factory
+from predictions.service import (
+    LogRow,
+    drop_partitions_before,
+    new_prediction_id,
+    prepare_partitions,
+    purge_all_before,
+    retention_cutoff,
+    write_log_rows,
+)
+
+DAY = timedelta(days=1)
+MODELS = 4
+CHUNK = 5000
+
+FILL = """
+INSERT INTO prediction_log (prediction_id, request_id, model_name, model_version, logged_at, inputs,
+                            probability, flags, latency_ms, status, protocol)
+SELECT md5(g::text)::uuid::text, 'req-' || g, 'model_' || (g % {models}), 1,
+       timestamptz '{start}' + g * interval '1 microsecond' * {step},
+       jsonb_build_object('amount', round((random() * 1000)::numeric, 2), 'count', (random() * 10)::int,
+                          'age', 18 + g % 60, 'colour', (ARRAY['red', 'green', 'blue'])[1 + g % 3],
+                          'region', 'r' || (g % 7)),
+       random(), NULL, 1.5 + random(), 'ok', 'v1'
+FROM generate_series({first}, {last}) AS g
+"""
+LABELS_PARTITIONED = """
+INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at)
+SELECT prediction_id, logged_at, model_name, (random() < 0.5)::int, logged_at + interval '1 hour'
+FROM prediction_log WHERE id % 10 = 0
+"""
+LABELS_FLAT = """
+INSERT INTO prediction_feedback (prediction_id, model_name, label, received_at)
+SELECT prediction_id, model_name, (random() < 0.5)::int, logged_at + interval '1 hour'
+FROM prediction_log WHERE id % 10 = 0
+"""
+
+
+def fill(engine: Engine, *, rows: int, days: int, start: datetime, labels_sql: str) -> float:
+    """``rows`` rows evenly over ``days`` days from ``start`` (one statement per day), labels, VACUUM."""
+    step = int(days * DAY / timedelta(microseconds=1)) // rows  # microseconds between two rows
+    per_day = -(-rows // days)
+    began = time.perf_counter()
+    for day in range(days):
+        first, last = day * per_day, min(rows, (day + 1) * per_day) - 1
+        if first > last:
+            break
+        sql = FILL.format(models=MODELS, start=start.isoformat(), first=first, last=last, step=step)
+        with engine.begin() as conn:
+            conn.execute(text(sql))
+        print(
+            f"  filled day {day + 1}/{days} ({last + 1:,} rows, {time.perf_counter() - began:.0f} s)",
+            flush=True,
+        )
+    with engine.begin() as conn:
+        conn.execute(text(labels_sql))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE prediction_log"))
+        conn.execute(text("VACUUM ANALYZE prediction_feedback"))
+    return time.perf_counter() - began
+
+
+def old_purge(engine: Engine, before: datetime) -> int:
+    """The retention DELETE before partitions (predictions/service.py at 0008): chunks of 5000 rows, one
+    transaction each; the models found by skipping along ``(model_name, id)`` for every chunk."""
+    total = 0
+    while True:
+        with engine.begin() as conn:
+            models: list[str] = []
+            while True:
+                sql = "SELECT model_name FROM prediction_log"
+                sql += " WHERE model_name > :last" if models else ""
+                last = {"last": models[-1] if models else ""}
+                found = conn.execute(text(sql + " ORDER BY model_name LIMIT 1"), last).scalar()
+                if found is None:
+                    break
+                models.append(found)
+            ids: list[int] = []
+            for model in models:
+                ids += conn.execute(
+                    text(
+                        "SELECT id FROM prediction_log WHERE model_name = :m AND logged_at < :b "
+                        "ORDER BY logged_at LIMIT :k"
+                    ),
+                    {"m": model, "b": before, "k": CHUNK - len(ids)},
+                ).scalars()
+                if len(ids) >= CHUNK:
+                    break
+            if not ids:
+                return total
+            conn.execute(
+                text(
+                    "DELETE FROM prediction_feedback WHERE prediction_id IN "
+                    "(SELECT prediction_id FROM prediction_log WHERE id = ANY(:ids))"
+                ),
+                {"ids": ids},
+            )
+            conn.execute(text("DELETE FROM prediction_log WHERE id = ANY(:ids)"), {"ids": ids})
+        total += len(ids)
+
+
+class Probe:
+    """A writer beside the passes: one row per ``write_log_rows`` call every 10 ms, each call's latency
+    kept, so that a pass's stall of the write path shows (a partition change takes the table's lock)."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = make_engine(url)
+        self.samples: list[tuple[float, float]] = []  # (start, seconds)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._n = 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._n += 1
+            row = LogRow(
+                new_prediction_id(),
+                f"probe-{self._n}",
+                "probe",
+                1,
+                datetime.now(UTC),
+                {"amount": 1.0},
+                0.5,
+                None,
+                1.0,
+                "ok",
+                "v1",
+            )
+            began = time.perf_counter()
+            write_log_rows(engine=self.engine, rows=[row], idempotent=False)
+            self.samples.append((began, time.perf_counter() - began))
+            self._stop.wait(0.01)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.engine.dispose()
+
+    def worst(self, start: float, end: float) -> float:
+        """The slowest write that overlapped ``[start, end]`` (seconds)."""
+        return max(
+            (took for began, took in self.samples if began <= end and began + took >= start), default=0.0
+        )
+
+    def typical(self) -> float:
+        return statistics.median(took for _, took in self.samples) if self.samples else 0.0
+
+
+def schema_url(admin: Engine, base: str, name: str) -> str:
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{name}"'))
+    return f"{base}?options=-csearch_path%3D{name}"
+
+
+def bench_partitioned(scratch: Engine, base: str, args: argparse.Namespace, start: datetime) -> list[float]:
+    """Fill the partitioned log; time ``--passes`` retention passes, one day each; the pass times."""
+    url = schema_url(scratch, base, "part")
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    db = Database(url=url, engine=engine, factory=make_session_factory(engine))
+    moment = start
+    while moment < datetime.now(UTC):
+        prepare_partitions(db=db, now=moment, days=1)
+        moment += 7 * DAY
+    print(f"partitioned: filling {args.rows:,} rows over {args.days} days", flush=True)
+    seconds = fill(engine, rows=args.rows, days=args.days, start=start, labels_sql=LABELS_PARTITIONED)
+    print(f"  fill + labels + VACUUM ANALYZE: {seconds:.0f} s", flush=True)
+    prepare_partitions(db=db, now=datetime.now(UTC), days=1)  # as after the job's first pass
+    passes: list[float] = []
+    with Probe(url) as probe:
+        time.sleep(1)
+        for k in range(1, args.passes + 1):
+            cutoff = start + k * DAY + timedelta(hours=6)  # inside the next day: its partition stays whole
+            # one pass = apply_retention(whole_partitions=True), its steps timed one by one
+            t0 = time.perf_counter()
+            created = prepare_partitions(db=db, now=datetime.now(UTC), days=1)
+            t1 = time.perf_counter()
+            dropped = drop_partitions_before(db=db, before=retention_cutoff(db=db, before=cutoff))
+            t2 = time.perf_counter()
+            deleted = purge_all_before(db=db, before=retention_cutoff(db=db, before=cutoff))
+            t3 = time.perf_counter()
+            passes.append(t3 - t0)
+            print(
+                f"  pass {k}: {t3 - t0:.3f} s = create ahead {t1 - t0:.3f} s ({len(created)} made) + drop "
+                f"{t2 - t1:.3f} s ({dropped}, log + feedback, rows counted first) + DEFAULT-partition delete "
+                f"{t3 - t2:.3f} s ({deleted} rows); slowest write meanwhile {probe.worst(t0, t3):.3f} s",
+                flush=True,
+            )
+            time.sleep(1)
+        print(f"  concurrent writes: median {probe.typical() * 1e3:.1f} ms each", flush=True)
+    db.dispose()
+    return passes
+
+
+def bench_flat(
+    scratch: Engine, base: str, args: argparse.Namespace, start: datetime, rows: int
+) -> dict[str, Any]:
+    """Fill the unpartitioned log (0008); time ``--passes`` chunked DELETEs of one day, each with VACUUM."""
+    url = schema_url(scratch, base, "flat")
+    migrate.upgrade(url, "0008_alerts")
+    flat = make_engine(url)
+    print(f"unpartitioned (0008): filling {rows:,} rows over {args.days} days", flush=True)
+    seconds = fill(flat, rows=rows, days=args.days, start=start, labels_sql=LABELS_FLAT)
+    print(f"  fill + labels + VACUUM ANALYZE: {seconds:.0f} s", flush=True)
+    out: dict[str, Any] = {"delete": [], "vacuum": [], "rows": [], "worst": []}
+    with Probe(url) as probe:
+        time.sleep(1)
+        for k in range(1, args.passes + 1):
+            t0 = time.perf_counter()
+            n = old_purge(flat, start + k * DAY)
+            t1 = time.perf_counter()
+            with flat.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text("VACUUM prediction_log, prediction_feedback"))
+            t2 = time.perf_counter()
+            out["delete"].append(t1 - t0)
+            out["vacuum"].append(t2 - t1)
+            out["rows"].append(n)
+            out["worst"].append(probe.worst(t0, t1))
+            print(
+                f"  pass {k}: chunked DELETE of {n:,} rows {t1 - t0:.1f} s, then VACUUM {t2 - t1:.1f} s; "
+                f"slowest write during the DELETE {probe.worst(t0, t1):.3f} s",
+                flush=True,
+            )
+            time.sleep(1)
+        print(f"  concurrent writes: median {probe.typical() * 1e3:.1f} ms each", flush=True)
+    flat.dispose()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the partitioned log")
+    parser.add_argument("--days", type=int, default=10, help="days the rows are spread over")
+    parser.add_argument(
+        "--compare-rows", type=int, default=None, help="rows of the unpartitioned copy (0: skip it)"
+    )
+    parser.add_argument("--passes", type=int, default=3, help="retention passes (one day each) per layout")
+    parser.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = parser.parse_args()
+    if args.passes >= args.days:
+        parser.error("--passes must be smaller than --days (each pass removes one of the days)")
+    compare_rows = args.rows if args.compare_rows is None else args.compare_rows
+    name = f"dw_bench_retention_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    base = args.admin_url.rsplit("/", 1)[0] + f"/{name}"
+    scratch = create_engine(base, isolation_level="AUTOCOMMIT")
+    start = (datetime.now(UTC) - args.days * DAY).replace(hour=0, minute=0, second=0, microsecond=0)
+    day_rows = args.rows // args.days
+    try:
+        passes = bench_partitioned(scratch, base, args, start)
+        flat = bench_flat(scratch, base, args, start, compare_rows) if compare_rows else None
+        print()
+        print(f"one day = {day_rows:,} rows of a {args.rows:,}-row log ({args.days} days), passes:")
+        median = statistics.median(passes)
+        print(f"  partitioned, retention pass (partition drop): median {median:.3f} s {fmt(passes)}")
+        if flat is not None:
+            deletes = flat["delete"]
+            per_row = statistics.median(t / max(n, 1) for t, n in zip(deletes, flat["rows"], strict=True))
+            what = (
+                "chunked DELETE"
+                if compare_rows == args.rows
+                else f"chunked DELETE of {compare_rows // args.days:,} rows"
+            )
+            print(f"  unpartitioned, {what}: median {statistics.median(deletes):.1f} s {fmt(deletes)}")
+            if compare_rows != args.rows:
+                rate = f"{per_row * 1e6:.1f} us/row"
+                print(f"    extrapolated to {day_rows:,} rows at {rate}: {per_row * day_rows:.1f} s")
+            print(f"  unpartitioned, VACUUM after it: median {statistics.median(flat['vacuum']):.1f} s")
+    finally:
+        scratch.dispose()
+        if args.keep:
+            print(f"kept database {name}")
+        else:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def fmt(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.3f}" for v in values) + "]"
+
+
+if __name__ == "__main__":
+    main()
