@@ -112,7 +112,7 @@ def batch_json(rows: Sequence[LogRow]) -> str:
 
 
 def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) -> int:
-    """Insert ``rows`` in one transaction and one statement, in order.
+    """Insert ``rows`` in one transaction and one statement, in order (PostgreSQL: one round trip).
 
     ``idempotent`` (replays from the spool) skips prediction ids the table already has; SQLite always does
     (``INSERT OR IGNORE``), PostgreSQL with ``ON CONFLICT DO NOTHING`` (a fresh batch skips that check).
@@ -122,13 +122,20 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
     payload = batch_json(rows)
     raw = engine.raw_connection()
     try:
-        cur = raw.cursor()
         if engine.dialect.name == "postgresql":
-            cur.execute(PG_INSERT_IDEMPOTENT if idempotent else PG_INSERT, (payload,))
+            # one statement is its own transaction: in autocommit mode it is one round trip instead of three
+            # (BEGIN, INSERT, COMMIT): a durable request waits for them, the writer needs the GIL after each
+            pg: Any = raw.driver_connection
+            pg.autocommit = True
+            try:
+                pg.execute(PG_INSERT_IDEMPOTENT if idempotent else PG_INSERT, (payload,))
+            finally:
+                pg.autocommit = False  # the pooled connection goes back as the pool handed it out
         else:
+            cur = raw.cursor()
             cur.execute(SQLITE_INSERT, (payload,))
-        cur.close()
-        raw.commit()
+            cur.close()
+            raw.commit()
     except BaseException:
         with contextlib.suppress(Exception):  # the connection may be gone
             raw.rollback()

@@ -239,3 +239,33 @@ def test_time_window_boundary_includes_a_row_logged_exactly_on_it(database_url: 
     assert stored.replace(tzinfo=UTC) == edge
     engine.dispose()
     db.dispose()
+
+
+def test_a_postgres_batch_is_one_autocommitted_statement_and_the_pool_gets_its_connection_back_as_lent(
+    postgres_url: str,
+) -> None:
+    """The writer sends a batch in autocommit mode (one round trip); ORM sessions on the same pool must still
+    get connections in transaction mode, and a batch that fails writes none of its rows."""
+    from predictions.service import write_log_rows
+    from tests.support import postgres_schema
+
+    with postgres_schema(postgres_url) as url:
+        migrate.upgrade(url)
+        engine = make_engine(url, pool_size=1, max_overflow=0)  # one connection: the same one each time
+        try:
+            rows = make_rows(5)
+            assert write_log_rows(engine=engine, rows=rows, idempotent=False) == 5
+            raw = engine.raw_connection()
+            try:
+                assert raw.driver_connection.autocommit is False  # type: ignore[union-attr]
+            finally:
+                raw.close()
+            with pytest.raises(Exception, match="prediction_id"):  # a duplicate id in a fresh batch: refused
+                write_log_rows(engine=engine, rows=make_rows(3, start=100) + rows[:1], idempotent=False)
+            assert write_log_rows(engine=engine, rows=rows + make_rows(2, start=200), idempotent=True) == 7
+            db = open_database(url)
+            with db.session() as s:
+                assert count_predictions(session=s) == 7  # 5, none of the refused batch, 2 new of the replay
+            db.dispose()
+        finally:
+            engine.dispose()
