@@ -136,9 +136,10 @@ def check_inputs(
 ) -> CheckedInputs:
     """Check every value against the schema; raise :class:`ContractViolation` or return model inputs.
 
-    Each column is first checked as a whole (numpy and set operations); only a column with something to
-    report or flag is walked row by row. ``rows``: the request's own row objects (row format), logged as
-    they are when every value passed unchanged, instead of building one dict per row again.
+    A column of ``FAST_MIN_ROWS`` values or more is first checked as a whole (type and category sets, its
+    minimum and maximum); a smaller one, or one with something to report or flag, is walked row by row.
+    ``rows``: the request's own row objects (row format), logged as they are when every value passed
+    unchanged, instead of building one dict per row again.
     """
     limit = max_rows or schema.max_rows_per_request
     if n == 0:

@@ -89,9 +89,8 @@ class MicroBatcher:
         """One request's own model call; requests arriving meanwhile queue for the next batch."""
         self._busy = True
         self._last_shared = False
-        item = _Item(columns, n, loop.create_future(), time.perf_counter())
         try:
-            outputs, seconds = await loop.run_in_executor(self.executor, self._run, [item])
+            outputs, seconds = await loop.run_in_executor(self.executor, self._run, [columns])
         except Exception:
             log.exception("model call failed for a request of %d rows", n)
             raise
@@ -137,7 +136,9 @@ class MicroBatcher:
             self._last_shared = len(batch) > 1
             self._busy = True
             try:
-                outputs, seconds = await loop.run_in_executor(self.executor, self._run, batch)
+                outputs, seconds = await loop.run_in_executor(
+                    self.executor, self._run, [item.columns for item in batch]
+                )
             except Exception as exc:  # the model failed: every caller of this batch gets the error
                 log.exception("model call failed for a batch of %d rows", rows)
                 for item in batch:
@@ -160,13 +161,12 @@ class MicroBatcher:
     def _rows_pending(self) -> int:
         return sum(i.n for i in self._pending)
 
-    def _run(self, batch: list[_Item]) -> tuple[dict[str, np.ndarray], float]:
-        """The model call (executor thread) and its duration in seconds."""
-        if len(batch) == 1:
-            columns = batch[0].columns
+    def _run(self, parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], float]:
+        """The model call on the requests' columns, joined (executor thread), and its duration in seconds."""
+        if len(parts) == 1:
+            columns = parts[0]
         else:
-            names = batch[0].columns.keys()
-            columns = {k: np.concatenate([item.columns[k] for item in batch]) for k in names}
+            columns = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
         t0 = time.perf_counter()
         outputs = self.runner(columns)
         return outputs, time.perf_counter() - t0
