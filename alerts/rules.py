@@ -59,6 +59,7 @@ DEFAULT_RULES: tuple[RuleSpec, ...] = (
     ),
     _rule("concept_drift", Kind.CONCEPT_DRIFT, severity="warning"),
     _rule("model_unhealthy", Kind.HEALTH, severity="critical", for_runs=2, params={"check": "model:{model}"}),
+    _rule("prediction_log_loss", Kind.HEALTH, severity="critical", params={"check": "prediction_log"}),
     _rule("retrain_rejected", Kind.RETRAIN_REJECTED, severity="warning"),
 )
 

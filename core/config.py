@@ -106,6 +106,14 @@ class Settings(BaseSettings):
         description="Local spool of unwritten log rows (default: `spool` beside the registry, in the same "
         "data folder: ./var/spool, or /var/lib/driftwarden/spool when the registry is there).",
     )
+    spool_max_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="Cap on the spool's bytes not yet replayed, per process (unset: the disk's free space). "
+        "Past it, with the database down, new log rows are lost: counted in "
+        "driftwarden_prediction_log_rows_dropped_total and failing the prediction_log health check (fast "
+        "mode still answers; durable mode answers 503).",
+    )
     retention_days: float = Field(
         default=30.0,
         gt=0,

@@ -54,11 +54,15 @@ class Gauge:
 
 @dataclass(frozen=True)
 class HealthCheck:
-    """A named check; ``gauges`` are exported from its result beside the generic up/duration series."""
+    """A named check; ``gauges`` are exported from its result beside the generic up/duration series.
+
+    ``ready``: a failure makes ``/readyz`` answer 503 (otherwise it is reported, exported and alerted on).
+    """
 
     name: str
     fn: Callable[[], Status]
     gauges: tuple[Gauge, ...] = ()
+    ready: bool = True
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class CheckResult:
     duration_s: float
     value: float | None
     checked_at: float  # time.monotonic()
+    ready: bool = True  # counts for /readyz
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "detail": self.detail, "duration_s": round(self.duration_s, 6)}
@@ -140,11 +145,15 @@ class HealthMonitor:
                 now = time.monotonic()
                 if finished and r.status is not None:
                     s = r.status
-                    results[check.name] = CheckResult(check.name, s.ok, s.detail, r.duration_s, s.value, now)
+                    results[check.name] = CheckResult(
+                        check.name, s.ok, s.detail, r.duration_s, s.value, now, check.ready
+                    )
                 else:
                     waited = now - r.started
                     detail = f"timed out: no answer after {waited:.1f}s (limit {self.timeout_s:g}s)"
-                    results[check.name] = CheckResult(check.name, False, detail, waited, None, now)
+                    results[check.name] = CheckResult(
+                        check.name, False, detail, waited, None, now, check.ready
+                    )
             for name in set(self._running) - set(results):
                 self._running.pop(name, None)
             for res in results.values():
@@ -174,8 +183,9 @@ class HealthMonitor:
 
 
 def readiness(results: dict[str, CheckResult]) -> tuple[bool, dict[str, Any]]:
-    """``/readyz``: ready when every check passed; the body names the failing checks."""
-    failing = sorted(name for name, r in results.items() if not r.ok)
+    """``/readyz``: ready when every check that counts for readiness passed; the body names the failing
+    checks (those that do not count are listed, never failing the answer)."""
+    failing = sorted(name for name, r in results.items() if not r.ok and r.ready)
     body: dict[str, Any] = {
         "ready": not failing,
         "checks": {n: r.as_dict() for n, r in sorted(results.items())},

@@ -14,6 +14,12 @@ process holds that still has rows (:meth:`Spool.adopt`; at the claim, and again 
 replays those rows in the slot's order before its own, and frees the slot once it is empty. So rows left in
 ``worker-2`` by a server that ran three workers reach the database after a restart with one worker, and
 the pending counts of the adopting process include them until they do.
+
+A full disk: ``max_bytes`` caps the bytes of this slot not yet replayed (setting ``spool_max_bytes``); an
+append past it raises :class:`SpoolFull` and writes nothing. An append the disk refuses (``ENOSPC``, or
+any other ``OSError``) is cut back to the segment's previous size and the next append starts a new
+segment, so a half-written line never glues onto the next row. Either way the caller counts the rows as
+lost (see :class:`~predictions.writer.LogWriter`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,10 @@ def decode_row(line: bytes) -> LogRow:
     return LogRow(*values)
 
 
+class SpoolFull(OSError):
+    """The spool holds ``max_bytes`` not yet replayed: the rows were not appended."""
+
+
 @dataclass(frozen=True)
 class SpoolBatch:
     """Rows read from the spool, and where the read ended."""
@@ -68,9 +78,12 @@ class SpoolBatch:
 class Spool:
     """Append-only segment files with a persistent read cursor; thread-safe."""
 
-    def __init__(self, directory: Path, *, segment_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(
+        self, directory: Path, *, segment_bytes: int = 16 * 1024 * 1024, max_bytes: int | None = None
+    ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
+        self.max_bytes = max_bytes  # cap on this slot's bytes not yet replayed (None: the disk's size)
         directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._segments = sorted(int(p.stem) for p in directory.glob(f"*{SUFFIX}") if p.stem.isdigit())
@@ -87,7 +100,7 @@ class Spool:
         self._adopted_lock = threading.Lock()
 
     @classmethod
-    def claim(cls, directory: Path, *, max_slots: int = 256) -> Spool:
+    def claim(cls, directory: Path, *, max_slots: int = 256, max_bytes: int | None = None) -> Spool:
         """The spool of ``directory``, or of its first ``worker-<k>`` slot that no live process holds."""
         for k in range(max_slots):
             slot = directory if k == 0 else directory / f"worker-{k}"
@@ -98,7 +111,7 @@ class Spool:
             except BlockingIOError:
                 fh.close()
                 continue
-            spool = cls(slot)
+            spool = cls(slot, max_bytes=max_bytes)
             spool._lock_file = fh
             spool._root = directory
             spool.adopt()
@@ -179,20 +192,47 @@ class Spool:
 
     # -- append ----------------------------------------------------------------------------------
     def append(self, rows: list[LogRow], *, sync: bool) -> None:
-        """Append rows at the end; ``sync`` fsyncs before returning (durable on disk)."""
+        """Append rows at the end; ``sync`` fsyncs before returning (durable on disk).
+
+        Raises :class:`SpoolFull` past ``max_bytes`` and the disk's ``OSError`` (``ENOSPC``...); either way
+        none of the rows is in the spool.
+        """
         if not rows:
             return
         data = b"".join(encode_row(r) for r in rows)
         with self._lock:
+            if self.max_bytes is not None and self._own_pending_bytes() + len(data) > self.max_bytes:
+                raise SpoolFull(f"the spool {self.directory} holds its cap of {self.max_bytes} bytes")
             if self._head is None or self._head_size >= self.segment_bytes:
                 self._open_head()
             assert self._head is not None
-            self._head.write(data)
-            self._head.flush()
-            if sync:
-                os.fsync(self._head.fileno())
+            try:
+                self._head.write(data)
+                self._head.flush()
+                if sync:
+                    os.fsync(self._head.fileno())
+            except OSError:
+                self._abandon_head()
+                raise
             self._head_size += len(data)
             self._pending += len(rows)
+
+    def _abandon_head(self) -> None:
+        """After a failed append: cut the head segment back to its last whole row; the next append opens a
+        new segment."""
+        assert self._head is not None
+        with contextlib.suppress(OSError):  # closing flushes what is buffered: the disk may refuse it again
+            self._head.close()
+        with contextlib.suppress(OSError):
+            os.truncate(self._path(self._head_seg), self._head_size)
+        self._head, self._head_seg, self._head_size = None, 0, 0
+
+    def _own_pending_bytes(self) -> int:
+        total = 0
+        for seg in self._segments:
+            size = self._head_size if seg == self._head_seg else self._path(seg).stat().st_size
+            total += size - (self._read_off if seg == self._read_seg else 0)
+        return total
 
     def _open_head(self) -> None:
         if self._head is not None:
@@ -291,10 +331,7 @@ class Spool:
     def pending_bytes(self) -> int:
         """Bytes on disk not yet replayed (adopted slots included)."""
         with self._lock:
-            total = 0
-            for seg in self._segments:
-                size = self._head_size if seg == self._head_seg else self._path(seg).stat().st_size
-                total += size - (self._read_off if seg == self._read_seg else 0)
+            total = self._own_pending_bytes()
         return total + sum(a.pending_bytes for a in self._adopted_spools())
 
     def oldest_age_s(self, now: float) -> float:

@@ -5,7 +5,10 @@ transaction each: PostgreSQL COPY, SQLite one prepared multi-row insert). If a w
 full because the database is slow, rows go to the :class:`~predictions.spool.Spool` on disk; while
 the spool holds rows every new row is appended behind them, and the writer replays the spool in order as
 soon as the database answers again. Nothing is dropped: ``rows_dropped`` only moves if the local disk
-itself refuses a write. The writer also replays the rows other processes left in their spool slots
+itself refuses a write or the spool holds its cap (``spool_max_bytes``) while the database is down; a full
+spool with the database up sends new rows straight to the database (out of order with the spooled ones,
+which carry their own ``logged_at``). The loss is counted, logged and fails the ``prediction_log`` health
+check (:mod:`predictions.health`). The writer also replays the rows other processes left in their spool slots
 (``serve --workers N`` restarted with fewer workers): see :meth:`~predictions.spool.Spool.adopt`.
 
 Durability (setting ``log_durability``):
@@ -31,7 +34,7 @@ from typing import Any, Literal
 from sqlalchemy import Engine
 
 from predictions.service import LogRow, write_log_rows
-from predictions.spool import Spool
+from predictions.spool import Spool, encode_row
 
 log = logging.getLogger("driftwarden.predictions.writer")
 
@@ -61,7 +64,8 @@ class WriterStats:
     rows_written: int = 0  # rows committed by the direct path
     rows_replayed: int = 0  # rows committed from the spool
     rows_spooled: int = 0  # rows that went to the spool (write failure, slow database, overflow)
-    rows_dropped: int = 0  # rows lost: only if the spool's disk fails; must stay 0
+    rows_dropped: int = 0  # rows lost: only if the spool's disk fails or is full; must stay 0
+    last_drop_at: float | None = None  # time.time() of the last loss
     write_errors: int = 0
     batches: int = 0
     last_error: str | None = None
@@ -111,6 +115,7 @@ class LogWriter:
         self._thread: threading.Thread | None = None
         self._seq_in = 0  # entries queued so far
         self._seq_out = 0  # entries handled (committed or spooled) so far, in queue order
+        self._drop_logged_at = 0.0  # time.time() of the last "rows LOST" log line
         self._next_adopt = 0.0  # when to look again for spool slots left with rows by a process that is gone
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -260,7 +265,8 @@ class LogWriter:
         rows = [r for e in entries for r in e.rows]
         error: BaseException | None = None
         durable = self.durability == "durable"
-        if self.spool.pending_rows:  # keep the order: new rows queue up behind the spooled ones
+        if self.spool.pending_rows and (not self._database_due() or not self._spool_full(rows)):
+            # keep the order: new rows queue up behind the spooled ones (a full spool: to the database)
             error = self._spill(rows, sync=durable)
         else:
             try:
@@ -301,12 +307,29 @@ class LogWriter:
         finally:
             self.stats.observe_flush(time.perf_counter() - t0)
 
+    def _spool_full(self, rows: list[LogRow]) -> bool:
+        """The spool has no room for ``rows`` under its cap."""
+        cap = self.spool.max_bytes
+        return cap is not None and self.spool.pending_bytes + sum(len(encode_row(r)) for r in rows) > cap
+
+    def _database_due(self) -> bool:
+        """The database answered the last write, or its retry is due."""
+        return self.stats.database_ok or time.monotonic() >= self._next_retry
+
     def _spill(self, rows: list[LogRow], *, sync: bool) -> BaseException | None:
         try:
             self.spool.append(rows, sync=sync)
-        except Exception as exc:  # the local disk failed too: this is the only way to lose rows
+        except Exception as exc:  # the local disk failed too (or is full): this is the only way to lose rows
+            now = time.time()
+            if now - self._drop_logged_at > 10.0:  # one line per 10 s, not one per batch
+                self._drop_logged_at = now
+                log.critical(
+                    "prediction log: rows LOST (%d so far), spool append failed: %s",
+                    self.stats.rows_dropped + len(rows),
+                    exc,
+                )
             self.stats.rows_dropped += len(rows)
-            log.critical("prediction log: %d rows LOST, spool append failed: %s", len(rows), exc)
+            self.stats.last_drop_at = now
             return exc
         self.stats.rows_spooled += len(rows)
         return None

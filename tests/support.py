@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import shutil
+import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -33,7 +37,8 @@ def postgres_schema(base_url: str, *, migrated: bool = True) -> Iterator[str]:
     from core import migrate
 
     schema = f"t_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(base_url, isolation_level="AUTOCOMMIT")
+    # pre-ping: a test may restart the server in between (its pooled connection is then dead)
+    engine = create_engine(base_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with engine.connect() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     url = f"{base_url}?options=-csearch_path%3D{schema}"
@@ -141,3 +146,47 @@ def copy_version(src: Path, dst: Path) -> Path:
     for p in dst.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
     return dst
+
+
+class OwnPostgres:
+    """A PostgreSQL instance in a temporary folder on a free port (as ``postgres`` when run as root)."""
+
+    def __init__(self) -> None:
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+        if not found:
+            raise RuntimeError(
+                "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin (install postgresql)"
+            )
+        self.bin = Path(found[-1]).parent
+        self.root = Path(tempfile.mkdtemp(prefix="dw-own-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            shutil.chown(self.root, "postgres")
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        proc = subprocess.run([*self.as_user, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"{args[0]} failed: {proc.stdout}\n{proc.stderr}"
+
+    def init(self) -> None:
+        self._run(
+            str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync"
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        log = str(self.root / "server.log")
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", log, "-o", options, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def destroy(self) -> None:
+        if self.running():
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)

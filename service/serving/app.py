@@ -108,7 +108,8 @@ def create_app(
         if cfg.prediction_log_enabled:
             writer = LogWriter(
                 engine=_writer_engine(url),
-                spool=Spool.claim(spool_dir(cfg, url)),  # one spool slot per process (--workers N)
+                # one spool slot per process (--workers N)
+                spool=Spool.claim(spool_dir(cfg, url), max_bytes=cfg.spool_max_bytes),
                 durability=cfg.log_durability,
                 queue_max_rows=cfg.log_queue_max_rows,
                 batch_max_rows=cfg.log_batch_max_rows,

@@ -21,6 +21,7 @@ from core.events import HEALTH_PASS, publish
 from core.health import HealthCheck, HealthCollector, HealthMonitor, Status, core_checks
 from core.scheduling import every
 from monitors.metrics import DriftCollector
+from predictions.health import log_check
 from registry.health import registry_check
 from service.serving.flows import AppState
 from service.serving.manager import ModelManager, NotServed, warmup_columns
@@ -92,6 +93,7 @@ def start_observability(state: AppState) -> Observability:
             lambda: [registry_check(db=db, registry=cfg.registry_path, only=cfg.serve_models)],
             partial(model_checks, state.manager),
             partial(cluster_checks, cfg.cluster_spec),
+            partial(log_check, state.writer),
         ],
         timeout_s=cfg.health_timeout_s,
     )

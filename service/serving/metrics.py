@@ -88,7 +88,9 @@ FAMILIES: dict[str, Family] = {
     "prediction_log_rows_written": Family("counter", "Log rows committed directly."),
     "prediction_log_rows_replayed": Family("counter", "Log rows committed from the spool."),
     "prediction_log_rows_spooled": Family("counter", "Log rows written to the local spool."),
-    "prediction_log_rows_dropped": Family("counter", "Log rows lost (must stay 0)."),
+    "prediction_log_rows_dropped": Family(
+        "counter", "Log rows lost: the spool's disk refused them or it held spool_max_bytes (must stay 0)."
+    ),
     "prediction_log_write_errors": Family("counter", "Failed database writes."),
     "prediction_log_flush_duration_seconds": Family(
         "histogram", "One batch write of the log writer.", (), FLUSH_BUCKETS_S

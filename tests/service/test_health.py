@@ -8,13 +8,8 @@ to the spool); started again, the server is ready again and the spooled rows rea
 
 from __future__ import annotations
 
-import glob
 import json
-import os
-import shutil
 import socket
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +26,15 @@ from core.database import open_database
 from core.health import HealthCheck, HealthMonitor, Status, core_checks, readiness
 from core.network import free_port
 from registry.service import promote, register_version
-from tests.support import Server, TrainedModels, copy_version, count_rows, seed_registry, serve_settings
+from tests.support import (
+    OwnPostgres,
+    Server,
+    TrainedModels,
+    copy_version,
+    count_rows,
+    seed_registry,
+    serve_settings,
+)
 from training.health import cluster_checks
 
 
@@ -68,6 +71,7 @@ def test_healthz_and_readyz_when_all_is_well(server: Server) -> None:
     assert ready.status_code == 200, ready.text
     body = ready.json()
     expected = {"database", "registry", "model:credit", "disk:registry", "disk:spool", "disk:checkpoints"}
+    expected.add("prediction_log")  # reported, never counted for readiness (predictions/health.py)
     assert body["ready"] is True and "error" not in body
     assert set(body["checks"]) == expected | ({"disk:database"} if sqlite else set())
     assert all(c["ok"] is True and c["detail"] for c in body["checks"].values()), body
@@ -208,48 +212,6 @@ def test_disk_check_fails_below_the_minimum_free_space(tmp_path: Path) -> None:
 
 
 # --- the acceptance test: a PostgreSQL of our own, stopped and started under a live server -------------
-
-
-class OwnPostgres:
-    """A PostgreSQL instance in a temporary folder on a free port (as ``postgres`` when run as root)."""
-
-    def __init__(self) -> None:
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-        if not found:
-            pytest.fail("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin (install postgresql)")
-        self.bin = Path(found[-1]).parent
-        self.root = Path(tempfile.mkdtemp(prefix="dw-own-pg-"))
-        self.data = self.root / "data"
-        self.port = free_port()
-        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        if self.as_user:
-            shutil.chown(self.root, "postgres")
-        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _run(self, *args: str) -> None:
-        proc = subprocess.run([*self.as_user, *args], capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, f"{args[0]} failed: {proc.stdout}\n{proc.stderr}"
-
-    def init(self) -> None:
-        self._run(
-            str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync"
-        )
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        log = str(self.root / "server.log")
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", log, "-o", options, "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def running(self) -> bool:
-        return (self.data / "postmaster.pid").exists()
-
-    def destroy(self) -> None:
-        if self.running():
-            self.stop("immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 @pytest.fixture
