@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from predictions.spool import SUFFIX, decode_row
-from tests.support import OwnPostgres
+from tests.support import OwnPostgres, postgres_schema
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +28,17 @@ def own_pg() -> Iterator[OwnPostgres]:
         yield pg
     finally:
         pg.destroy()
+
+
+@pytest.fixture
+def pg_url(own_pg: OwnPostgres) -> Iterator[str]:
+    """A fresh migrated schema on :func:`own_pg`; the server runs again at the end even if the test failed."""
+    with postgres_schema(own_pg.url) as url:
+        try:
+            yield url
+        finally:
+            if not own_pg.running():
+                own_pg.start()
 
 
 class Load:

@@ -15,35 +15,35 @@ from pathlib import Path
 import pytest
 
 from tests.faults.conftest import Load, logged_ids, wait_until
-from tests.support import OwnPostgres, Server, TrainedModels, postgres_schema, seed_registry, serve_settings
+from tests.support import OwnPostgres, Server, TrainedModels, seed_registry, serve_settings
 
 
 @pytest.mark.parametrize("durability", ["fast", "durable"])
 def test_server_stopped_and_started_under_load_loses_and_doubles_no_row(
-    own_pg: OwnPostgres, trained: TrainedModels, tmp_path: Path, durability: str
+    own_pg: OwnPostgres, pg_url: str, trained: TrainedModels, tmp_path: Path, durability: str
 ) -> None:
-    with postgres_schema(own_pg.url) as url:
-        seed_registry(url, trained, serving=1)
-        settings = serve_settings(
-            url, tmp_path / "spool", log_durability=durability, monitor_enabled=False, health_interval_s=1.0
-        )
-        with Server(settings) as srv, Load(srv.url, trained.rows, tag=f"pgstop-{durability}") as load:
-            writer = srv.state.writer
-            load.wait_answered(30)
-            own_pg.stop("fast")  # the server shuts down: every connection dies, new ones are refused
-            down_at = load.answered()
-            wait_until("rows go to the spool", lambda: writer.spool.pending_rows > 0, timeout_s=20)
-            load.wait_answered(30)  # answered while the database is down
-            assert not writer.stats.database_ok
-            answered_while_down = load.answered() - down_at
-            time.sleep(0.5)
-            own_pg.start()
-            wait_until("the writer reaches the database again", lambda: writer.stats.database_ok, 20)
-            load.wait_answered(30)
-            load.stop()
-            assert writer.flush(timeout_s=60), "the spool did not drain"
-            stats = writer.stats
-        ids = logged_ids(url)
+    url = pg_url  # a fresh schema of a PostgreSQL this module owns
+    seed_registry(url, trained, serving=1)
+    settings = serve_settings(
+        url, tmp_path / "spool", log_durability=durability, monitor_enabled=False, health_interval_s=1.0
+    )
+    with Server(settings) as srv, Load(srv.url, trained.rows, tag=f"pgstop-{durability}") as load:
+        writer = srv.state.writer
+        load.wait_answered(30)
+        own_pg.stop("fast")  # the server shuts down: every connection dies, new ones are refused
+        down_at = load.answered()
+        wait_until("rows go to the spool", lambda: writer.spool.pending_rows > 0, timeout_s=20)
+        load.wait_answered(30)  # answered while the database is down
+        assert not writer.stats.database_ok
+        answered_while_down = load.answered() - down_at
+        time.sleep(0.5)
+        own_pg.start()
+        wait_until("the writer reaches the database again", lambda: writer.stats.database_ok, 20)
+        load.wait_answered(30)
+        load.stop()
+        assert writer.flush(timeout_s=60), "the spool did not drain"
+        stats = writer.stats
+    ids = logged_ids(url)
     print(
         f"\n{durability}: {len(load.ids)} rows answered ({answered_while_down} while PostgreSQL was down), "
         f"{stats.rows_spooled} spooled, {stats.rows_replayed} replayed"
