@@ -178,7 +178,9 @@ class LogWriter:
             else:
                 queued = False
         if not queued:  # the database is too slow to keep up: straight to disk
-            await asyncio.to_thread(self._spill, rows, sync=durable)
+            error = await asyncio.to_thread(self._spill, rows, sync=durable)
+            if error is not None and durable:  # no durable answer for rows neither committed nor spooled
+                raise LogUnavailable(str(error))
             return
         if entry.future is None or entry.loop is None:
             return

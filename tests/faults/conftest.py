@@ -6,7 +6,9 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from predictions.service import LogRow
 from predictions.spool import SUFFIX, decode_row
 from tests.support import OwnPostgres, postgres_schema
 
@@ -117,6 +120,24 @@ class Load:
     def p50_s(self) -> float:
         with self._lock:
             return statistics.median(self.latencies)
+
+
+def log_row(i: int) -> LogRow:
+    """A log row of about 400 bytes in the spool, with a fresh prediction id."""
+    values: dict[str, Any] = {
+        "prediction_id": str(uuid.uuid4()),
+        "request_id": f"r{i}",
+        "model_name": "credit",
+        "model_version": 1,
+        "logged_at": datetime.now(UTC),
+        "inputs": {"income": 1000.0 + i, "note": "x" * 200},
+        "probability": 0.5,
+        "flags": None,
+        "latency_ms": 1.0,
+        "status": "ok",
+        "protocol": "v1",
+    }
+    return LogRow(**{f: values.get(f) for f in LogRow._fields})
 
 
 def logged_ids(url: str) -> list[str]:

@@ -26,6 +26,8 @@ from tests.faults.conftest import Load, logged_ids, spooled_ids
 from tests.service.test_outage import TcpProxy
 from tests.support import TrainedModels, postgres_schema, seed_registry
 
+pytestmark = pytest.mark.postgres  # the shared PostgreSQL at 127.0.0.1:5432
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).parent / "driftwarden")
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import errno
 import subprocess
-import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from predictions.service import LogRow
 from predictions.spool import SUFFIX, Spool, decode_row
+from tests.faults.conftest import log_row
 
 
 @pytest.fixture
@@ -36,23 +35,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=True)  # lazy: a file left open by a failure
 
 
-def _row(i: int) -> LogRow:
-    values = {
-        "prediction_id": str(uuid.uuid4()),
-        "request_id": f"r{i}",
-        "model_name": "credit",
-        "model_version": 1,
-        "logged_at": datetime.now(UTC),
-        "inputs": {"income": 1000.0 + i, "note": "x" * 200},
-        "probability": 0.5,
-        "flags": None,
-        "latency_ms": 1.0,
-        "status": "ok",
-        "protocol": "v1",
-    }
-    return LogRow(**{f: values.get(f) for f in LogRow._fields})
-
-
 def test_enospc_leaves_no_torn_line_and_appends_resume_once_space_is_freed(small_disk: Path) -> None:
     filler = small_disk / "filler"
     filler.write_bytes(b"\0" * 40_000)  # most of the disk: the spool fills it in a few appends
@@ -61,7 +43,7 @@ def test_enospc_leaves_no_torn_line_and_appends_resume_once_space_is_freed(small
     refused = 0
     i = 0
     while refused < 3:
-        batch = [_row(i + j) for j in range(7)]
+        batch = [log_row(i + j) for j in range(7)]
         i += 7
         try:
             spool.append(batch, sync=True)
@@ -78,7 +60,7 @@ def test_enospc_leaves_no_torn_line_and_appends_resume_once_space_is_freed(small
             decode_row(line)  # every line on disk is a whole row
 
     filler.unlink()  # space again
-    more = [_row(i + j) for j in range(5)]
+    more = [log_row(i + j) for j in range(5)]
     spool.append(more, sync=True)
     kept += more
     replayed: list[str] = []

@@ -11,13 +11,18 @@ Once the database is back the spool drains and every row that was not counted as
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine
 
-from tests.faults.conftest import Load, logged_ids, wait_until
+from predictions.health import log_check
+from predictions.spool import Spool
+from predictions.writer import LogUnavailable, LogWriter
+from tests.faults.conftest import Load, log_row, logged_ids, wait_until
 from tests.support import OwnPostgres, Server, TrainedModels, seed_registry, serve_settings
 
 CAP = 16_000  # bytes: a few dozen rows
@@ -98,3 +103,26 @@ def test_a_full_spool_loses_rows_by_policy_counted_and_alerted(
         assert all(f.startswith("503 ") and "prediction log unavailable" in f for f in load.failures)
         assert set(ids) == set(load.ids)  # every answered prediction is logged; the lost rows were refused
         assert dropped >= len(load.failures)
+
+
+def test_a_durable_request_overflowing_to_a_full_spool_is_refused_not_answered(tmp_path: Path) -> None:
+    """The queue full (the database slow) and the spool full: the overflow path must refuse, not answer."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'folder.db'}")  # every write fails
+    spool = Spool(tmp_path / "spool", max_bytes=1)  # room for no row
+    writer = LogWriter(
+        engine=engine, spool=spool, durability="durable", queue_max_rows=1, commit_timeout_s=60
+    )  # not started: the first request's row stays queued, the next ones overflow
+
+    async def run() -> None:
+        first = asyncio.create_task(writer.submit([log_row(0)]))
+        await asyncio.sleep(0.05)
+        assert writer.queued_rows == 1 and not first.done()
+        with pytest.raises(LogUnavailable, match="holds its cap"):
+            await writer.submit([log_row(1), log_row(2)])
+        first.cancel()
+
+    asyncio.run(run())
+    assert writer.stats.rows_dropped == 2 and writer.stats.last_drop_at is not None
+    assert log_check(writer)[0].fn().ok is False
+    spool.close()
+    engine.dispose()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from alerts import flows, service
 from alerts.models import utcnow
 from alerts.specs import WebhookSpec
@@ -20,6 +22,8 @@ from core.database import Database
 from tests.alerts.receiver import Receiver
 from tests.faults.conftest import Load, wait_until
 from tests.support import Server, TrainedModels, postgres_schema, seed_registry, serve_settings
+
+pytestmark = pytest.mark.postgres  # the shared PostgreSQL at 127.0.0.1:5432
 
 MESSAGES = 15  # per receiver
 

@@ -1,0 +1,144 @@
+"""A training node lost in the middle of a retraining job: real `driftwarden worker` on a real async cluster.
+
+tests/training/test_cluster_training.py kills each node under `driftwarden train` (worker, chief: relaunched
+and resumed; ps: the run fails naming it) and tests/training/test_retrain_cluster.py kills the job worker
+itself (its job is taken over). The gap filled here: the same node losses inside a *retraining job*, as the
+job record and the registry see them. One job worker runs two jobs, one after the other:
+- the parameter server is SIGKILLed: the job fails clearly (its error names ``ps:0`` and the lost signal)
+  and the serving version is untouched;
+- the chief is SIGKILLed: the launcher relaunches it, the job resumes from its checkpoint and finishes
+  (the gate decides); until then the serving version is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from core.database import Database, open_database
+from registry.service import serving_version
+from tests.support import TrainedModels, postgres_schema, seed_registry
+from tests.training.helpers import kill
+from tests.training.test_retrain_cluster import JobWorkspace
+from tests.training.test_retrain_flow import log_traffic
+from training import service
+from training.models import JobState, TrainingJob
+
+pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
+
+
+def _job(db: Database, job_id: int) -> TrainingJob:
+    with db.session() as s:
+        return service.get_job(session=s, job_id=job_id)
+
+
+def _serving(db: Database) -> int | None:
+    with db.session() as s:
+        row = serving_version(session=s, model_name="credit")
+        return row.version if row else None
+
+
+def _enqueue(db: Database) -> int:
+    with db.session() as s:
+        queued = service.enqueue(
+            session=s,
+            model_name="credit",
+            trigger="api",
+            requested_by="faults",
+            params={"mode": "async", "ps": 1, "workers": 1, "epochs": 20},
+        )
+    assert queued.job_id is not None
+    return queued.job_id
+
+
+def _until(
+    db: Database,
+    job_id: int,
+    done: Callable[[TrainingJob], bool],
+    worker: subprocess.Popen[bytes],
+    log: Path,
+    timeout: float,
+) -> TrainingJob:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = _job(db, job_id)
+        if done(job):
+            return job
+        assert worker.poll() is None, f"worker exited: {log.read_text()[-4000:]}"
+        assert time.monotonic() < deadline, f"job {job_id} ({job.state}): {job.log_tail}"
+        time.sleep(0.2)
+
+
+def _checkpointed(job: TrainingJob) -> bool:
+    return bool((job.progress or {}).get("checkpoint_step", 0) > 0)
+
+
+def _runs(ws: JobWorkspace) -> set[Path]:
+    return set(ws.root.glob("var/checkpoints/*/nodes/pids.json"))
+
+
+def _pid(run: Path, node: str) -> int:
+    """The latest pid of ``node`` in one run's pids.json."""
+    return int(json.loads(run.read_text())[node][-1])
+
+
+def test_a_lost_ps_fails_the_job_clearly_and_a_lost_chief_is_recovered(
+    postgres_url: str, trained: TrainedModels, tmp_path: Path
+) -> None:
+    with postgres_schema(postgres_url) as url:
+        seed_registry(url, trained, serving=1)
+        db = open_database(url)
+        ws = JobWorkspace(
+            root=tmp_path,
+            data=tmp_path / "unused.csv",
+            extra={
+                "DRIFTWARDEN_DATABASE_URL": url,
+                "DRIFTWARDEN_JOB_POLL_INTERVAL_S": "0.2",
+                "DRIFTWARDEN_CHECKPOINT_EVERY_STEPS": "20",
+            },
+        )
+        try:
+            log_traffic(db)
+            worker, log = ws.start("worker", log_name="worker.log")
+            try:
+                # 1. the parameter server dies: the variables are gone, the job must fail and say why
+                ps_job = _enqueue(db)
+                running = _until(db, ps_job, _checkpointed, worker, log, 240)
+                assert running.state is JobState.RUNNING
+                (run,) = _runs(ws)
+                kill(_pid(run, "ps:0"))
+                failed = _until(db, ps_job, lambda j: j.state.final, worker, log, 180)
+                assert failed.state is JobState.FAILED, (failed.state, failed.error, failed.log_tail)
+                assert failed.error and re.search(r"ps:0 at \S+ was lost \(signal 9\)", failed.error), (
+                    failed.error
+                )
+                assert _serving(db) == 1
+                ws.assert_no_cluster_process()
+
+                # 2. the chief dies: relaunched, resumed from its checkpoint, the job finishes
+                before = _runs(ws)
+                chief_job = _enqueue(db)
+                _until(db, chief_job, _checkpointed, worker, log, 240)
+                (run,) = _runs(ws) - before
+                kill(_pid(run, "chief:0"))
+                assert _serving(db) == 1
+                done = _until(db, chief_job, lambda j: j.state.final, worker, log, 300)
+                assert len(json.loads(run.read_text())["chief:0"]) == 2, "the chief was not relaunched"
+                assert done.state in (JobState.PROMOTED, JobState.REJECTED), (done.state, done.error)
+                assert "resumed from checkpoint" in (done.log_tail or ""), done.log_tail
+                assert _serving(db) == (done.result_version if done.state is JobState.PROMOTED else 1)
+                worker.send_signal(signal.SIGTERM)
+                assert worker.wait(60) == 0, log.read_text()[-3000:]
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+            ws.assert_no_cluster_process()
+        finally:
+            db.dispose()
