@@ -110,11 +110,19 @@ class RssSampler:
     pid: int
     every_s: float = 1.0
     samples: list[tuple[float, float, int]] = field(default_factory=list)  # (monotonic s, MB, processes)
+    by_pid: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # (monotonic s, MB)
+    names: dict[int, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> tuple[float, float, int]:
         pids = process_tree(self.pid)
-        point = (time.monotonic(), sum(rss_mb(p) for p in pids), len(pids))
+        now = time.monotonic()
+        sizes = {pid: rss_mb(pid) for pid in pids}
+        for pid, mb in sizes.items():
+            if pid not in self.names:
+                self.names[pid] = command(pid)
+            self.by_pid.setdefault(pid, []).append((now, mb))
+        point = (now, sum(sizes.values()), len(pids))
         self.samples.append(point)
         return point
 
@@ -370,10 +378,7 @@ def finish(
         if in_flight:
             print(f"  {in_flight:g} request(s) still in flight at the end", flush=True)
         time.sleep(2.0)  # the webhook sender's next pass (1 s interval) for the last alerts
-        print(
-            "  RSS by process at the end: "
-            + ", ".join(f"{pid} {command(pid)} {rss_mb(pid):.0f} MB" for pid in process_tree(server.proc.pid))
-        )
+        print(f"  PostgreSQL connections of the server at the end: {connections(db)}", flush=True)
         stop(server.proc)
         if server.proc.returncode != 0:
             crashed.append(f"the server exited with {server.proc.returncode} on SIGTERM")
@@ -412,6 +417,12 @@ def finish(
         f"  RSS (all {samples[-1][2] if samples else 0} processes): {first_mb:.1f} MB after start, "
         f"{last_mb:.1f} MB at the end, peak {peak:.1f} MB; {len(samples)} samples"
     )
+    for pid, points in sampler.by_pid.items():
+        late = [(t, mb) for t, mb in points if t >= half]
+        print(
+            f"    {pid} {sampler.names.get(pid, '?')}: {points[0][1]:.1f} -> {points[-1][1]:.1f} MB, "
+            f"second half {slope_per_min(late):+.2f} MB/min"
+        )
     verdict = "no growth trend" if slope < args.rss_slope_limit else "GROWING"
     print(
         f"  RSS trend (least squares over the second half, {len(second)} samples): {slope:+.2f} MB/min: "
@@ -422,6 +433,21 @@ def finish(
     if crashed:
         print(f"  server log (tail):\n{tail(server.log)}")
     return 0 if rows_ok and not crashed else 1
+
+
+def connections(db: Any) -> int:
+    """Connections to the soak's database other than this process's own (``pg_stat_activity``)."""
+    from sqlalchemy import text
+
+    with db.session() as s:
+        return int(
+            s.execute(
+                text(
+                    "select count(*) from pg_stat_activity "
+                    "where datname = current_database() and pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+        )
 
 
 def httpx_get(url: str) -> str:
