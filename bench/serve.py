@@ -380,7 +380,7 @@ def wait_ready(server: Server, probe: str, workers: int, timeout: float = 180) -
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
-            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{_tail(server.log)}")
+            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{tail(server.log)}")
         started = server.log.read_text(errors="replace").count("Application startup complete")
         try:
             if started >= workers and httpx.get(server.url + probe, timeout=2).status_code == 200:
@@ -388,14 +388,16 @@ def wait_ready(server: Server, probe: str, workers: int, timeout: float = 180) -
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"server did not become ready:\n{_tail(server.log)}")
+    raise RuntimeError(f"server did not become ready:\n{tail(server.log)}")
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file."""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> Server:
+def spawn(cmd: list[str], env: dict[str, str], log: Path) -> Server:
+    """Start ``cmd`` on a free port (``--port`` appended), its output to ``log``."""
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -408,7 +410,7 @@ def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> S
     """Start ``config``'s server and wait until every worker answers."""
     log = root / f"{config.name}.log"
     if config.kind == "c":
-        server = _spawn([sys.executable, __file__, "naive-server", "--model", str(model_path)], {}, log)
+        server = spawn([sys.executable, __file__, "naive-server", "--model", str(model_path)], {}, log)
         wait_ready(server, "/health", 1)
         return server
     if config.kind == "f":
@@ -424,7 +426,7 @@ def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> S
             "info",
             "--no-access-log",
         ]
-        server = _spawn(cmd, {"DW_BENCH_MODEL_PATH": str(model_path)}, log)
+        server = spawn(cmd, {"DW_BENCH_MODEL_PATH": str(model_path)}, log)
         wait_ready(server, "/health", config.workers)
         return server
     env = {
@@ -438,7 +440,7 @@ def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> S
         env["DRIFTWARDEN_METRICS_ENABLED"] = "false"  # log on, metrics off
     extra = ["--no-log"] if config.kind == "b" else ["--durability", config.durability]
     cmd = [str(ROOT / ".venv/bin/driftwarden"), "serve", "--workers", str(config.workers), *extra]
-    server = _spawn(cmd, env, log)
+    server = spawn(cmd, env, log)
     wait_ready(server, "/v2/models/bench/ready", config.workers)
     return server
 

@@ -51,7 +51,6 @@ from typing import Any
 from serve import (
     ROOT,
     Server,
-    _spawn,
     count_log,
     ensure_wrk,
     metric_sum,
@@ -60,7 +59,9 @@ from serve import (
     run_wrk,
     scratch_pg_database,
     served_rows,
+    spawn,
     stop,
+    tail,
     train_model,
     wait_drained,
     wait_ready,
@@ -269,7 +270,7 @@ def start(args: argparse.Namespace, root: Path, db_url: str) -> Server:
         "--durability",
         args.durability,
     ]
-    server = _spawn(cmd, env, root / "server.log")
+    server = spawn(cmd, env, root / "server.log")
     wait_ready(server, f"/v2/models/{MODEL}/ready", args.workers)
     return server
 
@@ -454,10 +455,6 @@ def httpx_get(url: str) -> str:
     import httpx
 
     return httpx.get(url, timeout=30).text
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def main() -> None:
