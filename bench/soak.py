@@ -19,9 +19,13 @@ At the end the server is stopped gracefully and the bench prints:
   and the rows of the requests ``wrk`` read answers to and sent (it abandons the requests in flight when
   its time is up), and the rows the log dropped: ``0 dropped`` and logged == answered, else LOST ROWS;
 - monitor runs done, alerts fired (reached ``firing``) by rule, webhook deliveries (stored and received);
-- the RSS trend: the slope of a least-squares line through the RSS samples of the second half of the run
-  (MB/min, the first half being warm-up: TensorFlow's and the allocator's caches), with a verdict line:
-  ``no growth trend`` when the slope is below ``--rss-slope-limit`` MB/min, else ``GROWING``.
+- the RSS trend, for the server and for each of its processes: the slope of a least-squares line through
+  the RSS of the second half of the run (MB/min; the first half is warm-up: TensorFlow's, the allocator's
+  and the monitor's first runs), fitted on the means of ``--interval`` blocks (RSS moves in steps, so
+  neighbouring samples are not independent), with its 95 % interval and a verdict line: ``no growth
+  trend`` when the whole interval is below ``--rss-slope-limit`` MB/min, ``GROWING`` when it is above,
+  else ``inconclusive`` (run longer: a few minutes cannot tell 1 MB/min from the ~10 MB the monitor's
+  runs move the RSS by).
 
 It asserts no timing. Exit code 1 only on lost rows (a mismatch or a dropped row) or a crash (the server
 exiting during the run, or not stopping cleanly, or ``wrk`` failing); a growing RSS is a figure to read,
@@ -165,6 +169,51 @@ def slope_per_min(points: list[tuple[float, float]]) -> float:
     sxx = sum((t - mx) ** 2 for t, _ in points)
     sxy = sum((t - mx) * (y - my) for t, y in points)
     return sxy / sxx * 60.0 if sxx else 0.0
+
+
+@dataclass(frozen=True)
+class Trend:
+    """An RSS slope with its 95 % interval (MB/min), fitted on block means."""
+
+    slope: float
+    low: float
+    high: float
+    blocks: int
+
+    def verdict(self, limit: float) -> str:
+        if self.blocks < 4:
+            return f"inconclusive ({self.blocks} blocks: run longer)"
+        if self.high < limit:
+            return "no growth trend"
+        if self.low > limit:
+            return "GROWING"
+        return "inconclusive (the interval holds the limit: run longer)"
+
+
+def trend(points: list[tuple[float, float]], block_s: float) -> Trend:
+    """The slope of (seconds, MB) points fitted on their means per ``block_s`` seconds (RSS moves in steps,
+    so neighbouring samples are not independent; block means much less so), with a 95 % interval
+    (Student's t on the residuals)."""
+    from scipy.stats import t as student
+
+    if not points:
+        return Trend(0.0, float("nan"), float("nan"), 0)
+    t0 = points[0][0]
+    blocks: dict[int, list[tuple[float, float]]] = {}
+    for t, y in points:
+        blocks.setdefault(int((t - t0) // block_s), []).append((t, y))
+    means = [(sum(t for t, _ in b) / len(b), sum(y for _, y in b) / len(b)) for b in blocks.values()]
+    k = len(means)
+    slope = slope_per_min(means)
+    if k < 3:
+        return Trend(slope, float("nan"), float("nan"), k)
+    mx = sum(t for t, _ in means) / k
+    my = sum(y for _, y in means) / k
+    sxx = sum((t - mx) ** 2 for t, _ in means)
+    b = slope / 60.0
+    residual = sum((y - my - b * (t - mx)) ** 2 for t, y in means) / (k - 2)
+    half_width = float(student.ppf(0.975, k - 2)) * (residual / sxx) ** 0.5 * 60.0
+    return Trend(slope, slope - half_width, slope + half_width, k)
 
 
 # -- the webhook receiver -------------------------------------------------------------------------
@@ -411,7 +460,7 @@ def finish(
     samples = sampler.samples
     half = (samples[0][0] + samples[-1][0]) / 2 if samples else 0.0  # the middle of the load
     second = [(t, mb) for t, mb, _ in samples if t >= half]
-    slope = slope_per_min(second)
+    fit = trend(second, args.interval)
     first_mb, last_mb = (samples[0][1], samples[-1][1]) if samples else (0.0, 0.0)
     peak = max((mb for _, mb, _ in samples), default=0.0)
     print(
@@ -419,15 +468,15 @@ def finish(
         f"{last_mb:.1f} MB at the end, peak {peak:.1f} MB; {len(samples)} samples"
     )
     for pid, points in sampler.by_pid.items():
-        late = [(t, mb) for t, mb in points if t >= half]
+        late = trend([(t, mb) for t, mb in points if t >= half], args.interval)
         print(
             f"    {pid} {sampler.names.get(pid, '?')}: {points[0][1]:.1f} -> {points[-1][1]:.1f} MB, "
-            f"second half {slope_per_min(late):+.2f} MB/min"
+            f"second half {late.slope:+.2f} MB/min [{late.low:+.2f}, {late.high:+.2f}]"
         )
-    verdict = "no growth trend" if slope < args.rss_slope_limit else "GROWING"
     print(
-        f"  RSS trend (least squares over the second half, {len(second)} samples): {slope:+.2f} MB/min: "
-        f"{verdict} (limit {args.rss_slope_limit:g} MB/min)"
+        f"  RSS trend over the second half ({len(second)} samples in {fit.blocks} blocks of "
+        f"{args.interval:g} s): {fit.slope:+.2f} MB/min, 95 % interval [{fit.low:+.2f}, {fit.high:+.2f}]: "
+        f"{fit.verdict(args.rss_slope_limit)} (limit {args.rss_slope_limit:g} MB/min)"
     )
     for why in crashed:
         print(f"  CRASH: {why}")
@@ -470,7 +519,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="Server worker processes (serve --workers).")
     parser.add_argument("--durability", choices=("fast", "durable"), default="fast", help="Log durability.")
     parser.add_argument(
-        "--monitor-interval", type=float, default=15.0, help="DRIFTWARDEN_MONITOR_INTERVAL_S (seconds)."
+        "--monitor-interval",
+        type=float,
+        default=5.0,
+        help="DRIFTWARDEN_MONITOR_INTERVAL_S (seconds; short, so that the monitor's first runs, which grow "
+        "the worker running it by ~150 MB, are over before the second half the RSS trend is fitted on).",
     )
     parser.add_argument(
         "--window-rows",
@@ -483,7 +536,8 @@ def main() -> None:
         "--rss-slope-limit",
         type=float,
         default=1.0,
-        help="Verdict 'no growth trend' below this RSS slope (MB/min) over the second half.",
+        help="RSS slope (MB/min) of the verdict: 'no growth trend' when the slope's 95 %% interval over the "
+        "second half is below it, 'GROWING' when above, else 'inconclusive'.",
     )
     args = parser.parse_args()
     for name in ("minutes", "interval", "monitor_interval", "timeout"):
