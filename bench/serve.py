@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -55,6 +56,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,11 +216,13 @@ async def run_level(
 
 
 # -- wrk (--driver wrk) ---------------------------------------------------------------------------
-WRK_LUA = """-- written by bench/serve.py: POST one JSON body, report one JSON line
-local f = assert(io.open("%(body)s", "rb"))
+WRK_LUA = """-- written by bench/serve.py: POST the bodies of a file (one a line) in turn, report a JSON line
+local bodies = {}
+for line in io.lines("%(body)s") do
+  if #line > 0 then table.insert(bodies, line) end
+end
 wrk.method = "POST"
-wrk.body = f:read("*a")
-f:close()
+wrk.body = bodies[1]
 wrk.headers["Content-Type"] = "application/json"
 
 local threads = {}
@@ -227,11 +231,14 @@ function setup(thread)
 end
 
 sent = 0
-local req = nil
+local reqs = nil
 function request()
   sent = sent + 1
-  if req == nil then req = wrk.format() end
-  return req
+  if reqs == nil then
+    reqs = {}
+    for i, b in ipairs(bodies) do reqs[i] = wrk.format(nil, nil, nil, b) end
+  end
+  return reqs[(sent - 1) %% #reqs + 1]
 end
 
 function done(summary, latency, requests)
@@ -245,6 +252,15 @@ function done(summary, latency, requests)
     latency:percentile(50), latency:percentile(90), latency:percentile(99)))
 end
 """
+
+
+def write_wrk_script(root: Path, name: str, bodies: list[bytes]) -> Path:
+    """A ``wrk`` Lua script posting ``bodies`` in turn (each one JSON document on one line)."""
+    body_path = root / f"{name}.jsonl"
+    body_path.write_bytes(b"\n".join(bodies) + b"\n")
+    script = root / f"{name}.lua"
+    script.write_text(WRK_LUA % {"body": str(body_path)})
+    return script
 
 
 def ensure_wrk() -> str:
@@ -306,11 +322,7 @@ class Driver:
     def add_body(self, rows: int, body: bytes) -> None:
         self.bodies[rows] = body
         if self.kind == "wrk":
-            body_path = self.root / f"body-{rows}.json"
-            body_path.write_bytes(body)
-            script = self.root / f"post-{rows}.lua"
-            script.write_text(WRK_LUA % {"body": str(body_path)})
-            self.scripts[rows] = script
+            self.scripts[rows] = write_wrk_script(self.root, f"post-{rows}", [body])
 
     def measure(self, config: str, url: str, rows: int, concurrency: int, seconds: float) -> Measure:
         if self.kind == "wrk":
@@ -368,7 +380,7 @@ def wait_ready(server: Server, probe: str, workers: int, timeout: float = 180) -
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
-            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{_tail(server.log)}")
+            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{tail(server.log)}")
         started = server.log.read_text(errors="replace").count("Application startup complete")
         try:
             if started >= workers and httpx.get(server.url + probe, timeout=2).status_code == 200:
@@ -376,14 +388,16 @@ def wait_ready(server: Server, probe: str, workers: int, timeout: float = 180) -
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"server did not become ready:\n{_tail(server.log)}")
+    raise RuntimeError(f"server did not become ready:\n{tail(server.log)}")
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file."""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> Server:
+def spawn(cmd: list[str], env: dict[str, str], log: Path) -> Server:
+    """Start ``cmd`` on a free port (``--port`` appended), its output to ``log``."""
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -396,7 +410,7 @@ def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> S
     """Start ``config``'s server and wait until every worker answers."""
     log = root / f"{config.name}.log"
     if config.kind == "c":
-        server = _spawn([sys.executable, __file__, "naive-server", "--model", str(model_path)], {}, log)
+        server = spawn([sys.executable, __file__, "naive-server", "--model", str(model_path)], {}, log)
         wait_ready(server, "/health", 1)
         return server
     if config.kind == "f":
@@ -412,7 +426,7 @@ def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> S
             "info",
             "--no-access-log",
         ]
-        server = _spawn(cmd, {"DW_BENCH_MODEL_PATH": str(model_path)}, log)
+        server = spawn(cmd, {"DW_BENCH_MODEL_PATH": str(model_path)}, log)
         wait_ready(server, "/health", config.workers)
         return server
     env = {
@@ -426,7 +440,7 @@ def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> S
         env["DRIFTWARDEN_METRICS_ENABLED"] = "false"  # log on, metrics off
     extra = ["--no-log"] if config.kind == "b" else ["--durability", config.durability]
     cmd = [str(ROOT / ".venv/bin/driftwarden"), "serve", "--workers", str(config.workers), *extra]
-    server = _spawn(cmd, env, log)
+    server = spawn(cmd, env, log)
     wait_ready(server, "/v2/models/bench/ready", config.workers)
     return server
 
@@ -543,17 +557,40 @@ def train_model(root: Path, n_rows: int) -> tuple[Path, list[dict[str, Any]]]:
         progress=Progress("t", show_bar=False),
     )
     db.dispose()
-    sample = generate(max(64, n_rows), seed=3)
+    return Path(result.version.path), request_rows(generate(max(64, n_rows), seed=3))
+
+
+def request_rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
+    """Columns of ``training.datagen.generate`` as request rows (JSON values, no target, NaN as null)."""
     rows = []
-    for values in zip(*sample.values(), strict=True):
+    for values in zip(*columns.values(), strict=True):
         row = {}
-        for k, v in zip(sample, values, strict=True):
+        for k, v in zip(columns, values, strict=True):
             if k == "default":
                 continue
             v = v.item() if hasattr(v, "item") else v
             row[k] = None if isinstance(v, float) and v != v else v
         rows.append(row)
-    return Path(result.version.path), rows
+    return rows
+
+
+@contextlib.contextmanager
+def scratch_pg_database(prefix: str = "driftwarden_bench") -> Iterator[str]:
+    """A fresh PostgreSQL database on the server of ``PG_ADMIN``: yields its URL, drops it after."""
+    from sqlalchemy import create_engine, text
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
 
 
 def prepare_db(url: str, model_path: Path) -> None:
@@ -587,17 +624,26 @@ def run_config(
     args: argparse.Namespace,
 ) -> tuple[list[Measure], dict[str, Any] | None]:
     """Start one server, warm it up, measure every size and level, stop it, check its log."""
-    from sqlalchemy import create_engine, text
+    with contextlib.ExitStack() as stack:
+        db_url = f"sqlite:///{root / f'{config.name}-{repeat}.db'}"
+        if config.backend == "pg" and config.kind == "a":
+            db_url = stack.enter_context(scratch_pg_database())
+        return _run_config(
+            config, repeat=repeat, root=root, model_path=model_path, driver=driver, args=args, db_url=db_url
+        )
 
-    run_id = f"{config.name}-{repeat}"
-    db_url = f"sqlite:///{root / (run_id + '.db')}"
-    pg_name = None
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    if config.backend == "pg" and config.kind == "a":
-        pg_name = f"driftwarden_bench_{uuid.uuid4().hex[:8]}"
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{pg_name}"'))
-        db_url = PG_ADMIN.rsplit("/", 1)[0] + f"/{pg_name}"
+
+def _run_config(
+    config: Config,
+    *,
+    repeat: int,
+    root: Path,
+    model_path: Path,
+    driver: Driver,
+    args: argparse.Namespace,
+    db_url: str,
+) -> tuple[list[Measure], dict[str, Any] | None]:
+    """:func:`run_config` on the database at ``db_url``."""
     measures: list[Measure] = []
     check: dict[str, Any] | None = None
     server = None
@@ -649,10 +695,6 @@ def run_config(
     finally:
         if server is not None and server.proc.poll() is None:
             stop(server.proc)
-        if pg_name is not None:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)'))
-        admin.dispose()
     return measures, check
 
 
