@@ -18,8 +18,10 @@ from alerts.flows import firing_findings
 from core.runtime import Runtime
 from predictions.models import PredictionStatus
 from predictions.service import LogRow, new_prediction_ids, record_feedback
+from predictions.typed import Layout, encode_rows, make_layout
 from predictions.writer import LogWriter
 from registry.contracts import Violation, check_inputs, check_outputs
+from registry.schema import FeatureKind, ModelSchema
 from service.serving.batcher import BatcherClosed
 from service.serving.codecs import BadRequest, Columns
 from service.serving.manager import LoadedVersion, ModelManager, NotServed
@@ -139,6 +141,11 @@ def _rows(
 ) -> list[LogRow]:
     now = datetime.now(UTC)
     status = (bad or PredictionStatus.OK).value
+    layout = _layout(lv.schema)
+    encoded = encode_rows(layout, inputs)  # the typed copy of the inputs (predictions/typed.py)
+    # None: a value whose JSON text does not round-trip; these rows are read from their JSON documents
+    copies: Sequence[tuple[str | None, str | None]] = encoded or [(None, None)] * len(ids)
+    layout_id = layout.id if encoded is not None else None
     return [
         LogRow(
             pid,
@@ -152,9 +159,28 @@ def _rows(
             latency_ms,
             status,
             protocol,
+            layout_id,
+            numbers,
+            categories,
         )
-        for pid, row, value, row_flags in zip(ids, inputs, values, flags, strict=True)
+        for pid, row, value, row_flags, (numbers, categories) in zip(
+            ids, inputs, values, flags, copies, strict=True
+        )
     ]
+
+
+_LAYOUTS: dict[int, tuple[ModelSchema, Layout]] = {}
+
+
+def _layout(schema: ModelSchema) -> Layout:
+    """The typed log layout of a version's contract: its numeric, then categorical features in order."""
+    known = _LAYOUTS.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
+    layout = make_layout(numeric, [f.name for f in schema.features if f.kind is not FeatureKind.NUMERIC])
+    _LAYOUTS[id(schema)] = (schema, layout)  # the schema is kept alive, so its id is not reused
+    return layout
 
 
 def parse_feedback(payload: Any) -> list[tuple[str, float]]:
