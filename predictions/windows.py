@@ -411,18 +411,24 @@ def _block_chunks(
 # ---------------------------------------------------------------- PostgreSQL: typed columns
 
 # one row per id range: its counts, its layouts and every typed value of the range concatenated in id order
-# (one binary value per column instead of one protocol row per log row); probability and label big-endian
+# (one binary value per column instead of one protocol row per log row); probability, label and id big-endian.
+# The rows come sorted from the subquery (one sort, not one per aggregate: measured 1.5x quicker); the ids
+# come along, so the reader checks the order instead of relying on it.
 _TYPED_SQL = """
-SELECT count(*), count(p.numbers), count(p.categories), min(p.layout), max(p.layout),
-    string_agg(p.numbers, ''::bytea ORDER BY p.id),
-    {categories},
-    string_agg(float8send(coalesce(p.probability, 'NaN'::float8)), ''::bytea ORDER BY p.id),
-    string_agg(float8send(coalesce(f.label, 'NaN'::float8)), ''::bytea ORDER BY p.id)
-FROM prediction_log p
-LEFT JOIN prediction_feedback f ON f.prediction_id = p.prediction_id AND f.logged_at = p.logged_at {span}
-WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {extra}
+SELECT count(*), count(n), count(c), min(layout), max(layout),
+    string_agg(n, ''::bytea), {categories}, string_agg(pp, ''::bytea), string_agg(y, ''::bytea),
+    string_agg(int8send(i), ''::bytea)
+FROM (
+    SELECT p.id AS i, p.layout, p.numbers AS n, p.categories AS c,
+        float8send(coalesce(p.probability, 'NaN'::float8)) AS pp,
+        float8send(coalesce(f.label, 'NaN'::float8)) AS y
+    FROM prediction_log p
+    LEFT JOIN prediction_feedback f ON f.prediction_id = p.prediction_id AND f.logged_at = p.logged_at {span}
+    WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {extra}
+    ORDER BY p.id
+) AS rows
 """
-_CATEGORIES = "convert_to(string_agg(p.categories, E'\\n' ORDER BY p.id), 'UTF8')"
+_CATEGORIES = "convert_to(string_agg(c, E'\\n'), 'UTF8')"
 
 
 @dataclass(frozen=True)
@@ -436,6 +442,7 @@ class _TypedRange:
     categories: bytes
     predictions: bytes
     labels: bytes
+    ordered: bool  # the ids came in increasing order
 
 
 def _fetch_typed(engine: Engine, sql: str, params: dict[str, Any]) -> _TypedRange:
@@ -445,7 +452,7 @@ def _fetch_typed(engine: Engine, sql: str, params: dict[str, Any]) -> _TypedRang
         pg: Any = raw.driver_connection
         with pg.cursor() as cur:
             cur.execute(sql, params, binary=True)
-            n, numbers, cats, low, high, nums, text, probs, labels = cur.fetchone()
+            n, numbers, cats, low, high, nums, text, probs, labels, ids = cur.fetchone()
         raw.commit()
     finally:
         raw.close()
@@ -457,6 +464,7 @@ def _fetch_typed(engine: Engine, sql: str, params: dict[str, Any]) -> _TypedRang
         categories=bytes(text or b""),
         predictions=bytes(probs or b""),
         labels=bytes(labels or b""),
+        ordered=bool(np.all(np.diff(np.frombuffer(ids or b"", dtype=">i8")) > 0)),
     )
 
 
@@ -535,6 +543,7 @@ def _typed_chunks(
             if (
                 layout is not None
                 and got.typed == got.rows
+                and got.ordered
                 and set(numeric) <= set(layout.numeric)
                 and set(categorical) <= set(layout.categorical)
             ):
