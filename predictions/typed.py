@@ -1,13 +1,13 @@
 """The typed copy of a log row's inputs, written beside the JSON document at insert time (PostgreSQL).
 
 A row's numeric features are packed as little-endian float64 (``numbers``, bytea) and its categorical
-features as one small JSON object of their texts (``categories``), both in the order of a *layout*: the
-numeric and categorical feature names of the model version's contract, in contract order. A layout is
-identified by ``layout`` (a 63-bit hash of its names, stored in every typed row); its names are stored once
-in ``prediction_log_layouts``, so a reader knows what each position means. The window reader ships one
-binary value per id range instead of one JSON document per row and turns it into numpy with
-:func:`numpy.frombuffer` (no per-row work in the client, ~10 ns a value in the server instead of ~150 for
-``(inputs->>'f')::float8``).
+features as one small JSON object, ``{"v": [their texts]}`` (``categories``), both in the order of a
+*layout*: the numeric and categorical feature names of the model version's contract, in contract order.
+A layout is identified by ``layout`` (a 63-bit hash of its names, stored in every typed row); its names
+are stored once in ``prediction_log_layouts``, so a reader knows what each position means. The window
+reader ships one binary value per id range instead of one JSON document per row and turns it into numpy
+with :func:`numpy.frombuffer` (no per-row work in the client; no ``(inputs->>'f')::float8`` in the
+server, ~150 ns a value).
 
 Exactness: the typed values equal what the generic reader computes from ``inputs`` (``inputs->>'f'``
 converted to a float; missing -> NaN), because a row is typed only when every value is one whose JSON text
@@ -21,7 +21,7 @@ without the typed copy and read from its JSON document, like every row logged be
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +56,18 @@ KNOWN: dict[int, Layout] = {}
 """Layouts seen by this process, by id (the writer records each new one before the rows using it)."""
 
 
-def encode_rows(layout: Layout, rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]] | None:
-    """Each row's typed copy: (numbers as hex of little-endian float64, categories as JSON text).
+def encode_rows(layout: Layout, rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]] | None:
+    """Each row's typed copy (see :func:`encode_columns`), from the row documents."""
+    names = (*layout.numeric, *layout.categorical)
+    return encode_columns(layout, {name: [row.get(name) for row in rows] for name in names}, len(rows))
+
+
+def encode_columns(
+    layout: Layout, columns: Mapping[str, Sequence[Any]], n: int
+) -> list[tuple[str, str]] | None:
+    """Each row's typed copy from the values of its documents by feature (``columns[name][i]``: row ``i``'s
+    value, None when absent): (numbers as hex of little-endian float64, categories as JSON text
+    ``{"v":[...]}``, the values in layout order).
 
     None when a value is of a type whose JSON text does not round-trip exactly (see the module docstring):
     those rows are logged without a typed copy.
@@ -66,24 +76,42 @@ def encode_rows(layout: Layout, rows: Sequence[dict[str, Any]]) -> list[tuple[st
     width = len(layout.numeric)
     hexed = ""
     if width:
-        values = [[row.get(name) for name in layout.numeric] for row in rows]
+        values = [columns[name] for name in layout.numeric]
         if not all(_NUMBER.issuperset(map(type, vals)) for vals in values):
             return None
         try:
-            matrix = np.array(values, dtype=np.float64)  # None -> NaN
+            matrix = np.array(values, dtype=np.float64).T  # None -> NaN; row i is row i's numbers
         except OverflowError:  # an integer beyond a float's range
             return None
         matrix[~np.isfinite(matrix)] = np.nan  # the JSON document holds null for NaN and infinities
         matrix += 0.0  # -0.0 -> 0.0, as the document's numeric reads back
-        hexed = matrix.astype("<f8", copy=False).tobytes().hex()
+        hexed = np.ascontiguousarray(matrix, dtype="<f8").tobytes().hex()
+    texts = [columns[name] for name in layout.categorical]
+    if not all(_TEXT.issuperset(map(type, vals)) for vals in texts):
+        return None
+    dumps = orjson.dumps
+    cats = (
+        [(b'{"v":' + dumps(t) + b"}").decode() for t in zip(*texts, strict=True)]
+        if texts
+        else ['{"v":[]}'] * n
+    )
     step = 16 * width
-    out: list[tuple[str, str]] = []
-    for i, row in enumerate(rows):
-        cats = {name: row.get(name) for name in layout.categorical}
-        if not _TEXT.issuperset(map(type, cats.values())):
-            return None
-        out.append((hexed[i * step : (i + 1) * step], orjson.dumps(cats).decode()))
-    return out
+    return [(hexed[i * step : (i + 1) * step], cats[i]) for i in range(n)]
+
+
+def category_columns(blob: bytes, width: int) -> list[Any]:
+    """A range's categories (newline-separated ``{"v":[...]}``) as one Arrow string array per position."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pajson
+
+    schema = pa.schema([("v", pa.list_(pa.string()))])
+    table = pajson.read_json(pa.py_buffer(blob), parse_options=pajson.ParseOptions(explicit_schema=schema))
+    flat = pc.list_flatten(table.column("v"))
+    rows = table.num_rows
+    if len(flat) != rows * width:
+        raise ValueError(f"{len(flat)} category values for {rows} rows of {width}")
+    return [pc.take(flat, pa.array(np.arange(j, rows * width, width))) for j in range(width)]
 
 
 def numbers_matrix(blob: bytes, rows: int, width: int) -> np.ndarray:

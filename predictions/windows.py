@@ -484,20 +484,16 @@ def _typed_chunk(
     got: _TypedRange, layout: typed.Layout, *, numeric: Sequence[str], categorical: Sequence[str]
 ) -> Chunk:
     """A chunk from one typed range: numbers straight from the bytes, categoricals counted in Arrow."""
-    import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.json as pajson
 
     matrix = typed.numbers_matrix(got.numbers, got.rows, len(layout.numeric))
     at = {name: i for i, name in enumerate(layout.numeric)}
     columns = {name: np.ascontiguousarray(matrix[:, at[name]]) for name in numeric}
     counts: dict[str, Counter[str | None]] = {}
     if categorical:
-        schema = pa.schema([(name, pa.string()) for name in categorical])
-        options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-        table = pajson.read_json(pa.py_buffer(got.categories), parse_options=options)
+        values = typed.category_columns(got.categories, len(layout.categorical))
         for name in categorical:
-            tally = pc.value_counts(table.column(name)).to_pylist()
+            tally = pc.value_counts(values[layout.categorical.index(name)]).to_pylist()
             counts[name] = Counter({item["values"]: int(item["counts"]) for item in tally})
     return Chunk(
         rows=got.rows,

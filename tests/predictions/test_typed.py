@@ -190,7 +190,9 @@ def test_encoded_values_are_the_documents_values() -> None:
     assert matrix[0].tolist() == [1.5, 3.0]
     assert np.isnan(matrix[1]).all() and np.isnan(matrix[2, 1])
     assert math.copysign(1.0, matrix[2, 0]) == 1.0  # -0.0 reads back from the document as 0
-    assert [c for _, c in copies] == ['{"c":"x"}', '{"c":null}', '{"c":""}']
+    assert [c for _, c in copies] == ['{"v":["x"]}', '{"v":[null]}', '{"v":[""]}']
+    values = typed.category_columns("\n".join(c for _, c in copies).encode(), 1)
+    assert [v.to_pylist() for v in values] == [["x", None, ""]]
     for bad in ({"a": "1.5"}, {"a": True}, {"c": 1}, {"b": 10**400}):
         assert typed.encode_rows(layout, [bad]) is None, bad
     assert typed.make_layout(["a", "b"], ["c"]).id == layout.id != typed.make_layout(["b", "a"], ["c"]).id
@@ -202,8 +204,11 @@ def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
     lv = cast(LoadedVersion, SimpleNamespace(model_name="credit", version=2, schema=schema))
     docs = documents(3, seed=4)
     docs[1]["age"] = None
-    rows = flows._rows(lv, docs, [None] * 3, [0.1, 0.2, 0.3], ["a", "b", "c"], "r", "v1", 1.0, None)
+    copies = flows._typed(schema, docs, None)
+    rows = flows._rows(lv, docs, [None] * 3, [0.1, 0.2, 0.3], ["a", "b", "c"], "r", "v1", 1.0, None, copies)
     layout = flows._layout(schema)
+    by_column = flows._typed(schema, docs, {n: [d.get(n) for d in docs] for n in schema.feature_names})
+    assert by_column == copies
     assert list(layout.numeric) + list(layout.categorical) == sorted(
         schema.feature_names, key=lambda n: (n not in layout.numeric, schema.feature_names.index(n))
     )
@@ -214,8 +219,7 @@ def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
         want = [np.nan if doc.get(n) is None else float(doc[n]) for n in layout.numeric]
         assert np.array_equal(values, want, equal_nan=True)
     docs[2]["region"] = 5  # a value the contract would have refused: no typed copy for the request
-    rows = flows._rows(lv, docs, [None] * 3, [0.1, 0.2, 0.3], ["a", "b", "c"], "r", "v1", 1.0, None)
-    assert {(r.layout, r.numbers, r.categories) for r in rows} == {(None, None, None)}
+    assert flows._typed(schema, docs, None) is None
 
 
 def test_spool_lines_old_and_new_decode(tmp_path: Path) -> None:
