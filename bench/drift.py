@@ -196,16 +196,19 @@ def _fill_log(url: str, rows: int, *, typed: bool = True) -> None:
     cols = window_columns(rows)
     p = predictions(rows, seed=4).tolist()
     names = list(cols)
-    layout = make_layout(
-        [n for n in names if cols[n].dtype.kind in "fi"], [n for n in names if n.startswith("cat")]
-    )
+    categorical = [n for n in names if cols[n].dtype.kind not in "fi"]
+    known = [sorted(set(cols[n].tolist()) - {None}) for n in categorical]  # as the contract lists them
+    layout = make_layout([n for n in names if n not in categorical], categorical, known)
     typed = typed and db.engine.dialect.name == "postgresql"
     if typed:
         with db.engine.begin() as conn:
-            numeric, categorical = layout.names_json()
+            numeric_json, categorical_json, known_json = layout.as_json()
             conn.execute(
-                text("INSERT INTO prediction_log_layouts (id, numeric, categorical) VALUES (:i, :n, :c)"),
-                {"i": layout.id, "n": numeric, "c": categorical},
+                text(
+                    "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) "
+                    "VALUES (:i, :n, :c, :k)"
+                ),
+                {"i": layout.id, "n": numeric_json, "c": categorical_json, "k": known_json},
             )
     t0 = datetime.now(UTC) - timedelta(seconds=rows / 1000)
     step = 50_000
@@ -216,7 +219,7 @@ def _fill_log(url: str, rows: int, *, typed: bool = True) -> None:
             for vals in zip(*(cols[n][lo:hi].tolist() for n in names), strict=True)
         ]
         copies = encode_rows(layout, docs) if typed else None
-        batch = [
+        batch: list[tuple[Any, ...]] = [
             (
                 new_prediction_id(),
                 "bench",

@@ -97,6 +97,7 @@ class PredictionLogLayout(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     numeric: Mapped[str] = mapped_column(Text)  # JSON array of names
     categorical: Mapped[str] = mapped_column(Text)  # JSON array of names
+    categories: Mapped[str] = mapped_column(Text)  # JSON array: each categorical's known categories
 
 
 class PredictionFeedback(Base):

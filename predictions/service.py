@@ -38,7 +38,8 @@ class LogRow(NamedTuple):
     latency_ms: float
     status: str
     protocol: str
-    # the typed copy of ``inputs`` (predictions/typed.py): layout id, numbers as hex, categories as JSON text;
+    # the typed copy of ``inputs`` (predictions/typed.py): layout id, numbers as hex, texts outside the
+    # layout's categories as JSON;
     # None for a row without one (the spool's lines from before the typed columns decode with these defaults)
     layout: int | None = None
     numbers: str | None = None
@@ -112,16 +113,17 @@ PG_INSERT = (
 # key must hold the partition key; a replayed row carries its original logged_at, so it still conflicts
 PG_INSERT_IDEMPOTENT = PG_INSERT + " ON CONFLICT (prediction_id, logged_at) DO NOTHING"
 PG_LAYOUT = (
-    "INSERT INTO prediction_log_layouts (id, numeric, categorical) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+    "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT DO NOTHING"
 )
 _recorded: weakref.WeakKeyDictionary[Engine, set[int]] = weakref.WeakKeyDictionary()
 
 
-def _new_layouts(engine: Engine, rows: Sequence[LogRow]) -> list[tuple[int, str, str]]:
+def _new_layouts(engine: Engine, rows: Sequence[LogRow]) -> list[tuple[int, str, str, str]]:
     """The layouts of ``rows`` not yet recorded in ``engine``'s database by this process: (id, names...)."""
     done = _recorded.setdefault(engine, set())
     fresh = {r.layout for r in rows if r.layout is not None} - done
-    return [(i, *typed.KNOWN[i].names_json()) for i in fresh if i in typed.KNOWN]
+    return [(i, *typed.KNOWN[i].as_json()) for i in fresh if i in typed.KNOWN]
 
 
 def batch_json(rows: Sequence[LogRow]) -> str:
@@ -149,7 +151,7 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
                 layouts = _new_layouts(engine, rows)
                 for values in layouts:  # once per layout and process, before the rows using it
                     pg.execute(PG_LAYOUT, values)
-                _recorded[engine].update(i for i, _, _ in layouts)
+                _recorded[engine].update(values[0] for values in layouts)
                 pg.execute(PG_INSERT_IDEMPOTENT if idempotent else PG_INSERT, (payload,))
             finally:
                 pg.autocommit = False  # the pooled connection goes back as the pool handed it out

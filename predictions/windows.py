@@ -48,7 +48,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-import orjson
 from sqlalchemy import Engine, and_, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -415,7 +414,7 @@ def _block_chunks(
 # The rows come sorted from the subquery (one sort, not one per aggregate: measured 1.5x quicker); the ids
 # come along, so the reader checks the order instead of relying on it.
 _TYPED_SQL = """
-SELECT count(*), count(n), count(c), min(layout), max(layout),
+SELECT count(*), count(n), min(layout), max(layout),
     string_agg(n, ''::bytea), {categories}, string_agg(pp, ''::bytea), string_agg(y, ''::bytea),
     string_agg(int8send(i), ''::bytea)
 FROM (
@@ -436,7 +435,7 @@ class _TypedRange:
     """One id range as the typed query returns it."""
 
     rows: int
-    typed: int  # rows with numbers and categories
+    typed: int  # rows with the typed copy
     layout: int | None  # the one layout of every typed row; None when there are several or none
     numbers: bytes
     categories: bytes
@@ -452,13 +451,13 @@ def _fetch_typed(engine: Engine, sql: str, params: dict[str, Any]) -> _TypedRang
         pg: Any = raw.driver_connection
         with pg.cursor() as cur:
             cur.execute(sql, params, binary=True)
-            n, numbers, cats, low, high, nums, text, probs, labels, ids = cur.fetchone()
+            n, numbers, low, high, nums, text, probs, labels, ids = cur.fetchone()
         raw.commit()
     finally:
         raw.close()
     return _TypedRange(
         rows=int(n),
-        typed=min(int(numbers), int(cats)),
+        typed=int(numbers),
         layout=int(low) if low is not None and low == high else None,
         numbers=bytes(nums or b""),
         categories=bytes(text or b""),
@@ -470,31 +469,20 @@ def _fetch_typed(engine: Engine, sql: str, params: dict[str, Any]) -> _TypedRang
 
 def _layouts(engine: Engine) -> dict[int, typed.Layout]:
     """Every layout recorded in the database, by id."""
+    log = PredictionLogLayout
     with engine.connect() as conn:
-        found = conn.execute(
-            select(PredictionLogLayout.id, PredictionLogLayout.numeric, PredictionLogLayout.categorical)
-        ).all()
-    return {
-        int(i): typed.Layout(tuple(orjson.loads(num)), tuple(orjson.loads(cat)), int(i))
-        for i, num, cat in found
-    }
+        found = conn.execute(select(log.id, log.numeric, log.categorical, log.categories)).all()
+    return {int(i): typed.layout_from_json(int(i), num, cat, known) for i, num, cat, known in found}
 
 
 def _typed_chunk(
     got: _TypedRange, layout: typed.Layout, *, numeric: Sequence[str], categorical: Sequence[str]
 ) -> Chunk:
-    """A chunk from one typed range: numbers straight from the bytes, categoricals counted in Arrow."""
-    import pyarrow.compute as pc
-
-    matrix = typed.numbers_matrix(got.numbers, got.rows, len(layout.numeric))
+    """A chunk from one typed range: numbers straight from the bytes, category codes counted by numpy."""
+    matrix = typed.numbers_matrix(got.numbers, got.rows, layout.width)
     at = {name: i for i, name in enumerate(layout.numeric)}
     columns = {name: np.ascontiguousarray(matrix[:, at[name]]) for name in numeric}
-    counts: dict[str, Counter[str | None]] = {}
-    if categorical:
-        values = typed.category_columns(got.categories, len(layout.categorical))
-        for name in categorical:
-            tally = pc.value_counts(values[layout.categorical.index(name)]).to_pylist()
-            counts[name] = Counter({item["values"]: int(item["counts"]) for item in tally})
+    counts = typed.count_categories(layout, matrix, got.categories, categorical)
     return Chunk(
         rows=got.rows,
         columns=columns,
@@ -515,7 +503,7 @@ def _typed_chunks(
 ) -> Iterator[Chunk]:
     """Typed ranges fetched by ``prefetch`` threads ahead, in id order; a range whose rows are not all typed
     in one layout holding every asked feature is read by the blocks reader (so a window may mix both)."""
-    template = _TYPED_SQL.replace("{categories}", _CATEGORIES if categorical else "NULL")
+    template = _TYPED_SQL.replace("{categories}", _CATEGORIES if categorical else "NULL::bytea")
     sql, base = _block_query(summary, template)
     block_sql, block_base = _block_query(summary)
     layouts = _layouts(engine)

@@ -1,9 +1,10 @@
 """The prediction log's typed copy of the inputs: ``layout``, ``numbers``, ``categories``; the layouts table.
 
 Three nullable columns on ``prediction_log`` (on PostgreSQL added to the partitioned table, so to every
-partition; existing rows keep NULL and are read from their JSON document) and ``prediction_log_layouts``,
-the feature names of each layout in storage order (what the columns hold and why: ``predictions/typed.py``).
-Adding nullable columns without a default rewrites nothing: the upgrade is quick on a large log.
+partition; existing rows keep NULL and are read from their JSON document) and ``prediction_log_layouts``:
+the feature names of each layout in storage order and its categoricals' known categories (what the
+columns hold and why: ``predictions/typed.py``). Adding nullable columns without a default rewrites
+nothing: the upgrade is quick on a large log.
 
 Revision ID: 0010_typed_log
 Revises: 0009_partitioned_log
@@ -30,6 +31,7 @@ def upgrade() -> None:
         sa.Column("id", sa.BigInteger(), autoincrement=False, nullable=False),
         sa.Column("numeric", sa.Text(), nullable=False),
         sa.Column("categorical", sa.Text(), nullable=False),
+        sa.Column("categories", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_prediction_log_layouts"),
     )
 

@@ -142,7 +142,7 @@ def _rows(
     protocol: str,
     latency_ms: float,
     bad: PredictionStatus | None,
-    copies: tuple[int, list[tuple[str, str]]] | None = None,
+    copies: tuple[int, list[tuple[str, str | None]]] | None = None,
 ) -> list[LogRow]:
     now = datetime.now(UTC)
     status = (bad or PredictionStatus.OK).value
@@ -189,7 +189,7 @@ def _rows(
 
 def _typed(
     schema: ModelSchema, inputs: list[dict[str, Any]], columns: Mapping[str, Sequence[Any]] | None
-) -> tuple[int, list[tuple[str, str]]] | None:
+) -> tuple[int, list[tuple[str, str | None]]] | None:
     """The layout and each row's typed copy of its inputs (predictions/typed.py), from ``columns`` (the
     values by feature) when given; None when a value's JSON text does not round-trip (the rows are then
     read from their JSON documents)."""
@@ -205,12 +205,14 @@ _LAYOUTS: dict[int, tuple[ModelSchema, Layout]] = {}
 
 
 def _layout(schema: ModelSchema) -> Layout:
-    """The typed log layout of a version's contract: its numeric, then categorical features in order."""
+    """The typed log layout of a version's contract: its numeric, then categorical features in order, and
+    the categories the contract knows."""
     known = _LAYOUTS.get(id(schema))
     if known is not None and known[0] is schema:
         return known[1]
     numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
-    layout = make_layout(numeric, [f.name for f in schema.features if f.kind is not FeatureKind.NUMERIC])
+    categorical = [f for f in schema.features if f.kind is not FeatureKind.NUMERIC]
+    layout = make_layout(numeric, [f.name for f in categorical], [f.categories for f in categorical])
     _LAYOUTS[id(schema)] = (schema, layout)  # the schema is kept alive, so its id is not reused
     return layout
 

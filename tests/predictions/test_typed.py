@@ -5,6 +5,7 @@ profile asks for) and every awkward value; written by the serving flow's row bui
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,14 +103,18 @@ def awkward(docs: list[dict[str, Any]], at: int) -> None:
             del doc[key]
 
 
-def _mixed_log(url: str, profile: Profile) -> tuple[Any, list[LogRow]]:
+def _mixed_log(url: str, profile: Profile) -> tuple[Any, list[LogRow], typed.Layout]:
     """Legacy rows, then rows lacking a layout's feature, then typed rows with every awkward value in the
     contract's order, then typed rows in another order (the newest 500)."""
     db = open_database(url)
     numeric, categorical = names(profile)
-    contract = typed.make_layout(numeric, categorical)
-    reordered = typed.make_layout(numeric[::-1], categorical[::-1])
-    lacking = typed.make_layout(numeric, [c for c in categorical if c != "region"])
+    known = {c: sorted(cast(CategoricalProfile, profile.features[c]).categories) for c in categorical}
+    known["loan_purpose"] = known["loan_purpose"][1:]  # one category the contract does not know
+    contract = typed.make_layout(numeric, categorical, [known[c] for c in categorical])
+    reordered = typed.make_layout(
+        numeric[::-1], categorical[::-1], [known[c][::-1] for c in categorical[::-1]]
+    )
+    lacking = typed.make_layout(numeric, [c for c in categorical if c != "region"])  # every text as text
     docs = documents(3_000, seed=5)
     awkward(docs, 10)  # in the legacy rows too
     awkward(docs, 1_600)
@@ -125,22 +130,24 @@ def _mixed_log(url: str, profile: Profile) -> tuple[Any, list[LogRow]]:
     labels = [(r.prediction_id, float(i % 2)) for i, r in enumerate(rows) if i % 3]
     with db.session() as s:
         record_feedback(session=s, model_name="credit", labels=labels)
-    return db, rows
+    return db, rows, contract
 
 
 def test_typed_reader_equals_the_generic_reader_on_a_mixed_log(
     pg_url: str, profile: Profile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db, rows = _mixed_log(pg_url, profile)
+    db, rows, contract = _mixed_log(pg_url, profile)
     # the rows holding a value that does not round-trip were written without the typed copy
     untyped = [i for i, r in enumerate(rows) if r.layout is None]
     wanted = set(range(1_000)) | {1_600 + i for i, (_, _, ok) in enumerate(AWKWARD) if not ok}
     assert set(untyped) == wanted
     with db.engine.connect() as conn:
-        stored = conn.execute(
-            text("select count(layout), count(numbers), count(categories) from prediction_log")
+        stored = conn.execute(text("select count(layout), count(numbers) from prediction_log"))
+        assert stored.one() == (3_000 - len(wanted),) * 2
+        texts = conn.execute(
+            text("select count(categories) from prediction_log where layout = :i"), {"i": contract.id}
         )
-        assert stored.one() == (3_000 - len(wanted),) * 3
+        assert 0 < texts.scalar_one() < 1_000  # the rows holding a text the layout does not know
         assert conn.execute(text("select count(*) from prediction_log_layouts")).scalar() == 3
     assert choose_reader(engine=db.engine) is Reader.TYPED
     for spec, chunk_rows in ((WindowSpec(), 300), (WindowSpec(rows=1_700), 250), (WindowSpec(rows=500), 128)):
@@ -178,24 +185,28 @@ def _no_documents(*args: Any) -> bytes:
 
 
 def test_encoded_values_are_the_documents_values() -> None:
-    layout = typed.make_layout(["a", "b"], ["c"])
+    layout = typed.make_layout(["a", "b"], ["c", "d"], [["x", "y"], []])
     docs: list[dict[str, Any]] = [
-        {"a": 1.5, "b": 3, "c": "x"},
+        {"a": 1.5, "b": 3, "c": "x", "d": "q"},
         {"a": None, "c": None},
-        {"a": -0.0, "b": math.inf, "c": ""},
+        {"a": -0.0, "b": math.inf, "c": "", "d": None},
+        {"c": "y", "d": None},
     ]
     copies = typed.encode_rows(layout, docs)
     assert copies is not None
-    matrix = typed.numbers_matrix(b"".join(bytes.fromhex(n) for n, _ in copies), 3, 2)
-    assert matrix[0].tolist() == [1.5, 3.0]
-    assert np.isnan(matrix[1]).all() and np.isnan(matrix[2, 1])
+    matrix = typed.numbers_matrix(b"".join(bytes.fromhex(n) for n, _ in copies), 4, 4)
+    assert matrix[0].tolist() == [1.5, 3.0, 0, typed.OTHER]
+    assert np.isnan(matrix[1, :2]).all() and matrix[1, 2:].tolist() == [typed.MISSING] * 2
+    assert np.isnan(matrix[2, 1]) and matrix[2, 2:].tolist() == [typed.OTHER, typed.MISSING]
     assert math.copysign(1.0, matrix[2, 0]) == 1.0  # -0.0 reads back from the document as 0
-    assert [c for _, c in copies] == ['{"v":["x"]}', '{"v":[null]}', '{"v":[""]}']
-    values = typed.category_columns("\n".join(c for _, c in copies).encode(), 1)
-    assert [v.to_pylist() for v in values] == [["x", None, ""]]
+    assert [c for _, c in copies] == ['{"v":["x","q"]}', None, '{"v":["",null]}', None]
+    texts = "\n".join(c for _, c in copies if c is not None).encode()
+    counts = typed.count_categories(layout, matrix, texts, ["d", "c"])
+    assert counts == {"c": Counter({"x": 1, None: 1, "": 1, "y": 1}), "d": Counter({"q": 1, None: 3})}
     for bad in ({"a": "1.5"}, {"a": True}, {"c": 1}, {"b": 10**400}):
         assert typed.encode_rows(layout, [bad]) is None, bad
-    assert typed.make_layout(["a", "b"], ["c"]).id == layout.id != typed.make_layout(["b", "a"], ["c"]).id
+    same = typed.make_layout(["a", "b"], ["c", "d"], [["x", "y"], []])
+    assert same.id == layout.id != typed.make_layout(["a", "b"], ["c", "d"], [["y", "x"], []]).id
 
 
 def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
@@ -214,9 +225,10 @@ def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
     )
     assert {r.layout for r in rows} == {layout.id}
     for row, doc in zip(rows, docs, strict=True):
-        assert row.numbers is not None and row.categories is not None
+        assert row.numbers is not None and row.categories is None  # every text is a contract category
         values = np.frombuffer(bytes.fromhex(row.numbers), dtype="<f8")
         want = [np.nan if doc.get(n) is None else float(doc[n]) for n in layout.numeric]
+        want += [layout.categories[j].index(doc[c]) for j, c in enumerate(layout.categorical)]
         assert np.array_equal(values, want, equal_nan=True)
     docs[2]["region"] = 5  # a value the contract would have refused: no typed copy for the request
     assert flows._typed(schema, docs, None) is None
@@ -224,7 +236,9 @@ def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
 
 def test_spool_lines_old_and_new_decode(tmp_path: Path) -> None:
     now = datetime.now(UTC)
-    row = LogRow("p", "r", "credit", 1, now, {"a": 1.0}, 0.5, None, 1.0, "ok", "v1", 7, "00" * 8, "{}")
+    row = LogRow(
+        "p", "r", "credit", 1, now, {"a": 1.0}, 0.5, None, 1.0, "ok", "v1", 7, "00" * 8, '{"v":[""]}'
+    )
     assert spool.decode_row(spool.encode_row(row)) == row
     old = orjson.dumps([*row[:4], now.isoformat(), *row[5:11]])  # a line written before the typed columns
     back = spool.decode_row(old)
