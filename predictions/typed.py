@@ -25,6 +25,7 @@ every row logged before the typed columns.
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ import orjson
 _NUMBER = frozenset({int, float, type(None)})
 _TEXT = frozenset({str, type(None)})
 MISSING = -1  # the code of a null or absent categorical value
+_NAN = float("nan")
 OTHER = -2  # the code of a text outside the layout's categories (its text is in the row's ``categories``)
 
 
@@ -110,6 +112,8 @@ def encode_columns(
         [MISSING if v is None else index.get(v, OTHER) for v in vals]
         for vals, index in zip(texts, layout.codes, strict=True)
     ]
+    if n < SMALL:
+        return _encode_small(numbers, codes, texts, n)
     try:
         matrix = np.array([*numbers, *codes], dtype=np.float64).reshape(layout.width, n).T  # None -> NaN
     except OverflowError:  # an integer beyond a float's range
@@ -119,10 +123,38 @@ def encode_columns(
     hexed = np.ascontiguousarray(matrix, dtype="<f8").tobytes().hex()
     step = 16 * layout.width
     other: list[str | None] = [None] * n
-    if codes:
+    if any(OTHER in c for c in codes):  # some text outside the layout's categories: those rows carry theirs
         for i in np.flatnonzero((matrix[:, len(numbers) :] == OTHER).any(axis=1)).tolist():
             other[i] = (b'{"v":' + orjson.dumps([vals[i] for vals in texts]) + b"}").decode()
     return [(hexed[i * step : (i + 1) * step], other[i]) for i in range(n)]
+
+
+SMALL = 8
+"""Below this many rows a request's copy is packed per row with :mod:`struct` (numpy's per-call overhead
+is larger than the work)."""
+_INF = float("inf")
+
+
+def _encode_small(
+    numbers: list[Sequence[Any]], codes: list[list[int]], texts: list[Sequence[Any]], n: int
+) -> list[tuple[str, str | None]] | None:
+    pack = struct.Struct(f"<{len(numbers) + len(codes)}d").pack
+    out: list[tuple[str, str | None]] = []
+    for i in range(n):
+        row: list[float] = []
+        for vals in numbers:
+            v = vals[i]
+            try:
+                f = _NAN if v is None else float(v) + 0.0  # + 0.0: -0.0 -> 0.0
+            except OverflowError:  # an integer beyond a float's range
+                return None
+            row.append(_NAN if f in (_INF, -_INF) else f)
+        row += [float(c[i]) for c in codes]
+        other = None
+        if any(c[i] == OTHER for c in codes):
+            other = (b'{"v":' + orjson.dumps([vals[i] for vals in texts]) + b"}").decode()
+        out.append((pack(*row).hex(), other))
+    return out
 
 
 def numbers_matrix(blob: bytes, rows: int, width: int) -> np.ndarray:

@@ -13,12 +13,20 @@ A window is the last ``rows`` answered predictions and/or those of the last ``mi
    columns (categoricals may arrive already counted); the caller folds it into its summary and drops
    it: memory is bounded by ``chunk_rows``, never by the window.
 
-Two readers yield the same values:
+Three readers yield the same values:
 
 - ``generic`` (SQLite and PostgreSQL): SQLAlchemy Core with a streaming cursor (``yield_per``;
   a server-side cursor on PostgreSQL); each feature is extracted in SQL (``json_extract`` on
   SQLite, ``->>`` on PostgreSQL) so rows arrive as flat scalars.
-- ``blocks`` (PostgreSQL, the default there): the window is cut into id ranges of about ``chunk_rows``
+- ``typed`` (PostgreSQL, the default there): the typed copy of the inputs written at insert time
+  (:mod:`predictions.typed`: numeric features and category codes as packed float64 in the order of a
+  recorded layout). Per id range one query returns one row: every typed value of the range concatenated
+  in id order (``string_agg`` over the rows sorted once), with probability, label and ids as
+  ``float8send``/``int8send``; the client reads it with ``np.frombuffer`` and counts codes with
+  ``np.bincount``. A range whose rows are not all typed in one layout holding every asked feature
+  (rows logged before migration 0010, a row that could not be typed) is read by the blocks reader, so a
+  window may mix both and the values stay exact.
+- ``blocks`` (PostgreSQL): the window is cut into id ranges of about ``chunk_rows``
   rows; each range is one query returning each row as one short binary value, its JSON document
   with probability and label (``{"p": ..., "y": ..., "x": inputs}``, no per-feature work in SQL).
   The values are joined by newlines and parsed by pyarrow's JSON reader in C++; categorical columns

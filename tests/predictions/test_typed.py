@@ -205,6 +205,12 @@ def test_encoded_values_are_the_documents_values() -> None:
     assert counts == {"c": Counter({"x": 1, None: 1, "": 1, "y": 1}), "d": Counter({"q": 1, None: 3})}
     for bad in ({"a": "1.5"}, {"a": True}, {"c": 1}, {"b": 10**400}):
         assert typed.encode_rows(layout, [bad]) is None, bad
+        assert typed.encode_rows(layout, [bad] * typed.SMALL) is None, bad
+    # a request of SMALL rows or more is packed with numpy, a smaller one per row: the same bytes
+    many = (docs * typed.SMALL)[: 2 * typed.SMALL]
+    packed = typed.encode_rows(layout, many)
+    assert packed is not None and packed[: len(docs)] == copies
+    assert [typed.encode_rows(layout, [doc]) for doc in many] == [[copy] for copy in packed]
     same = typed.make_layout(["a", "b"], ["c", "d"], [["x", "y"], []])
     assert same.id == layout.id != typed.make_layout(["a", "b"], ["c", "d"], [["y", "x"], []]).id
 
