@@ -4,8 +4,9 @@ in memory and read from the prediction log (SQLite and PostgreSQL).
 Run: ``.venv/bin/python bench/drift.py [--rows 10000 100000 1000000] [--reference-rows 100000]
 [--db sqlite postgresql] [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
 [--readers auto typed blocks aggregate generic] [--legacy-log]``.
-Prints wall seconds and peak memory growth (MB above the RSS at the start of the stage, from the
-kernel's VmHWM after resetting it through /proc/self/clear_refs) for each stage.
+Prints wall seconds, the process's CPU seconds and peak memory growth (MB above the RSS at the start of
+the stage, from the kernel's VmHWM after resetting it through /proc/self/clear_refs) for each stage; the
+load average before each database window.
 
 Database stages: the largest window's rows are first written (bulk, not timed) to a scratch SQLite file
 or a scratch PostgreSQL schema (dropped at the end), then each window (the last N rows of the model) is
@@ -18,6 +19,7 @@ import argparse
 import contextlib
 import gc
 import json
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -73,16 +75,17 @@ SECONDS: dict[str, float] = {}  # last wall time per stage label
 
 
 def measure(label: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` once; print seconds and peak RSS growth in MB."""
+    """Run ``fn`` once; print wall seconds, this process's CPU seconds (all threads; on a shared machine the
+    CPU a stage needs varies less than its wall time) and peak RSS growth in MB."""
     gc.collect()
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS counter (Linux)
     start_rss = _rss_kb("VmRSS")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = max(_rss_kb("VmHWM") - start_rss, 0) / 1024
-    print(f"  {label:<34} {dt:8.3f} s   peak +{peak:7.1f} MB", flush=True)
+    print(f"  {label:<34} {dt:8.3f} s   cpu {cpu:7.3f} s   peak +{peak:7.1f} MB", flush=True)
     SECONDS[label] = dt
     return out
 
@@ -311,7 +314,8 @@ def bench_database(
             for reader in readers or ["auto"]:
                 if kind == "sqlite" and reader in ("blocks", "typed", "aggregate"):
                     continue
-                print(f"window from {kind}: last {rows} rows, reader {reader}")
+                load = os.getloadavg()[0]
+                print(f"window from {kind}: last {rows} rows, reader {reader} (load average {load:.1f})")
                 window = measure(
                     "read + sketch (from the log)",
                     partial(
