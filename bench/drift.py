@@ -3,9 +3,10 @@ in memory and read from the prediction log (SQLite and PostgreSQL).
 
 Run: ``.venv/bin/python bench/drift.py [--rows 10000 100000 1000000] [--reference-rows 100000]
 [--db sqlite postgresql] [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
-[--readers auto blocks aggregate generic]``.
-Prints wall seconds and peak memory growth (MB above the RSS at the start of the stage, from the
-kernel's VmHWM after resetting it through /proc/self/clear_refs) for each stage.
+[--readers auto typed blocks aggregate generic] [--legacy-log]``.
+Prints wall seconds, the process's CPU seconds and peak memory growth (MB above the RSS at the start of
+the stage, from the kernel's VmHWM after resetting it through /proc/self/clear_refs) for each stage; the
+load average before each database window.
 
 Database stages: the largest window's rows are first written (bulk, not timed) to a scratch SQLite file
 or a scratch PostgreSQL schema (dropped at the end), then each window (the last N rows of the model) is
@@ -18,6 +19,7 @@ import argparse
 import contextlib
 import gc
 import json
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -73,16 +75,17 @@ SECONDS: dict[str, float] = {}  # last wall time per stage label
 
 
 def measure(label: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` once; print seconds and peak RSS growth in MB."""
+    """Run ``fn`` once; print wall seconds, this process's CPU seconds (all threads; on a shared machine the
+    CPU a stage needs varies less than its wall time) and peak RSS growth in MB."""
     gc.collect()
     with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS counter (Linux)
     start_rss = _rss_kb("VmRSS")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = max(_rss_kb("VmHWM") - start_rss, 0) / 1024
-    print(f"  {label:<34} {dt:8.3f} s   peak +{peak:7.1f} MB", flush=True)
+    print(f"  {label:<34} {dt:8.3f} s   cpu {cpu:7.3f} s   peak +{peak:7.1f} MB", flush=True)
     SECONDS[label] = dt
     return out
 
@@ -180,8 +183,9 @@ def predictions(rows: int, *, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).beta(2, 5, rows)
 
 
-def _fill_log(url: str, rows: int) -> None:
-    """Write ``rows`` prediction-log rows of model ``bench`` in bulk (COPY on PostgreSQL)."""
+def _fill_log(url: str, rows: int, *, typed: bool = True) -> None:
+    """Write ``rows`` prediction-log rows of model ``bench`` in bulk (COPY on PostgreSQL); ``typed``: with
+    the typed copy of the inputs on PostgreSQL, as the serving flow writes them (predictions/typed.py)."""
     from datetime import UTC, datetime, timedelta
 
     import orjson
@@ -189,34 +193,53 @@ def _fill_log(url: str, rows: int) -> None:
 
     from core.database import open_database
     from predictions.service import new_prediction_id
+    from predictions.typed import encode_rows, make_layout
 
     db = open_database(url, upgrade=True)  # a scratch database: create its schema
     cols = window_columns(rows)
     p = predictions(rows, seed=4).tolist()
     names = list(cols)
+    categorical = [n for n in names if cols[n].dtype.kind not in "fi"]
+    known = [sorted(set(cols[n].tolist()) - {None}) for n in categorical]  # as the contract lists them
+    layout = make_layout([n for n in names if n not in categorical], categorical, known)
+    typed = typed and db.engine.dialect.name == "postgresql"
+    if typed:
+        with db.engine.begin() as conn:
+            numeric_json, categorical_json, known_json = layout.as_json()
+            conn.execute(
+                text(
+                    "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) "
+                    "VALUES (:i, :n, :c, :k)"
+                ),
+                {"i": layout.id, "n": numeric_json, "c": categorical_json, "k": known_json},
+            )
     t0 = datetime.now(UTC) - timedelta(seconds=rows / 1000)
     step = 50_000
     for lo in range(0, rows, step):
         hi = min(lo + step, rows)
-        batch = [
+        docs = [
+            {n: None if isinstance(v, float) and v != v else v for n, v in zip(names, vals, strict=True)}
+            for vals in zip(*(cols[n][lo:hi].tolist() for n in names), strict=True)
+        ]
+        copies = encode_rows(layout, docs) if typed else None
+        batch: list[tuple[Any, ...]] = [
             (
                 new_prediction_id(),
                 "bench",
                 "bench",
                 1,
-                t0 + timedelta(milliseconds=i),
-                orjson.dumps(dict(zip(names, vals, strict=True))).decode(),  # NaN -> null
-                p[i],
+                t0 + timedelta(milliseconds=lo + j),
+                orjson.dumps(doc).decode(),
+                p[lo + j],
                 1.0,
                 "ok",
                 "v1",
             )
-            for i, vals in zip(
-                range(lo, hi), zip(*(cols[n][lo:hi].tolist() for n in names), strict=True), strict=True
-            )
+            + (() if copies is None else (layout.id, bytes.fromhex(copies[j][0]), copies[j][1]))
+            for j, doc in enumerate(docs)
         ]
         cols_sql = "prediction_id, request_id, model_name, model_version, logged_at, inputs, probability, "
-        cols_sql += "latency_ms, status, protocol"
+        cols_sql += "latency_ms, status, protocol" + (", layout, numbers, categories" if copies else "")
         raw = db.engine.raw_connection()
         try:
             if db.engine.dialect.name == "postgresql":
@@ -267,7 +290,13 @@ def scratch_database(kind: str, pg_url: str) -> Any:
 
 
 def bench_database(
-    kind: str, *, profile: Any, windows: list[int], pg_url: str, readers: list[str] | None = None
+    kind: str,
+    *,
+    profile: Any,
+    windows: list[int],
+    pg_url: str,
+    readers: list[str] | None = None,
+    typed: bool = True,
 ) -> None:
     from core.database import open_database
     from monitors.log_window import read_window
@@ -275,15 +304,18 @@ def bench_database(
 
     with scratch_database(kind, pg_url) as url:
         t0 = time.perf_counter()
-        _fill_log(url, max(windows))
-        print(f"{kind}: wrote {max(windows)} log rows in {time.perf_counter() - t0:.1f} s (not timed below)")
+        _fill_log(url, max(windows), typed=typed)
+        how = "with the typed copy" if typed and kind == "postgresql" else "JSON documents only"
+        took = time.perf_counter() - t0
+        print(f"{kind}: wrote {max(windows)} log rows ({how}) in {took:.1f} s (not timed below)")
         db = open_database(url, upgrade=True)  # a scratch database: create its schema
         for rows in windows:
             spec = WindowSpec(rows=rows)
             for reader in readers or ["auto"]:
-                if kind == "sqlite" and reader in ("blocks", "aggregate"):
+                if kind == "sqlite" and reader in ("blocks", "typed", "aggregate"):
                     continue
-                print(f"window from {kind}: last {rows} rows, reader {reader}")
+                load = os.getloadavg()[0]
+                print(f"window from {kind}: last {rows} rows, reader {reader} (load average {load:.1f})")
                 window = measure(
                     "read + sketch (from the log)",
                     partial(
@@ -322,9 +354,15 @@ def main() -> None:
     parser.add_argument(
         "--readers",
         nargs="+",
-        choices=["auto", "generic", "blocks", "aggregate"],
+        choices=["auto", "generic", "blocks", "typed", "aggregate"],
         default=["auto"],
-        help="Window readers to time on each database (blocks and aggregate: PostgreSQL only).",
+        help="Window readers to time on each database (blocks, typed and aggregate: PostgreSQL only).",
+    )
+    parser.add_argument(
+        "--legacy-log",
+        action="store_true",
+        help="Write the log as before migration 0010 (JSON documents only, no typed copy): the typed reader "
+        "then reads every range as blocks.",
     )
     parser.add_argument(
         "--evidently",
@@ -375,7 +413,12 @@ def main() -> None:
         bench_evidently(args.evidently, reference_rows=args.reference_rows, windows=args.rows, ours=ours)
     for kind in args.db:
         bench_database(
-            kind, profile=profile, windows=sorted(args.rows), pg_url=args.pg_url, readers=args.readers
+            kind,
+            profile=profile,
+            windows=sorted(args.rows),
+            pg_url=args.pg_url,
+            readers=args.readers,
+            typed=not args.legacy_log,
         )
 
 

@@ -37,7 +37,17 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.database import Base
@@ -73,6 +83,21 @@ class PredictionLog(Base):
     latency_ms: Mapped[float] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(24), default=PredictionStatus.OK.value)
     protocol: Mapped[str] = mapped_column(String(8))
+    # the typed copy of the inputs (predictions/typed.py); NULL for older rows and rows that cannot be typed
+    layout: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    numbers: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    categories: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class PredictionLogLayout(Base):
+    """The feature names of typed log rows, in storage order (predictions/typed.py), one row per layout."""
+
+    __tablename__ = "prediction_log_layouts"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    numeric: Mapped[str] = mapped_column(Text)  # JSON array of names
+    categorical: Mapped[str] = mapped_column(Text)  # JSON array of names
+    categories: Mapped[str] = mapped_column(Text)  # JSON array: each categorical's known categories
 
 
 class PredictionFeedback(Base):
@@ -105,6 +130,9 @@ LOG_COLUMNS: tuple[str, ...] = (
     "latency_ms",
     "status",
     "protocol",
+    "layout",
+    "numbers",
+    "categories",
 )
 
 # Column order of a feedback row where rows are copied between tables (partition maintenance).

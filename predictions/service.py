@@ -7,6 +7,7 @@ import os
 import random
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from core.database import Database
-from predictions import partitions
+from predictions import partitions, typed
 from predictions.models import LOG_COLUMNS, PredictionFeedback, PredictionLog, PredictionStatus
 
 
@@ -37,6 +38,12 @@ class LogRow(NamedTuple):
     latency_ms: float
     status: str
     protocol: str
+    # the typed copy of ``inputs`` (predictions/typed.py): layout id, numbers as hex, texts outside the
+    # layout's categories as JSON;
+    # None for a row without one (the spool's lines from before the typed columns decode with these defaults)
+    layout: int | None = None
+    numbers: str | None = None
+    categories: str | None = None
 
 
 assert LogRow._fields == LOG_COLUMNS
@@ -92,18 +99,31 @@ SQLITE_INSERT = (
     # RFC 3339 from orjson drops ".000000" when the microseconds are zero, so pad and cut to 26 chars
     "SELECT value->>0, value->>1, value->>2, value->>3, "
     "substr(replace(replace(value->>4, 'T', ' '), '+00:00', '') || '.000000', 1, 26), "
-    "value->5, value->>6, nullif(value->7, 'null'), value->>8, value->>9, value->>10 "
+    "value->5, value->>6, nullif(value->7, 'null'), value->>8, value->>9, value->>10, NULL, NULL, NULL "
     "FROM json_each(?) ORDER BY key"
 )
 PG_INSERT = (
     f"INSERT INTO prediction_log ({_COLS}) "
     "SELECT e->>0, e->>1, e->>2, (e->>3)::int, (e->>4)::timestamptz, e->5, (e->>6)::float8, "
-    "nullif(e->7, 'null'::jsonb), (e->>8)::float8, e->>9, e->>10 "
+    "nullif(e->7, 'null'::jsonb), (e->>8)::float8, e->>9, e->>10, "
+    "(e->>11)::int8, decode(e->>12, 'hex'), e->>13 "
     "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n"
 )
 # the conflict target is the unique key (prediction_id, logged_at): on the partitioned PostgreSQL log a unique
 # key must hold the partition key; a replayed row carries its original logged_at, so it still conflicts
 PG_INSERT_IDEMPOTENT = PG_INSERT + " ON CONFLICT (prediction_id, logged_at) DO NOTHING"
+PG_LAYOUT = (
+    "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT DO NOTHING"
+)
+_recorded: weakref.WeakKeyDictionary[Engine, set[int]] = weakref.WeakKeyDictionary()
+
+
+def _new_layouts(engine: Engine, rows: Sequence[LogRow]) -> list[tuple[int, str, str, str]]:
+    """The layouts of ``rows`` not yet recorded in ``engine``'s database by this process: (id, names...)."""
+    done = _recorded.setdefault(engine, set())
+    fresh = {r.layout for r in rows if r.layout is not None} - done
+    return [(i, *typed.KNOWN[i].as_json()) for i in fresh if i in typed.KNOWN]
 
 
 def batch_json(rows: Sequence[LogRow]) -> str:
@@ -128,6 +148,10 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
             pg: Any = raw.driver_connection
             pg.autocommit = True
             try:
+                layouts = _new_layouts(engine, rows)
+                for values in layouts:  # once per layout and process, before the rows using it
+                    pg.execute(PG_LAYOUT, values)
+                _recorded[engine].update(values[0] for values in layouts)
                 pg.execute(PG_INSERT_IDEMPOTENT if idempotent else PG_INSERT, (payload,))
             finally:
                 pg.autocommit = False  # the pooled connection goes back as the pool handed it out

@@ -13,12 +13,20 @@ A window is the last ``rows`` answered predictions and/or those of the last ``mi
    columns (categoricals may arrive already counted); the caller folds it into its summary and drops
    it: memory is bounded by ``chunk_rows``, never by the window.
 
-Two readers yield the same values:
+Three readers yield the same values:
 
 - ``generic`` (SQLite and PostgreSQL): SQLAlchemy Core with a streaming cursor (``yield_per``;
   a server-side cursor on PostgreSQL); each feature is extracted in SQL (``json_extract`` on
   SQLite, ``->>`` on PostgreSQL) so rows arrive as flat scalars.
-- ``blocks`` (PostgreSQL, the default there): the window is cut into id ranges of about ``chunk_rows``
+- ``typed`` (PostgreSQL, the default there): the typed copy of the inputs written at insert time
+  (:mod:`predictions.typed`: numeric features and category codes as packed float64 in the order of a
+  recorded layout). Per id range one query returns one row: every typed value of the range concatenated
+  in id order (``string_agg`` over the rows sorted once), with probability, label and ids as
+  ``float8send``/``int8send``; the client reads it with ``np.frombuffer`` and counts codes with
+  ``np.bincount``. A range whose rows are not all typed in one layout holding every asked feature
+  (rows logged before migration 0010, a row that could not be typed) is read by the blocks reader, so a
+  window may mix both and the values stay exact.
+- ``blocks`` (PostgreSQL): the window is cut into id ranges of about ``chunk_rows``
   rows; each range is one query returning each row as one short binary value, its JSON document
   with probability and label (``{"p": ..., "y": ..., "x": inputs}``, no per-feature work in SQL).
   The values are joined by newlines and parsed by pyarrow's JSON reader in C++; categorical columns
@@ -53,7 +61,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from core.config import Settings
 from core.tabular import as_float
-from predictions.models import PredictionFeedback, PredictionLog, PredictionStatus
+from predictions import typed
+from predictions.models import PredictionFeedback, PredictionLog, PredictionLogLayout, PredictionStatus
 from predictions.service import feedback_join
 
 CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
@@ -62,9 +71,10 @@ sketch in-memory columns in chunks of the same size."""
 
 
 class Reader(enum.StrEnum):
-    AUTO = "auto"  # blocks on PostgreSQL, generic elsewhere
+    AUTO = "auto"  # typed on PostgreSQL, generic elsewhere
     GENERIC = "generic"
     BLOCKS = "blocks"
+    TYPED = "typed"  # PostgreSQL: the typed columns (predictions/typed.py); ranges without them: blocks
     AGGREGATE = "aggregate"  # PostgreSQL: counts computed in the database (predictions/aggregates.py)
 
 
@@ -139,11 +149,11 @@ def _filters(*, model_name: str, spec: WindowSpec, since: datetime | None) -> li
 
 
 def choose_reader(*, engine: Engine, reader: Reader | str = Reader.AUTO) -> Reader:
-    """The reader to use on ``engine`` (``auto``: blocks on PostgreSQL, generic elsewhere)."""
+    """The reader to use on ``engine`` (``auto``: typed on PostgreSQL, generic elsewhere)."""
     reader = Reader(reader)
     if reader is Reader.AUTO:
-        reader = Reader.BLOCKS if engine.dialect.name == "postgresql" else Reader.GENERIC
-    if reader in (Reader.BLOCKS, Reader.AGGREGATE) and engine.dialect.name != "postgresql":
+        reader = Reader.TYPED if engine.dialect.name == "postgresql" else Reader.GENERIC
+    if reader in (Reader.BLOCKS, Reader.TYPED, Reader.AGGREGATE) and engine.dialect.name != "postgresql":
         raise ValueError(f"the {reader.value} reader needs PostgreSQL")
     return reader
 
@@ -263,7 +273,7 @@ ORDER BY p.id
 """
 
 
-def _block_sql(spec: WindowSpec, since: datetime | None, span: bool) -> str:
+def _block_sql(spec: WindowSpec, since: datetime | None, span: bool, template: str = _BLOCK_SQL) -> str:
     extra = ""
     if spec.version is not None:
         extra += " AND p.model_version = %(version)s"
@@ -271,7 +281,7 @@ def _block_sql(spec: WindowSpec, since: datetime | None, span: bool) -> str:
         extra += " AND p.logged_at >= %(since)s"
     # the window's time span on the labels prunes their partitions (see predictions.service.feedback_join)
     labels = "AND f.logged_at BETWEEN %(start)s AND %(end)s" if span else ""
-    return _BLOCK_SQL.replace("{extra}", extra).replace("{span}", labels)
+    return template.replace("{extra}", extra).replace("{span}", labels)
 
 
 def _fetch_block(engine: Engine, sql: str, params: dict[str, Any]) -> bytes:
@@ -320,6 +330,55 @@ def _block_chunk(block: bytes, *, numeric: Sequence[str], categorical: Sequence[
     )
 
 
+def _block_query(summary: WindowSummary, template: str = _BLOCK_SQL) -> tuple[str, dict[str, Any]]:
+    """The SQL of one id range of ``summary``'s window and its parameters (without ``lo`` and ``hi``)."""
+    spec = summary.spec
+    span = summary.start is not None and summary.end is not None
+    sql = _block_sql(spec, summary.since, span, template)
+    base: dict[str, Any] = {"model_name": summary.model_name, "status": PredictionStatus.OK.value}
+    if span:
+        base.update(start=summary.start, end=summary.end)
+    if spec.version is not None:
+        base["version"] = spec.version
+    if summary.since is not None:
+        base["since"] = summary.since
+    return sql, base
+
+
+def _block_range(
+    block: bytes,
+    *,
+    engine: Engine,
+    summary: WindowSummary,
+    lo: int,
+    hi: int,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    chunk_rows: int,
+) -> Iterator[Chunk]:
+    """The chunk of one fetched block; a range the JSON schema rejects is re-read by the generic reader."""
+    import pyarrow as pa
+
+    if not block:
+        return
+    try:
+        chunk = _block_chunk(block, numeric=numeric, categorical=categorical)
+    except pa.ArrowInvalid:
+        # a row bypassed the contract (e.g. text in a numeric feature): read this range row by row
+        bad = _Bounds(low=lo, high=hi, since=summary.since)
+        where = _window_where(model_name=summary.model_name, spec=summary.spec, bounds=bad)
+        yield from _generic_chunks(
+            engine=engine,
+            where=where,
+            numeric=numeric,
+            categorical=categorical,
+            chunk_rows=chunk_rows,
+            span=(summary.start, summary.end),
+        )
+        return
+    yield chunk
+
+
 def _block_chunks(
     *,
     engine: Engine,
@@ -330,18 +389,7 @@ def _block_chunks(
     prefetch: int = 2,
 ) -> Iterator[Chunk]:
     """Blocks fetched by ``prefetch`` threads ahead of the parser, processed in id order."""
-    import pyarrow as pa
-
-    spec = summary.spec
-    span = summary.start is not None and summary.end is not None
-    sql = _block_sql(spec, summary.since, span)
-    base: dict[str, Any] = {"model_name": summary.model_name, "status": PredictionStatus.OK.value}
-    if span:
-        base.update(start=summary.start, end=summary.end)
-    if spec.version is not None:
-        base["version"] = spec.version
-    if summary.since is not None:
-        base["since"] = summary.since
+    sql, base = _block_query(summary)
     ranges = _block_ranges(summary.first_id, summary.last_id, summary.rows, chunk_rows)
     with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
         pending: deque[tuple[tuple[int, int], Future[bytes]]] = deque()
@@ -355,25 +403,156 @@ def _block_chunks(
                 pending.append(
                     (nxt, pool.submit(_fetch_block, engine, sql, {**base, "lo": nxt[0], "hi": nxt[1]}))
                 )
-            block = future.result()
-            if not block:
-                continue
-            try:
-                chunk = _block_chunk(block, numeric=numeric, categorical=categorical)
-                del block
-                yield chunk
-            except pa.ArrowInvalid:
-                # a row bypassed the contract (e.g. text in a numeric feature): read this range row by row
-                bad = _Bounds(low=lo, high=hi, since=summary.since)
-                where = _window_where(model_name=summary.model_name, spec=spec, bounds=bad)
-                yield from _generic_chunks(
-                    engine=engine,
-                    where=where,
-                    numeric=numeric,
-                    categorical=categorical,
-                    chunk_rows=chunk_rows,
-                    span=(summary.start, summary.end),
+            yield from _block_range(
+                future.result(),
+                engine=engine,
+                summary=summary,
+                lo=lo,
+                hi=hi,
+                numeric=numeric,
+                categorical=categorical,
+                chunk_rows=chunk_rows,
+            )
+
+
+# ---------------------------------------------------------------- PostgreSQL: typed columns
+
+# one row per id range: its counts, its layouts and every typed value of the range concatenated in id order
+# (one binary value per column instead of one protocol row per log row); probability, label and id big-endian.
+# The rows come sorted from the subquery (one sort, not one per aggregate: measured 1.5x quicker); the ids
+# come along, so the reader checks the order instead of relying on it.
+_TYPED_SQL = """
+SELECT count(*), count(n), min(layout), max(layout),
+    string_agg(n, ''::bytea), {categories}, string_agg(pp, ''::bytea), string_agg(y, ''::bytea),
+    string_agg(int8send(i), ''::bytea)
+FROM (
+    SELECT p.id AS i, p.layout, p.numbers AS n, p.categories AS c,
+        float8send(coalesce(p.probability, 'NaN'::float8)) AS pp,
+        float8send(coalesce(f.label, 'NaN'::float8)) AS y
+    FROM prediction_log p
+    LEFT JOIN prediction_feedback f ON f.prediction_id = p.prediction_id AND f.logged_at = p.logged_at {span}
+    WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {extra}
+    ORDER BY p.id
+) AS rows
+"""
+_CATEGORIES = "convert_to(string_agg(c, E'\\n'), 'UTF8')"
+
+
+@dataclass(frozen=True)
+class _TypedRange:
+    """One id range as the typed query returns it."""
+
+    rows: int
+    typed: int  # rows with the typed copy
+    layout: int | None  # the one layout of every typed row; None when there are several or none
+    numbers: bytes
+    categories: bytes
+    predictions: bytes
+    labels: bytes
+    ordered: bool  # the ids came in increasing order
+
+
+def _fetch_typed(engine: Engine, sql: str, params: dict[str, Any]) -> _TypedRange:
+    """One id range of the window, typed columns concatenated (binary protocol)."""
+    raw = engine.raw_connection()
+    try:
+        pg: Any = raw.driver_connection
+        with pg.cursor() as cur:
+            cur.execute(sql, params, binary=True)
+            n, numbers, low, high, nums, text, probs, labels, ids = cur.fetchone()
+        raw.commit()
+    finally:
+        raw.close()
+    return _TypedRange(
+        rows=int(n),
+        typed=int(numbers),
+        layout=int(low) if low is not None and low == high else None,
+        numbers=bytes(nums or b""),
+        categories=bytes(text or b""),
+        predictions=bytes(probs or b""),
+        labels=bytes(labels or b""),
+        ordered=bool(np.all(np.diff(np.frombuffer(ids or b"", dtype=">i8")) > 0)),
+    )
+
+
+def _layouts(engine: Engine) -> dict[int, typed.Layout]:
+    """Every layout recorded in the database, by id."""
+    log = PredictionLogLayout
+    with engine.connect() as conn:
+        found = conn.execute(select(log.id, log.numeric, log.categorical, log.categories)).all()
+    return {int(i): typed.layout_from_json(int(i), num, cat, known) for i, num, cat, known in found}
+
+
+def _typed_chunk(
+    got: _TypedRange, layout: typed.Layout, *, numeric: Sequence[str], categorical: Sequence[str]
+) -> Chunk:
+    """A chunk from one typed range: numbers straight from the bytes, category codes counted by numpy."""
+    matrix = typed.numbers_matrix(got.numbers, got.rows, layout.width)
+    at = {name: i for i, name in enumerate(layout.numeric)}
+    columns = {name: np.ascontiguousarray(matrix[:, at[name]]) for name in numeric}
+    counts = typed.count_categories(layout, matrix, got.categories, categorical)
+    return Chunk(
+        rows=got.rows,
+        columns=columns,
+        predictions=np.frombuffer(got.predictions, dtype=">f8").astype(np.float64),
+        labels=np.frombuffer(got.labels, dtype=">f8").astype(np.float64),
+        category_counts=counts,
+    )
+
+
+def _typed_chunks(
+    *,
+    engine: Engine,
+    summary: WindowSummary,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    chunk_rows: int,
+    prefetch: int = 2,
+) -> Iterator[Chunk]:
+    """Typed ranges fetched by ``prefetch`` threads ahead, in id order; a range whose rows are not all typed
+    in one layout holding every asked feature is read by the blocks reader (so a window may mix both)."""
+    template = _TYPED_SQL.replace("{categories}", _CATEGORIES if categorical else "NULL::bytea")
+    sql, base = _block_query(summary, template)
+    block_sql, block_base = _block_query(summary)
+    layouts = _layouts(engine)
+    ranges = _block_ranges(summary.first_id, summary.last_id, summary.rows, chunk_rows)
+    with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
+        pending: deque[tuple[tuple[int, int], Future[_TypedRange]]] = deque()
+        todo = iter(ranges)
+        for lo, hi in itertools.islice(todo, prefetch):
+            pending.append(((lo, hi), pool.submit(_fetch_typed, engine, sql, {**base, "lo": lo, "hi": hi})))
+        while pending:
+            (lo, hi), future = pending.popleft()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(
+                    (nxt, pool.submit(_fetch_typed, engine, sql, {**base, "lo": nxt[0], "hi": nxt[1]}))
                 )
+            got = future.result()
+            if not got.rows:
+                continue
+            layout = layouts.get(got.layout) if got.layout is not None else None
+            if (
+                layout is not None
+                and got.typed == got.rows
+                and got.ordered
+                and set(numeric) <= set(layout.numeric)
+                and set(categorical) <= set(layout.categorical)
+            ):
+                yield _typed_chunk(got, layout, numeric=numeric, categorical=categorical)
+                continue
+            del got  # legacy rows, several layouts, or a feature the layout lacks: the JSON documents
+            block = _fetch_block(engine, block_sql, {**block_base, "lo": lo, "hi": hi})
+            yield from _block_range(
+                block,
+                engine=engine,
+                summary=summary,
+                lo=lo,
+                hi=hi,
+                numeric=numeric,
+                categorical=categorical,
+                chunk_rows=chunk_rows,
+            )
 
 
 def read_chunks(
@@ -389,6 +568,10 @@ def read_chunks(
     reader = choose_reader(engine=engine, reader=reader)
     if reader is Reader.AGGREGATE:
         raise ValueError("the aggregate reader returns counts, not rows: use predictions.aggregates")
+    if reader is Reader.TYPED:
+        return _typed_chunks(
+            engine=engine, summary=summary, numeric=numeric, categorical=categorical, chunk_rows=chunk_rows
+        )
     if reader is Reader.BLOCKS:
         return _block_chunks(
             engine=engine, summary=summary, numeric=numeric, categorical=categorical, chunk_rows=chunk_rows

@@ -18,8 +18,10 @@ from alerts.flows import firing_findings
 from core.runtime import Runtime
 from predictions.models import PredictionStatus
 from predictions.service import LogRow, new_prediction_ids, record_feedback
+from predictions.typed import Layout, encode_columns, encode_rows, make_layout
 from predictions.writer import LogWriter
 from registry.contracts import Violation, check_inputs, check_outputs
+from registry.schema import FeatureKind, ModelSchema
 from service.serving.batcher import BatcherClosed
 from service.serving.codecs import BadRequest, Columns
 from service.serving.manager import LoadedVersion, ModelManager, NotServed
@@ -115,7 +117,11 @@ async def predict(
     writer = state.writer
     if writer is not None:
         bad = PredictionStatus.OUTPUT_VIOLATION if problems else None
-        rows = _rows(lv, checked.rows, checked.flags, floats, ids, request_id, protocol, latency_ms, bad)
+        # the request's columns are the logged values when the request's own row objects are logged
+        copies = _typed(lv.schema, checked.rows, columns.values if checked.rows is columns.rows else None)
+        rows = _rows(
+            lv, checked.rows, checked.flags, floats, ids, request_id, protocol, latency_ms, bad, copies
+        )
         if not writer.offer(rows):  # durable mode, or a full queue: wait for the commit or the spool
             await writer.submit(rows)
     if problems:
@@ -136,9 +142,28 @@ def _rows(
     protocol: str,
     latency_ms: float,
     bad: PredictionStatus | None,
+    copies: tuple[int, list[tuple[str, str | None]]] | None = None,
 ) -> list[LogRow]:
     now = datetime.now(UTC)
     status = (bad or PredictionStatus.OK).value
+    if copies is None:
+        return [
+            LogRow(
+                pid,
+                request_id,
+                lv.model_name,
+                lv.version,
+                now,
+                row,
+                value,
+                row_flags,
+                latency_ms,
+                status,
+                protocol,
+            )
+            for pid, row, value, row_flags in zip(ids, inputs, values, flags, strict=True)
+        ]
+    layout = copies[0]
     return [
         LogRow(
             pid,
@@ -152,9 +177,44 @@ def _rows(
             latency_ms,
             status,
             protocol,
+            layout,
+            numbers,
+            categories,
         )
-        for pid, row, value, row_flags in zip(ids, inputs, values, flags, strict=True)
+        for pid, row, value, row_flags, (numbers, categories) in zip(
+            ids, inputs, values, flags, copies[1], strict=True
+        )
     ]
+
+
+def _typed(
+    schema: ModelSchema, inputs: list[dict[str, Any]], columns: Mapping[str, Sequence[Any]] | None
+) -> tuple[int, list[tuple[str, str | None]]] | None:
+    """The layout and each row's typed copy of its inputs (predictions/typed.py), from ``columns`` (the
+    values by feature) when given; None when a value's JSON text does not round-trip (the rows are then
+    read from their JSON documents)."""
+    layout = _layout(schema)
+    if columns is not None:
+        encoded = encode_columns(layout, columns, len(inputs))
+    else:
+        encoded = encode_rows(layout, inputs)
+    return None if encoded is None else (layout.id, encoded)
+
+
+_LAYOUTS: dict[int, tuple[ModelSchema, Layout]] = {}
+
+
+def _layout(schema: ModelSchema) -> Layout:
+    """The typed log layout of a version's contract: its numeric, then categorical features in order, and
+    the categories the contract knows."""
+    known = _LAYOUTS.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
+    categorical = [f for f in schema.features if f.kind is not FeatureKind.NUMERIC]
+    layout = make_layout(numeric, [f.name for f in categorical], [f.categories for f in categorical])
+    _LAYOUTS[id(schema)] = (schema, layout)  # the schema is kept alive, so its id is not reused
+    return layout
 
 
 def parse_feedback(payload: Any) -> list[tuple[str, float]]:

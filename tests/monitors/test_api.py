@@ -138,7 +138,7 @@ def test_baseline_is_stable_and_planted_shift_is_flagged(scenario: Scenario) -> 
     assert set(drifted["drifted_features"]) == PLANTED
     assert drifted["dataset_drifted"] is True
     reader = drifted["window"]["reader"]
-    assert reader == ("blocks" if scenario.backend == "postgresql" else "generic")
+    assert reader == ("typed" if scenario.backend == "postgresql" else "generic")
     with scenario.server.client() as c:
         latest = c.get("/v1/models/credit/drift")
     assert latest.status_code == 200, latest.text

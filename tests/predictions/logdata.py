@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from core.tabular import Columns
 from predictions.service import LogRow, new_prediction_id, write_log_rows
+from predictions.typed import Layout, encode_rows
 
 
 def plain(value: Any) -> Any:
@@ -33,8 +34,13 @@ def log_columns(
     when: datetime | None = None,
     spacing: timedelta = timedelta(milliseconds=1),
     status: str = "ok",
+    layout: Layout | None = None,
 ) -> list[str]:
-    """Write one log row per row of ``cols`` (oldest first); returns their prediction ids."""
+    """Write one log row per row of ``cols`` (oldest first); returns their prediction ids.
+
+    ``layout``: with the typed copy of the inputs, as the serving flow writes it (none for a row whose
+    values cannot be typed); without: as rows logged before the typed columns.
+    """
     n = len(cols[features[0]])
     start = (when or datetime.now(UTC)) - spacing * n
     p = np.full(n, 0.5) if probability is None else probability
@@ -54,6 +60,51 @@ def log_columns(
         )
         for i in range(n)
     ]
+    if layout is not None:
+        rows = [
+            row if copy is None else row._replace(layout=layout.id, numbers=copy[0][0], categories=copy[0][1])
+            for row, copy in ((r, encode_rows(layout, [r.inputs])) for r in rows)
+        ]
     for lo in range(0, n, 5000):
         write_log_rows(engine=engine, rows=rows[lo : lo + 5000], idempotent=False)
     return [r.prediction_id for r in rows]
+
+
+def log_inputs(
+    engine: Engine,
+    inputs: list[dict[str, Any]],
+    *,
+    layout: Layout | None = None,
+    model: str = "credit",
+    version: int = 1,
+    probability: np.ndarray | None = None,
+) -> list[LogRow]:
+    """Write one log row per input document (oldest first, 1 ms apart), typed in ``layout`` where it can be
+    (as the serving flow writes them); returns the rows written."""
+    n = len(inputs)
+    start = datetime.now(UTC) - timedelta(milliseconds=n)
+    p = np.full(n, 0.5) if probability is None else probability
+    rows = []
+    for i, doc in enumerate(inputs):
+        copy = encode_rows(layout, [doc]) if layout is not None else None
+        typed = (layout.id, *copy[0]) if layout is not None and copy is not None else (None, None, None)
+        prob = None if math.isnan(p[i]) else float(p[i])
+        rows.append(
+            LogRow(
+                new_prediction_id(),
+                f"req-{i}",
+                model,
+                version,
+                start + timedelta(milliseconds=i),
+                doc,
+                prob,
+                None,
+                1.0,
+                "ok",
+                "v1",
+                *typed,
+            )
+        )
+    for lo in range(0, n, 5000):
+        write_log_rows(engine=engine, rows=rows[lo : lo + 5000], idempotent=False)
+    return rows

@@ -103,7 +103,8 @@ def read(
 
 
 def readers(engine: Engine) -> list[Reader]:
-    return [Reader.GENERIC, Reader.BLOCKS] if engine.dialect.name == "postgresql" else [Reader.GENERIC]
+    pg = engine.dialect.name == "postgresql"
+    return [Reader.GENERIC, Reader.BLOCKS, Reader.TYPED] if pg else [Reader.GENERIC]
 
 
 def test_last_n_rows_of_one_version_in_id_order_and_in_chunks(database_url: str) -> None:
@@ -195,7 +196,7 @@ def test_readers_agree_and_stray_values_are_missing(database_url: str) -> None:
     assert np.array_equal(generic.numeric["amount"][4:], cols["amount"][4:], equal_nan=True)
     assert generic.categories["colour"]["tab\tand\\slash"] == 2
     if db.engine.dialect.name == "postgresql":
-        assert choose_reader(engine=db.engine) is Reader.BLOCKS
+        assert choose_reader(engine=db.engine) is Reader.TYPED
         _, blocks = read(db.engine, spec, reader=Reader.BLOCKS)
         assert blocks.rows == generic.rows
         for name in NUMERIC:
