@@ -12,9 +12,9 @@ import base64
 import binascii
 import hmac
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -24,6 +24,11 @@ from core.errors import Invalid
 from core.http import admin_denied, error_response, request_id_of
 
 VERSION = "4"
+# what pydantic accepts for a datetime: RFC 3339 text or a Unix time in seconds (the document says both)
+Timestamp = Annotated[
+    datetime,
+    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "number"}]}),
+]
 
 
 class AlertmanagerAlert(BaseModel):
@@ -34,8 +39,8 @@ class AlertmanagerAlert(BaseModel):
     status: Literal["firing", "resolved"]
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
-    startsAt: datetime  # noqa: N815 (the wire format's names)
-    endsAt: datetime | None = None  # noqa: N815
+    startsAt: Timestamp  # noqa: N815 (the wire format's names)
+    endsAt: Timestamp | None = None  # noqa: N815
     generatorURL: str = ""  # noqa: N815
     fingerprint: str = Field(default="", max_length=64)
 
@@ -51,7 +56,7 @@ class AlertmanagerPayload(BaseModel):
 
     version: Literal["4"]
     groupKey: str = ""  # noqa: N815
-    truncatedAlerts: int = 0  # noqa: N815
+    truncatedAlerts: int = Field(default=0, strict=True)  # noqa: N815 (strict: true is no count)
     status: Literal["firing", "resolved"]
     receiver: str = ""
     groupLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815

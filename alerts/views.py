@@ -10,10 +10,10 @@ credentials (:mod:`alerts.alertmanager`).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
+import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
@@ -30,7 +30,7 @@ from registry.names import check_name
 
 router = APIRouter(tags=["Alerts and webhooks"])
 MAX_BODY_BYTES = 256 * 1024  # rules, silences and subscriptions are small documents
-MAX_ID = 2**63 - 1  # a 64-bit row id: a larger one is a 400, not an integer overflow
+MAX_ID = 2**31 - 1  # ids are 32-bit integer columns: a larger one is a 400, not a database error
 RULES_BODY = json_body(
     {
         "type": "object",
@@ -53,9 +53,12 @@ async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
         request, limit, rule="alerts body limit" if limit == MAX_BODY_BYTES else "max_body_bytes"
     )
     try:
-        return json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
+    except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON ({exc})") from None
+    if "\x00" in orjson.dumps(data).decode():
+        raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
+    return data
 
 
 def _object(data: Any) -> dict[str, Any]:
@@ -95,7 +98,7 @@ def _admin(request: Request) -> Response | None:
 @router.get(
     "/v1/models/{name}/alert-rules",
     summary="The alert rules of a model (its own or the defaults)",
-    responses=errors(400),
+    responses=errors(400, 404),
 )
 async def get_rules(request: Request, name: str) -> Response:
     check_name(name)
@@ -106,7 +109,7 @@ async def get_rules(request: Request, name: str) -> Response:
 @router.put(
     "/v1/models/{name}/alert-rules",
     summary="Replace the alert rules of a model (admin)",
-    responses=errors(*ADMIN, 413),
+    responses=errors(*ADMIN, 404, 413),
     openapi_extra=RULES_BODY,
 )
 async def put_rules(request: Request, name: str) -> Response:
@@ -133,7 +136,7 @@ async def list_alerts(
     request: Request,
     model: Annotated[str | None, Query(description="Only this model's alerts.")] = None,
     state: Annotated[Literal["pending", "firing", "resolved"] | None, Query()] = None,
-    severity: Annotated[str | None, Query(max_length=16)] = None,
+    severity: Annotated[str | None, Query(max_length=16, pattern=r"^[\x21-\x7e]+$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     if model is not None:

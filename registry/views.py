@@ -10,9 +10,9 @@ A running server serves a promoted (or rolled back, or re-labelled) version afte
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request, Response
 
 from core.errors import Invalid
@@ -31,7 +31,7 @@ MAX_BODY_BYTES = 64 * 1024  # admin bodies are a version or a reason: read strea
 VERSION_FIELD = {
     "anyOf": [
         {"type": "integer", "minimum": 1, "maximum": MAX_VERSION},
-        {"type": "string", "pattern": "^0*[1-9][0-9]{0,8}$", "description": "Digits, as in a URL."},
+        {"type": "string", "pattern": "^[1-9][0-9]{0,8}$", "description": "Digits, as in a URL."},
     ]
 }
 REASON_FIELD = {"type": "string", "minLength": 1, "pattern": "\\S", "description": "Why (not blank)."}
@@ -49,9 +49,11 @@ def _state(request: Request) -> Runtime:
 async def _json_object(request: Request) -> dict[str, Any]:
     body = await read_body(request, MAX_BODY_BYTES, rule="admin body limit")
     try:
-        data = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
+    except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON ({exc})") from None
+    if "\x00" in orjson.dumps(data).decode():
+        raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
     if not isinstance(data, dict):
         raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
     return data
@@ -61,6 +63,8 @@ def _body_version(data: dict[str, Any]) -> int:
     value = data.get("version")
     if isinstance(value, str):
         return parse_version(value, what="body field 'version'")
+    if isinstance(value, float) and value.is_integer():  # 3.0 is the integer 3 in JSON Schema
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise Invalid(f"body field 'version' must be a positive integer, got {value!r}")
     return parse_version(str(value), what="body field 'version'")

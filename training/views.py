@@ -34,7 +34,7 @@ RETRAIN_RULES = [  # service.check_params: ps only with mode async, workers not 
         "then": {"properties": {"workers": {"type": "null"}}},
     },
 ]
-JobId = Annotated[int, Path(ge=1, le=2**63 - 1)]  # a larger id is a 400, not an integer overflow
+JobId = Annotated[int, Path(ge=1, le=2**31 - 1)]  # a 32-bit id column: a larger id is a 400, not a 500
 
 
 def _state(request: Request) -> Runtime:
@@ -72,7 +72,9 @@ async def _params(request: Request) -> dict[str, Any]:
 async def retrain(
     request: Request,
     name: str,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
+    ] = None,
 ) -> Response:
     """Queue a job that retrains NAME on its labelled predictions and validates it before production.
 

@@ -176,7 +176,7 @@ FEEDBACK = _json_body(
                     "type": "object",
                     "required": ["prediction_id", "label"],
                     "properties": {
-                        "prediction_id": {"type": "string", "minLength": 1, "maxLength": 36},
+                        "prediction_id": {"type": "string", "pattern": "^[!-~]{1,36}$"},
                         "label": {"enum": [0, 1, False, True], "description": "Binary ground truth."},
                     },
                 },

@@ -16,9 +16,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import BaseRoute, Match, Route
+from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
 from core.openapi import ErrorBody
@@ -71,8 +70,60 @@ def document(app: FastAPI, *, secured: bool) -> dict[str, Any]:
     for operations in doc.get("paths", {}).values():
         for op in operations.values():
             _finish(op, secured=secured)
+    _link(doc)
     app.openapi_schema = doc
     return doc
+
+
+FEEDBACK_LINK = {
+    "operation": ("/v1/models/{name}/feedback", "post"),
+    "parameters": {"name": "$request.path.name"},
+    "requestBody": {"labels": [{"prediction_id": "$response.body#/prediction_ids/0", "label": 1}]},
+    "description": "Ground truth for the first prediction of the answer.",
+}
+VERSION_ROUTES = [
+    ("/v1/models/{name}/versions/{version}", "get"),
+    ("/v1/models/{name}/versions/{version}/metadata", "get"),
+    ("/v1/models/{name}/versions/{version}:predict", "post"),
+    ("/v1/models/{name}/versions/{version}:promote", "post"),
+    ("/v1/models/{name}/versions/{version}:reject", "post"),
+    ("/v2/models/{name}/versions/{version}", "get"),
+    ("/v2/models/{name}/versions/{version}/ready", "get"),
+    ("/v2/models/{name}/versions/{version}/infer", "post"),
+]
+# (source path, method, status) -> links: the ids an answer hands to the operations that take them
+LINKS: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {
+    (path, "post", "200"): {"feedback": FEEDBACK_LINK}
+    for path in (
+        "/v1/models/{name}:predict",
+        "/v1/models/{name}/versions/{version}:predict",
+        "/v1/models/{name}/labels/{label}:predict",
+    )
+}
+LINKS[("/v1/models/{name}/versions", "get", "200")] = {
+    f"{method}{target.replace('/', '_')}": {
+        "operation": (target, method),
+        "parameters": {"name": "$request.path.name", "version": "$response.body#/versions/0/version"},
+    }
+    for target, method in VERSION_ROUTES
+}
+
+
+def _link(doc: dict[str, Any]) -> None:
+    paths = doc.get("paths", {})
+    for (path, method, status), links in LINKS.items():
+        answer = paths.get(path, {}).get(method, {}).get("responses", {}).get(status)
+        if answer is None:
+            continue
+        out = answer.setdefault("links", {})
+        for name, link in links.items():
+            target_path, target_method = link["operation"]
+            target = paths.get(target_path, {}).get(target_method)
+            if target is None:
+                continue
+            out[name] = {"operationId": target["operationId"]} | {
+                k: v for k, v in link.items() if k != "operation"
+            }
 
 
 def _finish(op: dict[str, Any], *, secured: bool) -> None:
@@ -89,29 +140,35 @@ def _finish(op: dict[str, Any], *, secured: bool) -> None:
                 param["schema"] = rule
     if secured and "401" in responses:
         op["security"] = [{BEARER: []}]
-    for code, answer in responses.items():  # error answers always carry the {"error": ...} body
-        if code[:1] in "45" and "content" not in answer:
-            answer["content"] = _error_ref(answer.get("description", ""))["content"]
+    for code, answer in responses.items():  # error answers are JSON {"error": ...}, on HTML routes too
+        if code[:1] in "45":
+            media = answer.get("content", {}).get("application/json", {})
+            answer["content"] = {
+                "application/json": {**media, **_error_ref("")["content"]["application/json"]}
+            }
 
 
-def _specificity(route: Route) -> int:
-    """Literal characters of a route's template: the more, the more specific."""
-    return len(_PARAMS.sub("", route.path))
+def _template_regex(template: str) -> re.Pattern[str]:
+    parts = _PARAMS.split(template)
+    return re.compile("[^/]+".join(re.escape(p) for p in parts) + "$")
 
 
 def allowed_methods(app: FastAPI, path: str) -> list[str]:
-    """The methods of the most specific route templates matching ``path`` (HEAD with GET, as Starlette)."""
+    """The methods the document declares on the most specific templates matching ``path``.
+
+    The most specific: the most literal characters (``/v1/alerts/alertmanager`` over
+    ``/v1/alerts/{alert_id}``, ``.../versions/{version}:promote`` over ``.../versions/{version}``).
+    """
     best, methods = -1, set[str]()
-    for route in app.routes:
-        if not isinstance(route, APIRoute) or not route.include_in_schema:
+    for template, operations in app.openapi().get("paths", {}).items():
+        if _template_regex(template).match(path) is None:
             continue
-        if route.path_regex.match(path) is None:
-            continue
-        rank = _specificity(route)
+        rank = len(_PARAMS.sub("", template))
+        declared = {m.upper() for m in operations if m.upper() in METHODS}
         if rank > best:
-            best, methods = rank, set(route.methods or ())
+            best, methods = rank, declared
         elif rank == best:
-            methods |= route.methods or set()
+            methods |= declared
     return [m for m in METHODS if m in methods]
 
 
