@@ -153,6 +153,22 @@ def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile("[^/]+".join(re.escape(p) for p in parts) + "$")
 
 
+def _route_table(app: FastAPI) -> list[tuple[re.Pattern[str], int, frozenset[str]]]:
+    """(path regex, literal characters, declared methods) of every path of the document, built once."""
+    table: list[tuple[re.Pattern[str], int, frozenset[str]]] | None = getattr(app.state, "route_table", None)
+    if table is None:
+        table = [
+            (
+                _template_regex(template),
+                len(_PARAMS.sub("", template)),
+                frozenset(m.upper() for m in operations if m.upper() in METHODS),
+            )
+            for template, operations in app.openapi().get("paths", {}).items()
+        ]
+        app.state.route_table = table
+    return table
+
+
 def allowed_methods(app: FastAPI, path: str) -> list[str]:
     """The methods the document declares on the most specific templates matching ``path``.
 
@@ -160,13 +176,11 @@ def allowed_methods(app: FastAPI, path: str) -> list[str]:
     ``/v1/alerts/{alert_id}``, ``.../versions/{version}:promote`` over ``.../versions/{version}``).
     """
     best, methods = -1, set[str]()
-    for template, operations in app.openapi().get("paths", {}).items():
-        if _template_regex(template).match(path) is None:
+    for regex, rank, declared in _route_table(app):
+        if regex.match(path) is None:
             continue
-        rank = len(_PARAMS.sub("", template))
-        declared = {m.upper() for m in operations if m.upper() in METHODS}
         if rank > best:
-            best, methods = rank, declared
+            best, methods = rank, set(declared)
         elif rank == best:
             methods |= declared
     return [m for m in METHODS if m in methods]

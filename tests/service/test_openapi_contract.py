@@ -106,6 +106,8 @@ def test_schemathesis_finds_no_failure(contract_server: Server, tmp_path: Path) 
             "json",
             "--report-json-path",
             str(report),
+            "--request-timeout",
+            "30",
             "--no-color",
         ],
         capture_output=True,
@@ -113,7 +115,7 @@ def test_schemathesis_finds_no_failure(contract_server: Server, tmp_path: Path) 
         timeout=600,
     )
     out = run.stdout + run.stderr
-    assert run.returncode == 0, out[-20000:]
+    assert run.returncode == 0, out[:20000]
     assert "ST101" not in out  # no server error, ever
     summary = json.loads(report.read_text())
     assert summary, "schemathesis wrote no report"
