@@ -21,21 +21,29 @@ from sqlalchemy.orm import Session
 from alerts import flows, service
 from alerts.alertmanager import AlertmanagerPayload, auth_denied, parse_payload
 from alerts.models import AlertRead, DeliveryRead, WebhookRead, utcnow
-from alerts.specs import SilenceSpec, WebhookSpec, errors_at
+from alerts.specs import RuleSpec, SilenceSpec, WebhookSpec, errors_at
 from core.errors import Invalid
 from core.http import admin_denied, json_response, read_body, request_id_of
-from core.openapi import ADMIN, errors, json_body, model_body
+from core.openapi import ADMIN, errors, json_body, model_body, model_schema
 from core.runtime import Runtime
 from registry.names import check_name
 
 router = APIRouter(tags=["Alerts and webhooks"])
 MAX_BODY_BYTES = 256 * 1024  # rules, silences and subscriptions are small documents
 MAX_ID = 2**31 - 1  # ids are 32-bit integer columns: a larger one is a 400, not a database error
+RULE_ITEM = model_schema(RuleSpec)
+RULE_ITEM["properties"]["for"] = RULE_ITEM["properties"]["for_runs"]  # the rules files' spelling, also taken
 RULES_BODY = json_body(
     {
         "type": "object",
         "required": ["rules"],
-        "properties": {"rules": {"type": "array", "items": {"type": "object"}}},
+        "properties": {
+            "rules": {
+                "type": "array",
+                "items": RULE_ITEM,
+                "description": "A rule's `params` depend on its `kind` (docs/alerts.md); [] = the defaults.",
+            }
+        },
         "additionalProperties": False,
     }
 )

@@ -69,22 +69,28 @@ def json_body(
     return {"requestBody": {"required": required, "content": {"application/json": media}}}
 
 
-def model_body(model: type[BaseModel], *, required: bool = True, **extra: Any) -> dict[str, Any]:
-    """``openapi_extra=`` describing a body a route validates with ``model`` itself (for its 400 wording);
-    ``extra``: JSON Schema keywords for the rules the model checks in code (e.g. ``allOf``)."""
-    schema = {**model.model_json_schema(), **extra}
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON Schema with its ``$defs`` written in place (an ``openapi_extra`` schema cannot refer
+    to definitions of its own)."""
+    schema = model.model_json_schema()
     defs = schema.pop("$defs", {})
 
     def inline(node: Any) -> Any:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return inline(
-                    {**defs[ref.removeprefix("#/$defs/")], **{k: v for k, v in node.items() if k != "$ref"}}
-                )
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return inline({**defs[ref.removeprefix("#/$defs/")], **rest})
             return {k: inline(v) for k, v in node.items()}
         if isinstance(node, list):
             return [inline(v) for v in node]
         return node
 
-    return json_body(inline(schema), required=required)
+    out: dict[str, Any] = inline(schema)
+    return out
+
+
+def model_body(model: type[BaseModel], *, required: bool = True, **extra: Any) -> dict[str, Any]:
+    """``openapi_extra=`` describing a body a route validates with ``model`` itself (for its 400 wording);
+    ``extra``: JSON Schema keywords for the rules the model checks in code (e.g. ``allOf``)."""
+    return json_body({**model_schema(model), **extra}, required=required)

@@ -113,6 +113,7 @@ def test_schemathesis_finds_no_failure(contract_server: Server, tmp_path: Path) 
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=tmp_path,  # schemathesis keeps a cache folder in its working directory
     )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[:20000]
