@@ -23,7 +23,7 @@ from alerts.alertmanager import AlertmanagerPayload, auth_denied, parse_payload
 from alerts.models import AlertRead, DeliveryRead, WebhookRead, utcnow
 from alerts.specs import RuleSpec, SilenceSpec, WebhookSpec, errors_at
 from core.errors import Invalid
-from core.http import admin_denied, json_response, read_body, request_id_of
+from core.http import admin_denied, holds_nul, json_response, read_body, request_id_of
 from core.openapi import ADMIN, errors, json_body, model_body, model_schema
 from core.runtime import Runtime
 from registry.names import check_name
@@ -64,7 +64,7 @@ async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
         data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
     except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON ({exc})") from None
-    if "\x00" in orjson.dumps(data).decode():
+    if holds_nul(data):
         raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
     return data
 

@@ -16,7 +16,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from core.errors import Invalid
-from core.http import admin_denied, json_response, read_body, request_id_of
+from core.http import admin_denied, holds_nul, json_response, read_body, request_id_of
 from core.openapi import ADMIN, errors, json_body
 from core.runtime import Runtime
 from registry.models import ModelVersionRead
@@ -52,7 +52,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
         data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
     except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON ({exc})") from None
-    if "\x00" in orjson.dumps(data).decode():
+    if holds_nul(data):
         raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
     if not isinstance(data, dict):
         raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")

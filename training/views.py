@@ -16,7 +16,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from core.errors import Conflict, Invalid
 from core.events import JOB_FINISHED, publish
-from core.http import admin_denied, json_response, read_body, request_id_of
+from core.http import admin_denied, holds_nul, json_response, read_body, request_id_of
 from core.openapi import ADMIN, errors, model_body
 from core.runtime import Runtime
 from training import service
@@ -59,6 +59,8 @@ async def _params(request: Request) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict):
         raise Invalid('the body must be a JSON object, e.g. {"reason": "drift on income", "epochs": 2}')
+    if holds_nul(payload):
+        raise Invalid("the body holds a NUL character (\\u0000), which the job's parameters cannot store")
     return service.check_params(payload)
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.http import holds_nul
 from registry.contracts import ContractViolation, check_inputs
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
 from service.serving.codecs import NUMERIC_TYPES, BadRequest, parse_json, parse_v1, parse_v2, split_binary
@@ -26,6 +28,7 @@ SCHEMA = ModelSchema(
         FeatureSpec(
             "income", FeatureKind.NUMERIC, "float64", nullable=True, observed_min=0, observed_max=1e6
         ),
+        FeatureSpec("score", FeatureKind.NUMERIC, "float64", nullable=True),  # no range at all
         FeatureSpec(
             "region", FeatureKind.CATEGORICAL, "string", nullable=False, categories=("north", "south")
         ),
@@ -46,7 +49,7 @@ json_scalars = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=8),
-    st.sampled_from(["north", "south", "a", "", "NaN"]),
+    st.sampled_from(["north", "south", "a", "", "NaN", "nor\x00th"]),
 )
 json_values = st.recursive(
     json_scalars,
@@ -57,7 +60,21 @@ json_values = st.recursive(
     max_leaves=30,
 )
 feature_value = st.one_of(json_scalars, st.just({"b64": "bm9ydGg="}), st.just({"b64": "%%"}), json_values)
-rows = st.lists(st.dictionaries(st.sampled_from(NAMES), feature_value, max_size=6), max_size=20)
+numbers = st.one_of(st.integers(-5, 200), st.floats(allow_nan=False, allow_infinity=False), st.none())
+# rows of the model's own features with mostly plausible values: requests that pass, or fail late
+plausible_row = st.fixed_dictionaries(
+    {
+        "age": st.one_of(st.integers(0, 120), numbers),
+        "income": numbers,
+        "score": numbers,
+        "region": st.one_of(st.sampled_from(["north", "south", "east", None, "", "a\x00"]), feature_value),
+        "plan": st.sampled_from(["a", None, "b"]),
+    }
+)
+rows = st.one_of(
+    st.lists(st.dictionaries(st.sampled_from(NAMES), feature_value, max_size=6), max_size=20),
+    st.lists(plausible_row, max_size=20),
+)
 columns = st.dictionaries(
     st.sampled_from(NAMES), st.one_of(st.lists(feature_value, max_size=20), feature_value), max_size=6
 )
@@ -106,12 +123,23 @@ def _decoded_or_named(decode: Any) -> None:
     """Run ``decode`` and the contract check; only a rule-naming 4xx error may come out."""
     try:
         cols = decode()
-        check_inputs(SCHEMA, cols.values, cols.n, rows=cols.rows)
+        checked = check_inputs(SCHEMA, cols.values, cols.n, rows=cols.rows)
     except BadRequest as exc:
         assert exc.status_code == 400 and "(rule: " in str(exc), exc
+        return
     except ContractViolation as exc:
         assert exc.violations and all(v.rule and v.message for v in exc.violations), exc
         assert str(exc)
+        return
+    # accepted: one value per row for every feature, and what reaches the model is finite where it must be
+    assert 1 <= checked.n <= SCHEMA.max_rows_per_request and len(checked.rows) == checked.n
+    assert not holds_nul(checked.rows)  # PostgreSQL's JSONB refuses it: the row could never be logged
+    for spec in SCHEMA.features:
+        column = checked.arrays[spec.name]
+        assert len(column) == checked.n
+        if spec.kind is FeatureKind.NUMERIC:
+            assert column.dtype == np.float32
+            assert not np.isinf(column).any(), (spec.name, column)  # NaN only for a missing value
 
 
 @SETTINGS
@@ -159,3 +187,16 @@ def test_any_feedback_body_is_labels_or_a_named_400(body: Any) -> None:
         assert "(rule: " in str(exc)
         return
     assert labels and all(label in (0.0, 1.0) and 1 <= len(pid) <= 36 for pid, label in labels)
+
+
+@SETTINGS
+@given(
+    value=st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**1100), 2**1100)),
+    n=st.integers(1, 12),
+    feature=st.sampled_from(["income", "score"]),
+)
+def test_a_finite_number_never_reaches_the_model_as_infinity(value: float, n: int, feature: str) -> None:
+    """Row walk (fewer than 8 rows) and whole-column check (8 or more) alike: float32 overflow is a 400."""
+    row = {"age": 30, "income": 10.0, "score": 0.5, "region": "north", "plan": "a", feature: value}
+    _decoded_or_named(lambda: parse_v1(SCHEMA, {"instances": [row] * n}))
+    _decoded_or_named(lambda: parse_v1(SCHEMA, {"inputs": {k: [v] * n for k, v in row.items()}}))
