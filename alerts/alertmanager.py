@@ -21,7 +21,7 @@ from starlette.responses import Response
 from alerts.specs import errors_at
 from core.config import Settings
 from core.errors import Invalid
-from core.http import admin_denied, error_response, request_id_of
+from core.http import admin_denied, error_response, holds_nul, request_id_of
 
 VERSION = "4"
 # One notification is recorded in one transaction, ~4 ms per new alert on PostgreSQL (1000 distinct alerts:
@@ -95,9 +95,12 @@ def parse_payload(data: Any) -> AlertmanagerPayload:
             f'receiver understands version "{VERSION}" (Alertmanager webhook_config)'
         )
     try:
-        return AlertmanagerPayload.model_validate(data)
+        payload = AlertmanagerPayload.model_validate(data)
     except ValidationError as exc:
         raise Invalid("; ".join(errors_at(exc))) from None
+    if holds_nul(payload.model_dump(mode="json")):  # the fields kept (others are ignored) are stored as text
+        raise Invalid("a label, annotation or field holds a NUL character (\\u0000), which cannot be stored")
+    return payload
 
 
 def _equal(given: str, expected: str) -> bool:

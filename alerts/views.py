@@ -64,14 +64,14 @@ async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
         data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
     except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON ({exc})") from None
-    if holds_nul(data):
-        raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
     return data
 
 
 def _object(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
+    if holds_nul(data):  # every field of these bodies is stored, and no text column stores a NUL
+        raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
     return data
 
 

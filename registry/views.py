@@ -16,7 +16,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from core.errors import Invalid
-from core.http import admin_denied, holds_nul, json_response, read_body, request_id_of
+from core.http import admin_denied, json_response, read_body, request_id_of
 from core.openapi import ADMIN, errors, json_body
 from core.runtime import Runtime
 from registry.models import ModelVersionRead
@@ -34,7 +34,12 @@ VERSION_FIELD = {
         {"type": "string", "pattern": "^[1-9][0-9]{0,8}$", "description": "Digits, as in a URL."},
     ]
 }
-REASON_FIELD = {"type": "string", "minLength": 1, "pattern": "\\S", "description": "Why (not blank)."}
+REASON_FIELD = {
+    "type": "string",
+    "minLength": 1,
+    "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
+    "description": "Why (not blank, no NUL character).",
+}
 
 
 def _body_doc(field: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -52,8 +57,6 @@ async def _json_object(request: Request) -> dict[str, Any]:
         data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
     except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON ({exc})") from None
-    if holds_nul(data):
-        raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
     if not isinstance(data, dict):
         raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
     return data
@@ -74,6 +77,8 @@ def _body_reason(data: dict[str, Any]) -> str:
     value = data.get("reason")
     if not isinstance(value, str) or not value.strip():
         raise Invalid(f"body field 'reason' must be a non-empty string saying why, got {value!r}")
+    if "\x00" in value:
+        raise Invalid("body field 'reason' holds a NUL character (\\u0000), which cannot be stored")
     return value
 
 

@@ -24,7 +24,8 @@ from training.models import JobState, RetrainRequest, Trigger
 
 router = APIRouter(tags=["Retraining jobs"])
 MAX_BODY = 16 * 1024
-RETRAIN_RULES = [  # service.check_params: ps only with mode async, workers not with mode local
+RETRAIN_RULES = [  # service.check_params: ps only with mode async, workers not with mode local; no NUL
+    {"properties": {"reason": {"pattern": "^[^\\u0000]*$"}}},
     {
         "if": {"required": ["mode"], "properties": {"mode": {"enum": ["sync", "local"]}}},
         "then": {"properties": {"ps": {"type": "null"}}},

@@ -108,6 +108,8 @@ def test_schemathesis_finds_no_failure(contract_server: Server, tmp_path: Path) 
             str(report),
             "--request-timeout",
             "30",
+            "--max-response-time",  # generous (10 s by default): two loaded cores must not make it flaky
+            "30",
             "--no-color",
         ],
         capture_output=True,
