@@ -225,9 +225,11 @@ def receive_alertmanager(
     received: list[dict[str, Any]] = []
     jobs: list[dict[str, Any]] = []
     ignored: list[dict[str, Any]] = []
-    for item in payload.alerts:
+    prints = [item.fingerprint or fingerprint(dict(item.labels)) for item in payload.alerts]
+    # every open alert of the notification in one query (not one query and one flush per alert)
+    open_by_fp = service.open_alerts_of(session=session, fingerprints=prints)
+    for item, fp in zip(payload.alerts, prints, strict=True):
         labels = dict(item.labels)
-        fp = item.fingerprint or fingerprint(labels)
         model_name, model_known = _model_of(session, labels, known)
         alertname = labels.get("alertname", "alertmanager")[:128]
         started = item.startsAt.astimezone(UTC)
@@ -241,7 +243,7 @@ def receive_alertmanager(
             "generator_url": item.generatorURL,
             "external_url": payload.externalURL,
         }
-        alert = service.open_alert(session=session, fingerprint=fp)
+        alert = open_by_fp.get(fp)
 
         fields: dict[str, Any] = {  # a new row for this alert, firing or already resolved
             "fingerprint": fp,
@@ -259,6 +261,7 @@ def receive_alertmanager(
         if item.status == "firing":
             if alert is None:
                 alert = service.add_alert(session=session, state=AlertState.FIRING.value, **fields)
+                open_by_fp[fp] = alert
                 record(ctx, alert, alert.state, f"firing in Alertmanager (receiver {payload.receiver!r})")
                 outcome = "recorded"
             else:
@@ -272,6 +275,7 @@ def receive_alertmanager(
         elif alert is not None:
             ends = item.ends()
             alert.state = AlertState.RESOLVED.value
+            del open_by_fp[fp]
             alert.resolved_at = ends.astimezone(UTC) if ends is not None else now
             alert.last_evaluated_at = now
             record(ctx, alert, alert.state, "resolved in Alertmanager", from_state=AlertState.FIRING.value)

@@ -135,6 +135,18 @@ def open_alert(*, session: Session, fingerprint: str) -> Alert | None:
     )
 
 
+def open_alerts_of(*, session: Session, fingerprints: Sequence[str]) -> dict[str, Alert]:
+    """The pending or firing alert of each of ``fingerprints`` that has one (one query)."""
+    if not fingerprints:
+        return {}
+    rows = session.scalars(
+        select(Alert).where(
+            Alert.fingerprint.in_(sorted(set(fingerprints))), Alert.state != AlertState.RESOLVED.value
+        )
+    )
+    return {a.fingerprint: a for a in rows}
+
+
 def open_alerts(*, session: Session, model_name: str | None = None, source: str | None = None) -> list[Alert]:
     """Every pending or firing alert (of a model, of a source), oldest first."""
     stmt = select(Alert).where(Alert.state != AlertState.RESOLVED.value).order_by(Alert.id)

@@ -10,25 +10,43 @@ credentials (:mod:`alerts.alertmanager`).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Query, Request, Response
+import orjson
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 
 from alerts import flows, service
-from alerts.alertmanager import auth_denied, parse_payload
+from alerts.alertmanager import AlertmanagerPayload, auth_denied, parse_payload
 from alerts.models import AlertRead, DeliveryRead, WebhookRead, utcnow
-from alerts.specs import SilenceSpec, WebhookSpec, errors_at
+from alerts.specs import RuleSpec, SilenceSpec, WebhookSpec, errors_at
 from core.errors import Invalid
-from core.http import admin_denied, json_response, read_body, request_id_of
+from core.http import admin_denied, holds_nul, json_response, read_body, request_id_of
+from core.openapi import ADMIN, errors, json_body, model_body, model_schema
 from core.runtime import Runtime
 from registry.names import check_name
 
 router = APIRouter(tags=["Alerts and webhooks"])
 MAX_BODY_BYTES = 256 * 1024  # rules, silences and subscriptions are small documents
+MAX_ID = 2**31 - 1  # ids are 32-bit integer columns: a larger one is a 400, not a database error
+RULE_ITEM = model_schema(RuleSpec)
+RULE_ITEM["properties"]["for"] = RULE_ITEM["properties"]["for_runs"]  # the rules files' spelling, also taken
+RULES_BODY = json_body(
+    {
+        "type": "object",
+        "required": ["rules"],
+        "properties": {
+            "rules": {
+                "type": "array",
+                "items": RULE_ITEM,
+                "description": "A rule's `params` depend on its `kind` (docs/alerts.md); [] = the defaults.",
+            }
+        },
+        "additionalProperties": False,
+    }
+)
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
@@ -43,14 +61,17 @@ async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
         request, limit, rule="alerts body limit" if limit == MAX_BODY_BYTES else "max_body_bytes"
     )
     try:
-        return json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
+    except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON ({exc})") from None
+    return data
 
 
 def _object(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
+    if holds_nul(data):  # every field of these bodies is stored, and no text column stores a NUL
+        raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
     return data
 
 
@@ -82,14 +103,23 @@ def _admin(request: Request) -> Response | None:
 # --- rules --------------------------------------------------------------------------------------------------
 
 
-@router.get("/v1/models/{name}/alert-rules", summary="The alert rules of a model (its own or the defaults)")
+@router.get(
+    "/v1/models/{name}/alert-rules",
+    summary="The alert rules of a model (its own or the defaults)",
+    responses=errors(400, 404),
+)
 async def get_rules(request: Request, name: str) -> Response:
     check_name(name)
     doc = await _in_session(request, lambda s: flows.rules_document(session=s, model_name=name))
     return _ok(request, doc)
 
 
-@router.put("/v1/models/{name}/alert-rules", summary="Replace the alert rules of a model (admin)")
+@router.put(
+    "/v1/models/{name}/alert-rules",
+    summary="Replace the alert rules of a model (admin)",
+    responses=errors(*ADMIN, 404, 413),
+    openapi_extra=RULES_BODY,
+)
 async def put_rules(request: Request, name: str) -> Response:
     if (denied := _admin(request)) is not None:
         return denied
@@ -109,12 +139,12 @@ async def put_rules(request: Request, name: str) -> Response:
 # --- alerts -------------------------------------------------------------------------------------------------
 
 
-@router.get("/v1/alerts", summary="Alerts, newest first")
+@router.get("/v1/alerts", summary="Alerts, newest first", responses=errors(400))
 async def list_alerts(
     request: Request,
     model: Annotated[str | None, Query(description="Only this model's alerts.")] = None,
     state: Annotated[Literal["pending", "firing", "resolved"] | None, Query()] = None,
-    severity: Annotated[str | None, Query(max_length=16)] = None,
+    severity: Annotated[str | None, Query(max_length=16, pattern=r"^[\x21-\x7e]+$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     if model is not None:
@@ -127,15 +157,20 @@ async def list_alerts(
     return _ok(request, {"alerts": await _in_session(request, run)})
 
 
-@router.get("/v1/alerts/{alert_id}", summary="One alert with its history")
-async def get_alert(request: Request, alert_id: int) -> Response:
+@router.get("/v1/alerts/{alert_id}", summary="One alert with its history", responses=errors(404))
+async def get_alert(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> Response:
     doc = await _in_session(
         request, lambda s: flows.alert_detail(session=s, alert_id=alert_id).model_dump(mode="json")
     )
     return _ok(request, doc)
 
 
-@router.post("/v1/alerts/alertmanager", summary="Receive Prometheus Alertmanager notifications (webhook v4)")
+@router.post(
+    "/v1/alerts/alertmanager",
+    summary="Receive Prometheus Alertmanager notifications (webhook v4)",
+    responses=errors(*ADMIN, 413),
+    openapi_extra=model_body(AlertmanagerPayload),
+)
 async def alertmanager(request: Request) -> Response:
     state = _state(request)
     if (denied := auth_denied(request, state.settings)) is not None:
@@ -150,7 +185,13 @@ async def alertmanager(request: Request) -> Response:
 # --- silences -----------------------------------------------------------------------------------------------
 
 
-@router.post("/v1/silences", summary="Silence the alerts matching a set of label matchers (admin)")
+@router.post(
+    "/v1/silences",
+    summary="Silence the alerts matching a set of label matchers (admin)",
+    status_code=201,
+    responses=errors(*ADMIN, 413),
+    openapi_extra=model_body(SilenceSpec),
+)
 async def create_silence(request: Request) -> Response:
     if (denied := _admin(request)) is not None:
         return denied
@@ -170,7 +211,9 @@ async def list_silences(request: Request) -> Response:
     return _ok(request, {"silences": await _in_session(request, run)})
 
 
-@router.delete("/v1/silences/{silence_id}", summary="Expire a silence now (admin)")
+@router.delete(
+    "/v1/silences/{silence_id}", summary="Expire a silence now (admin)", responses=errors(*ADMIN, 404)
+)
 async def delete_silence(request: Request, silence_id: str) -> Response:
     if (denied := _admin(request)) is not None:
         return denied
@@ -181,7 +224,13 @@ async def delete_silence(request: Request, silence_id: str) -> Response:
 # --- webhooks -----------------------------------------------------------------------------------------------
 
 
-@router.post("/v1/webhooks", summary="Subscribe a URL to signed webhook messages (admin)")
+@router.post(
+    "/v1/webhooks",
+    summary="Subscribe a URL to signed webhook messages (admin)",
+    status_code=201,
+    responses=errors(*ADMIN, 409, 413),
+    openapi_extra=model_body(WebhookSpec),
+)
 async def create_webhook(request: Request) -> Response:
     if (denied := _admin(request)) is not None:
         return denied
@@ -190,7 +239,9 @@ async def create_webhook(request: Request) -> Response:
     return _ok(request, created.model_dump(mode="json"), 201)
 
 
-@router.get("/v1/webhooks", summary="Webhook subscriptions (admin; secrets are never shown)")
+@router.get(
+    "/v1/webhooks", summary="Webhook subscriptions (admin; secrets are never shown)", responses=errors(*ADMIN)
+)
 async def list_webhooks(request: Request) -> Response:
     if (denied := _admin(request)) is not None:
         return denied
@@ -204,7 +255,9 @@ async def list_webhooks(request: Request) -> Response:
     return _ok(request, {"webhooks": await _in_session(request, run)})
 
 
-@router.get("/v1/webhooks/{webhook_id}", summary="One webhook subscription (admin)")
+@router.get(
+    "/v1/webhooks/{webhook_id}", summary="One webhook subscription (admin)", responses=errors(*ADMIN, 404)
+)
 async def get_webhook(request: Request, webhook_id: str) -> Response:
     if (denied := _admin(request)) is not None:
         return denied
@@ -217,7 +270,11 @@ async def get_webhook(request: Request, webhook_id: str) -> Response:
     return _ok(request, doc)
 
 
-@router.delete("/v1/webhooks/{webhook_id}", summary="Remove a webhook subscription and its outbox (admin)")
+@router.delete(
+    "/v1/webhooks/{webhook_id}",
+    summary="Remove a webhook subscription and its outbox (admin)",
+    responses=errors(*ADMIN, 404),
+)
 async def delete_webhook(request: Request, webhook_id: str) -> Response:
     if (denied := _admin(request)) is not None:
         return denied
@@ -226,7 +283,9 @@ async def delete_webhook(request: Request, webhook_id: str) -> Response:
 
 
 @router.get(
-    "/v1/webhooks/{webhook_id}/deliveries", summary="Messages to one subscription, newest first (admin)"
+    "/v1/webhooks/{webhook_id}/deliveries",
+    summary="Messages to one subscription, newest first (admin)",
+    responses=errors(*ADMIN, 404),
 )
 async def list_deliveries(
     request: Request,
@@ -248,6 +307,7 @@ async def list_deliveries(
 @router.post(
     "/v1/webhooks/deliveries/{delivery_id}:redeliver",
     summary="Send a delivery again, due now, same webhook-id and body (admin)",
+    responses=errors(*ADMIN, 404, 409),
 )
 async def redeliver(request: Request, delivery_id: str) -> Response:
     if (denied := _admin(request)) is not None:

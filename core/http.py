@@ -78,3 +78,19 @@ def admin_denied(request: Request, token: SecretStr | None) -> Response | None:
     if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
         return error_response(403, "the admin token is wrong", request_id_of(request))
     return None
+
+
+def holds_nul(value: Any) -> bool:
+    """Whether a parsed JSON value holds a NUL character in a string or key (no text column stores one)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from core.http import admin_denied, json_response, request_id_of
+from core.openapi import ADMIN, errors
 from core.runtime import Runtime
 from monitors import flows
 from monitors.findings import finding_from_dict, headline
@@ -26,7 +27,12 @@ def _state(request: Request) -> Runtime:
     return state
 
 
-@router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)")
+NO_REPORT = errors(
+    404, 409, e404="Unknown model", e409="No monitor run yet (or no serving version, no profile)"
+)
+
+
+@router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)", responses=NO_REPORT)
 async def latest(request: Request, name: str) -> Response:
     state = _state(request)
     extra = await asyncio.to_thread(state.extra_findings, name)
@@ -34,7 +40,7 @@ async def latest(request: Request, name: str) -> Response:
     return json_response(doc, request_id=request_id_of(request))
 
 
-@router.get("/v1/models/{name}/drift/history", summary="Monitor runs, newest first")
+@router.get("/v1/models/{name}/drift/history", summary="Monitor runs, newest first", responses=NO_REPORT)
 async def run_history(
     request: Request, name: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> Response:
@@ -43,7 +49,12 @@ async def run_history(
     return json_response(doc, request_id=request_id_of(request))
 
 
-@router.post("/v1/models/{name}/monitors:run", summary="Evaluate drift now (admin)")
+@router.post(
+    "/v1/models/{name}/monitors:run",
+    summary="Evaluate drift now (admin)",
+    status_code=201,
+    responses=errors(*ADMIN, 404, 409, e409="No serving version, no profile or too few predictions"),
+)
 async def run_now(request: Request, name: str) -> Response:
     state = _state(request)
     denied = admin_denied(request, state.settings.admin_token)
@@ -67,7 +78,12 @@ async def run_now(request: Request, name: str) -> Response:
     )
 
 
-@router.get("/reports/{name}/drift", summary="Latest drift report (HTML)", response_class=HTMLResponse)
+@router.get(
+    "/reports/{name}/drift",
+    summary="Latest drift report (HTML)",
+    response_class=HTMLResponse,
+    responses=NO_REPORT,
+)
 async def html_report(request: Request, name: str) -> Response:
     state = _state(request)
     extra = await asyncio.to_thread(state.extra_findings, name)

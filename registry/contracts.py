@@ -178,6 +178,7 @@ def check_inputs(
 _NUMBER_TYPES = frozenset({int, float})
 _STR_TYPES = frozenset({str})
 FAST_MIN_ROWS = 8
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # numeric inputs are float32: a larger magnitude is infinite
 """From this many rows a column is first checked as a whole; below, the per-row walk is as quick."""
 
 
@@ -195,6 +196,8 @@ def _numeric_fast(spec: FeatureSpec, values: Sequence[Any]) -> np.ndarray | None
     except OverflowError:  # an integer beyond float range
         return None
     low, high = min(values), max(values)
+    if low < -FLOAT32_MAX or high > FLOAT32_MAX:  # infinite as the model's float32: the row walk names it
+        return None
     # inside both the allowed and the observed range: no hard rule broken, no soft rule to flag
     if any(b is not None and low < b for b in (spec.allowed_min, spec.observed_min)):
         return None
@@ -253,11 +256,13 @@ def _numeric(
             f = float(v)
         except OverflowError:  # an integer beyond float range
             f = math.inf
-        if not math.isfinite(f):
+        if not math.isfinite(f) or abs(f) > FLOAT32_MAX:
             problems.append(
                 Violation(
                     "finite",
-                    f"value {v} is not finite (send null for a missing value)",
+                    f"value {v} is not finite (send null for a missing value)"
+                    if not math.isfinite(f)
+                    else f"value {v} is beyond the model's float32 range (magnitude {FLOAT32_MAX:.4g})",
                     row=i,
                     feature=spec.name,
                 )
@@ -314,6 +319,17 @@ def _categorical(
         if not isinstance(v, str):
             problems.append(
                 Violation("type", f"expected a string category, got {_kind(v)}", row=i, feature=spec.name)
+            )
+            clean.append(None)
+            continue
+        if "\x00" in v:  # PostgreSQL text and JSONB refuse it: the logged row could never be written
+            problems.append(
+                Violation(
+                    "type",
+                    "holds a NUL character (\\u0000), which no log can store",
+                    row=i,
+                    feature=spec.name,
+                )
             )
             clean.append(None)
             continue

@@ -10,16 +10,17 @@ A running server serves a promoted (or rolled back, or re-labelled) version afte
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request, Response
 
 from core.errors import Invalid
 from core.http import admin_denied, json_response, read_body, request_id_of
+from core.openapi import ADMIN, errors, json_body
 from core.runtime import Runtime
 from registry.models import ModelVersionRead
-from registry.names import check_label, check_name, parse_version
+from registry.names import MAX_VERSION, check_label, check_name, parse_version
 from registry.service import labels_of, promote, reject, rollback, serving_version, set_label, show
 
 router = APIRouter(tags=["Model registry"])
@@ -27,9 +28,22 @@ ACTOR = "api"
 MAX_BODY_BYTES = 64 * 1024  # admin bodies are a version or a reason: read streaming, refused past this (413)
 
 
-def _body_doc(field: str, kind: str) -> dict[str, Any]:
-    schema = {"type": "object", "required": [field], "properties": {field: {"type": kind}}}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+VERSION_FIELD = {
+    "anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": MAX_VERSION},
+        {"type": "string", "pattern": "^[1-9][0-9]{0,8}$", "description": "Digits, as in a URL."},
+    ]
+}
+REASON_FIELD = {
+    "type": "string",
+    "minLength": 1,
+    "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$",
+    "description": "Why (not blank, no NUL character).",
+}
+
+
+def _body_doc(field: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return json_body({"type": "object", "required": [field], "properties": {field: schema}})
 
 
 def _state(request: Request) -> Runtime:
@@ -40,8 +54,8 @@ def _state(request: Request) -> Runtime:
 async def _json_object(request: Request) -> dict[str, Any]:
     body = await read_body(request, MAX_BODY_BYTES, rule="admin body limit")
     try:
-        data = json.loads(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
+    except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
@@ -52,6 +66,8 @@ def _body_version(data: dict[str, Any]) -> int:
     value = data.get("version")
     if isinstance(value, str):
         return parse_version(value, what="body field 'version'")
+    if isinstance(value, float) and value.is_integer():  # 3.0 is the integer 3 in JSON Schema
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise Invalid(f"body field 'version' must be a positive integer, got {value!r}")
     return parse_version(str(value), what="body field 'version'")
@@ -61,6 +77,8 @@ def _body_reason(data: dict[str, Any]) -> str:
     value = data.get("reason")
     if not isinstance(value, str) or not value.strip():
         raise Invalid(f"body field 'reason' must be a non-empty string saying why, got {value!r}")
+    if "\x00" in value:
+        raise Invalid("body field 'reason' holds a NUL character (\\u0000), which cannot be stored")
     return value
 
 
@@ -68,7 +86,11 @@ def _ok(request: Request, body: Any) -> Response:
     return json_response(body, request_id=request_id_of(request))
 
 
-@router.get("/v1/models/{name}/versions", summary="Registered versions, labels and state history")
+@router.get(
+    "/v1/models/{name}/versions",
+    summary="Registered versions, labels and state history",
+    responses=errors(404),
+)
 async def versions(request: Request, name: str) -> Response:
     """Every registered version of a model (newest first) with its labels, and the history of its states."""
     check_name(name)
@@ -82,7 +104,11 @@ async def versions(request: Request, name: str) -> Response:
     return _ok(request, await asyncio.to_thread(run))
 
 
-@router.post("/v1/models/{name}/versions/{version}:promote", summary="Serve this version (admin)")
+@router.post(
+    "/v1/models/{name}/versions/{version}:promote",
+    summary="Serve this version (admin)",
+    responses=errors(*ADMIN, 404, 409),
+)
 async def promote_version(request: Request, name: str, version: str) -> Response:
     """Make the version the serving one; the one serving so far is archived. Already serving: no change."""
     state = _state(request)
@@ -106,7 +132,11 @@ async def promote_version(request: Request, name: str, version: str) -> Response
     return _ok(request, await asyncio.to_thread(run))
 
 
-@router.post("/v1/models/{name}:rollback", summary="Serve the previous serving version again (admin)")
+@router.post(
+    "/v1/models/{name}:rollback",
+    summary="Serve the previous serving version again (admin)",
+    responses=errors(*ADMIN, 404, 409),
+)
 async def rollback_model(request: Request, name: str) -> Response:
     """Serve the version that served before the current one; the current one is archived."""
     state = _state(request)
@@ -130,7 +160,8 @@ async def rollback_model(request: Request, name: str) -> Response:
 @router.put(
     "/v1/models/{name}/labels/{label}",
     summary="Point a label at a version (admin)",
-    openapi_extra=_body_doc("version", "integer"),
+    responses=errors(*ADMIN, 404, 409, 413),
+    openapi_extra=_body_doc("version", VERSION_FIELD),
 )
 async def put_label(request: Request, name: str, label: str) -> Response:
     """Point ``label`` at the version given as ``{"version": N}`` (a label cannot point at a rejected one)."""
@@ -154,7 +185,8 @@ async def put_label(request: Request, name: str, label: str) -> Response:
 @router.post(
     "/v1/models/{name}/versions/{version}:reject",
     summary="Reject this version, with a reason (admin)",
-    openapi_extra=_body_doc("reason", "string"),
+    responses=errors(*ADMIN, 404, 409, 413),
+    openapi_extra=_body_doc("reason", REASON_FIELD),
 )
 async def reject_version(request: Request, name: str, version: str) -> Response:
     """Mark the version rejected (``{"reason": "..."}``); the serving version must be replaced first."""

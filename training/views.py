@@ -12,17 +12,30 @@ import asyncio
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from core.errors import Conflict, Invalid
 from core.events import JOB_FINISHED, publish
-from core.http import admin_denied, json_response, read_body, request_id_of
+from core.http import admin_denied, holds_nul, json_response, read_body, request_id_of
+from core.openapi import ADMIN, errors, model_body
 from core.runtime import Runtime
 from training import service
-from training.models import JobState, Trigger
+from training.models import JobState, RetrainRequest, Trigger
 
 router = APIRouter(tags=["Retraining jobs"])
 MAX_BODY = 16 * 1024
+RETRAIN_RULES = [  # service.check_params: ps only with mode async, workers not with mode local; no NUL
+    {"properties": {"reason": {"pattern": "^[^\\u0000]*$"}}},
+    {
+        "if": {"required": ["mode"], "properties": {"mode": {"enum": ["sync", "local"]}}},
+        "then": {"properties": {"ps": {"type": "null"}}},
+    },
+    {
+        "if": {"required": ["mode"], "properties": {"mode": {"const": "local"}}},
+        "then": {"properties": {"workers": {"type": "null"}}},
+    },
+]
+JobId = Annotated[int, Path(ge=1, le=2**31 - 1)]  # a 32-bit id column: a larger id is a 400, not a 500
 
 
 def _state(request: Request) -> Runtime:
@@ -47,14 +60,24 @@ async def _params(request: Request) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict):
         raise Invalid('the body must be a JSON object, e.g. {"reason": "drift on income", "epochs": 2}')
+    if holds_nul(payload):
+        raise Invalid("the body holds a NUL character (\\u0000), which the job's parameters cannot store")
     return service.check_params(payload)
 
 
-@router.post("/v1/models/{name}/retrain", summary="Queue a retraining job (admin)", status_code=202)
+@router.post(
+    "/v1/models/{name}/retrain",
+    summary="Queue a retraining job (admin)",
+    status_code=202,
+    responses=errors(*ADMIN, 404, 409, 413),
+    openapi_extra=model_body(RetrainRequest, required=False, allOf=RETRAIN_RULES),
+)
 async def retrain(
     request: Request,
     name: str,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
+    ] = None,
 ) -> Response:
     """Queue a job that retrains NAME on its labelled predictions and validates it before production.
 
@@ -93,7 +116,12 @@ async def retrain(
 async def jobs(
     request: Request,
     model: Annotated[str | None, Query(description="Only this model's jobs.")] = None,
-    state: Annotated[str | None, Query(description="Only jobs in this state.")] = None,
+    state: Annotated[
+        str | None,
+        Query(
+            description="Only jobs in this state.", json_schema_extra={"enum": [s.value for s in JobState]}
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=service.MAX_LIST)] = 50,
 ) -> Response:
     runtime = _state(request)
@@ -107,8 +135,12 @@ async def jobs(
     return json_response({"jobs": docs}, request_id=request_id_of(request))
 
 
-@router.get("/v1/jobs/{job_id}", summary="One retraining job: state, progress, gate checks, log tail")
-async def job(request: Request, job_id: int) -> Response:
+@router.get(
+    "/v1/jobs/{job_id}",
+    summary="One retraining job: state, progress, gate checks, log tail",
+    responses=errors(404),
+)
+async def job(request: Request, job_id: JobId) -> Response:
     runtime = _state(request)
 
     def _get() -> dict[str, Any]:
@@ -118,8 +150,13 @@ async def job(request: Request, job_id: int) -> Response:
     return json_response(await asyncio.to_thread(_get), request_id=request_id_of(request))
 
 
-@router.post("/v1/jobs/{job_id}:cancel", summary="Cancel a queued or running job (admin)")
-async def cancel(request: Request, job_id: int) -> Response:
+@router.post(
+    "/v1/jobs/{job_id}:cancel",
+    summary="Cancel a queued or running job (admin)",
+    status_code=202,
+    responses=errors(*ADMIN, 404, 409),
+)
+async def cancel(request: Request, job_id: JobId) -> Response:
     """A queued job is cancelled at once; a running one stops at its worker's next heartbeat (202)."""
     runtime = _state(request)
     denied = admin_denied(request, runtime.settings.admin_token)

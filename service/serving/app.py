@@ -38,6 +38,7 @@ from service.serving.flows import AppState
 from service.serving.health import start_observability
 from service.serving.manager import ModelManager
 from service.serving.metrics import Metrics, NullMetrics
+from service.serving.openapi import allowed_methods, document, guard_methods
 from training.scheduled import start_in_app as start_worker
 from training.views import router as training_router
 
@@ -196,6 +197,8 @@ def create_app(
         training_router,
     ):
         app.include_router(router)
+    guard_methods(app)
+    app.openapi = lambda: document(app, secured=cfg.admin_token is not None)  # type: ignore[method-assign]
     app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
@@ -217,10 +220,19 @@ async def _domain_error(request: Request, exc: DomainError) -> Response:
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    headers = dict(exc.headers or {})
     if exc.status_code == 404:
         message = f"no route {request.method} {request.url.path} ({message})"
+    elif exc.status_code == 405:  # Allow: exactly the methods of the path's most specific route
+        allowed = allowed_methods(request.app, request.scope["path"]) or headers.get("Allow", "").split(", ")
+        headers["Allow"] = ", ".join(allowed)
+        wanted = " or ".join(m for m in allowed if m not in ("HEAD", "OPTIONS"))
+        message = (
+            f"{request.method} is not allowed on {request.url.path}: send the request with {wanted} "
+            "(rule: method)"
+        )
     response = error_response(exc.status_code, message, request_id_of(request))
-    response.headers.update(exc.headers or {})  # e.g. Allow on a 405
+    response.headers.update(headers)
     return response
 
 

@@ -129,6 +129,10 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
     """An ``/infer`` body -> columns."""
     if not isinstance(payload, Mapping):
         raise BadRequest('the body must be a JSON object with "inputs"')
+    if not isinstance(payload.get("id", ""), str):
+        raise BadRequest('"id" must be a string (the request id echoed in the answer)')
+    if not isinstance(payload.get("parameters") or {}, Mapping):
+        raise BadRequest('"parameters" must be an object')
     tensors = payload.get("inputs")
     if not isinstance(tensors, list) or not tensors:
         raise BadRequest('"inputs" must be a non-empty list of tensors')
@@ -163,9 +167,15 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
         if not isinstance(dtype, str) or (dtype not in NUMERIC_TYPES and dtype != "BYTES"):
             raise ContractViolation([Violation("type", f"unknown datatype {dtype!r}", feature=name)])
         params = t.get("parameters") or {}
-        size = params.get("binary_data_size") if isinstance(params, Mapping) else None
+        if not isinstance(params, Mapping):
+            raise BadRequest(f"the parameters of input tensor '{name}' must be an object")
+        size = params.get("binary_data_size")
         if size is not None:
-            if not isinstance(size, int) or offset + size > len(binary):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise BadRequest(
+                    f"binary_data_size of input '{name}' must be a non-negative integer", "binary_data"
+                )
+            if offset + size > len(binary):
                 raise BadRequest(f"binary_data_size of input '{name}' exceeds the binary part", "binary_data")
             data = _decode_binary(name, dtype, binary[offset : offset + size])
             offset += size

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from core.openapi import ErrorBody
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
@@ -33,18 +35,30 @@ ERROR_400 = {
 }
 
 
-def _json_body(schema: dict[str, Any], examples: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": schema,
-                    "examples": {k: {"summary": s, "value": v} for k, (s, v) in examples.items()},
-                }
-            },
+def _json_body(schema: dict[str, Any], examples: dict[str, Any], *, binary: bool = False) -> dict[str, Any]:
+    content: dict[str, Any] = {
+        "application/json": {
+            "schema": schema,
+            "examples": {k: {"summary": s, "value": v} for k, (s, v) in examples.items()},
         }
     }
+    extra: dict[str, Any] = {}
+    if binary:  # Triton's binary tensor extension: a JSON header, then the raw tensor bytes
+        content["application/octet-stream"] = {
+            "schema": {"type": "string", "format": "binary"},
+            "description": "The JSON request (its length in Inference-Header-Content-Length), then the "
+            "tensors' bytes in the order of their `parameters.binary_data_size`.",
+        }
+        extra["parameters"] = [
+            {
+                "name": "Inference-Header-Content-Length",
+                "in": "header",
+                "required": False,
+                "description": "Binary tensor extension: the length of the JSON part of the body in bytes.",
+                "schema": {"type": "integer", "minimum": 0},
+            }
+        ]
+    return {"requestBody": {"required": True, "content": content}, **extra}
 
 
 def _responses(ok: Any, *codes: int) -> dict[int | str, dict[str, Any]]:
@@ -73,18 +87,44 @@ def _responses(ok: Any, *codes: int) -> dict[int | str, dict[str, Any]]:
     }
     for code in codes:
         desc, example = texts[code]
-        out[code] = {"description": desc, "content": {"application/json": {"example": example}}}
+        out[code] = {
+            "model": ErrorBody,
+            "description": desc,
+            "content": {"application/json": {"example": example}},
+        }
     return out
 
 
+# a feature value: a number, a category string, null for a missing value, or TF Serving's {"b64": ...}
+VALUE: dict[str, Any] = {
+    "anyOf": [
+        {"type": ["number", "string", "null"]},
+        {"type": "object", "required": ["b64"], "properties": {"b64": {"type": "string"}}},
+    ]
+}
 V1_PREDICT = _json_body(
     {
         "type": "object",
+        "description": "Either `instances` (row format) or `inputs` (columnar format). Every value is then "
+        "checked against the version's input contract (`GET .../metadata`): a violation answers 400 naming "
+        "the row, the feature and the rule.",
         "properties": {
-            "signature_name": {"type": "string", "default": "serving_default"},
-            "instances": {"type": "array", "items": {"type": "object"}, "description": "Row format."},
-            "inputs": {"type": "object", "description": "Columnar format: one list per feature."},
+            "signature_name": {"enum": ["serving_default", "", None], "default": "serving_default"},
+            "instances": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "object", "additionalProperties": VALUE},
+                "description": "Row format: one object of named features per row.",
+            },
+            "inputs": {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": {"type": "array", "minItems": 1, "items": VALUE},
+                "description": "Columnar format: one list per feature, all of the same length.",
+            },
         },
+        "additionalProperties": False,
+        "oneOf": [{"required": ["instances"]}, {"required": ["inputs"]}],
     },
     {
         "row": ("Row format (instances)", {"instances": [ROW]}),
@@ -101,6 +141,7 @@ V1_STATUS_RESPONSES = _responses(
             {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
         ]
     },
+    400,
     404,
 )
 V1_METADATA_RESPONSES = _responses(
@@ -118,6 +159,7 @@ V1_METADATA_RESPONSES = _responses(
             }
         },
     },
+    400,
     404,
 )
 
@@ -128,9 +170,15 @@ FEEDBACK = _json_body(
         "properties": {
             "labels": {
                 "type": "array",
+                "minItems": 1,
+                "maxItems": 10_000,
                 "items": {
                     "type": "object",
-                    "properties": {"prediction_id": {"type": "string"}, "label": {"type": "integer"}},
+                    "required": ["prediction_id", "label"],
+                    "properties": {
+                        "prediction_id": {"type": "string", "pattern": "^[!-~]{1,36}$"},
+                        "label": {"enum": [0, 1, False, True], "description": "Binary ground truth."},
+                    },
                 },
             }
         },
@@ -139,26 +187,40 @@ FEEDBACK = _json_body(
 )
 FEEDBACK_RESPONSES = _responses({"stored": 1, "unknown_ids": [], "duplicate_ids": []}, 400, 404, 413)
 
+DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
+DATATYPES += ["FP16", "FP32", "FP64", "BYTES"]
 V2_INFER = _json_body(
     {
         "type": "object",
         "required": ["inputs"],
+        "description": "One tensor per feature (shape `[rows]` or `[rows, 1]`), or one `[rows, features]` "
+        "tensor in schema order. A shape must match its data's length; values are then checked against the "
+        "version's input contract (400 naming the row, the feature and the rule).",
         "properties": {
             "id": {"type": "string"},
-            "parameters": {"type": "object"},
+            "parameters": {"type": ["object", "null"]},
             "inputs": {
                 "type": "array",
+                "minItems": 1,
                 "items": {
                     "type": "object",
+                    "required": ["name", "shape", "datatype"],
                     "properties": {
                         "name": {"type": "string"},
-                        "shape": {"type": "array", "items": {"type": "integer"}},
-                        "datatype": {"type": "string"},
-                        "data": {"type": "array"},
+                        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                        "datatype": {"enum": DATATYPES},
+                        "data": {"description": "Values (nested lists are flattened in row-major order)."},
+                        "parameters": {
+                            "type": ["object", "null"],
+                            "properties": {"binary_data_size": {"type": "integer", "minimum": 0}},
+                        },
                     },
                 },
             },
-            "outputs": {"type": "array", "items": {"type": "object"}},
+            "outputs": {
+                "type": ["array", "null"],
+                "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+            },
         },
     },
     {
@@ -191,6 +253,7 @@ V2_INFER = _json_body(
             },
         ),
     },
+    binary=True,
 )
 V2_INFER_RESPONSES = _responses(
     {
@@ -214,6 +277,7 @@ V2_MODEL_RESPONSES = _responses(
         "inputs": [{"name": "age", "datatype": "FP32", "shape": [-1]}],
         "outputs": [{"name": "probability", "datatype": "FP32", "shape": [-1]}],
     },
+    400,
     404,
 )
 

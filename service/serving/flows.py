@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,7 @@ from service.serving.metrics import Metrics
 log = logging.getLogger("driftwarden.serving")
 
 MAX_FEEDBACK_LABELS = 10_000
+PREDICTION_ID = re.compile(r"^[\x21-\x7e]{1,36}$")  # a UUID; anything else can never be a logged id
 
 
 @dataclass
@@ -233,8 +235,12 @@ def parse_feedback(payload: Any) -> list[tuple[str, float]]:
         if not isinstance(item, Mapping):
             raise BadRequest(f"labels[{i}] must be an object", "format")
         pid, label = item.get("prediction_id"), item.get("label")
-        if not isinstance(pid, str) or not pid or len(pid) > 36:
-            raise BadRequest(f"labels[{i}].prediction_id must be a prediction id string", "type")
+        if not isinstance(pid, str) or not PREDICTION_ID.match(pid):
+            raise BadRequest(
+                f"labels[{i}].prediction_id must be a prediction id string (1 to 36 printable ASCII "
+                "characters)",
+                "type",
+            )
         if isinstance(label, bool):
             label = int(label)
         if not isinstance(label, int | float) or label not in (0, 1):

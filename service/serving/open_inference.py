@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from core.http import error_response, json_response, request_id_of
+from core.openapi import errors
 from registry.schema import FeatureKind, ModelSchema
 from service.serving import docs
 from service.serving.codecs import parse_v2
@@ -108,16 +109,22 @@ def _ready(request: Request, name: str, version: str | None) -> Response:
         app_state(request).manager.resolve(name, version=path_version(version))
     except NotServed as exc:
         return error_response(404, str(exc), rid)
-    return Response(status_code=200, headers={"X-Request-Id": rid})
+    return json_response({"name": name, "ready": True}, 200, rid)
 
 
-@router.get("/v2/models/{name}/ready", summary="Model ready", tags=[V2])
+READY_DOC: dict[str, Any] = {
+    "responses": errors(404, e404="The model or version is not loaded"),
+    "tags": [V2],
+}
+
+
+@router.get("/v2/models/{name}/ready", summary="Model ready", **READY_DOC)
 async def v2_model_ready(request: Request, name: str) -> Response:
     """200 when the model's serving version is loaded, 404 otherwise."""
     return _ready(request, name, None)
 
 
-@router.get("/v2/models/{name}/versions/{version}/ready", summary="Model version ready", tags=[V2])
+@router.get("/v2/models/{name}/versions/{version}/ready", summary="Model version ready", **READY_DOC)
 async def v2_model_version_ready(request: Request, name: str, version: str) -> Response:
     """200 when that version is loaded, 404 otherwise."""
     return _ready(request, name, version)
@@ -125,15 +132,20 @@ async def v2_model_version_ready(request: Request, name: str, version: str) -> R
 
 @router.get("/v2/health/live", summary="Server live", tags=[V2])
 async def v2_live() -> Response:
-    """200 while the process answers."""
-    return Response(status_code=200)
+    """200 while the process answers (`{"live": true}`)."""
+    return json_response({"live": True})
 
 
-@router.get("/v2/health/ready", summary="Server ready", tags=[V2])
+@router.get(
+    "/v2/health/ready",
+    summary="Server ready",
+    tags=[V2],
+    responses=errors(400, e400="Models are still loading (the protocol's 'not ready')"),
+)
 async def v2_ready(request: Request) -> Response:
-    """200 once the models the registry asks for are loaded, 400 before."""
+    """200 once the models the registry asks for are loaded (`{"ready": true}`), 400 before."""
     if app_state(request).manager.ready():
-        return Response(status_code=200)
+        return json_response({"ready": True})
     return error_response(400, "models are still loading", None)
 
 

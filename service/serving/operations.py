@@ -6,10 +6,12 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.health import readiness
 from core.http import json_response, request_id_of
+from core.openapi import errors
 from service.serving.routing import app_state
 
 router = APIRouter()
@@ -55,7 +57,13 @@ async def status(request: Request) -> Response:
     )
 
 
-@router.get("/metrics", summary="Prometheus metrics", tags=["Operations"])
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    tags=["Operations"],
+    responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}},
+    response_class=PlainTextResponse,
+)
 async def metrics(request: Request) -> Response:
     """Serving and prediction log metrics (summed over every worker process under `serve --workers N`),
     and every registered collector's series (drift, health, process)."""
@@ -70,7 +78,12 @@ async def healthz() -> Response:
     return json_response({"status": "alive"})
 
 
-@router.get("/readyz", summary="Readiness, with every health check", tags=["Operations"])
+@router.get(
+    "/readyz",
+    summary="Readiness, with every health check",
+    tags=["Operations"],
+    responses=errors(503, e503="A health check fails; `error` names the failing checks"),
+)
 async def readyz(request: Request) -> Response:
     """200 when every health check passes (database, registry, disks, each served model, the cluster when
     configured); 503 with ``error`` naming the failing checks. Results at most one health interval old."""

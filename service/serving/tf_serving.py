@@ -63,28 +63,6 @@ async def v1_predict_label(request: Request, name: str, label: str) -> Response:
     return await predict_route(request, name, None, label, "v1", _v1_shape, _v1_decode)
 
 
-async def _post_only(request: Request) -> Response:
-    """Any other method on a ``:predict`` path: 405 naming POST (not "model 'x:predict' is not served")."""
-    resp = error_response(
-        405,
-        f"{request.method} is not allowed on {request.url.path}: send the request with POST (rule: method)",
-        request_id_of(request),
-    )
-    resp.headers["Allow"] = "POST"
-    return resp
-
-
-# before the GET routes below: their {name} would otherwise take "credit:predict" as a model name
-for _path in (
-    "/v1/models/{name}:predict",
-    "/v1/models/{name}/versions/{version}:predict",
-    "/v1/models/{name}/labels/{label}:predict",
-):
-    router.add_api_route(
-        _path, _post_only, methods=["GET", "HEAD", "PUT", "PATCH", "DELETE"], include_in_schema=False
-    )
-
-
 def _status(state: AppState, name: str, version: str | None, label: str | None, rid: str) -> Response:
     served = state.manager.models.get(name)
     if served is None:

@@ -1,0 +1,125 @@
+"""The API contract: schemathesis, every check, against a real server: zero failures, zero 5xx.
+
+The server runs as in production (uvicorn, PostgreSQL, a real model, the admin token set); schemathesis
+reads ``/openapi.json``, sends examples, coverage cases, fuzzed and stateful sequences (predict -> feedback,
+versions -> version routes, through the document's links) and checks every answer against the document:
+status codes, content types, bodies, headers, 405 with ``Allow`` on undeclared methods, schema-valid data
+accepted and schema-violating data refused, auth enforced where declared.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import Server, TrainedModels, postgres_schema, seed_registry, serve_settings
+
+ADMIN_TOKEN = "contract-admin-token"
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+MAX_EXAMPLES = 12  # per operation and phase: about a minute and a half on two cores
+
+
+@pytest.fixture(scope="module")
+def contract_server(
+    postgres_url: str, trained: TrainedModels, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    with postgres_schema(postgres_url) as url:
+        seed_registry(url, trained, serving=1, labels={"canary": 2})
+        settings = serve_settings(
+            url, tmp_path_factory.mktemp("spool"), log_durability="durable", admin_token=ADMIN_TOKEN
+        )
+        with Server(settings) as srv:
+            yield srv
+
+
+def test_the_document_declares_bodies_errors_and_security(contract_server: Server) -> None:
+    doc = httpx.get(f"{contract_server.url}/openapi.json").json()
+    predict = doc["paths"]["/v1/models/{name}:predict"]["post"]
+    assert set(predict["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {
+        "signature_name",
+        "instances",
+        "inputs",
+    }
+    assert {"400", "404", "413", "500", "503"} <= set(predict["responses"])
+    assert "feedback" in predict["responses"]["200"]["links"]
+    infer = doc["paths"]["/v2/models/{name}/infer"]["post"]
+    assert "application/octet-stream" in infer["requestBody"]["content"]
+    assert any(p["name"] == "Inference-Header-Content-Length" for p in infer["parameters"])
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert "422" not in op["responses"], (method, path)  # the app answers 400, never 422
+            for code, answer in op["responses"].items():
+                if code.startswith(("4", "5")):
+                    schema = answer["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path, code)
+    promote = doc["paths"]["/v1/models/{name}/versions/{version}:promote"]["post"]
+    assert promote["security"] == [{"adminToken": []}] and {"401", "403"} <= set(promote["responses"])
+    assert "security" not in predict
+    assert "text/html" in doc["paths"]["/reports/{name}/drift"]["get"]["responses"]["200"]["content"]
+
+
+def test_undeclared_methods_answer_405_with_allow(contract_server: Server) -> None:
+    with contract_server.client() as c:
+        for method, path, allow in [
+            ("TRACE", "/v1/alerts", "GET"),
+            ("GET", "/v1/alerts/alertmanager", "POST"),  # not GET /v1/alerts/{alert_id}
+            ("GET", "/v1/models/credit/versions/1:promote", "POST"),
+            ("DELETE", "/v1/models/credit/alert-rules", "GET, PUT"),
+            ("OPTIONS", "/v1/jobs/1:cancel", "POST"),
+            ("GET", "/v1/models/credit:predict", "POST"),
+        ]:
+            r = c.request(method, path)
+            assert r.status_code == 405, (method, path, r.status_code, r.text)
+            assert r.headers["allow"] == allow, (method, path, r.headers)
+            assert "rule: method" in r.json()["error"]
+        live = c.get("/v2/health/live")
+        assert live.headers["content-type"] == "application/json" and live.json() == {"live": True}
+
+
+def test_schemathesis_finds_no_failure(contract_server: Server, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    cli = Path(sys.executable).with_name("schemathesis")
+    run = subprocess.run(
+        [
+            str(cli),
+            "--config-file",
+            str(CONFIG),
+            "run",
+            f"{contract_server.url}/openapi.json",
+            "--checks",
+            "all",
+            "--max-examples",
+            str(MAX_EXAMPLES),
+            "--seed",
+            "20261130",
+            "--workers",
+            "2",
+            "--header",
+            f"Authorization: Bearer {ADMIN_TOKEN}",
+            "--report",
+            "json",
+            "--report-json-path",
+            str(report),
+            "--request-timeout",
+            "30",
+            "--max-response-time",  # generous (10 s by default): two loaded cores must not make it flaky
+            "30",
+            "--no-color",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,  # schemathesis keeps a cache folder in its working directory
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[:20000]
+    assert "ST101" not in out  # no server error, ever
+    summary = json.loads(report.read_text())
+    assert summary, "schemathesis wrote no report"
+    assert "Tested:" in out and "Tested: 0" not in out, out[-3000:]
