@@ -53,12 +53,27 @@ def current(url: str) -> str | None:
         engine.dispose()
 
 
+def _known(revision: str) -> bool:
+    """The migrations folder holds ``revision``."""
+    try:
+        return ScriptDirectory.from_config(alembic_config("sqlite://")).get_revision(revision) is not None
+    except Exception:  # alembic raises its own errors for an unknown or malformed id
+        return False
+
+
 def ensure_schema(url: str, *, auto_upgrade: bool) -> None:
     """Upgrade the database (``auto_upgrade``) or check that it is at the code's revision."""
-    if auto_upgrade:
-        upgrade(url)
-        return
     at, want = current(url), head()
+    if at is not None and at != want and not _known(at):
+        raise SchemaOutdated(
+            f"the database schema is at revision {at}, which this driftwarden does not know (it needs"
+            f" {want}): the database was upgraded by a newer driftwarden; run that version (a schema is never"
+            " downgraded behind your back)"
+        )
+    if auto_upgrade:
+        if at != want:
+            upgrade(url)
+        return
     if at != want:
         raise SchemaOutdated(
             f"the database schema is at revision {at or '(none)'}, this driftwarden needs {want}: "

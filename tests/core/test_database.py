@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import create_engine, inspect, text
 
 from core import migrate
 from core.config import Settings
@@ -36,3 +36,17 @@ def test_an_old_postgres_schema_stops_with_the_command_that_fixes_it(postgres_ur
         db.dispose()
         assert migrate.current(url) == migrate.head()
         open_database(url, settings=Settings(database_url=url)).dispose()  # current now: opens
+
+
+@pytest.mark.postgres
+def test_a_schema_newer_than_the_code_names_the_newer_version(postgres_url: str) -> None:
+    with postgres_schema(postgres_url) as url:
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '0099_from_the_future'"))
+        engine.dispose()
+        for auto in (False, True):
+            with pytest.raises(migrate.SchemaOutdated, match="upgraded by a newer driftwarden") as err:
+                open_database(url, settings=Settings(database_url=url, database_auto_upgrade=auto))
+            assert "db upgrade" not in str(err.value)
+        assert migrate.current(url) == "0099_from_the_future", "never touched"
