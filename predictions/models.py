@@ -67,7 +67,13 @@ class PredictionLog(Base):
     __table_args__ = (
         UniqueConstraint("prediction_id", "logged_at", name="uq_prediction_log_prediction_id"),
         Index("ix_prediction_log_model_name_logged_at", "model_name", "logged_at"),
-        Index("ix_prediction_log_model_name_id", "model_name", "id"),
+        # covering: the window summary is an index-only scan (migration 0011)
+        Index(
+            "ix_prediction_log_model_name_id",
+            "model_name",
+            "id",
+            postgresql_include=["status", "logged_at", "model_version"],
+        ),
         {"postgresql_partition_by": "RANGE (logged_at)"},
     )
 

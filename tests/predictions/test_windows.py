@@ -28,6 +28,7 @@ from predictions.windows import (
     summarize_window,
 )
 from tests.predictions.logdata import log_columns
+from tests.support import postgres_schema
 
 NUMERIC = ["amount", "count"]
 CATEGORICAL = ["colour"]
@@ -220,3 +221,35 @@ def test_window_spec_is_validated_and_described() -> None:
         "last 100 predictions within the last 5 minutes of version 2"
     )
     assert WindowSpec().describe() == "every prediction"
+
+
+@pytest.mark.postgres
+def test_the_window_summary_reads_only_the_covering_index(postgres_url: str) -> None:
+    """On PostgreSQL the summary of a last-N window needs no log row: the (model_name, id) index carries
+    status, logged_at and model_version (migration 0011), so the plan is an index-only scan."""
+    with postgres_schema(postgres_url) as url:
+        db = open_database(url)
+        log_columns(db.engine, make_columns(2_000, seed=8), features=FEATURES)
+        with db.engine.begin() as conn:
+            definition = conn.execute(
+                text("SELECT pg_get_indexdef('ix_prediction_log_model_name_id'::regclass)")
+            ).scalar_one()
+        assert "INCLUDE (status, logged_at, model_version)" in definition
+        with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE prediction_log"))
+            conn.execute(text("SET enable_seqscan = off"))  # a 2,000-row table: show the index suffices
+            plan = "\n".join(
+                conn.execute(
+                    text(
+                        "EXPLAIN SELECT count(*), min(logged_at), max(logged_at), min(id), max(id) FROM"
+                        " (SELECT id, logged_at FROM prediction_log WHERE model_name = 'credit'"
+                        " AND status = 'ok' AND model_version = 1 ORDER BY id DESC LIMIT 1000) AS s"
+                    )
+                ).scalars()
+            )
+        assert "Index Only Scan" in plan and "Seq Scan" not in plan, plan
+        summary = summarize_window(
+            engine=db.engine, model_name="credit", spec=WindowSpec(rows=1_000, version=1)
+        )
+        assert summary is not None and summary.rows == 1_000
+        db.dispose()
