@@ -2,9 +2,9 @@
 deliveries, and the Alertmanager receiver. Thin: parse, call a flow or a service function, shape.
 
 Every bad input is a 4xx ``{"error": ...}`` naming the field and the rule (a :class:`core.errors.Invalid`
-answered by the app's one handler). Changing routes and every webhook route need the admin token when
-one is set (webhook URLs and deliveries are configuration); the Alertmanager receiver takes its own
-credentials (:mod:`alerts.alertmanager`).
+answered by the app's one handler). Reading routes need a token with scope 'read'; changing routes and
+every webhook route need 'admin' (webhook URLs and deliveries are configuration); the Alertmanager receiver
+takes its own credentials (:mod:`alerts.alertmanager`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,15 @@ from alerts import flows, service
 from alerts.alertmanager import auth_denied, parse_payload
 from alerts.models import AlertRead, DeliveryRead, WebhookRead, utcnow
 from alerts.specs import SilenceSpec, WebhookSpec, errors_at
+from alerts.urls import check_url
+from core.auth import Scope
 from core.errors import Invalid
-from core.http import admin_denied, json_response, read_body, request_id_of
+from core.http import json_response, read_body, request_id_of, require_scope
 from core.runtime import Runtime
 from registry.names import check_name
 
 router = APIRouter(tags=["Alerts and webhooks"])
+READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
 MAX_BODY_BYTES = 256 * 1024  # rules, silences and subscriptions are small documents
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -75,24 +78,24 @@ def _ok(request: Request, body: Any, status: int = 200) -> Response:
     return json_response(body, status, request_id_of(request))
 
 
-def _admin(request: Request) -> Response | None:
-    return admin_denied(request, _state(request).settings.admin_token)
-
-
 # --- rules --------------------------------------------------------------------------------------------------
 
 
-@router.get("/v1/models/{name}/alert-rules", summary="The alert rules of a model (its own or the defaults)")
+@router.get(
+    "/v1/models/{name}/alert-rules",
+    summary="The alert rules of a model (its own or the defaults)",
+    dependencies=READ,
+)
 async def get_rules(request: Request, name: str) -> Response:
     check_name(name)
     doc = await _in_session(request, lambda s: flows.rules_document(session=s, model_name=name))
     return _ok(request, doc)
 
 
-@router.put("/v1/models/{name}/alert-rules", summary="Replace the alert rules of a model (admin)")
+@router.put(
+    "/v1/models/{name}/alert-rules", summary="Replace the alert rules of a model (admin)", dependencies=ADMIN
+)
 async def put_rules(request: Request, name: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     check_name(name)
     data = _object(await _json(request))
     if set(data) != {"rules"}:
@@ -109,7 +112,7 @@ async def put_rules(request: Request, name: str) -> Response:
 # --- alerts -------------------------------------------------------------------------------------------------
 
 
-@router.get("/v1/alerts", summary="Alerts, newest first")
+@router.get("/v1/alerts", summary="Alerts, newest first", dependencies=READ)
 async def list_alerts(
     request: Request,
     model: Annotated[str | None, Query(description="Only this model's alerts.")] = None,
@@ -127,7 +130,7 @@ async def list_alerts(
     return _ok(request, {"alerts": await _in_session(request, run)})
 
 
-@router.get("/v1/alerts/{alert_id}", summary="One alert with its history")
+@router.get("/v1/alerts/{alert_id}", summary="One alert with its history", dependencies=READ)
 async def get_alert(request: Request, alert_id: int) -> Response:
     doc = await _in_session(
         request, lambda s: flows.alert_detail(session=s, alert_id=alert_id).model_dump(mode="json")
@@ -138,7 +141,7 @@ async def get_alert(request: Request, alert_id: int) -> Response:
 @router.post("/v1/alerts/alertmanager", summary="Receive Prometheus Alertmanager notifications (webhook v4)")
 async def alertmanager(request: Request) -> Response:
     state = _state(request)
-    if (denied := auth_denied(request, state.settings)) is not None:
+    if (denied := await auth_denied(request, state.settings)) is not None:
         return denied
     payload = parse_payload(await _json(request, state.settings.max_body_bytes))
     doc = await _in_session(
@@ -150,16 +153,16 @@ async def alertmanager(request: Request) -> Response:
 # --- silences -----------------------------------------------------------------------------------------------
 
 
-@router.post("/v1/silences", summary="Silence the alerts matching a set of label matchers (admin)")
+@router.post(
+    "/v1/silences", summary="Silence the alerts matching a set of label matchers (admin)", dependencies=ADMIN
+)
 async def create_silence(request: Request) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     spec = _validated(SilenceSpec, await _json(request))
     read = await _in_session(request, lambda s: flows.create_silence(session=s, spec=spec))
     return _ok(request, read.model_dump(mode="json"), 201)
 
 
-@router.get("/v1/silences", summary="Silences, newest first")
+@router.get("/v1/silences", summary="Silences, newest first", dependencies=READ)
 async def list_silences(request: Request) -> Response:
     def run(s: Session) -> list[dict[str, Any]]:
         now = utcnow()
@@ -170,10 +173,8 @@ async def list_silences(request: Request) -> Response:
     return _ok(request, {"silences": await _in_session(request, run)})
 
 
-@router.delete("/v1/silences/{silence_id}", summary="Expire a silence now (admin)")
+@router.delete("/v1/silences/{silence_id}", summary="Expire a silence now (admin)", dependencies=ADMIN)
 async def delete_silence(request: Request, silence_id: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     read = await _in_session(request, lambda s: flows.expire_silence(session=s, silence_id=silence_id))
     return _ok(request, read.model_dump(mode="json"))
 
@@ -181,19 +182,18 @@ async def delete_silence(request: Request, silence_id: str) -> Response:
 # --- webhooks -----------------------------------------------------------------------------------------------
 
 
-@router.post("/v1/webhooks", summary="Subscribe a URL to signed webhook messages (admin)")
+@router.post("/v1/webhooks", summary="Subscribe a URL to signed webhook messages (admin)", dependencies=ADMIN)
 async def create_webhook(request: Request) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     spec = _validated(WebhookSpec, await _json(request))
+    check_url(spec.url, allow_private=_state(request).settings.webhook_allow_private_urls, resolve=False)
     created = await _in_session(request, lambda s: flows.add_webhook(session=s, spec=spec))
     return _ok(request, created.model_dump(mode="json"), 201)
 
 
-@router.get("/v1/webhooks", summary="Webhook subscriptions (admin; secrets are never shown)")
+@router.get(
+    "/v1/webhooks", summary="Webhook subscriptions (admin; secrets are never shown)", dependencies=ADMIN
+)
 async def list_webhooks(request: Request) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
 
     def run(s: Session) -> list[dict[str, Any]]:
         return [
@@ -204,10 +204,8 @@ async def list_webhooks(request: Request) -> Response:
     return _ok(request, {"webhooks": await _in_session(request, run)})
 
 
-@router.get("/v1/webhooks/{webhook_id}", summary="One webhook subscription (admin)")
+@router.get("/v1/webhooks/{webhook_id}", summary="One webhook subscription (admin)", dependencies=ADMIN)
 async def get_webhook(request: Request, webhook_id: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     doc = await _in_session(
         request,
         lambda s: WebhookRead.model_validate(
@@ -217,16 +215,20 @@ async def get_webhook(request: Request, webhook_id: str) -> Response:
     return _ok(request, doc)
 
 
-@router.delete("/v1/webhooks/{webhook_id}", summary="Remove a webhook subscription and its outbox (admin)")
+@router.delete(
+    "/v1/webhooks/{webhook_id}",
+    summary="Remove a webhook subscription and its outbox (admin)",
+    dependencies=ADMIN,
+)
 async def delete_webhook(request: Request, webhook_id: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     await _in_session(request, lambda s: service.remove_subscription(session=s, webhook_id=webhook_id))
     return _ok(request, {"deleted": webhook_id})
 
 
 @router.get(
-    "/v1/webhooks/{webhook_id}/deliveries", summary="Messages to one subscription, newest first (admin)"
+    "/v1/webhooks/{webhook_id}/deliveries",
+    summary="Messages to one subscription, newest first (admin)",
+    dependencies=ADMIN,
 )
 async def list_deliveries(
     request: Request,
@@ -234,8 +236,6 @@ async def list_deliveries(
     state: Annotated[Literal["pending", "delivered", "dead"] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
 
     def run(s: Session) -> list[dict[str, Any]]:
         service.get_subscription(session=s, webhook_id=webhook_id)
@@ -248,10 +248,9 @@ async def list_deliveries(
 @router.post(
     "/v1/webhooks/deliveries/{delivery_id}:redeliver",
     summary="Send a delivery again, due now, same webhook-id and body (admin)",
+    dependencies=ADMIN,
 )
 async def redeliver(request: Request, delivery_id: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     doc = await _in_session(
         request,
         lambda s: DeliveryRead.model_validate(

@@ -155,7 +155,20 @@ class Settings(BaseSettings):
         ),
     )
     admin_token: SecretStr | None = Field(
-        default=None, description="Bearer token for admin routes (POST .../monitors:run); unset: open."
+        default=None,
+        description="A bootstrap admin credential: this bearer token has every scope (unset: only tokens "
+        "made by `driftwarden tokens create` get in; see docs/security.md).",
+    )
+    predict_requires_token: bool = Field(
+        default=False,
+        description="Predictions, model status and metadata need a token with scope 'predict' (off: open "
+        "to anyone who reaches the port, as TF Serving is; every other data route always needs a token).",
+    )
+    token_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="A verified token is trusted this long without a database read (a revocation or an "
+        "expiry takes effect within it; 0: read every time).",
     )
 
     # observability (core/health.py, monitors/metrics.py, service/serving/operations.py)
@@ -194,6 +207,11 @@ class Settings(BaseSettings):
         "http://<api_host>:<api_port>.",
     )
     webhook_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one webhook delivery.")
+    webhook_allow_private_urls: bool = Field(
+        default=False,
+        description="Allow webhook URLs on loopback, private, link-local and other non-public addresses "
+        "(off: refused when subscribed and when sent, against server-side request forgery).",
+    )
     webhook_max_attempts: int = Field(
         default=8, gt=0, description="Deliveries of one webhook message before it is dead-lettered."
     )

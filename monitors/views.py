@@ -1,8 +1,8 @@
 """Drift routes: latest report (JSON, HTML), history, evaluate now (admin). Thin: parse, call a flow, shape.
 
 Every error is a 4xx ``{"error": ...}`` naming what is wrong (unknown model, no serving version, no
-profile, too few predictions in the window, no run yet, missing or wrong admin token): the flows raise a
-:class:`monitors.flows.MonitorError` (a ``DomainError``) and the app answers it with its status.
+profile, too few predictions in the window, no run yet, a missing token or one without the route's scope):
+the flows raise a :class:`monitors.flows.MonitorError` (a ``DomainError``), answered with its status.
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
-from core.http import admin_denied, json_response, request_id_of
+from core.auth import Scope
+from core.http import json_response, request_id_of, require_scope
 from core.runtime import Runtime
 from monitors import flows
 from monitors.findings import finding_from_dict, headline
 
 router = APIRouter(tags=["Drift monitors"])
+READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
 
 
 def _state(request: Request) -> Runtime:
@@ -26,7 +28,7 @@ def _state(request: Request) -> Runtime:
     return state
 
 
-@router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)")
+@router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)", dependencies=READ)
 async def latest(request: Request, name: str) -> Response:
     state = _state(request)
     extra = await asyncio.to_thread(state.extra_findings, name)
@@ -34,7 +36,7 @@ async def latest(request: Request, name: str) -> Response:
     return json_response(doc, request_id=request_id_of(request))
 
 
-@router.get("/v1/models/{name}/drift/history", summary="Monitor runs, newest first")
+@router.get("/v1/models/{name}/drift/history", summary="Monitor runs, newest first", dependencies=READ)
 async def run_history(
     request: Request, name: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> Response:
@@ -43,12 +45,9 @@ async def run_history(
     return json_response(doc, request_id=request_id_of(request))
 
 
-@router.post("/v1/models/{name}/monitors:run", summary="Evaluate drift now (admin)")
+@router.post("/v1/models/{name}/monitors:run", summary="Evaluate drift now (admin)", dependencies=ADMIN)
 async def run_now(request: Request, name: str) -> Response:
     state = _state(request)
-    denied = admin_denied(request, state.settings.admin_token)
-    if denied is not None:
-        return denied
     # predictions answered moments ago may still be on their way to the table
     await asyncio.to_thread(state.flush_predictions, 5.0)
     outcome = await asyncio.to_thread(
@@ -67,7 +66,12 @@ async def run_now(request: Request, name: str) -> Response:
     )
 
 
-@router.get("/reports/{name}/drift", summary="Latest drift report (HTML)", response_class=HTMLResponse)
+@router.get(
+    "/reports/{name}/drift",
+    summary="Latest drift report (HTML)",
+    response_class=HTMLResponse,
+    dependencies=READ,
+)
 async def html_report(request: Request, name: str) -> Response:
     state = _state(request)
     extra = await asyncio.to_thread(state.extra_findings, name)

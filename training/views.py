@@ -2,8 +2,9 @@
 
 ``POST /v1/models/{name}/retrain`` answers 202 with the job document and ``Location: /v1/jobs/{id}``;
 ``created`` tells a new job from the active one (or the one of the same ``Idempotency-Key``) it answers
-with. Errors are ``{"error": ...}`` naming the field or the rule: 400 a bad body, 401/403 the admin token,
-404 an unknown model or job, 409 cancelling a job that has ended.
+with. Errors are ``{"error": ...}`` naming the field or the rule: 400 a bad body, 401/403 a missing token
+or one without the scope (admin to change, read to list), 404 an unknown model or job, 409 cancelling a job
+that has ended.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 
+from core.auth import Scope
 from core.errors import Conflict, Invalid
 from core.events import JOB_FINISHED, publish
-from core.http import admin_denied, json_response, read_body, request_id_of
+from core.http import json_response, read_body, request_id_of, require_scope
 from core.runtime import Runtime
 from training import service
 from training.models import JobState, Trigger
 
 router = APIRouter(tags=["Retraining jobs"])
+READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
 MAX_BODY = 16 * 1024
 
 
@@ -50,7 +53,9 @@ async def _params(request: Request) -> dict[str, Any]:
     return service.check_params(payload)
 
 
-@router.post("/v1/models/{name}/retrain", summary="Queue a retraining job (admin)", status_code=202)
+@router.post(
+    "/v1/models/{name}/retrain", summary="Queue a retraining job (admin)", status_code=202, dependencies=ADMIN
+)
 async def retrain(
     request: Request,
     name: str,
@@ -63,9 +68,6 @@ async def retrain(
     of the same `Idempotency-Key`, is answered instead of a new one (`created: false`).
     """
     state = _state(request)
-    denied = admin_denied(request, state.settings.admin_token)
-    if denied is not None:
-        return denied
     params = await _params(request)
 
     def _enqueue() -> dict[str, Any]:
@@ -89,7 +91,7 @@ async def retrain(
     return response
 
 
-@router.get("/v1/jobs", summary="Retraining jobs, newest first")
+@router.get("/v1/jobs", summary="Retraining jobs, newest first", dependencies=READ)
 async def jobs(
     request: Request,
     model: Annotated[str | None, Query(description="Only this model's jobs.")] = None,
@@ -107,7 +109,11 @@ async def jobs(
     return json_response({"jobs": docs}, request_id=request_id_of(request))
 
 
-@router.get("/v1/jobs/{job_id}", summary="One retraining job: state, progress, gate checks, log tail")
+@router.get(
+    "/v1/jobs/{job_id}",
+    summary="One retraining job: state, progress, gate checks, log tail",
+    dependencies=READ,
+)
 async def job(request: Request, job_id: int) -> Response:
     runtime = _state(request)
 
@@ -118,13 +124,10 @@ async def job(request: Request, job_id: int) -> Response:
     return json_response(await asyncio.to_thread(_get), request_id=request_id_of(request))
 
 
-@router.post("/v1/jobs/{job_id}:cancel", summary="Cancel a queued or running job (admin)")
+@router.post("/v1/jobs/{job_id}:cancel", summary="Cancel a queued or running job (admin)", dependencies=ADMIN)
 async def cancel(request: Request, job_id: int) -> Response:
     """A queued job is cancelled at once; a running one stops at its worker's next heartbeat (202)."""
     runtime = _state(request)
-    denied = admin_denied(request, runtime.settings.admin_token)
-    if denied is not None:
-        return denied
 
     def _cancel() -> dict[str, Any]:
         with runtime.db.session() as session:

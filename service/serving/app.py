@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from access.verifier import CachedVerifier
 from alerts.flows import install as install_alerts
 from alerts.flows import seed_rules
 from alerts.scheduled import start_outbox_retention, start_sender
@@ -134,6 +135,7 @@ def create_app(
         gc.collect()
         gc.freeze()
         app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
+        app.state.verifier = CachedVerifier(db=db, ttl_s=cfg.token_cache_s)  # core.http.require_scope
         install_alerts()  # the alert rules act on every monitor run, health pass and finished job
         await asyncio.to_thread(seed_rules, db=db, settings=cfg)  # DRIFTWARDEN_ALERT_RULES_FILE, if set
         retention = start_retention(app.state.dw)

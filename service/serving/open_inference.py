@@ -8,7 +8,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from core.http import error_response, json_response, request_id_of
+from core.auth import Scope
+from core.http import error_response, json_response, request_id_of, require_scope
 from registry.schema import FeatureKind, ModelSchema
 from service.serving import docs
 from service.serving.codecs import parse_v2
@@ -42,7 +43,9 @@ def _v2_shape(result: Prediction, payload: Any) -> dict[str, Any]:
     }
 
 
+PREDICT = [require_scope(Scope.PREDICT)]  # open unless predict_requires_token
 INFER_DOC: dict[str, Any] = {
+    "dependencies": PREDICT,
     "openapi_extra": docs.V2_INFER,
     "responses": docs.V2_INFER_RESPONSES,
     "tags": [V2],
@@ -85,7 +88,13 @@ def _v2_model(request: Request, name: str, version: str | None) -> Response:
     return json_response(body, 200, rid)
 
 
-@router.get("/v2/models/{name}", summary="Model metadata", responses=docs.V2_MODEL_RESPONSES, tags=[V2])
+@router.get(
+    "/v2/models/{name}",
+    summary="Model metadata",
+    responses=docs.V2_MODEL_RESPONSES,
+    tags=[V2],
+    dependencies=PREDICT,
+)
 async def v2_model(request: Request, name: str) -> Response:
     """Inputs (one per feature) and outputs of the serving version, and the loaded versions."""
     return _v2_model(request, name, None)
@@ -96,6 +105,7 @@ async def v2_model(request: Request, name: str) -> Response:
     summary="Model version metadata",
     responses=docs.V2_MODEL_RESPONSES,
     tags=[V2],
+    dependencies=PREDICT,
 )
 async def v2_model_version(request: Request, name: str, version: str) -> Response:
     """Metadata of one loaded version."""
