@@ -11,7 +11,6 @@ from typing import Any
 import orjson
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -73,9 +72,17 @@ def bearer_token(request: Request) -> str | None:
     return given if scheme.lower() == "bearer" and given else None
 
 
-def _denied(status: int, message: str) -> StarletteHTTPException:
-    headers = {"WWW-Authenticate": 'Bearer realm="driftwarden"'} if status == 401 else None
-    return StarletteHTTPException(status, f"{message} (rule: scopes)", headers=headers)
+class AuthFailed(DomainError):
+    """401 (no valid token) or 403 (a token without the route's scope); ``headers`` go with the answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status_code = status
+        self.headers = {"WWW-Authenticate": 'Bearer realm="driftwarden"'} if status == 401 else {}
+        super().__init__(f"{message} (rule: scopes)")
+
+
+def _denied(status: int, message: str) -> AuthFailed:
+    return AuthFailed(status, message)
 
 
 async def authorize(request: Request, scope: str) -> Grant | None:

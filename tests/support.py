@@ -114,6 +114,9 @@ class Server:
 ADMIN_TOKEN = "test-admin-token"  # serve_settings' bootstrap admin credential (DRIFTWARDEN_ADMIN_TOKEN)
 
 
+NO_AUTH = {"Authorization": ""}  # overrides a client's default header: the request goes without a token
+
+
 def auth(token: str = ADMIN_TOKEN) -> dict[str, str]:
     """The ``Authorization`` header of a bearer token."""
     return {"Authorization": f"Bearer {token}"}

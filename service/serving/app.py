@@ -213,7 +213,9 @@ def worker_app() -> FastAPI:
 
 async def _domain_error(request: Request, exc: DomainError) -> Response:
     """Every domain's errors, answered in one place: their status and their one-line message."""
-    return error_response(exc.status_code, str(exc), request_id_of(request))
+    response = error_response(exc.status_code, str(exc), request_id_of(request))
+    response.headers.update(getattr(exc, "headers", {}))  # e.g. WWW-Authenticate on a 401
+    return response
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
