@@ -30,6 +30,7 @@ def _public(address: str) -> bool:
 
 
 def _literal_addresses(host: str) -> list[str]:
+    host = host.rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return ["127.0.0.1"]
     try:

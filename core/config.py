@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -327,13 +328,17 @@ class Settings(BaseSettings):
 
 
 def _mask_url(url: str) -> str:
-    """Hide the password part of a URL like ``scheme://user:pw@host``."""
+    """Hide the password of a URL like ``scheme://user:pw@host``, and a ``password=`` query parameter."""
+    url = _PASSWORD_PARAM.sub(r"\1***", url)
     if "://" not in url or "@" not in url:
         return url
     scheme, rest = url.split("://", 1)
     creds, host = rest.rsplit("@", 1)
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)
