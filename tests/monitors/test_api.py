@@ -186,8 +186,10 @@ def test_html_report_renders_in_headless_chromium(scenario: Scenario, tmp_path: 
         page = c.get("/reports/credit/drift")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "DRIFTED" in page.text and "credit_score" in page.text and "<svg" in page.text
+    saved = tmp_path / "report.html"  # the page as fetched with a token (a browser sends no bearer header)
+    saved.write_text(page.text, encoding="utf-8")
     out = screenshot(
-        f"{scenario.server.url}/reports/credit/drift",
+        saved.as_uri(),
         ARTIFACTS / f"drift-report-{scenario.backend}.png",
         profile_dir=tmp_path / "chromium",
     )
