@@ -98,3 +98,20 @@ def test_the_api_refuses_to_subscribe_a_private_url(db: Database, tmp_path: Path
         r = c.post("/v1/webhooks", json={"url": "https://hooks.example.com/x"}, headers=auth())
         assert r.status_code == 201, r.text
         assert len(c.get("/v1/webhooks").json()["webhooks"]) == 1
+
+
+def test_the_cli_refuses_to_subscribe_a_private_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    monkeypatch.setenv("DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS", "false")
+    result = CliRunner().invoke(app, ["webhooks", "add", "http://10.0.0.8/hook"])
+    assert result.exit_code == 2 and "rule: webhook_allow_private_urls" in result.stderr
+    assert CliRunner().invoke(app, ["webhooks", "list"]).stdout.count("10.0.0.8") == 0
+    monkeypatch.setenv("DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS", "true")
+    from core.config import get_settings
+
+    get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["webhooks", "add", "http://10.0.0.8/hook"])
+    assert result.exit_code == 0 and "10.0.0.8" in result.stdout

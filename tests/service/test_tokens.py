@@ -243,3 +243,16 @@ def test_secrets_never_reach_logs_metrics_or_error_bodies(
     for secret in (t.read, t.predict, t.revoked, ADMIN, hook_secret, hook_secret[:-2] + "!!"):
         assert secret not in everything
         assert secret.rsplit("_", 1)[-1][:16] not in everything
+
+
+def test_the_alertmanager_receiver_without_its_own_credentials_needs_admin(
+    db: Database, tmp_path: Path
+) -> None:
+    t = make_tokens(db)
+    route = ("POST", "/v1/alerts/alertmanager", {"version": "4", "status": "firing", "alerts": []})
+    with start(db, tmp_path) as server, server.client() as c:
+        assert_denied(call(c, route, None), 401, "scope 'admin'")
+        assert_denied(call(c, route, t.read), 403, "needs scope 'admin'")
+        for ok in (t.admin, ADMIN):
+            r = call(c, route, ok)
+            assert r.status_code == 200 and r.json()["received"] == 0, r.text
