@@ -35,8 +35,7 @@ def _v1_shape(result: Prediction, payload: Any) -> dict[str, Any]:
 
 
 PREDICT = [require_scope(Scope.PREDICT)]  # open unless predict_requires_token
-PREDICT_DOC: dict[str, Any] = {
-    "dependencies": PREDICT,
+PREDICT_DOC: dict[str, Any] = {  # the scope check of :predict is inside predict_route (no dependency cost)
     "openapi_extra": docs.V1_PREDICT,
     "responses": docs.V1_PREDICT_RESPONSES,
     "tags": [V1],
