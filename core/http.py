@@ -81,10 +81,6 @@ class AuthFailed(DomainError):
         super().__init__(f"{message} (rule: scopes)")
 
 
-def _denied(status: int, message: str) -> AuthFailed:
-    return AuthFailed(status, message)
-
-
 async def authorize(request: Request, scope: str) -> Grant | None:
     """The caller's grant for ``scope``; raises 401 without a valid token, 403 with one lacking the scope.
 
@@ -97,24 +93,24 @@ async def authorize(request: Request, scope: str) -> Grant | None:
         return None
     token = bearer_token(request)
     if token is None:
-        raise _denied(
+        raise AuthFailed(
             401,
             f"this route needs 'Authorization: Bearer <token>' with scope '{scope}' (create one with "
             f"`driftwarden tokens create --scope {scope}`)",
         )
-    grant: Grant | None = None
     admin = settings.admin_token
+    grant: Grant | None
     if admin is not None and same_secret(token, admin.get_secret_value()):
         grant = BOOTSTRAP
     else:
         verifier: TokenVerifier | None = getattr(request.app.state, "verifier", None)
         grant = None if verifier is None else await verifier.verify(token)
     if grant is None:
-        raise _denied(
+        raise AuthFailed(
             401, f"the bearer token is unknown, revoked or expired; this route needs scope '{scope}'"
         )
     if not grant.allows(scope):
-        raise _denied(
+        raise AuthFailed(
             403,
             f"token {grant.token_id!r} has scopes {sorted(grant.scopes)}; this route needs scope '{scope}' "
             "(or 'admin')",
