@@ -234,7 +234,7 @@ class Settings(BaseSettings):
     alertmanager_token: SecretStr | None = Field(
         default=None,
         description="Bearer token Alertmanager sends to POST /v1/alerts/alertmanager (http_config "
-        "authorization); unset with no basic auth: the admin token applies.",
+        "authorization); unset with no basic auth: a token with scope admin (or the admin token) is needed.",
     )
     alertmanager_basic_auth: SecretStr | None = Field(
         default=None, description="user:password Alertmanager sends as basic auth (http_config basic_auth)."
