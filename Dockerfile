@@ -5,6 +5,7 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 COPY pyproject.toml README.md constraints.txt ./
 COPY core ./core
+COPY access ./access
 COPY registry ./registry
 COPY predictions ./predictions
 COPY service ./service

@@ -26,6 +26,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	bash scripts/audit.sh
 	$(BIN)/pytest
 
 lint: $(STAMP)

@@ -3,7 +3,7 @@
 Alertmanager sends credentials from its receiver's ``http_config``: a bearer token
 (``authorization: {credentials_file: ...}``) compared with ``DRIFTWARDEN_ALERTMANAGER_TOKEN``, or basic
 auth compared with ``DRIFTWARDEN_ALERTMANAGER_BASIC_AUTH`` (``user:password``), both in constant time.
-With neither set, the admin token applies (open when no admin token is set either).
+With neither set, a token with scope ``admin`` (or the admin token) is needed.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from alerts.specs import errors_at
+from core.auth import Scope
 from core.config import Settings
 from core.errors import Invalid
-from core.http import admin_denied, error_response, holds_nul, request_id_of
+from core.http import authorize, error_response, holds_nul, request_id_of
 
 VERSION = "4"
 # One notification is recorded in one transaction, ~4 ms per new alert on PostgreSQL (1000 distinct alerts:
@@ -107,11 +108,12 @@ def _equal(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
-def auth_denied(request: Request, settings: Settings) -> Response | None:
+async def auth_denied(request: Request, settings: Settings) -> Response | None:
     """None when the caller sent the configured Alertmanager credentials; else the 401 (or admin) answer."""
     token, basic = settings.alertmanager_token, settings.alertmanager_basic_auth
     if token is None and basic is None:
-        return admin_denied(request, settings.admin_token)
+        await authorize(request, Scope.ADMIN)  # raises the 401/403 answer
+        return None
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     given = given.strip()
     if token is not None and scheme.lower() == "bearer" and _equal(given, token.get_secret_value()):

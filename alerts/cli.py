@@ -287,6 +287,10 @@ def webhooks_add(
         )
     except ValidationError as exc:
         raise Invalid("; ".join(errors_at(exc))) from None
+    from alerts.urls import check_url
+    from core.config import get_settings
+
+    check_url(spec.url, allow_private=get_settings().webhook_allow_private_urls, resolve=False)
     created = _with_session(lambda s: flows.add_webhook(session=s, spec=spec))
     typer.echo(f"webhook {created.id} -> {created.url}")
     typer.echo(f"secret (shown once): {created.secret}")

@@ -5,8 +5,9 @@ while a receiver answers), sends each with its stored body and a fresh signature
 result in its own short transaction. A 2xx answer delivers; anything else (an error status, a redirect,
 a refused connection, a timeout) schedules the next attempt after
 ``min(backoff * 2**(attempts-1), backoff_max) * U(0.5, 1.0)`` seconds, and the ``webhook_max_attempts``-th
-failure marks the row ``dead``. Every request has ``webhook_timeout_s`` and follows no redirect; the
-messages of one call are sent in parallel, so one hanging receiver delays no other.
+failure marks the row ``dead``. Every request has ``webhook_timeout_s`` and follows no redirect, and its
+URL is checked first (:mod:`alerts.urls`: no private address unless allowed); the messages of one call
+are sent in parallel, so one hanging receiver delays no other.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import httpx
 
 from alerts import service
 from alerts.models import utcnow
+from alerts.urls import RefusedURL, check_url
 from alerts.webhooks import headers
 from core.config import Settings
 from core.database import Database
@@ -48,7 +50,11 @@ def backoff_s(*, settings: Settings, attempts: int, rng: random.Random | None = 
     return base * (rng or random).uniform(0.5, 1.0)
 
 
-def _post(client: httpx.Client, claim: service.Claim, *, timeout_s: float) -> Attempt:
+def _post(client: httpx.Client, claim: service.Claim, *, timeout_s: float, allow_private: bool) -> Attempt:
+    try:  # again at every delivery: the host's addresses may have changed since it was subscribed
+        check_url(claim.url, allow_private=allow_private, resolve=True)
+    except RefusedURL as exc:
+        return Attempt(False, None, str(exc)[:MAX_ERROR_CHARS])
     sent_at = utcnow()
     deadline = time.monotonic() + timeout_s
     try:
@@ -103,7 +109,17 @@ def send_due(
     http = client or httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False)
     try:
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(claims))) as pool:
-            results = list(pool.map(lambda c: _post(http, c, timeout_s=settings.webhook_timeout_s), claims))
+            results = list(
+                pool.map(
+                    lambda c: _post(
+                        http,
+                        c,
+                        timeout_s=settings.webhook_timeout_s,
+                        allow_private=settings.webhook_allow_private_urls,
+                    ),
+                    claims,
+                )
+            )
     finally:
         if own:
             http.close()

@@ -2,9 +2,9 @@
 deliveries, and the Alertmanager receiver. Thin: parse, call a flow or a service function, shape.
 
 Every bad input is a 4xx ``{"error": ...}`` naming the field and the rule (a :class:`core.errors.Invalid`
-answered by the app's one handler). Changing routes and every webhook route need the admin token when
-one is set (webhook URLs and deliveries are configuration); the Alertmanager receiver takes its own
-credentials (:mod:`alerts.alertmanager`).
+answered by the app's one handler). Reading routes need a token with scope 'read'; changing routes and
+every webhook route need 'admin' (webhook URLs and deliveries are configuration); the Alertmanager receiver
+takes its own credentials (:mod:`alerts.alertmanager`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,16 @@ from alerts import flows, service
 from alerts.alertmanager import AlertmanagerPayload, auth_denied, parse_payload
 from alerts.models import AlertRead, DeliveryRead, WebhookRead, utcnow
 from alerts.specs import RuleSpec, SilenceSpec, WebhookSpec, errors_at
+from alerts.urls import check_url
+from core.auth import Scope
 from core.errors import Invalid
-from core.http import admin_denied, holds_nul, json_response, read_body, request_id_of
-from core.openapi import ADMIN, errors, json_body, model_body, model_schema
+from core.http import holds_nul, json_response, read_body, request_id_of, require_scope
+from core.openapi import AUTH, errors, json_body, model_body, model_schema
 from core.runtime import Runtime
 from registry.names import check_name
 
 router = APIRouter(tags=["Alerts and webhooks"])
+READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
 MAX_BODY_BYTES = 256 * 1024  # rules, silences and subscriptions are small documents
 MAX_ID = 2**31 - 1  # ids are 32-bit integer columns: a larger one is a 400, not a database error
 RULE_ITEM = model_schema(RuleSpec)
@@ -96,17 +99,14 @@ def _ok(request: Request, body: Any, status: int = 200) -> Response:
     return json_response(body, status, request_id_of(request))
 
 
-def _admin(request: Request) -> Response | None:
-    return admin_denied(request, _state(request).settings.admin_token)
-
-
 # --- rules --------------------------------------------------------------------------------------------------
 
 
 @router.get(
     "/v1/models/{name}/alert-rules",
     summary="The alert rules of a model (its own or the defaults)",
-    responses=errors(400, 404),
+    responses=errors(*AUTH, 400, 404),
+    dependencies=READ,
 )
 async def get_rules(request: Request, name: str) -> Response:
     check_name(name)
@@ -117,12 +117,11 @@ async def get_rules(request: Request, name: str) -> Response:
 @router.put(
     "/v1/models/{name}/alert-rules",
     summary="Replace the alert rules of a model (admin)",
-    responses=errors(*ADMIN, 404, 413),
+    responses=errors(*AUTH, 404, 413),
+    dependencies=ADMIN,
     openapi_extra=RULES_BODY,
 )
 async def put_rules(request: Request, name: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     check_name(name)
     data = _object(await _json(request))
     if set(data) != {"rules"}:
@@ -139,7 +138,7 @@ async def put_rules(request: Request, name: str) -> Response:
 # --- alerts -------------------------------------------------------------------------------------------------
 
 
-@router.get("/v1/alerts", summary="Alerts, newest first", responses=errors(400))
+@router.get("/v1/alerts", summary="Alerts, newest first", responses=errors(*AUTH, 400), dependencies=READ)
 async def list_alerts(
     request: Request,
     model: Annotated[str | None, Query(description="Only this model's alerts.")] = None,
@@ -157,7 +156,12 @@ async def list_alerts(
     return _ok(request, {"alerts": await _in_session(request, run)})
 
 
-@router.get("/v1/alerts/{alert_id}", summary="One alert with its history", responses=errors(404))
+@router.get(
+    "/v1/alerts/{alert_id}",
+    summary="One alert with its history",
+    responses=errors(*AUTH, 404),
+    dependencies=READ,
+)
 async def get_alert(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX_ID)]) -> Response:
     doc = await _in_session(
         request, lambda s: flows.alert_detail(session=s, alert_id=alert_id).model_dump(mode="json")
@@ -168,12 +172,12 @@ async def get_alert(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX
 @router.post(
     "/v1/alerts/alertmanager",
     summary="Receive Prometheus Alertmanager notifications (webhook v4)",
-    responses=errors(*ADMIN, 413),
+    responses=errors(*AUTH, 413),
     openapi_extra=model_body(AlertmanagerPayload),
 )
 async def alertmanager(request: Request) -> Response:
     state = _state(request)
-    if (denied := auth_denied(request, state.settings)) is not None:
+    if (denied := await auth_denied(request, state.settings)) is not None:
         return denied
     payload = parse_payload(await _json(request, state.settings.max_body_bytes))
     doc = await _in_session(
@@ -189,18 +193,17 @@ async def alertmanager(request: Request) -> Response:
     "/v1/silences",
     summary="Silence the alerts matching a set of label matchers (admin)",
     status_code=201,
-    responses=errors(*ADMIN, 413),
+    responses=errors(*AUTH, 413),
+    dependencies=ADMIN,
     openapi_extra=model_body(SilenceSpec),
 )
 async def create_silence(request: Request) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     spec = _validated(SilenceSpec, await _json(request))
     read = await _in_session(request, lambda s: flows.create_silence(session=s, spec=spec))
     return _ok(request, read.model_dump(mode="json"), 201)
 
 
-@router.get("/v1/silences", summary="Silences, newest first")
+@router.get("/v1/silences", summary="Silences, newest first", responses=errors(*AUTH), dependencies=READ)
 async def list_silences(request: Request) -> Response:
     def run(s: Session) -> list[dict[str, Any]]:
         now = utcnow()
@@ -212,11 +215,12 @@ async def list_silences(request: Request) -> Response:
 
 
 @router.delete(
-    "/v1/silences/{silence_id}", summary="Expire a silence now (admin)", responses=errors(*ADMIN, 404)
+    "/v1/silences/{silence_id}",
+    summary="Expire a silence now (admin)",
+    responses=errors(*AUTH, 404),
+    dependencies=ADMIN,
 )
 async def delete_silence(request: Request, silence_id: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     read = await _in_session(request, lambda s: flows.expire_silence(session=s, silence_id=silence_id))
     return _ok(request, read.model_dump(mode="json"))
 
@@ -228,23 +232,24 @@ async def delete_silence(request: Request, silence_id: str) -> Response:
     "/v1/webhooks",
     summary="Subscribe a URL to signed webhook messages (admin)",
     status_code=201,
-    responses=errors(*ADMIN, 409, 413),
+    responses=errors(*AUTH, 409, 413),
     openapi_extra=model_body(WebhookSpec),
+    dependencies=ADMIN,
 )
 async def create_webhook(request: Request) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     spec = _validated(WebhookSpec, await _json(request))
+    check_url(spec.url, allow_private=_state(request).settings.webhook_allow_private_urls, resolve=False)
     created = await _in_session(request, lambda s: flows.add_webhook(session=s, spec=spec))
     return _ok(request, created.model_dump(mode="json"), 201)
 
 
 @router.get(
-    "/v1/webhooks", summary="Webhook subscriptions (admin; secrets are never shown)", responses=errors(*ADMIN)
+    "/v1/webhooks",
+    summary="Webhook subscriptions (admin; secrets are never shown)",
+    responses=errors(*AUTH),
+    dependencies=ADMIN,
 )
 async def list_webhooks(request: Request) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
 
     def run(s: Session) -> list[dict[str, Any]]:
         return [
@@ -256,11 +261,12 @@ async def list_webhooks(request: Request) -> Response:
 
 
 @router.get(
-    "/v1/webhooks/{webhook_id}", summary="One webhook subscription (admin)", responses=errors(*ADMIN, 404)
+    "/v1/webhooks/{webhook_id}",
+    summary="One webhook subscription (admin)",
+    responses=errors(*AUTH, 404),
+    dependencies=ADMIN,
 )
 async def get_webhook(request: Request, webhook_id: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     doc = await _in_session(
         request,
         lambda s: WebhookRead.model_validate(
@@ -273,11 +279,10 @@ async def get_webhook(request: Request, webhook_id: str) -> Response:
 @router.delete(
     "/v1/webhooks/{webhook_id}",
     summary="Remove a webhook subscription and its outbox (admin)",
-    responses=errors(*ADMIN, 404),
+    responses=errors(*AUTH, 404),
+    dependencies=ADMIN,
 )
 async def delete_webhook(request: Request, webhook_id: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     await _in_session(request, lambda s: service.remove_subscription(session=s, webhook_id=webhook_id))
     return _ok(request, {"deleted": webhook_id})
 
@@ -285,7 +290,8 @@ async def delete_webhook(request: Request, webhook_id: str) -> Response:
 @router.get(
     "/v1/webhooks/{webhook_id}/deliveries",
     summary="Messages to one subscription, newest first (admin)",
-    responses=errors(*ADMIN, 404),
+    responses=errors(*AUTH, 404),
+    dependencies=ADMIN,
 )
 async def list_deliveries(
     request: Request,
@@ -293,8 +299,6 @@ async def list_deliveries(
     state: Annotated[Literal["pending", "delivered", "dead"] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
 
     def run(s: Session) -> list[dict[str, Any]]:
         service.get_subscription(session=s, webhook_id=webhook_id)
@@ -307,11 +311,10 @@ async def list_deliveries(
 @router.post(
     "/v1/webhooks/deliveries/{delivery_id}:redeliver",
     summary="Send a delivery again, due now, same webhook-id and body (admin)",
-    responses=errors(*ADMIN, 404, 409),
+    responses=errors(*AUTH, 404, 409),
+    dependencies=ADMIN,
 )
 async def redeliver(request: Request, delivery_id: str) -> Response:
-    if (denied := _admin(request)) is not None:
-        return denied
     doc = await _in_session(
         request,
         lambda s: DeliveryRead.model_validate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -163,7 +164,20 @@ class Settings(BaseSettings):
         ),
     )
     admin_token: SecretStr | None = Field(
-        default=None, description="Bearer token for admin routes (POST .../monitors:run); unset: open."
+        default=None,
+        description="A bootstrap admin credential: this bearer token has every scope (unset: only tokens "
+        "made by `driftwarden tokens create` get in; see docs/security.md).",
+    )
+    predict_requires_token: bool = Field(
+        default=False,
+        description="Predictions, model status and metadata need a token with scope 'predict' (off: open "
+        "to anyone who reaches the port, as TF Serving is; every other data route always needs a token).",
+    )
+    token_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="A verified token is trusted this long without a database read (a revocation or an "
+        "expiry takes effect within it; 0: read every time).",
     )
 
     # observability (core/health.py, monitors/metrics.py, service/serving/operations.py)
@@ -202,6 +216,11 @@ class Settings(BaseSettings):
         "http://<api_host>:<api_port>.",
     )
     webhook_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one webhook delivery.")
+    webhook_allow_private_urls: bool = Field(
+        default=False,
+        description="Allow webhook URLs on loopback, private, link-local and other non-public addresses "
+        "(off: refused when subscribed and when sent, against server-side request forgery).",
+    )
     webhook_max_attempts: int = Field(
         default=8, gt=0, description="Deliveries of one webhook message before it is dead-lettered."
     )
@@ -223,7 +242,7 @@ class Settings(BaseSettings):
     alertmanager_token: SecretStr | None = Field(
         default=None,
         description="Bearer token Alertmanager sends to POST /v1/alerts/alertmanager (http_config "
-        "authorization); unset with no basic auth: the admin token applies.",
+        "authorization); unset with no basic auth: a token with scope admin (or the admin token) is needed.",
     )
     alertmanager_basic_auth: SecretStr | None = Field(
         default=None, description="user:password Alertmanager sends as basic auth (http_config basic_auth)."
@@ -317,13 +336,17 @@ class Settings(BaseSettings):
 
 
 def _mask_url(url: str) -> str:
-    """Hide the password part of a URL like ``scheme://user:pw@host``."""
+    """Hide the password of a URL like ``scheme://user:pw@host``, and a ``password=`` query parameter."""
+    url = _PASSWORD_PARAM.sub(r"\1***", url)
     if "://" not in url or "@" not in url:
         return url
     scheme, rest = url.split("://", 1)
     creds, host = rest.rsplit("@", 1)
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+
+
+_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)

@@ -1,18 +1,20 @@
-"""The HTTP edge every domain's routes share: bounded bodies, the ``{"error": ...}`` shape and request ids."""
+"""The HTTP edge every domain's routes share: bounded bodies, the ``{"error": ...}`` shape, request ids and
+the scope check of bearer tokens (:func:`require_scope`)."""
 
 from __future__ import annotations
 
-import hmac
 import os
 import random
 import re
 from typing import Any
 
 import orjson
-from pydantic import SecretStr
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import Request
 from starlette.responses import Response
 
+from core.auth import BOOTSTRAP, Grant, Scope, TokenVerifier, same_secret
 from core.errors import DomainError
 
 _random = random.Random(int.from_bytes(os.urandom(32), "big"))  # ids without a syscall per request
@@ -63,21 +65,82 @@ def request_id_of(request: Request) -> str:
     return rid if rid and REQUEST_ID.match(rid) else f"{_random.getrandbits(128):032x}"
 
 
-def admin_denied(request: Request, token: SecretStr | None) -> Response | None:
-    """None when the caller may use an admin route (no token configured, or the right bearer token).
-
-    Otherwise the answer to send: 401 without a bearer token, 403 with a wrong one (constant-time compare).
-    """
-    if token is None:
-        return None
+def bearer_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        return error_response(
-            401, "this admin route needs 'Authorization: Bearer <admin token>'", request_id_of(request)
+    given = given.strip()
+    return given if scheme.lower() == "bearer" and given else None
+
+
+class AuthFailed(DomainError):
+    """401 (no valid token) or 403 (a token without the route's scope); ``headers`` go with the answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status_code = status
+        self.headers = {"WWW-Authenticate": 'Bearer realm="driftwarden"'} if status == 401 else {}
+        super().__init__(f"{message} (rule: scopes)")
+
+
+async def authorize(request: Request, scope: str) -> Grant | None:
+    """The caller's grant for ``scope``; raises 401 without a valid token, 403 with one lacking the scope.
+
+    ``DRIFTWARDEN_ADMIN_TOKEN`` (when set) is a bootstrap admin credential; any other token goes to the
+    :class:`core.auth.TokenVerifier` in ``request.app.state.verifier``. ``predict`` is open (None) unless
+    ``predict_requires_token`` is on.
+    """
+    settings = request.app.state.dw.settings
+    if scope == Scope.PREDICT and not settings.predict_requires_token:
+        return None
+    token = bearer_token(request)
+    if token is None:
+        raise AuthFailed(
+            401,
+            f"this route needs 'Authorization: Bearer <token>' with scope '{scope}' (create one with "
+            f"`driftwarden tokens create --scope {scope}`)",
         )
-    if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
-        return error_response(403, "the admin token is wrong", request_id_of(request))
-    return None
+    admin = settings.admin_token
+    grant: Grant | None
+    if admin is not None and same_secret(token, admin.get_secret_value()):
+        grant = BOOTSTRAP
+    else:
+        verifier: TokenVerifier | None = getattr(request.app.state, "verifier", None)
+        grant = None if verifier is None else await verifier.verify(token)
+    if grant is None:
+        raise AuthFailed(
+            401, f"the bearer token is unknown, revoked or expired; this route needs scope '{scope}'"
+        )
+    if not grant.allows(scope):
+        raise AuthFailed(
+            403,
+            f"token {grant.token_id!r} has scopes {sorted(grant.scopes)}; this route needs scope '{scope}' "
+            "(or 'admin')",
+        )
+    return grant
+
+
+_bearer = HTTPBearer(auto_error=False, description="A driftwarden token (`driftwarden tokens create`).")
+
+
+def require_scope(scope: str) -> Any:
+    """A route dependency: ``dependencies=[require_scope("read")]`` (documents bearer auth in OpenAPI).
+
+    ``predict`` declares nothing in the document itself: whether it needs a token is a setting, and the
+    document marks the operations carrying :data:`core.openapi.PREDICT_SCOPE` when it does.
+    """
+    if scope == Scope.PREDICT:
+
+        async def check_predict(request: Request) -> Grant | None:
+            return await authorize(request, scope)
+
+        return Depends(check_predict)
+
+    async def check(
+        request: Request,
+        _credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),  # noqa: B008
+    ) -> Grant | None:
+        return await authorize(request, scope)
+
+    return Depends(check)
 
 
 def holds_nul(value: Any) -> bool:

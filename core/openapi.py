@@ -44,7 +44,11 @@ DESCRIPTIONS = {
     500: "The model's output broke its output contract (the value is never answered)",
     503: "A dependency is unavailable (the prediction log, a health check)",
 }
-ADMIN = (401, 403)
+PREDICT_SCOPE: dict[str, Any] = {"x-driftwarden-scope": "predict"}
+"""``openapi_extra`` of the routes open to scope ``predict``: the document gives them the bearer scheme, 401
+and 403 when ``predict_requires_token`` is on (``service/serving/openapi.py``)."""
+AUTH = (401, 403)
+"""The statuses of a route that needs a bearer token with a scope (`core.http.require_scope`)."""
 
 
 def errors(*codes: int, **described: str) -> dict[int | str, dict[str, Any]]:

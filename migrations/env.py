@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 
 # Every domain that owns tables is imported here, so that autogenerate sees all of them.
+import access.models  # noqa: F401
 import alerts.models  # noqa: F401
 import monitors.models  # noqa: F401
 import predictions.models  # noqa: F401

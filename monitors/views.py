@@ -1,8 +1,8 @@
 """Drift routes: latest report (JSON, HTML), history, evaluate now (admin). Thin: parse, call a flow, shape.
 
 Every error is a 4xx ``{"error": ...}`` naming what is wrong (unknown model, no serving version, no
-profile, too few predictions in the window, no run yet, missing or wrong admin token): the flows raise a
-:class:`monitors.flows.MonitorError` (a ``DomainError``) and the app answers it with its status.
+profile, too few predictions in the window, no run yet, a missing token or one without the route's scope):
+the flows raise a :class:`monitors.flows.MonitorError` (a ``DomainError``), answered with its status.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
-from core.http import admin_denied, json_response, request_id_of
-from core.openapi import ADMIN, errors
+from core.auth import Scope
+from core.http import json_response, request_id_of, require_scope
+from core.openapi import AUTH, errors
 from core.runtime import Runtime
 from monitors import flows
 from monitors.findings import finding_from_dict, headline
 
 router = APIRouter(tags=["Drift monitors"])
+READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
 
 
 def _state(request: Request) -> Runtime:
@@ -28,11 +30,13 @@ def _state(request: Request) -> Runtime:
 
 
 NO_REPORT = errors(
-    404, 409, e404="Unknown model", e409="No monitor run yet (or no serving version, no profile)"
+    *AUTH, 404, 409, e404="Unknown model", e409="No monitor run yet (or no serving version, no profile)"
 )
 
 
-@router.get("/v1/models/{name}/drift", summary="Latest drift report (JSON)", responses=NO_REPORT)
+@router.get(
+    "/v1/models/{name}/drift", summary="Latest drift report (JSON)", responses=NO_REPORT, dependencies=READ
+)
 async def latest(request: Request, name: str) -> Response:
     state = _state(request)
     extra = await asyncio.to_thread(state.extra_findings, name)
@@ -40,7 +44,12 @@ async def latest(request: Request, name: str) -> Response:
     return json_response(doc, request_id=request_id_of(request))
 
 
-@router.get("/v1/models/{name}/drift/history", summary="Monitor runs, newest first", responses=NO_REPORT)
+@router.get(
+    "/v1/models/{name}/drift/history",
+    summary="Monitor runs, newest first",
+    responses=NO_REPORT,
+    dependencies=READ,
+)
 async def run_history(
     request: Request, name: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> Response:
@@ -53,13 +62,11 @@ async def run_history(
     "/v1/models/{name}/monitors:run",
     summary="Evaluate drift now (admin)",
     status_code=201,
-    responses=errors(*ADMIN, 404, 409, e409="No serving version, no profile or too few predictions"),
+    responses=errors(*AUTH, 404, 409, e409="No serving version, no profile or too few predictions"),
+    dependencies=ADMIN,
 )
 async def run_now(request: Request, name: str) -> Response:
     state = _state(request)
-    denied = admin_denied(request, state.settings.admin_token)
-    if denied is not None:
-        return denied
     # predictions answered moments ago may still be on their way to the table
     await asyncio.to_thread(state.flush_predictions, 5.0)
     outcome = await asyncio.to_thread(
@@ -83,6 +90,7 @@ async def run_now(request: Request, name: str) -> Response:
     summary="Latest drift report (HTML)",
     response_class=HTMLResponse,
     responses=NO_REPORT,
+    dependencies=READ,
 )
 async def html_report(request: Request, name: str) -> Response:
     state = _state(request)

@@ -3,7 +3,8 @@
 Bad requests raise :class:`core.errors.DomainError` subclasses, answered by the app's one handler as
 ``{"error": ...}``: 400 for a malformed name, version or body field, 404 for an unknown model or version,
 409 for a change the version's state does not allow (or a concurrent promotion), 413 for a body over
-:data:`MAX_BODY_BYTES`. Changing routes need the admin token when one is set.
+:data:`MAX_BODY_BYTES`. Reading needs a token with scope 'read', a change one with 'admin'
+(:func:`core.http.require_scope`).
 A running server serves a promoted (or rolled back, or re-labelled) version after its next registry poll.
 """
 
@@ -15,15 +16,17 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from core.auth import Scope
 from core.errors import Invalid
-from core.http import admin_denied, json_response, read_body, request_id_of
-from core.openapi import ADMIN, errors, json_body
+from core.http import json_response, read_body, request_id_of, require_scope
+from core.openapi import AUTH, errors, json_body
 from core.runtime import Runtime
 from registry.models import ModelVersionRead
 from registry.names import MAX_VERSION, check_label, check_name, parse_version
 from registry.service import labels_of, promote, reject, rollback, serving_version, set_label, show
 
 router = APIRouter(tags=["Model registry"])
+READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
 ACTOR = "api"
 MAX_BODY_BYTES = 64 * 1024  # admin bodies are a version or a reason: read streaming, refused past this (413)
 
@@ -89,7 +92,8 @@ def _ok(request: Request, body: Any) -> Response:
 @router.get(
     "/v1/models/{name}/versions",
     summary="Registered versions, labels and state history",
-    responses=errors(404),
+    responses=errors(*AUTH, 404),
+    dependencies=READ,
 )
 async def versions(request: Request, name: str) -> Response:
     """Every registered version of a model (newest first) with its labels, and the history of its states."""
@@ -107,14 +111,12 @@ async def versions(request: Request, name: str) -> Response:
 @router.post(
     "/v1/models/{name}/versions/{version}:promote",
     summary="Serve this version (admin)",
-    responses=errors(*ADMIN, 404, 409),
+    responses=errors(*AUTH, 404, 409),
+    dependencies=ADMIN,
 )
 async def promote_version(request: Request, name: str, version: str) -> Response:
     """Make the version the serving one; the one serving so far is archived. Already serving: no change."""
     state = _state(request)
-    denied = admin_denied(request, state.settings.admin_token)
-    if denied is not None:
-        return denied
     check_name(name)
     number = parse_version(version)
 
@@ -135,14 +137,12 @@ async def promote_version(request: Request, name: str, version: str) -> Response
 @router.post(
     "/v1/models/{name}:rollback",
     summary="Serve the previous serving version again (admin)",
-    responses=errors(*ADMIN, 404, 409),
+    responses=errors(*AUTH, 404, 409),
+    dependencies=ADMIN,
 )
 async def rollback_model(request: Request, name: str) -> Response:
     """Serve the version that served before the current one; the current one is archived."""
     state = _state(request)
-    denied = admin_denied(request, state.settings.admin_token)
-    if denied is not None:
-        return denied
     check_name(name)
 
     def run() -> dict[str, Any]:
@@ -160,15 +160,13 @@ async def rollback_model(request: Request, name: str) -> Response:
 @router.put(
     "/v1/models/{name}/labels/{label}",
     summary="Point a label at a version (admin)",
-    responses=errors(*ADMIN, 404, 409, 413),
+    responses=errors(*AUTH, 404, 409, 413),
+    dependencies=ADMIN,
     openapi_extra=_body_doc("version", VERSION_FIELD),
 )
 async def put_label(request: Request, name: str, label: str) -> Response:
     """Point ``label`` at the version given as ``{"version": N}`` (a label cannot point at a rejected one)."""
     state = _state(request)
-    denied = admin_denied(request, state.settings.admin_token)
-    if denied is not None:
-        return denied
     check_name(name)
     check_label(label)
     number = _body_version(await _json_object(request))
@@ -185,15 +183,13 @@ async def put_label(request: Request, name: str, label: str) -> Response:
 @router.post(
     "/v1/models/{name}/versions/{version}:reject",
     summary="Reject this version, with a reason (admin)",
-    responses=errors(*ADMIN, 404, 409, 413),
+    responses=errors(*AUTH, 404, 409, 413),
+    dependencies=ADMIN,
     openapi_extra=_body_doc("reason", REASON_FIELD),
 )
 async def reject_version(request: Request, name: str, version: str) -> Response:
     """Mark the version rejected (``{"reason": "..."}``); the serving version must be replaced first."""
     state = _state(request)
-    denied = admin_denied(request, state.settings.admin_token)
-    if denied is not None:
-        return denied
     check_name(name)
     number = parse_version(version)
     reason = _body_reason(await _json_object(request))

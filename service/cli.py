@@ -77,6 +77,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "predictions.cli": ("predictions",),
     "monitors.cli": ("drift", "monitor"),
     "alerts.cli": ("alerts", "webhooks"),
+    "access.cli": ("tokens",),
 }
 
 

@@ -96,7 +96,7 @@ def watch_drift(
     from monitors.findings import headline as make_headline
     from monitors.report import report_from_dict
     from service.demo_loop import close_the_loop, webhook_receiver
-    from service.serving.demo import running_server
+    from service.serving.demo import running_server, with_demo_token
 
     phases = (
         (Scenario.BASELINE, "baseline traffic (same distribution as training)"),
@@ -113,15 +113,17 @@ def watch_drift(
             "retrain_window_rows": window,  # retrain on the drifted window
             # as many optimizer steps as the first training had (its data was rows/window times larger)
             "retrain_epochs": epochs * max(1.0, rows / window),
+            "webhook_allow_private_urls": True,  # the demo's receiver listens on loopback
         }
     )
+    live, headers = with_demo_token(live)  # feedback, reports and admin routes need a token
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     verdicts: list[set[str]] = []
     summary = Summary()
     with (
         webhook_receiver(secret) as receiver,
         running_server(settings=live) as url,
-        httpx.Client(base_url=url, timeout=60) as client,
+        httpx.Client(base_url=url, timeout=60, headers=headers) as client,
     ):
         hook = client.post(
             "/v1/webhooks",

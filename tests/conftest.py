@@ -64,6 +64,7 @@ def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Itera
     monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", f"sqlite:///{tmp_path / 'var' / 'driftwarden.db'}")
     monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(tmp_path / "var" / "models"))
     monkeypatch.setenv("DRIFTWARDEN_CHECKPOINT_PATH", str(tmp_path / "var" / "checkpoints"))
+    monkeypatch.setenv("DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS", "true")  # the receivers listen on loopback
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()

@@ -110,17 +110,32 @@ class Server:
         return self.app.state.dw
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30)
+        """A client that sends the server's admin token (every scope) when it has one."""
+        token = self.settings.admin_token
+        headers = auth(token.get_secret_value()) if token is not None else None
+        return httpx.Client(base_url=self.url, timeout=30, headers=headers)
+
+
+ADMIN_TOKEN = "test-admin-token"  # serve_settings' bootstrap admin credential (DRIFTWARDEN_ADMIN_TOKEN)
+
+
+NO_AUTH = {"Authorization": ""}  # overrides a client's default header: the request goes without a token
+
+
+def auth(token: str = ADMIN_TOKEN) -> dict[str, str]:
+    """The ``Authorization`` header of a bearer token."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 def serve_settings(url: str, spool: Path, **overrides: Any) -> Settings:
-    """Settings for a test server: its database, its spool, a fast registry poll."""
+    """Settings for a test server: its database, its spool, a fast registry poll, an admin token."""
     values: dict[str, Any] = {
         "database_url": url,
         "spool_path": spool,
         "model_poll_interval_s": 0.2,
         "retention_interval_s": 0,
         "log_retry_interval_s": 0.2,
+        "admin_token": ADMIN_TOKEN,
         **overrides,
     }
     return Settings(**values)

@@ -2,8 +2,9 @@
 
 ``POST /v1/models/{name}/retrain`` answers 202 with the job document and ``Location: /v1/jobs/{id}``;
 ``created`` tells a new job from the active one (or the one of the same ``Idempotency-Key``) it answers
-with. Errors are ``{"error": ...}`` naming the field or the rule: 400 a bad body, 401/403 the admin token,
-404 an unknown model or job, 409 cancelling a job that has ended.
+with. Errors are ``{"error": ...}`` naming the field or the rule: 400 a bad body, 401/403 a missing token
+or one without the scope (admin to change, read to list), 404 an unknown model or job, 409 cancelling a job
+that has ended.
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
+from core.auth import Scope
 from core.errors import Conflict, Invalid
 from core.events import JOB_FINISHED, publish
-from core.http import admin_denied, holds_nul, json_response, read_body, request_id_of
-from core.openapi import ADMIN, errors, model_body
+from core.http import holds_nul, json_response, read_body, request_id_of, require_scope
+from core.openapi import AUTH, errors, model_body
 from core.runtime import Runtime
 from training import service
 from training.models import JobState, RetrainRequest, Trigger
 
 router = APIRouter(tags=["Retraining jobs"])
+READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
 MAX_BODY = 16 * 1024
 RETRAIN_RULES = [  # service.check_params: ps only with mode async, workers not with mode local; no NUL
     {"properties": {"reason": {"pattern": "^[^\\u0000]*$"}}},
@@ -69,7 +72,8 @@ async def _params(request: Request) -> dict[str, Any]:
     "/v1/models/{name}/retrain",
     summary="Queue a retraining job (admin)",
     status_code=202,
-    responses=errors(*ADMIN, 404, 409, 413),
+    responses=errors(*AUTH, 404, 409, 413),
+    dependencies=ADMIN,
     openapi_extra=model_body(RetrainRequest, required=False, allOf=RETRAIN_RULES),
 )
 async def retrain(
@@ -86,9 +90,6 @@ async def retrain(
     of the same `Idempotency-Key`, is answered instead of a new one (`created: false`).
     """
     state = _state(request)
-    denied = admin_denied(request, state.settings.admin_token)
-    if denied is not None:
-        return denied
     params = await _params(request)
 
     def _enqueue() -> dict[str, Any]:
@@ -112,7 +113,7 @@ async def retrain(
     return response
 
 
-@router.get("/v1/jobs", summary="Retraining jobs, newest first")
+@router.get("/v1/jobs", summary="Retraining jobs, newest first", responses=errors(*AUTH), dependencies=READ)
 async def jobs(
     request: Request,
     model: Annotated[str | None, Query(description="Only this model's jobs.")] = None,
@@ -138,7 +139,8 @@ async def jobs(
 @router.get(
     "/v1/jobs/{job_id}",
     summary="One retraining job: state, progress, gate checks, log tail",
-    responses=errors(404),
+    responses=errors(*AUTH, 404),
+    dependencies=READ,
 )
 async def job(request: Request, job_id: JobId) -> Response:
     runtime = _state(request)
@@ -154,14 +156,12 @@ async def job(request: Request, job_id: JobId) -> Response:
     "/v1/jobs/{job_id}:cancel",
     summary="Cancel a queued or running job (admin)",
     status_code=202,
-    responses=errors(*ADMIN, 404, 409),
+    responses=errors(*AUTH, 404, 409),
+    dependencies=ADMIN,
 )
 async def cancel(request: Request, job_id: JobId) -> Response:
     """A queued job is cancelled at once; a running one stops at its worker's next heartbeat (202)."""
     runtime = _state(request)
-    denied = admin_denied(request, runtime.settings.admin_token)
-    if denied is not None:
-        return denied
 
     def _cancel() -> dict[str, Any]:
         with runtime.db.session() as session:

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from access.verifier import CachedVerifier
 from alerts.flows import install as install_alerts
 from alerts.flows import seed_rules
 from alerts.scheduled import start_outbox_retention, start_sender
@@ -136,6 +137,7 @@ def create_app(
         gc.collect()
         gc.freeze()
         app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
+        app.state.verifier = CachedVerifier(db=db, ttl_s=cfg.token_cache_s)  # core.http.require_scope
         install_alerts()  # the alert rules act on every monitor run, health pass and finished job
         await asyncio.to_thread(seed_rules, db=db, settings=cfg)  # DRIFTWARDEN_ALERT_RULES_FILE, if set
         retention = start_retention(app.state.dw)
@@ -198,7 +200,9 @@ def create_app(
     ):
         app.include_router(router)
     guard_methods(app)
-    app.openapi = lambda: document(app, secured=cfg.admin_token is not None)  # type: ignore[method-assign]
+    app.openapi = lambda: document(  # type: ignore[method-assign]
+        app, predict_requires_token=cfg.predict_requires_token
+    )
     app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
@@ -215,7 +219,9 @@ def worker_app() -> FastAPI:
 
 async def _domain_error(request: Request, exc: DomainError) -> Response:
     """Every domain's errors, answered in one place: their status and their one-line message."""
-    return error_response(exc.status_code, str(exc), request_id_of(request))
+    response = error_response(exc.status_code, str(exc), request_id_of(request))
+    response.headers.update(getattr(exc, "headers", {}))  # e.g. WWW-Authenticate on a 401
+    return response
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

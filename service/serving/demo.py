@@ -8,6 +8,7 @@ what happened, so the tour can print it.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from core.config import Settings
 from core.network import free_port
@@ -61,6 +63,12 @@ def running_server(*, settings: Settings, port: int | None = None) -> Iterator[s
         thread.join(60)
 
 
+def with_demo_token(settings: Settings) -> tuple[Settings, dict[str, str]]:
+    """The demo's server with an admin token (a one-off one unless set) and the header its client sends."""
+    token = settings.admin_token.get_secret_value() if settings.admin_token else secrets.token_urlsafe(32)
+    return settings.model_copy(update={"admin_token": SecretStr(token)}), {"Authorization": f"Bearer {token}"}
+
+
 def run_serving_demo(
     *,
     settings: Settings,
@@ -70,9 +78,10 @@ def run_serving_demo(
     port: int | None = None,
 ) -> ServingDemoResult:
     """Serve ``model`` (its serving version must be promoted), send ``rows`` through both protocols."""
+    settings, headers = with_demo_token(settings)
     with running_server(settings=settings, port=port) as url:
         say(f"  serving at {url} (docs at {url}/docs)")
-        with httpx.Client(base_url=url, timeout=30) as c:
+        with httpx.Client(base_url=url, timeout=30, headers=headers) as c:
             half = max(1, len(rows) // 2)
             v1 = c.post(f"/v1/models/{model}:predict", json={"instances": rows[:half]})
             v1.raise_for_status()

@@ -80,6 +80,20 @@ def _responses(ok: Any, *codes: int) -> dict[int | str, dict[str, Any]]:
                 "is not finite (rule: output_finite)"
             },
         ),
+        401: (
+            "No valid bearer token (`Authorization: Bearer <token>`)",
+            {
+                "error": "this route needs 'Authorization: Bearer <token>' with scope 'feedback' "
+                "(rule: scopes)"
+            },
+        ),
+        403: (
+            "The bearer token lacks the route's scope",
+            {
+                "error": "token 'ab12cd34' has scopes ['read']; this route needs scope 'feedback' "
+                "(rule: scopes)"
+            },
+        ),
         503: (
             "The prediction log is unavailable (disk and database)",
             {"error": "prediction log unavailable"},
@@ -185,7 +199,9 @@ FEEDBACK = _json_body(
     },
     {"labels": ("Ground truth for earlier predictions", {"labels": [{"prediction_id": PID, "label": 1}]})},
 )
-FEEDBACK_RESPONSES = _responses({"stored": 1, "unknown_ids": [], "duplicate_ids": []}, 400, 404, 413)
+FEEDBACK_RESPONSES = _responses(
+    {"stored": 1, "unknown_ids": [], "duplicate_ids": []}, 400, 401, 403, 404, 413
+)
 
 DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
 DATATYPES += ["FP16", "FP32", "FP64", "BYTES"]

@@ -8,8 +8,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from core.http import error_response, json_response, request_id_of
-from core.openapi import errors
+from core.auth import Scope
+from core.http import error_response, json_response, request_id_of, require_scope
+from core.openapi import PREDICT_SCOPE, errors
 from registry.schema import FeatureKind, ModelSchema
 from service.serving import docs
 from service.serving.codecs import parse_v2
@@ -43,8 +44,9 @@ def _v2_shape(result: Prediction, payload: Any) -> dict[str, Any]:
     }
 
 
-INFER_DOC: dict[str, Any] = {
-    "openapi_extra": docs.V2_INFER,
+PREDICT = [require_scope(Scope.PREDICT)]  # open unless predict_requires_token
+INFER_DOC: dict[str, Any] = {  # the scope check of /infer is inside predict_route (no dependency cost)
+    "openapi_extra": {**docs.V2_INFER, **PREDICT_SCOPE},
     "responses": docs.V2_INFER_RESPONSES,
     "tags": [V2],
 }
@@ -86,7 +88,14 @@ def _v2_model(request: Request, name: str, version: str | None) -> Response:
     return json_response(body, 200, rid)
 
 
-@router.get("/v2/models/{name}", summary="Model metadata", responses=docs.V2_MODEL_RESPONSES, tags=[V2])
+@router.get(
+    "/v2/models/{name}",
+    summary="Model metadata",
+    responses=docs.V2_MODEL_RESPONSES,
+    tags=[V2],
+    dependencies=PREDICT,
+    openapi_extra=PREDICT_SCOPE,
+)
 async def v2_model(request: Request, name: str) -> Response:
     """Inputs (one per feature) and outputs of the serving version, and the loaded versions."""
     return _v2_model(request, name, None)
@@ -97,6 +106,8 @@ async def v2_model(request: Request, name: str) -> Response:
     summary="Model version metadata",
     responses=docs.V2_MODEL_RESPONSES,
     tags=[V2],
+    dependencies=PREDICT,
+    openapi_extra=PREDICT_SCOPE,
 )
 async def v2_model_version(request: Request, name: str, version: str) -> Response:
     """Metadata of one loaded version."""

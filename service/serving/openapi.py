@@ -2,7 +2,7 @@
 
 * The document: FastAPI's, with its never-sent 422 replaced by the 400 ``{"error": ...}`` answer the app
   gives for a malformed parameter; path parameters described with the rules the routes check by hand
-  (model names and labels, versions); the admin routes marked with the bearer scheme when a token is set.
+  (model names and labels, versions); every route that answers 401 marked with the bearer scheme.
 * Methods: a path answers a method it does not declare with 405 and an ``Allow`` header listing exactly
   the methods of its most specific route template (``/v1/models/{name}/versions/{version}:promote`` is
   not ``/v1/models/{name}/versions/{version}``), for every method, TRACE and OPTIONS included.
@@ -20,11 +20,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
-from core.openapi import ErrorBody
+from core.openapi import AUTH, DESCRIPTIONS, ErrorBody
 from registry.names import MAX_NAME_LENGTH, MAX_VERSION, NAME_PATTERN
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE")
-BEARER = "adminToken"
+BEARER = "HTTPBearer"  # the scheme name FastAPI gives core.http's HTTPBearer dependency
 _PARAMS = re.compile(r"{[^}]*}")
 _TEXT = {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": MAX_NAME_LENGTH}
 PATH_RULES: dict[str, dict[str, Any]] = {
@@ -42,7 +42,7 @@ def _error_ref(description: str) -> dict[str, Any]:
     }
 
 
-def document(app: FastAPI, *, secured: bool) -> dict[str, Any]:
+def document(app: FastAPI, *, predict_requires_token: bool = False) -> dict[str, Any]:
     """The OpenAPI document of ``app`` (built once, then cached on the app like FastAPI's own)."""
     if app.openapi_schema is not None:
         return app.openapi_schema
@@ -63,13 +63,19 @@ def document(app: FastAPI, *, secured: bool) -> dict[str, Any]:
     ):
         schemas.setdefault(sub, sub_schema)
     schemas["ErrorBody"].pop("$defs", None)
-    if secured:
-        components["securitySchemes"] = {
-            BEARER: {"type": "http", "scheme": "bearer", "description": "DRIFTWARDEN_ADMIN_TOKEN"}
-        }
+    # the routes' require_scope dependency declares FastAPI's HTTPBearer scheme; routes checking a token by
+    # hand (the Alertmanager receiver, predict when it needs a token) point at the same scheme
+    components.setdefault("securitySchemes", {}).setdefault(
+        BEARER,
+        {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A driftwarden token (`driftwarden tokens create`).",
+        },
+    )
     for operations in doc.get("paths", {}).values():
         for op in operations.values():
-            _finish(op, secured=secured)
+            _finish(op, predict_requires_token=predict_requires_token)
     _link(doc)
     app.openapi_schema = doc
     return doc
@@ -126,7 +132,7 @@ def _link(doc: dict[str, Any]) -> None:
             }
 
 
-def _finish(op: dict[str, Any], *, secured: bool) -> None:
+def _finish(op: dict[str, Any], *, predict_requires_token: bool) -> None:
     responses: dict[str, Any] = op.setdefault("responses", {})
     responses.pop("422", None)
     if (op.get("parameters") or op.get("requestBody")) and "400" not in responses:
@@ -138,7 +144,9 @@ def _finish(op: dict[str, Any], *, secured: bool) -> None:
             param["schema"] = {**rule, "title": param["schema"].get("title", param["name"])}
             if where == "query":
                 param["schema"] = rule
-    if secured and "401" in responses:
+    if predict_requires_token and op.get("x-driftwarden-scope") == "predict":
+        responses.update({str(code): _error_ref(DESCRIPTIONS[code]) for code in AUTH})
+    if "401" in responses and "security" not in op:
         op["security"] = [{BEARER: []}]
     for code, answer in responses.items():  # error answers are JSON {"error": ...}, on HTML routes too
         if code[:1] in "45":

@@ -10,7 +10,8 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from core.http import BodyTooLarge, error_response, json_response, read_body, request_id_of
+from core.auth import Scope
+from core.http import BodyTooLarge, authorize, error_response, json_response, read_body, request_id_of
 from predictions.writer import LogUnavailable
 from registry.contracts import ContractViolation
 from registry.names import InvalidVersion, parse_version
@@ -41,6 +42,8 @@ async def predict_route(
 ) -> Response:
     started = time.perf_counter()
     state = app_state(request)
+    if state.settings.predict_requires_token:  # inline, not a route dependency: nothing to pay when off
+        await authorize(request, Scope.PREDICT)
     metrics = state.metrics
     rid = request_id_of(request)
     model = name if name in state.manager.models else ""  # label values come from the registry only

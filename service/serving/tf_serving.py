@@ -12,7 +12,9 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from core.http import error_response, json_response, read_body, request_id_of
+from core.auth import Scope
+from core.http import error_response, json_response, read_body, request_id_of, require_scope
+from core.openapi import PREDICT_SCOPE
 from registry.schema import FeatureKind, ModelSchema
 from service.serving import docs
 from service.serving.codecs import BadRequest, parse_json, parse_v1
@@ -33,8 +35,9 @@ def _v1_shape(result: Prediction, payload: Any) -> dict[str, Any]:
     return {key: result.values, "prediction_ids": result.prediction_ids, "model_version": str(result.version)}
 
 
-PREDICT_DOC: dict[str, Any] = {
-    "openapi_extra": docs.V1_PREDICT,
+PREDICT = [require_scope(Scope.PREDICT)]  # open unless predict_requires_token
+PREDICT_DOC: dict[str, Any] = {  # the scope check of :predict is inside predict_route (no dependency cost)
+    "openapi_extra": {**docs.V1_PREDICT, **PREDICT_SCOPE},
     "responses": docs.V1_PREDICT_RESPONSES,
     "tags": [V1],
 }
@@ -89,7 +92,12 @@ def _status(state: AppState, name: str, version: str | None, label: str | None, 
     return json_response({"model_version_status": rows}, 200, rid)
 
 
-STATUS_DOC: dict[str, Any] = {"responses": docs.V1_STATUS_RESPONSES, "tags": [V1]}
+STATUS_DOC: dict[str, Any] = {
+    "responses": docs.V1_STATUS_RESPONSES,
+    "tags": [V1],
+    "dependencies": PREDICT,
+    "openapi_extra": PREDICT_SCOPE,
+}
 
 
 @router.get("/v1/models/{name}", summary="Version status", **STATUS_DOC)
@@ -147,7 +155,12 @@ def _metadata(request: Request, name: str, version: str | None, label: str | Non
     return json_response(body, 200, rid)
 
 
-META_DOC: dict[str, Any] = {"responses": docs.V1_METADATA_RESPONSES, "tags": [V1]}
+META_DOC: dict[str, Any] = {
+    "responses": docs.V1_METADATA_RESPONSES,
+    "tags": [V1],
+    "dependencies": PREDICT,
+    "openapi_extra": PREDICT_SCOPE,
+}
 
 
 @router.get("/v1/models/{name}/metadata", summary="Signature and contract", **META_DOC)
@@ -176,6 +189,7 @@ async def v1_metadata_label(request: Request, name: str, label: str) -> Response
     openapi_extra=docs.FEEDBACK,
     responses=docs.FEEDBACK_RESPONSES,
     tags=["Feedback"],
+    dependencies=[require_scope(Scope.FEEDBACK)],
 )
 async def v1_feedback(request: Request, name: str) -> Response:
     """Attach ground truth to earlier predictions by `prediction_id`; ids that are not logged predictions

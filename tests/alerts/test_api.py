@@ -19,7 +19,7 @@ from alerts.sender import send_due
 from alerts.views import router
 from core.database import Database
 from tests.alerts.receiver import Receiver
-from tests.support import Server, serve_settings
+from tests.support import NO_AUTH, Server, serve_settings
 from training import service as jobs
 
 ADMIN = "admin-secret"
@@ -143,7 +143,7 @@ def test_alertmanager_without_the_right_credentials_is_401(
 
 def test_alertmanager_falls_back_to_the_admin_token(db: Database, tmp_path: Path) -> None:
     with start(db, tmp_path) as server, server.client() as client:
-        assert client.post("/v1/alerts/alertmanager", json=am_payload()).status_code == 401
+        assert client.post("/v1/alerts/alertmanager", json=am_payload(), headers=NO_AUTH).status_code == 401
         r = client.post("/v1/alerts/alertmanager", json=am_payload(), headers=admin())
         assert r.status_code == 200 and r.json()["received"] == 1
 
@@ -215,7 +215,9 @@ def test_rules_defaults_replace_and_bad_input(api: tuple[Server, httpx.Client], 
     assert "dataset_drift" in {r["name"] for r in doc["rules"]}
 
     rules = [{"name": "drift", "kind": "dataset_drift", "for": 2, "actions": ["notify", "retrain"]}]
-    assert client.put("/v1/models/credit/alert-rules", json={"rules": rules}).status_code == 401
+    assert (
+        client.put("/v1/models/credit/alert-rules", json={"rules": rules}, headers=NO_AUTH).status_code == 401
+    )
     r = client.put("/v1/models/credit/alert-rules", json={"rules": rules}, headers=admin())
     assert r.status_code == 200 and r.json()["origin"] == "model"
     assert [(x["name"], x["for_runs"], x["source"]) for x in r.json()["rules"]] == [("drift", 2, "api")]
@@ -305,7 +307,7 @@ def test_silences_over_http(api: tuple[Server, httpx.Client], db: Database) -> N
         "comment": "deploy",
         "created_by": "ann",
     }
-    assert client.post("/v1/silences", json=body).status_code == 401
+    assert client.post("/v1/silences", json=body, headers=NO_AUTH).status_code == 401
     r = client.post("/v1/silences", json=body, headers=admin())
     assert r.status_code == 201, r.text
     silence = r.json()
@@ -345,7 +347,7 @@ def test_webhooks_over_http_with_a_real_receiver(
         headers=admin(),
     )
     assert r.status_code == 400 and r.json()["error"].startswith("filter.events[0]: ")
-    assert client.post("/v1/webhooks", json={"url": "http://x.example"}).status_code == 401
+    assert client.post("/v1/webhooks", json={"url": "http://x.example"}, headers=NO_AUTH).status_code == 401
     assert counts(db) == before
 
     with Receiver(secret="") as receiver:

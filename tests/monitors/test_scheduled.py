@@ -20,7 +20,7 @@ from monitors.service import list_runs
 from registry.schema import ModelSchema
 from service.cli import app
 from tests.monitors.logdata import log_columns, plain, register_profile
-from tests.support import Server, TrainedModels, seed_registry, serve_settings
+from tests.support import Server, TrainedModels, auth, seed_registry, serve_settings
 from training.datagen import TARGET, generate
 
 
@@ -60,7 +60,7 @@ def test_scheduler_is_off_when_disabled(
     with Server(settings) as srv:
         assert httpx.post(f"{srv.url}/v1/models/credit:predict", json={"instances": rows}).status_code == 200
         time.sleep(1.0)  # five intervals
-        assert httpx.get(f"{srv.url}/v1/models/credit/drift/history").json()["runs"] == []
+        assert httpx.get(f"{srv.url}/v1/models/credit/drift/history", headers=auth()).json()["runs"] == []
 
 
 def test_monitor_command_once(

@@ -59,8 +59,20 @@ def test_the_document_declares_bodies_errors_and_security(contract_server: Serve
                     schema = answer["content"]["application/json"]["schema"]
                     assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path, code)
     promote = doc["paths"]["/v1/models/{name}/versions/{version}:promote"]["post"]
-    assert promote["security"] == [{"adminToken": []}] and {"401", "403"} <= set(promote["responses"])
-    assert "security" not in predict
+    assert promote["security"] == [{"HTTPBearer": []}] and {"401", "403"} <= set(promote["responses"])
+    assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    for path, method in [
+        ("/v1/models/{name}/versions", "get"),  # scope read
+        ("/v1/models/{name}/drift", "get"),
+        ("/v1/alerts", "get"),
+        ("/v1/models/{name}/feedback", "post"),  # scope feedback
+        ("/v1/alerts/alertmanager", "post"),  # its own credentials, else admin
+    ]:
+        op = doc["paths"][path][method]
+        assert op["security"] == [{"HTTPBearer": []}], (method, path)
+        assert {"401", "403"} <= set(op["responses"]), (method, path)
+    assert "security" not in predict and "401" not in predict["responses"]  # open: predict_requires_token off
+    assert "security" not in doc["paths"]["/v2/models/{name}"]["get"]
     assert "text/html" in doc["paths"]["/reports/{name}/drift"]["get"]["responses"]["200"]["content"]
 
 

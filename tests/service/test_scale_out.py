@@ -33,7 +33,7 @@ from monitors.flows import load_profile, window_spec
 from monitors.log_window import read_window
 from predictions.windows import Reader
 from registry.service import serving_version
-from tests.support import TrainedModels, count_rows, postgres_schema, seed_registry
+from tests.support import ADMIN_TOKEN, TrainedModels, auth, count_rows, postgres_schema, seed_registry
 
 pytestmark = pytest.mark.postgres
 
@@ -126,6 +126,7 @@ def test_two_servers_and_one_monitor_share_one_postgres(
             "DRIFTWARDEN_RETENTION_INTERVAL_S": "0",
             "DRIFTWARDEN_LOG_LEVEL": "WARNING",
             "DRIFTWARDEN_API_WORKERS": "1",  # two API processes, one worker each (default: one per core)
+            "DRIFTWARDEN_ADMIN_TOKEN": ADMIN_TOKEN,  # feedback needs a token
         }
         bases = []
         servers = []
@@ -143,7 +144,7 @@ def test_two_servers_and_one_monitor_share_one_postgres(
         # half the rows to each server; each prediction's label goes to the other server
         answered: list[list[str]] = [[], []]
         labels: dict[str, int] = {}
-        clients = [stack.enter_context(httpx.Client(base_url=b, timeout=60)) for b in bases]
+        clients = [stack.enter_context(httpx.Client(base_url=b, timeout=60, headers=auth())) for b in bases]
         for start in range(0, 2 * ROWS_PER_SERVER, BATCH):
             k = (start // BATCH) % 2
             rows = [trained.rows[(start + j) % len(trained.rows)] for j in range(BATCH)]

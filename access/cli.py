@@ -1,0 +1,116 @@
+"""``driftwarden tokens create|list|revoke``: scoped API tokens. Module-level imports stay light (typer)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+
+from core.errors import Invalid
+from core.terminal import make_console
+
+tokens_app = typer.Typer(
+    help="Scoped bearer tokens for the API (predict, feedback, read, admin): create, list, revoke.",
+    no_args_is_help=True,
+)
+DURATION = re.compile(r"^(\d+)([mhdw])$")
+UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta | None:
+    """``90d``, ``12h``, ``30m``, ``2w``, or ``never`` (None)."""
+    if text == "never":
+        return None
+    found = DURATION.match(text.strip())
+    if found is None or int(found.group(1)) == 0:
+        raise Invalid(f"--expires-in: {text!r} is not a duration like 30m, 12h, 90d, 2w (or never)")
+    return timedelta(**{UNITS[found.group(2)]: int(found.group(1))})
+
+
+@tokens_app.command("create")
+def create(
+    name: Annotated[str, typer.Option("--name", help="Who or what uses the token (e.g. 'ci', 'labeler').")],
+    scope: Annotated[
+        list[str], typer.Option("--scope", help="predict, feedback, read or admin (repeat for more).")
+    ],
+    expires_in: Annotated[
+        str, typer.Option("--expires-in", help="Lifetime: 30m, 12h, 90d, 2w, or never.")
+    ] = "90d",
+) -> None:
+    """Create a token and print its secret once (only its SHA-256 is stored: it cannot be shown again)."""
+    from access.service import create_token
+    from core.database import open_database
+
+    lifetime = parse_duration(expires_in)
+    db = open_database()
+    try:
+        with db.session() as session:
+            made = create_token(session=session, name=name, scopes=scope, expires_in=lifetime)
+            token_id, expires = made.row.id, made.row.expires_at
+    finally:
+        db.dispose()
+    console = make_console(stderr=True)
+    console.print(
+        f"token [bold]{token_id}[/bold] ({name}; scopes {', '.join(sorted(set(scope)))}; "
+        f"expires {expires.isoformat(timespec='seconds') if expires else 'never'}). "
+        "Store the secret now: it is not shown again."
+    )
+    typer.echo(made.secret)  # alone on stdout: TOKEN=$(driftwarden tokens create ...)
+
+
+@tokens_app.command("list")
+def list_(
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+) -> None:
+    """Every token with its scopes, expiry and state (never a secret)."""
+    import json
+
+    from access.models import TokenRead, utcnow
+    from access.service import list_tokens
+    from core.database import open_database
+
+    db = open_database()
+    try:
+        with db.session() as session:
+            now = utcnow()
+            rows = [TokenRead.of(r, now=now) for r in list_tokens(session=session)]
+    finally:
+        db.dispose()
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        return
+    from rich.table import Table
+
+    table = Table("id", "name", "scopes", "created", "expires", "state")
+    for r in rows:
+        table.add_row(
+            r.id,
+            r.name,
+            ",".join(r.scopes),
+            r.created_at.strftime("%Y-%m-%d %H:%M"),
+            r.expires_at.strftime("%Y-%m-%d %H:%M") if r.expires_at else "never",
+            r.state,
+        )
+    make_console().print(table)
+
+
+@tokens_app.command("revoke")
+def revoke(token_id: Annotated[str, typer.Argument(help="The token's id (`tokens list`).")]) -> None:
+    """Revoke a token: a running server refuses it within token_cache_s seconds."""
+    from access.service import revoke_token
+    from core.database import open_database
+
+    db = open_database()
+    try:
+        with db.session() as session:
+            revoke_token(session=session, token_id=token_id)
+    finally:
+        db.dispose()
+    typer.echo(f"revoked {token_id}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``tokens ...`` to the root CLI."""
+    app.add_typer(tokens_app, name="tokens")

@@ -1,0 +1,65 @@
+"""The ``api_tokens`` table (a token's public id, name, scopes, SHA-256 of its secret, expiry, revocation)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import DateTime, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from core.database import Base
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def aware(value: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes: they are UTC."""
+    return value if value is None or value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class ApiToken(Base):
+    """One bearer token; the secret is never stored, only ``token_hash`` (SHA-256 of the whole token)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # public: the token's prefix
+    name: Mapped[str] = mapped_column(String(100))
+    scopes: Mapped[str] = mapped_column(String(100))  # comma-separated, sorted
+    token_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    def scope_set(self) -> frozenset[str]:
+        return frozenset(s for s in self.scopes.split(",") if s)
+
+
+class TokenRead(BaseModel):
+    """A token as listed: never its secret nor its hash."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    state: str
+
+    @classmethod
+    def of(cls, row: ApiToken, *, now: datetime) -> TokenRead:
+        expires, revoked = aware(row.expires_at), aware(row.revoked_at)
+        state = "revoked" if revoked else ("expired" if expires is not None and expires <= now else "active")
+        return cls(
+            id=row.id,
+            name=row.name,
+            scopes=sorted(row.scope_set()),
+            created_at=aware(row.created_at) or now,
+            expires_at=expires,
+            revoked_at=revoked,
+            state=state,
+        )

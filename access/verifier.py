@@ -1,0 +1,47 @@
+"""The API process's :class:`core.auth.TokenVerifier`: the tokens table behind a short cache.
+
+A verified token (or a refused one) is remembered for ``token_cache_s`` seconds under the SHA-256 of the
+token, so a request with a token costs a database read at most once per token and period; a revocation
+takes effect within that period, an expiry at once (the cached grant carries its expiry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from access.service import verify_token
+from core.auth import Grant, token_digest
+from core.database import Database
+
+MAX_ENTRIES = 10_000  # beyond: the cache starts over (bounds memory against floods of made-up tokens)
+
+
+class CachedVerifier:
+    """Verifies bearer tokens against the tokens table, caching each answer for ``ttl_s`` seconds."""
+
+    def __init__(self, *, db: Database, ttl_s: float) -> None:
+        self.db = db
+        self.ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, Grant | None]] = {}
+        self.reads = 0  # database reads so far (tests, diagnostics)
+
+    def _read(self, token: str) -> Grant | None:
+        self.reads += 1
+        with self.db.session() as session:
+            return verify_token(session=session, token=token)
+
+    async def verify(self, token: str) -> Grant | None:
+        """The token's grant, or None when it is unknown, revoked or expired."""
+        key = token_digest(token)
+        hit = self._cache.get(key)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < self.ttl_s:
+            grant = hit[1]
+        else:
+            grant = await asyncio.to_thread(self._read, token)
+            if self.ttl_s > 0:
+                if len(self._cache) >= MAX_ENTRIES:
+                    self._cache.clear()
+                self._cache[key] = (now, grant)
+        return None if grant is None or grant.expired() else grant

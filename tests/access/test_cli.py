@@ -1,0 +1,94 @@
+"""`driftwarden tokens create|list|revoke` and `driftwarden config`: a secret is printed once, never again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from access.cli import parse_duration
+from core.database import open_database
+from core.errors import Invalid
+from service.cli import app
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_create_prints_the_secret_once_and_list_never_shows_it() -> None:
+    code, out, err = run("tokens", "create", "--name", "ci", "--scope", "read", "--scope", "feedback")
+    assert code == 0, err
+    secret = out.strip()
+    assert secret.startswith("dw_") and "\n" not in secret  # alone on stdout: TOKEN=$(...)
+    token_id = secret.split("_")[1]
+    assert token_id in err and "not shown again" in err and "feedback, read" in err
+    code, table, _ = run("tokens", "list")
+    assert code == 0 and token_id in table and "ci" in table and "active" in table
+    code, listed, _ = run("tokens", "list", "--json")
+    docs = json.loads(listed)
+    assert [(d["id"], d["scopes"], d["state"]) for d in docs] == [(token_id, ["feedback", "read"], "active")]
+    assert secret not in table + listed and secret.split("_", 2)[2] not in table + listed
+    assert "token_hash" not in docs[0]
+    code, out, _ = run("tokens", "revoke", token_id)
+    assert code == 0 and out.strip() == f"revoked {token_id}"
+    docs = json.loads(run("tokens", "list", "--json")[1])
+    assert docs[0]["state"] == "revoked" and docs[0]["revoked_at"] is not None
+    db = open_database()
+    try:
+        from access.service import verify_token
+
+        with db.session() as s:
+            assert verify_token(session=s, token=secret) is None
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--name", "x", "--scope", "write"], "scope: ['write']"),
+        (["--name", "x", "--scope", "read", "--expires-in", "soon"], "--expires-in: 'soon'"),
+        (["--name", "x", "--scope", "read", "--expires-in", "0d"], "--expires-in: '0d'"),
+        (["--name", " ", "--scope", "read"], "name: 1 to 100"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], words: str) -> None:
+    code, out, err = run("tokens", "create", *args)
+    assert code == 2 and words in err and out == ""
+    assert json.loads(run("tokens", "list", "--json")[1]) == []
+
+
+def test_unknown_token_revoke_is_exit_2() -> None:
+    code, _, err = run("tokens", "revoke", "nope")
+    assert code == 2 and "does not exist" in err
+
+
+def test_durations() -> None:
+    assert parse_duration("90d").days == 90  # type: ignore[union-attr]
+    assert parse_duration("12h").total_seconds() == 12 * 3600  # type: ignore[union-attr]
+    assert parse_duration("2w").days == 14  # type: ignore[union-attr]
+    assert parse_duration("never") is None
+    with pytest.raises(Invalid):
+        parse_duration("-1d")
+
+
+def test_config_masks_every_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {
+        "DRIFTWARDEN_ADMIN_TOKEN": "admintoken-s3cret",
+        "DRIFTWARDEN_ALERTMANAGER_TOKEN": "amtoken-s3cret",
+        "DRIFTWARDEN_ALERTMANAGER_BASIC_AUTH": "am:basic-s3cret",
+        "DRIFTWARDEN_DATABASE_URL": "postgresql+psycopg://app:dbpw-s3cret@db:5432/dw",
+        "DRIFTWARDEN_MONITOR_READ_DATABASE_URL": "postgresql+psycopg://r@replica/dw?password=replica-s3cret&x=1",
+    }
+    for key, value in secrets.items():
+        monkeypatch.setenv(key, value)
+    code, out, err = run("config")
+    assert code == 0, err
+    cfg = json.loads(out)
+    assert "s3cret" not in out
+    assert cfg["admin_token"] == cfg["alertmanager_token"] == cfg["alertmanager_basic_auth"] == "***"
+    assert cfg["database_url"] == "postgresql+psycopg://app:***@db:5432/dw"
+    assert cfg["monitor_read_database_url"] == "postgresql+psycopg://r@replica/dw?password=***&x=1"
