@@ -8,12 +8,14 @@ the rows around it are written and the log keeps flowing. The file is ``<spool s
 (RFC 3339), ``error`` (the database's message), ``source`` (``direct`` or ``spool``: the row came from a
 request or from a spool replay) and ``row`` (the row as a spool line holds it). Nothing replays it
 automatically: the same row would be refused again. An operator reads it, fixes or drops the rows, and
-re-imports them (docs/operations.md, "Faults").
+re-imports them (``driftwarden predictions rejected PATH --import``: :meth:`DeadLetter.reimport`; see
+docs/operations.md, "Faults").
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -23,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sqlalchemy import Engine
 
-from predictions.service import LogRow
+from predictions.service import LogRow, classify_write_error, write_log_rows
 
 FILE_NAME = "rejected.jsonl"
 
@@ -63,10 +66,10 @@ def decode(line: bytes) -> Rejected:
 
 
 class DeadLetter:
-    """Append-only, fsynced ``rejected.jsonl`` in ``directory``; thread-safe."""
+    """Append-only, fsynced ``rejected.jsonl`` in ``directory`` (or the file ``name`` there); thread-safe."""
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / FILE_NAME
+    def __init__(self, directory: Path, *, name: str = FILE_NAME) -> None:
+        self.path = directory / name
         self._lock = threading.Lock()
 
     def append(self, rejected: Sequence[tuple[LogRow, str]], *, source: str) -> None:
@@ -79,6 +82,7 @@ class DeadLetter:
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "ab", buffering=0) as fh:  # unbuffered: nothing left to flush at close
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX)  # `predictions rejected --import` may be rewriting it
                 size = fh.seek(0, os.SEEK_END)
                 try:
                     view = memoryview(data)
@@ -89,6 +93,41 @@ class DeadLetter:
                     with contextlib.suppress(OSError):
                         fh.truncate(size)
                     raise
+
+    def reimport(self, *, engine: Engine) -> tuple[int, int]:
+        """Write the file's rows to the database, one by one; returns (rows written, rows refused again).
+
+        A written row leaves the file (a prediction id the log already has counts as written: it is skipped);
+        a row refused again stays, with the new error. The file is rewritten in place under its lock (the
+        writer's appends wait). A database that is unavailable raises and leaves the file as it was; so does a
+        line that does not parse (``ValueError`` naming its line number).
+        """
+        with open(self.path, "r+b") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            entries: list[Rejected] = []
+            for number, line in enumerate(fh.read().splitlines(keepends=True), start=1):
+                if not line.strip() or not line.endswith(b"\n"):
+                    continue  # a blank or torn line
+                try:
+                    entries.append(decode(line))
+                except (ValueError, TypeError, KeyError, IndexError) as exc:
+                    raise ValueError(f"{self.path}:{number}: not a dead-letter row ({exc})") from exc
+            now = datetime.now(UTC)
+            kept: list[bytes] = []
+            for entry in entries:
+                try:
+                    write_log_rows(engine=engine, rows=[entry.row], idempotent=True)
+                except Exception as exc:
+                    if classify_write_error(exc) != "data":
+                        raise
+                    error = f"{type(exc).__name__}: {exc}"[:2000]
+                    kept.append(encode(entry.row, error=error, source=entry.source, now=now))
+            fh.seek(0)
+            fh.truncate()
+            fh.write(b"".join(kept))
+            fh.flush()
+            os.fsync(fh.fileno())
+        return len(entries) - len(kept), len(kept)
 
     def read(self) -> Iterator[Rejected]:
         """Every row of the file, oldest first (a torn last line is skipped)."""

@@ -14,13 +14,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import psycopg
 import pytest
 from prometheus_client import generate_latest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
+from typer.testing import CliRunner
 
 from core import migrate
+from core.config import get_settings
 from core.database import make_engine, open_database
 from predictions.health import log_check
 from predictions.models import PredictionLog
@@ -28,9 +31,12 @@ from predictions.rejected import DeadLetter
 from predictions.service import LogRow, classify_write_error
 from predictions.spool import Spool
 from predictions.writer import LogWriter
+from service.cli import app
 from service.serving.metrics import Metrics
 from tests.predictions.test_prediction_log import make_rows
 from tests.support import postgres_schema
+
+runner = CliRunner()
 
 
 @pytest.fixture
@@ -198,3 +204,44 @@ def test_the_classification_of_write_errors() -> None:
         ConnectionResetError(),
     ):
         assert classify_write_error(outage) == "unavailable", outage
+
+
+def test_the_cli_shows_and_reimports_the_dead_letter_file(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", pg_url)
+    get_settings.cache_clear()
+    spool_dir = tmp_path / "spool"
+    rows = make_rows(6)
+    rows[1], rows[4] = _nul(rows[1]), _nul(rows[4])
+    writer = _writer(pg_url, spool_dir)
+    writer.start()
+    asyncio.run(writer.submit(rows))
+    writer.close()
+    assert writer.stats.rows_rejected == 2 and len(_stored(pg_url)) == 4
+
+    shown = runner.invoke(app, ["predictions", "rejected", str(spool_dir)])
+    assert shown.exit_code == 0, shown.output
+    assert rows[1].prediction_id in shown.output and rows[4].prediction_id in shown.output
+    assert "UntranslatableCharacter" in shown.output and "2 refused rows in 1 files" in shown.output
+
+    # the operator fixes one row (drops the NUL) and leaves the other as it is
+    dead = DeadLetter(spool_dir)
+    lines = dead.path.read_bytes().splitlines(keepends=True)
+    fixed = orjson.loads(lines[0])
+    fixed["row"][5]["c"] = fixed["row"][5]["c"].replace("\u0000", "")
+    dead.path.write_bytes(orjson.dumps(fixed) + b"\n" + lines[1])
+    done = runner.invoke(app, ["predictions", "rejected", str(dead.path), "--import"])
+    assert done.exit_code == 0, done.output
+    assert "1 rows written to the log, 1 refused again (kept)" in done.output
+    assert sorted(_stored(pg_url)) == sorted(r.prediction_id for i, r in enumerate(rows) if i != 4)
+    (left,) = dead.read()
+    assert left.row.prediction_id == rows[4].prediction_id and "UntranslatableCharacter" in left.error
+    again = runner.invoke(app, ["predictions", "rejected", str(dead.path), "--import"])  # idempotent
+    assert "0 rows written to the log, 1 refused again (kept)" in again.output
+    assert len(_stored(pg_url)) == 5
+
+    dead.path.write_bytes(b"not json\n")
+    bad = runner.invoke(app, ["predictions", "rejected", str(dead.path), "--import"])
+    assert bad.exit_code != 0 and "rejected.jsonl:1: not a dead-letter row" in bad.output
+    assert dead.path.read_bytes() == b"not json\n"  # left as it was
