@@ -295,7 +295,12 @@ class LogWriter:
                 self.stats.rows_written += written
                 self.stats.batches += 1
                 self._mark_ok()
-                error = self._reject(refused, source="direct")
+                lost = self._reject(refused, source="direct")
+                if lost is not None:  # only the requests whose refused rows are lost get the error
+                    gone = {id(row) for row, _ in refused}
+                    hit = [e for e in entries if any(id(r) in gone for r in e.rows)]
+                    self._resolve([e for e in entries if all(id(r) not in gone for r in e.rows)], None)
+                    entries, error = hit, lost
         self._resolve(entries, error)
 
     def _replay(self, *, max_batches: int) -> None:

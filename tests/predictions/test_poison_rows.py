@@ -30,7 +30,7 @@ from predictions.models import PredictionLog
 from predictions.rejected import DeadLetter
 from predictions.service import LogRow, classify_write_error
 from predictions.spool import Spool
-from predictions.writer import LogWriter
+from predictions.writer import LogUnavailable, LogWriter
 from service.cli import app
 from service.serving.metrics import Metrics
 from tests.predictions.test_prediction_log import make_rows
@@ -245,3 +245,27 @@ def test_the_cli_shows_and_reimports_the_dead_letter_file(
     bad = runner.invoke(app, ["predictions", "rejected", str(dead.path), "--import"])
     assert bad.exit_code != 0 and "rejected.jsonl:1: not a dead-letter row" in bad.output
     assert dead.path.read_bytes() == b"not json\n"  # left as it was
+
+
+def test_a_dead_letter_file_that_cannot_be_written_counts_the_row_as_lost(
+    pg_url: str, tmp_path: Path
+) -> None:
+    spool_dir = tmp_path / "spool"
+    (spool_dir / "rejected.jsonl").mkdir(parents=True)  # the "file" cannot be opened for appending
+    writer = _writer(pg_url, spool_dir)
+    writer.start()
+    try:
+        rows = make_rows(5)
+        rows[2] = _nul(rows[2])
+        with pytest.raises(LogUnavailable):  # durable: no answer for a row neither stored nor on disk
+            asyncio.run(writer.submit(rows))
+        assert _stored(pg_url) == [r.prediction_id for i, r in enumerate(rows) if i != 2]
+        s = writer.stats
+        assert s.rows_dropped == 1 and s.rows_rejected == 0 and s.last_drop_at is not None
+        status = log_check(writer)[0].fn()
+        assert not status.ok and "1 log rows lost" in status.detail
+        later = make_rows(2, start=10)
+        asyncio.run(writer.submit(later))  # the log goes on
+        assert _stored(pg_url)[-2:] == [r.prediction_id for r in later]
+    finally:
+        writer.close()
