@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -75,6 +76,59 @@ def purge(
         db.dispose()
     _report(done)
     typer.echo(f"deleted {done.removed} predictions {when}")
+
+
+@predictions_app.command("rejected")
+def rejected(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="A dead-letter file rejected.jsonl, or a spool folder (every rejected.jsonl under it).",
+            exists=True,
+        ),
+    ],
+    do_import: Annotated[
+        bool,
+        typer.Option(
+            "--import",
+            help="Write the rows to the database; rows it takes leave the file, rows refused again stay.",
+        ),
+    ] = False,
+) -> None:
+    """Show the log rows the database refused for their values (the dead-letter files), or re-import them.
+
+    The writer moves a row the database refuses (a NUL character in an input string, a number out of range)
+    to rejected.jsonl in its spool slot. Fix the values in the file (or delete the lines), then --import.
+    """
+    from predictions.rejected import FILE_NAME, DeadLetter
+
+    files = sorted(path.rglob(FILE_NAME)) if path.is_dir() else [path]
+    if do_import:
+        from core.database import open_database
+
+        db = open_database()
+        try:
+            for file in files:
+                try:
+                    written, refused = DeadLetter(file.parent, name=file.name).reimport(engine=db.engine)
+                except ValueError as exc:
+                    raise Invalid(str(exc)) from exc
+                typer.echo(f"{file}: {written} rows written to the log, {refused} refused again (kept)")
+        finally:
+            db.dispose()
+        return
+    total = 0
+    for file in files:
+        rows = list(DeadLetter(file.parent, name=file.name).read())
+        total += len(rows)
+        for r in rows:
+            error = r.error.splitlines()[0] if r.error else ""
+            typer.echo(
+                f"{r.rejected_at.isoformat(timespec='seconds')}  {r.row.prediction_id}  "
+                f"{r.row.model_name} v{r.row.model_version}  {r.source}  {error}"
+            )
+        typer.echo(f"{file}: {len(rows)} rows")
+    typer.echo(f"{total} refused rows in {len(files)} files")
 
 
 def _report(done: Retention) -> None:

@@ -1,11 +1,12 @@
 """The prediction log's health check: no log row lost lately (the spool's disk refused rows, or it held its
-cap while the database was down).
+cap while the database was down), and none refused by the database for its values (those rows are in the
+dead-letter file ``rejected.jsonl``, waiting for an operator: :mod:`predictions.rejected`).
 
-The check ``prediction_log`` fails for :data:`LOSS_WINDOW_S` after the last lost row, naming how many rows
-were lost since the process started; the default alert rule ``prediction_log_loss`` fires on it. It does not
-count for ``/readyz``: a replica that cannot log still answers (by the ``log_durability`` policy), and taking
-every replica out of the load balancer because the database is down would turn a logging fault into an
-outage.
+The check ``prediction_log`` fails for :data:`LOSS_WINDOW_S` after the last lost or refused row, naming how
+many rows were lost and refused since the process started; the default alert rule ``prediction_log_loss``
+fires on it. Its value is the rows lost plus the rows refused. It does not count for ``/readyz``: a replica
+that cannot log still answers (by the ``log_durability`` policy), and taking every replica out of the load
+balancer because the database is down would turn a logging fault into an outage.
 """
 
 from __future__ import annotations
@@ -15,29 +16,42 @@ import time
 from core.health import HealthCheck, Status
 from predictions.writer import LogWriter
 
-LOSS_WINDOW_S = 600.0  # the check fails this long after the last lost row
+LOSS_WINDOW_S = 600.0  # the check fails this long after the last lost or refused row
+
+
+def _recent(at: float | None, now: float) -> bool:
+    return at is not None and now - at < LOSS_WINDOW_S
 
 
 def log_check(writer: LogWriter | None) -> list[HealthCheck]:
-    """``prediction_log`` when the log is on (none when it is off); the value is the rows lost so far."""
+    """``prediction_log`` when the log is on (none when it is off); the value is the rows lost or refused."""
     if writer is None:
         return []
 
     def check() -> Status:
         s = writer.stats
+        now = time.time()
         cap = writer.spool.max_bytes
         spool = f"spool {writer.spool.pending_rows} rows, {writer.spool.pending_bytes} bytes" + (
             f" of a {cap}-byte cap" if cap is not None else ""
         )
-        if s.last_drop_at is not None and time.time() - s.last_drop_at < LOSS_WINDOW_S:
-            ago = time.time() - s.last_drop_at
-            return Status(
-                False,
-                f"{s.rows_dropped} log rows lost since start, the last {ago:.0f}s ago ({spool}; "
-                f"database {'up' if s.database_ok else 'down'})",
-                float(s.rows_dropped),
+        value = float(s.rows_dropped + s.rows_rejected)
+        problems: list[str] = []
+        if _recent(s.last_drop_at, now):
+            assert s.last_drop_at is not None
+            problems.append(
+                f"{s.rows_dropped} log rows lost since start, the last {now - s.last_drop_at:.0f}s ago"
             )
-        ok = f"no log row lost in the last {LOSS_WINDOW_S:.0f}s ({spool})"
-        return Status(True, ok, float(s.rows_dropped))
+        if _recent(s.last_reject_at, now):
+            assert s.last_reject_at is not None
+            problems.append(
+                f"{s.rows_rejected} log rows refused by the database for their values since start, the last "
+                f"{now - s.last_reject_at:.0f}s ago, kept in {writer.dead_letter.path}"
+            )
+        if problems:
+            db = "up" if s.database_ok else "down"
+            return Status(False, f"{'; '.join(problems)} ({spool}; database {db})", value)
+        ok = f"no log row lost or refused in the last {LOSS_WINDOW_S:.0f}s ({spool})"
+        return Status(True, ok, value)
 
     return [HealthCheck("prediction_log", check, ready=False)]

@@ -5,16 +5,19 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sqlite3
 import time
 import uuid
 import weakref
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import orjson
+import psycopg
 from sqlalchemy import Connection, Engine, and_, delete, func, select, tuple_
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -93,14 +96,16 @@ def utcnow() -> datetime:
 # One statement per batch: the whole batch travels as one JSON array (serialized by orjson in C) and the
 # database unpacks it, so the writer thread holds the GIL for well under a microsecond per row.
 _COLS = ", ".join(LOG_COLUMNS)
+# ``ON CONFLICT DO NOTHING`` (SQLite 3.35+) skips only a prediction id the table has; ``INSERT OR IGNORE``
+# would also skip a row breaking NOT NULL, silently: such a row must be refused (the writer sets it aside)
 SQLITE_INSERT = (
-    f"INSERT OR IGNORE INTO prediction_log ({_COLS}) "
+    f"INSERT INTO prediction_log ({_COLS}) "
     # timestamps as SQLAlchemy stores them on SQLite ("YYYY-MM-DD HH:MM:SS.ffffff", compared as text):
     # RFC 3339 from orjson drops ".000000" when the microseconds are zero, so pad and cut to 26 chars
     "SELECT value->>0, value->>1, value->>2, value->>3, "
     "substr(replace(replace(value->>4, 'T', ' '), '+00:00', '') || '.000000', 1, 26), "
     "value->5, value->>6, nullif(value->7, 'null'), value->>8, value->>9, value->>10, NULL, NULL, NULL "
-    "FROM json_each(?) ORDER BY key"
+    "FROM json_each(?) WHERE true ORDER BY key ON CONFLICT DO NOTHING"
 )
 PG_INSERT = (
     f"INSERT INTO prediction_log ({_COLS}) "
@@ -135,11 +140,12 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
     """Insert ``rows`` in one transaction and one statement, in order (PostgreSQL: one round trip).
 
     ``idempotent`` (replays from the spool) skips prediction ids the table already has; SQLite always does
-    (``INSERT OR IGNORE``), PostgreSQL with ``ON CONFLICT DO NOTHING`` (a fresh batch skips that check).
+    (``ON CONFLICT DO NOTHING``), PostgreSQL with ``ON CONFLICT DO NOTHING`` (a fresh batch skips that check).
+    A failure raises the driver's error: :func:`classify_write_error` tells a refused value from an outage.
     """
     if not rows:
         return 0
-    payload = batch_json(rows)
+    payload = batch_json(rows)  # a row orjson cannot encode raises here (classified as its data's fault)
     raw = engine.raw_connection()
     try:
         if engine.dialect.name == "postgresql":
@@ -160,14 +166,41 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
             cur.execute(SQLITE_INSERT, (payload,))
             cur.close()
             raw.commit()
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(Exception):  # the connection may be gone
             raw.rollback()
-        raw.invalidate()  # never hand a broken connection out again
+        if classify_write_error(exc) == "unavailable":
+            raw.invalidate()  # never hand a broken connection out again (a refused value leaves it sound)
         raise
     finally:
         raw.close()
     return len(rows)
+
+
+WriteFailure = Literal["data", "duplicate", "unavailable"]
+
+
+def classify_write_error(exc: BaseException) -> WriteFailure:
+    """Why :func:`write_log_rows` failed: a value of a row (``data``: the same rows fail again, whatever the
+    database's health), a prediction id the table already has (``duplicate``: write again idempotently), or
+    the database itself (``unavailable``: down, unreachable, locked, its schema missing; try again later).
+
+    ``data`` is PostgreSQL's class 22 (data exception: NUL in a JSON string, a number out of range, invalid
+    text) and class 23 (integrity) other than the unique key, SQLite's ``DataError``/``IntegrityError``, and
+    a row orjson cannot encode. A ``ProgrammingError`` (class 42: a missing table or column) is the schema's
+    fault, not a row's: every row would fail alike until a migration fixes it, so it counts as unavailable.
+    """
+    if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None:  # SQLAlchemy's wrapper of a driver error
+        exc = exc.orig
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        return "duplicate"
+    if isinstance(
+        exc, psycopg.DataError | psycopg.IntegrityError | sqlite3.DataError | sqlite3.IntegrityError
+    ):
+        return "data"
+    if isinstance(exc, orjson.JSONEncodeError):
+        return "data"
+    return "unavailable"
 
 
 def logged_times(*, session: Session, model_name: str, ids: Iterable[str]) -> dict[str, datetime]:

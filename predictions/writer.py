@@ -8,7 +8,16 @@ soon as the database answers again. Nothing is dropped: ``rows_dropped`` only mo
 itself refuses a write or the spool holds its cap (``spool_max_bytes``) while the database is down; a full
 spool with the database up sends new rows straight to the database (out of order with the spooled ones,
 which carry their own ``logged_at``). The loss is counted, logged and fails the ``prediction_log`` health
-check (:mod:`predictions.health`). The writer also replays the rows other processes left in their spool slots
+check (:mod:`predictions.health`).
+
+A batch the database refuses for a row's *value* (a NUL character inside an ``inputs`` string, a number out
+of range: :func:`~predictions.service.classify_write_error`) is not an outage: retrying it would fail
+forever and hold every later row behind it. The writer splits such a batch in halves until each refused row
+is alone, writes every other row, and appends the refused ones, with the database's error, to the
+dead-letter file ``<spool slot>/rejected.jsonl`` (:mod:`predictions.rejected`; never replayed
+automatically). The same holds for rows replayed from the spool. Refused rows are counted
+(``rows_rejected``), logged (one critical line per 10 s) and fail the ``prediction_log`` health check like
+lost rows. The writer also replays the rows other processes left in their spool slots
 (``serve --workers N`` restarted with fewer workers): see :meth:`~predictions.spool.Spool.adopt`.
 
 Durability (setting ``log_durability``):
@@ -33,7 +42,8 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine
 
-from predictions.service import LogRow, write_log_rows
+from predictions.rejected import DeadLetter
+from predictions.service import LogRow, classify_write_error, write_log_rows
 from predictions.spool import Spool, encode_row
 
 log = logging.getLogger("driftwarden.predictions.writer")
@@ -66,6 +76,8 @@ class WriterStats:
     rows_spooled: int = 0  # rows that went to the spool (write failure, slow database, overflow)
     rows_dropped: int = 0  # rows lost: only if the spool's disk fails or is full; must stay 0
     last_drop_at: float | None = None  # time.time() of the last loss
+    rows_rejected: int = 0  # rows the database refused for their values: in the dead-letter file; must stay 0
+    last_reject_at: float | None = None  # time.time() of the last refused row
     write_errors: int = 0
     batches: int = 0
     last_error: str | None = None
@@ -95,9 +107,11 @@ class LogWriter:
         commit_timeout_s: float = 2.0,
         retry_interval_s: float = 1.0,
         adopt_interval_s: float = 30.0,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         self.engine = engine
         self.spool = spool
+        self.dead_letter = dead_letter or DeadLetter(spool.directory)
         self.durability = durability
         self.queue_max_rows = queue_max_rows
         self.batch_max_rows = batch_max_rows
@@ -116,6 +130,7 @@ class LogWriter:
         self._seq_in = 0  # entries queued so far
         self._seq_out = 0  # entries handled (committed or spooled) so far, in queue order
         self._drop_logged_at = 0.0  # time.time() of the last "rows LOST" log line
+        self._reject_logged_at = 0.0  # time.time() of the last "rows REFUSED" log line
         self._next_adopt = 0.0  # when to look again for spool slots left with rows by a process that is gone
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -272,13 +287,20 @@ class LogWriter:
             error = self._spill(rows, sync=durable)
         else:
             try:
-                self._write(rows, idempotent=False)
-                self.stats.rows_written += len(rows)
-                self.stats.batches += 1
-                self._mark_ok()
+                written, refused = self._write_sorting(rows, idempotent=False)
             except Exception as exc:
                 self._mark_failed(exc)
                 error = self._spill(rows, sync=durable)
+            else:
+                self.stats.rows_written += written
+                self.stats.batches += 1
+                self._mark_ok()
+                lost = self._reject(refused, source="direct")
+                if lost is not None:  # only the requests whose refused rows are lost get the error
+                    gone = {id(row) for row, _ in refused}
+                    hit = [e for e in entries if any(id(r) in gone for r in e.rows)]
+                    self._resolve([e for e in entries if all(id(r) not in gone for r in e.rows)], None)
+                    entries, error = hit, lost
         self._resolve(entries, error)
 
     def _replay(self, *, max_batches: int) -> None:
@@ -291,12 +313,13 @@ class LogWriter:
             if batch is None:
                 return
             try:
-                self._write(batch.rows, idempotent=True)
+                written, refused = self._write_sorting(batch.rows, idempotent=True)
             except Exception as exc:
                 self._mark_failed(exc)
                 return
+            self._reject(refused, source="spool")  # on disk (or counted lost): the replay moves past them
             self.spool.commit(batch)
-            self.stats.rows_replayed += len(batch.rows)
+            self.stats.rows_replayed += written
             self._mark_ok()
             with self._cond:
                 if self._queue and not self._stopping:
@@ -308,6 +331,53 @@ class LogWriter:
             write_log_rows(engine=self.engine, rows=rows, idempotent=idempotent)
         finally:
             self.stats.observe_flush(time.perf_counter() - t0)
+
+    def _write_sorting(self, rows: list[LogRow], *, idempotent: bool) -> tuple[int, list[tuple[LogRow, str]]]:
+        """Write ``rows``; a batch refused for a value is split in halves until each refused row is alone.
+
+        Returns the rows committed and the refused rows with the database's error. Raises the error of a
+        database that is unavailable (the caller spools or keeps the whole batch: the halves already
+        committed are skipped by the idempotent replay, and the refused rows are found again then).
+        """
+        try:
+            self._write(rows, idempotent=idempotent)
+            return len(rows), []
+        except Exception as exc:
+            kind = classify_write_error(exc)
+            if kind == "duplicate" and not idempotent:  # a row the table has (a spooled commit landed)
+                return self._write_sorting(rows, idempotent=True)
+            if kind == "unavailable":
+                raise
+            reason = f"{type(exc).__name__}: {exc}"[:2000]
+        self.stats.last_error = reason[:500]
+        if len(rows) == 1:
+            return 0, [(rows[0], reason)]
+        half = len(rows) // 2
+        written_a, refused_a = self._write_sorting(rows[:half], idempotent=True)
+        written_b, refused_b = self._write_sorting(rows[half:], idempotent=True)
+        return written_a + written_b, refused_a + refused_b
+
+    def _reject(self, refused: list[tuple[LogRow, str]], *, source: str) -> BaseException | None:
+        """Put rows the database refused for their values into the dead-letter file (fsynced)."""
+        if not refused:
+            return None
+        try:
+            self.dead_letter.append(refused, source=source)
+        except Exception as exc:  # the local disk failed too: the rows are lost
+            self._count_lost(len(refused), f"dead-letter append to {self.dead_letter.path} failed", exc)
+            return exc
+        now = time.time()
+        self.stats.rows_rejected += len(refused)
+        self.stats.last_reject_at = now
+        if now - self._reject_logged_at > 10.0:  # one line per 10 s, not one per batch
+            self._reject_logged_at = now
+            log.critical(
+                "prediction log: rows REFUSED by the database for their values (%d so far), moved to %s: %s",
+                self.stats.rows_rejected,
+                self.dead_letter.path,
+                refused[-1][1].splitlines()[0] if refused[-1][1] else "",
+            )
+        return None
 
     def _spool_full(self, rows: list[LogRow]) -> bool:
         """The spool has no room for ``rows`` under its cap."""
@@ -322,19 +392,20 @@ class LogWriter:
         try:
             self.spool.append(rows, sync=sync)
         except Exception as exc:  # the local disk failed too (or is full): this is the only way to lose rows
-            now = time.time()
-            if now - self._drop_logged_at > 10.0:  # one line per 10 s, not one per batch
-                self._drop_logged_at = now
-                log.critical(
-                    "prediction log: rows LOST (%d so far), spool append failed: %s",
-                    self.stats.rows_dropped + len(rows),
-                    exc,
-                )
-            self.stats.rows_dropped += len(rows)
-            self.stats.last_drop_at = now
+            self._count_lost(len(rows), "spool append failed", exc)
             return exc
         self.stats.rows_spooled += len(rows)
         return None
+
+    def _count_lost(self, n: int, what: str, exc: BaseException) -> None:
+        now = time.time()
+        if now - self._drop_logged_at > 10.0:  # one line per 10 s, not one per batch
+            self._drop_logged_at = now
+            log.critical(
+                "prediction log: rows LOST (%d so far), %s: %s", self.stats.rows_dropped + n, what, exc
+            )
+        self.stats.rows_dropped += n
+        self.stats.last_drop_at = now
 
     def _mark_ok(self) -> None:
         if not self.stats.database_ok:

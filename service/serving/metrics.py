@@ -91,6 +91,11 @@ FAMILIES: dict[str, Family] = {
     "prediction_log_rows_dropped": Family(
         "counter", "Log rows lost: the spool's disk refused them or it held spool_max_bytes (must stay 0)."
     ),
+    "prediction_log_rows_rejected": Family(
+        "counter",
+        "Log rows the database refused for their values, moved to the dead-letter file rejected.jsonl "
+        "(must stay 0).",
+    ),
     "prediction_log_write_errors": Family("counter", "Failed database writes."),
     "prediction_log_flush_duration_seconds": Family(
         "histogram", "One batch write of the log writer.", (), FLUSH_BUCKETS_S
@@ -270,6 +275,7 @@ class Metrics:
                 ("rows_replayed", s.rows_replayed),
                 ("rows_spooled", s.rows_spooled),
                 ("rows_dropped", s.rows_dropped),
+                ("rows_rejected", s.rows_rejected),
                 ("write_errors", s.write_errors),
             )
             for name, count in counter_values:
