@@ -309,6 +309,7 @@ def start(args: argparse.Namespace, root: Path, db_url: str) -> Server:
         "DRIFTWARDEN_MONITOR_INTERVAL_S": str(args.monitor_interval),
         "DRIFTWARDEN_MONITOR_WINDOW_ROWS": str(args.window_rows),
         "DRIFTWARDEN_WEBHOOK_SEND_INTERVAL_S": "1",
+        "DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS": "true",  # the receiver is on loopback
         "DRIFTWARDEN_LOG_LEVEL": "INFO",  # uvicorn's "Application startup complete" per worker
     }
     cmd = [
