@@ -8,7 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, make_url
 
 import migrations
 from core.errors import Unavailable
@@ -61,9 +61,19 @@ def _known(revision: str) -> bool:
         return False
 
 
+def _existing_revision(url: str) -> str | None:
+    """:func:`current`, and None for a SQLite file not created yet (its folder may not exist either)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database
+        if not path or path == ":memory:" or not Path(path).exists():
+            return None
+    return current(url)
+
+
 def ensure_schema(url: str, *, auto_upgrade: bool) -> None:
     """Upgrade the database (``auto_upgrade``) or check that it is at the code's revision."""
-    at, want = current(url), head()
+    at, want = _existing_revision(url), head()
     if at is not None and at != want and not _known(at):
         raise SchemaOutdated(
             f"the database schema is at revision {at}, which this driftwarden does not know (it needs"

@@ -169,12 +169,14 @@ def create_app(
                 await asyncio.to_thread(writer.close, cfg.shutdown_timeout_s)
                 s = writer.stats
                 log.info(
-                    "prediction log closed: written=%d replayed=%d spooled=%d left_in_spool=%d dropped=%d",
+                    "prediction log closed: written=%d replayed=%d spooled=%d left_in_spool=%d dropped=%d"
+                    " rejected=%d",
                     s.rows_written,
                     s.rows_replayed,
                     s.rows_spooled,
                     writer.spool.pending_rows,
                     s.rows_dropped,
+                    s.rows_rejected,
                 )
                 writer.engine.dispose()
             metrics.close()

@@ -48,6 +48,7 @@ async def status(request: Request) -> Response:
             rows_replayed=s.rows_replayed,
             rows_spooled=s.rows_spooled,
             rows_dropped=s.rows_dropped,
+            rows_rejected=s.rows_rejected,
             write_errors=s.write_errors,
             database_ok=s.database_ok,
             last_error=s.last_error,

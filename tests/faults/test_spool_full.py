@@ -81,6 +81,8 @@ def test_a_full_spool_loses_rows_by_policy_counted_and_alerted(
         assert writer.flush(timeout_s=30)
         dropped = writer.stats.rows_dropped
         assert _dropped_metric(c) == dropped
+        status = c.get("/status").json()["prediction_log"]
+        assert status["rows_dropped"] == dropped and status["rows_rejected"] == 0  # lost, not refused
         # the loss is reported, not a reason to be unready: ready again once the database check passes
         wait_until("ready again", lambda: c.get("/readyz").status_code == 200, 15)
         assert c.get("/readyz").json()["checks"]["prediction_log"]["ok"] is False
