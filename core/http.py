@@ -96,7 +96,7 @@ async def authorize(request: Request, scope: str) -> Grant | None:
         raise AuthFailed(
             401,
             f"this route needs 'Authorization: Bearer <token>' with scope '{scope}' (create one with "
-            f"`driftwarden tokens create --scope {scope}`)",
+            f"`driftwarden tokens create --name NAME --scope {scope}`)",
         )
     admin = settings.admin_token
     grant: Grant | None

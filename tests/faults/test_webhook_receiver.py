@@ -97,10 +97,20 @@ def test_broken_receivers_cost_serving_nothing_and_get_everything_once_back(
                 "error": _queue(db, error.url, secret),
                 "down": _queue(db, down.url, secret),
             }
-            # the window lasts until the sender has tried every message at least once (a hanging receiver
-            # holds up to 8 parallel attempts for webhook_timeout_s each, so this takes a few passes)
+            # the window lasts until the sender has tried every message at least once and the broken
+            # receivers have seen them (a hanging receiver holds up to 8 parallel attempts for
+            # webhook_timeout_s each, so this takes a few passes; an attempt is counted when it is claimed,
+            # before its request goes out, so the receivers' own counts close the window)
             faulty, faulty_load = _p50_under_load(
-                srv, trained, 3.0, "broken-receivers", lambda: min(_attempts(db).values()) >= 1
+                srv,
+                trained,
+                3.0,
+                "broken-receivers",
+                lambda: (
+                    min(_attempts(db).values()) >= 1
+                    and len(hang.requests) >= 1
+                    and len(error.requests) >= MESSAGES
+                ),
             )
             assert len(hang.requests) >= 1 and len(error.requests) >= MESSAGES
             assert set(_states(db).values()) == {"pending"}
