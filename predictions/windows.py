@@ -49,11 +49,11 @@ from __future__ import annotations
 import enum
 import itertools
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Engine, and_, func, literal, select
@@ -64,6 +64,8 @@ from core.tabular import as_float
 from predictions import typed
 from predictions.models import PredictionFeedback, PredictionLog, PredictionLogLayout, PredictionStatus
 from predictions.service import feedback_join
+
+T = TypeVar("T")
 
 CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
 """Rows per chunk unless told otherwise: the default of the ``monitor_chunk_rows`` setting. The monitors
@@ -379,6 +381,28 @@ def _block_range(
     yield chunk
 
 
+def _prefetched(
+    fetch: Callable[[Engine, str, dict[str, Any]], T],
+    engine: Engine,
+    sql: str,
+    base: dict[str, Any],
+    ranges: Sequence[tuple[int, int]],
+    prefetch: int,
+) -> Iterator[tuple[tuple[int, int], T]]:
+    """``fetch`` of each id range, in order, with ``prefetch`` threads fetching the next ranges meanwhile."""
+    with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
+        pending: deque[tuple[tuple[int, int], Future[T]]] = deque()
+        todo = iter(ranges)
+        for lo, hi in itertools.islice(todo, prefetch):
+            pending.append(((lo, hi), pool.submit(fetch, engine, sql, {**base, "lo": lo, "hi": hi})))
+        while pending:
+            (lo, hi), future = pending.popleft()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append((nxt, pool.submit(fetch, engine, sql, {**base, "lo": nxt[0], "hi": nxt[1]})))
+            yield (lo, hi), future.result()
+
+
 def _block_chunks(
     *,
     engine: Engine,
@@ -391,28 +415,17 @@ def _block_chunks(
     """Blocks fetched by ``prefetch`` threads ahead of the parser, processed in id order."""
     sql, base = _block_query(summary)
     ranges = _block_ranges(summary.first_id, summary.last_id, summary.rows, chunk_rows)
-    with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
-        pending: deque[tuple[tuple[int, int], Future[bytes]]] = deque()
-        todo = iter(ranges)
-        for lo, hi in itertools.islice(todo, prefetch):
-            pending.append(((lo, hi), pool.submit(_fetch_block, engine, sql, {**base, "lo": lo, "hi": hi})))
-        while pending:
-            (lo, hi), future = pending.popleft()
-            nxt = next(todo, None)
-            if nxt is not None:
-                pending.append(
-                    (nxt, pool.submit(_fetch_block, engine, sql, {**base, "lo": nxt[0], "hi": nxt[1]}))
-                )
-            yield from _block_range(
-                future.result(),
-                engine=engine,
-                summary=summary,
-                lo=lo,
-                hi=hi,
-                numeric=numeric,
-                categorical=categorical,
-                chunk_rows=chunk_rows,
-            )
+    for (lo, hi), block in _prefetched(_fetch_block, engine, sql, base, ranges, prefetch):
+        yield from _block_range(
+            block,
+            engine=engine,
+            summary=summary,
+            lo=lo,
+            hi=hi,
+            numeric=numeric,
+            categorical=categorical,
+            chunk_rows=chunk_rows,
+        )
 
 
 # ---------------------------------------------------------------- PostgreSQL: typed columns
@@ -516,43 +529,31 @@ def _typed_chunks(
     block_sql, block_base = _block_query(summary)
     layouts = _layouts(engine)
     ranges = _block_ranges(summary.first_id, summary.last_id, summary.rows, chunk_rows)
-    with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
-        pending: deque[tuple[tuple[int, int], Future[_TypedRange]]] = deque()
-        todo = iter(ranges)
-        for lo, hi in itertools.islice(todo, prefetch):
-            pending.append(((lo, hi), pool.submit(_fetch_typed, engine, sql, {**base, "lo": lo, "hi": hi})))
-        while pending:
-            (lo, hi), future = pending.popleft()
-            nxt = next(todo, None)
-            if nxt is not None:
-                pending.append(
-                    (nxt, pool.submit(_fetch_typed, engine, sql, {**base, "lo": nxt[0], "hi": nxt[1]}))
-                )
-            got = future.result()
-            if not got.rows:
-                continue
-            layout = layouts.get(got.layout) if got.layout is not None else None
-            if (
-                layout is not None
-                and got.typed == got.rows
-                and got.ordered
-                and set(numeric) <= set(layout.numeric)
-                and set(categorical) <= set(layout.categorical)
-            ):
-                yield _typed_chunk(got, layout, numeric=numeric, categorical=categorical)
-                continue
-            del got  # legacy rows, several layouts, or a feature the layout lacks: the JSON documents
-            block = _fetch_block(engine, block_sql, {**block_base, "lo": lo, "hi": hi})
-            yield from _block_range(
-                block,
-                engine=engine,
-                summary=summary,
-                lo=lo,
-                hi=hi,
-                numeric=numeric,
-                categorical=categorical,
-                chunk_rows=chunk_rows,
-            )
+    for (lo, hi), got in _prefetched(_fetch_typed, engine, sql, base, ranges, prefetch):
+        if not got.rows:
+            continue
+        layout = layouts.get(got.layout) if got.layout is not None else None
+        if (
+            layout is not None
+            and got.typed == got.rows
+            and got.ordered
+            and set(numeric) <= set(layout.numeric)
+            and set(categorical) <= set(layout.categorical)
+        ):
+            yield _typed_chunk(got, layout, numeric=numeric, categorical=categorical)
+            continue
+        del got  # legacy rows, several layouts, or a feature the layout lacks: the JSON documents
+        block = _fetch_block(engine, block_sql, {**block_base, "lo": lo, "hi": hi})
+        yield from _block_range(
+            block,
+            engine=engine,
+            summary=summary,
+            lo=lo,
+            hi=hi,
+            numeric=numeric,
+            categorical=categorical,
+            chunk_rows=chunk_rows,
+        )
 
 
 def read_chunks(
