@@ -148,24 +148,7 @@ def _rows(
 ) -> list[LogRow]:
     now = datetime.now(UTC)
     status = (bad or PredictionStatus.OK).value
-    if copies is None:
-        return [
-            LogRow(
-                pid,
-                request_id,
-                lv.model_name,
-                lv.version,
-                now,
-                row,
-                value,
-                row_flags,
-                latency_ms,
-                status,
-                protocol,
-            )
-            for pid, row, value, row_flags in zip(ids, inputs, values, flags, strict=True)
-        ]
-    layout = copies[0]
+    layout, typed = (None, [(None, None)] * len(ids)) if copies is None else copies
     return [
         LogRow(
             pid,
@@ -184,7 +167,7 @@ def _rows(
             categories,
         )
         for pid, row, value, row_flags, (numbers, categories) in zip(
-            ids, inputs, values, flags, copies[1], strict=True
+            ids, inputs, values, flags, typed, strict=True
         )
     ]
 
