@@ -16,7 +16,6 @@ from sqlalchemy import text
 
 from alerts import flows
 from alerts.sender import send_due
-from alerts.views import router
 from core.database import Database
 from tests.alerts.receiver import Receiver
 from tests.support import NO_AUTH, Server, serve_settings
@@ -32,10 +31,7 @@ def start(db: Database, tmp_path: Path, **overrides: Any) -> Server:
     settings = serve_settings(
         db.url, tmp_path / "spool", serve_models=["__none__"], admin_token=ADMIN, **overrides
     )
-    server = Server(settings)
-    if not any(getattr(r, "path", None) == "/v1/alerts/alertmanager" for r in server.app.routes):
-        server.app.include_router(router)  # until service/serving/app.py mounts it
-    return server
+    return Server(settings)
 
 
 @pytest.fixture
