@@ -11,6 +11,12 @@ advisories of the pinned packages only, taken from https://github.com/pypa/advis
 
 ``check`` exits 1 when a pin has a known vulnerability that ``scripts/advisories/ignore.toml`` does not list
 (each entry there is explained in docs/security.md), 2 when the snapshot cannot be read, 0 otherwise.
+
+``latest`` is the live half of the fallback: PyPI's project document (``/pypi/NAME/json``, which registry
+mirrors that refuse the per-version one still serve) lists today's advisories of the project's *latest*
+release. For every pin that is that release, those are exactly its known vulnerabilities, current to the
+day; a pin older than the latest release is listed as such (the document says nothing about old releases).
+It exits 1 on a finding, 3 when PyPI could not be asked about any pin, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ import sys
 import textwrap
 import tomllib
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 from packaging.version import InvalidVersion, Version
 
@@ -35,6 +43,7 @@ CONSTRAINTS = ROOT / "constraints.txt"
 SNAPSHOT = ROOT / "scripts" / "advisories" / "pypa-advisories.json"
 IGNORES = ROOT / "scripts" / "advisories" / "ignore.toml"
 SOURCE = "https://github.com/pypa/advisory-database"
+PYPI_JSON = "https://pypi.org/pypi"
 LICENCE = (
     "Advisory data from the Python Packaging Advisory Database (https://github.com/pypa/advisory-database), "
     "licensed CC-BY 4.0 (https://creativecommons.org/licenses/by/4.0/); reduced to the packages pinned in "
@@ -246,6 +255,69 @@ def check(
     return 1 if findings or (strict and missing) else 0
 
 
+def _project(client: httpx.Client, index: str, name: str) -> dict[str, Any] | str:
+    """PyPI's JSON document of project ``name``, or why it could not be had."""
+    try:
+        response = client.get(f"{index.rstrip('/')}/{name}/json")
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if response.status_code != 200:
+        return f"HTTP {response.status_code}"
+    try:
+        doc = response.json()
+    except ValueError:
+        return "not JSON"
+    return doc if isinstance(doc, dict) else "not a JSON object"
+
+
+def latest(
+    pins: dict[str, tuple[str, str]], ignores: dict[str, str], *, index: str, timeout_s: float = 20.0
+) -> int:
+    """Check every pin that is its project's latest release against PyPI's live advisories of that release."""
+    with httpx.Client(timeout=timeout_s, follow_redirects=True) as client, ThreadPoolExecutor(8) as pool:
+        docs = dict(zip(pins, pool.map(lambda key: _project(client, index, key), pins), strict=True))
+    findings = ignored = 0
+    current: list[str] = []
+    older: list[str] = []
+    failed: list[str] = []
+    for key, (name, version) in sorted(pins.items()):
+        doc = docs[key]
+        if isinstance(doc, str):
+            failed.append(f"{name} ({doc})")
+            continue
+        newest = str(doc.get("info", {}).get("version", ""))
+        if _version(newest) != _version(version):
+            older.append(f"{name} {version} (latest {newest})")
+            continue
+        current.append(name)
+        for vuln in doc.get("vulnerabilities") or []:
+            if vuln.get("withdrawn"):
+                continue
+            ids = [str(vuln.get("id")), *map(str, vuln.get("aliases") or [])]
+            fixed = ", ".join(map(str, vuln.get("fixed_in") or [])) or "no release"
+            reason = next((ignores[i] for i in ids if i in ignores), None)
+            line = f"  {name} {version}: {ids[0]} (fixed in {fixed})"
+            if reason is None:
+                findings += 1
+                print(f"{line}: {str(vuln.get('summary') or vuln.get('details') or '')[:200]}")
+            else:
+                ignored += 1
+                print(f"{line}: ignored, {reason}")
+    print(
+        f"  {len(current)} of {len(pins)} pins are their project's latest release and were checked against "
+        f"PyPI's advisories of today ({index}): {findings} known vulnerabilities, {ignored} ignored; "
+        f"{len(older)} pins are older than the latest release (PyPI lists no advisories of old releases "
+        f"here: the snapshot covers them); {len(failed)} could not be looked up"
+    )
+    if older:
+        print(f"  older than the latest release: {', '.join(older)}")
+    if failed:
+        print(f"  WARNING: not looked up: {', '.join(failed)}", file=sys.stderr)
+    if findings:
+        return 1
+    return 3 if not current and not older else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: ``refresh PATH_TO_CHECKOUT`` or ``check``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -263,6 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_cmd.add_argument("--max-age-days", type=int, default=MAX_AGE_DAYS)
     check_cmd.add_argument("--today", type=dt.date.fromisoformat, default=dt.datetime.now(dt.UTC).date())
     check_cmd.add_argument("--strict", action="store_true", help="a pin missing from the snapshot fails too")
+    latest_cmd = commands.add_parser(
+        "latest", help="check the pins that are their project's latest release against PyPI's live advisories"
+    )
+    latest_cmd.add_argument("--ignores", type=Path, default=IGNORES)
+    latest_cmd.add_argument("--index", default=PYPI_JSON, help=f"PyPI's JSON API (default {PYPI_JSON})")
     ids_cmd = commands.add_parser(
         "ignored-ids", help="print the ids of the ignore list, one a line (for pip-audit)"
     )
@@ -274,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(advisory_id)
         return 0
     pins = read_pins(args.constraints)
+    if args.command == "latest":
+        return latest(pins, read_ignores(args.ignores), index=args.index)
     if args.command == "refresh":
         doc = refresh(args.checkout, pins, commit=args.commit, date=args.date)
         args.snapshot.parent.mkdir(parents=True, exist_ok=True)

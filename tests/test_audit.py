@@ -266,3 +266,103 @@ def test_shipped_snapshot_finds_known_old_vulnerabilities(tmp_path: Path, pin: s
     )
     assert done.returncode == 1
     assert ("CVE-2023-32681" if pin.startswith("requests") else "CVE-2020-14343") in done.stdout
+
+
+class _PyPI:
+    """A local stand-in for PyPI's project JSON documents (``/pypi/NAME/json``); unknown names answer 404."""
+
+    def __init__(self, projects: dict[str, dict[str, Any]]) -> None:
+        import http.server
+        import threading
+
+        docs = projects
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                name = self.path.strip("/").split("/")[0]
+                doc = docs.get(name)
+                body = json.dumps(doc).encode() if doc is not None else b""
+                self.send_response(200 if doc is not None else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _project(version: str, *vulns: dict[str, Any]) -> dict[str, Any]:
+    return {"info": {"version": version}, "releases": {}, "vulnerabilities": list(vulns)}
+
+
+def test_latest_checks_pins_at_the_latest_release_against_live_advisories(tmp_path: Path) -> None:
+    vuln = {
+        "id": "GHSA-xxxx",
+        "aliases": ["CVE-2099-9"],
+        "fixed_in": ["2.1"],
+        "summary": "bad",
+        "withdrawn": None,
+    }
+    gone = {
+        "id": "PYSEC-old",
+        "aliases": [],
+        "fixed_in": [],
+        "summary": "withdrawn",
+        "withdrawn": "2099-01-01",
+    }
+    pypi = _PyPI(
+        {
+            "vulnerable": _project("2.0", vuln),
+            "clean": _project("1.0", gone),
+            "behind": _project("9.0", vuln),  # its advisories are the latest release's, not the pin's
+        }
+    )
+    try:
+        pins = "vulnerable==2.0\nclean==1.0\nbehind==1.0\nmissing==1.0\n"
+        done = _run(tmp_path, pins, "latest", "--index", pypi.url)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "vulnerable 2.0: GHSA-xxxx (fixed in 2.1): bad" in done.stdout
+        assert "PYSEC-old" not in done.stdout and "behind 1.0: GHSA" not in done.stdout
+        assert "2 of 4 pins are their project's latest release" in done.stdout
+        assert "1 known vulnerabilities" in done.stdout
+        assert "behind 1.0 (latest 9.0)" in done.stdout
+        assert "missing (HTTP 404)" in done.stderr
+
+        clean = _run(tmp_path, "clean==1.0\nbehind==1.0\n", "latest", "--index", pypi.url)
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        assert "0 known vulnerabilities" in clean.stdout
+
+        (tmp_path / "ignore.toml").write_text(
+            '[[ignore]]\nid = "CVE-2099-9"\nreason = "not reachable from our code"\n'
+        )
+        ignored = _run(
+            tmp_path,
+            "vulnerable==2.0\n",
+            "latest",
+            "--index",
+            pypi.url,
+            "--ignores",
+            str(tmp_path / "ignore.toml"),
+        )
+        assert ignored.returncode == 0, ignored.stdout + ignored.stderr
+        assert "ignored, not reachable from our code" in ignored.stdout
+    finally:
+        pypi.close()
+
+
+def test_latest_exits_3_when_pypi_cannot_be_reached(tmp_path: Path) -> None:
+    pypi = _PyPI({})
+    url = pypi.url
+    pypi.close()  # nothing listens there any more
+    done = _run(tmp_path, "clean==1.0\n", "latest", "--index", url)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "0 of 1 pins" in done.stdout and "could not be looked up" in done.stdout
