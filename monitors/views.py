@@ -24,6 +24,8 @@ from monitors.links import REPORT_PATH
 router = APIRouter(tags=["Drift monitors"])
 READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
 READ_OR_LINK = [require_scope_or_signed_link(Scope.READ)]  # the HTML report: a browser follows a link
+# the page's URL may hold a signed link (a credential): no shared cache keeps it, no Referer sends it on
+PAGE_HEADERS = {"Cache-Control": "private, no-store", "Referrer-Policy": "no-referrer"}
 
 
 def _state(request: Request) -> Runtime:
@@ -111,4 +113,4 @@ async def html_report(request: Request, name: str) -> Response:
     state = _state(request)
     extra = await asyncio.to_thread(state.extra_findings, name)
     page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name, extra=extra)
-    return HTMLResponse(page)
+    return HTMLResponse(page, headers=PAGE_HEADERS)

@@ -202,6 +202,9 @@ def test_a_signed_link_opens_the_report_without_a_token(scenario: Scenario) -> N
     page = httpx.get(url, timeout=30)  # no Authorization header at all, as a browser
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), page.text
     assert "DRIFTED" in page.text and "credit_score" in page.text and "<svg" in page.text
+    # the URL is a credential: no shared cache keeps the page, no Referer carries the URL on
+    assert page.headers["cache-control"] == "private, no-store"
+    assert page.headers["referrer-policy"] == "no-referrer"
     for bad in (
         url.replace("/reports/credit/", "/reports/shadow/"),
         signed_report_link(scenario, at=datetime.now(UTC) - timedelta(days=8)),
