@@ -9,9 +9,13 @@ passed (tests/monitors/test_api.py opens a real report, 200, with a link, in hea
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,16 +24,22 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from sqlalchemy import delete
+from sqlalchemy.orm import sessionmaker
 
 from access.models import LinkKey
 from access.service import create_token, link_key, rotate_link_key, sign_path, stored_link_key
+from access.verifier import CachedLinkKey
 from alerts.webhooks import links
 from core.auth import link_signature, signed_path
 from core.config import Settings
-from core.database import Database, open_database
+from core.database import Database, make_engine, open_database
+from core.network import free_port
+from registry.service import register_version
 from tests.support import NO_AUTH, Server, auth, serve_settings
 
 REPORT = "/reports/credit/drift"
+CLI = str(Path(sys.executable).parent / "driftwarden")
+ROOT = Path(__file__).resolve().parents[2]
 OTHER_KEY = b"another-server-s-link-key-of-32-bytes!"
 CONFIGURED_KEY = "configured-link-key-0123456789-abcdefghij"
 
@@ -233,3 +243,90 @@ def test_the_link_key_never_reaches_answers_or_logs(
     everything = "\n".join([*seen, caplog.text])
     for secret in (key.decode(), CONFIGURED_KEY):
         assert secret not in everything and secret[:16] not in everything
+
+
+def test_the_link_key_s_database_gone_is_503_never_500(db: Database, tmp_path: Path) -> None:
+    url = "postgresql+psycopg://postgres@127.0.0.1:1/none"  # nothing listens on port 1
+    gone = Database(url=url, engine=make_engine(url), factory=sessionmaker(make_engine(url)))
+    with start(db, tmp_path) as server, server.client() as c:
+        server.app.state.link_keys = CachedLinkKey(db=gone, settings=server.settings, ttl_s=0)
+        r = c.get(link(db_key(db)), headers=NO_AUTH)
+    assert r.status_code == 503 and "database is unavailable" in r.json()["error"], r.text
+    gone.dispose()
+
+
+def test_two_serve_processes_accept_a_link_the_cli_made(db: Database, tmp_path: Path) -> None:
+    """Real processes: two `driftwarden serve` on one database (key made by whichever needs it first) and
+    a link printed by `driftwarden reports link`; each server opens it, and refuses it once rotated."""
+    with db.session() as s:
+        s.execute(delete(LinkKey))
+        register_version(
+            session=s, model_name="credit", version=1, path=tmp_path / "v1", metrics={}, lineage={}
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRIFTWARDEN_")}
+    env |= {
+        "DRIFTWARDEN_DATABASE_URL": db.url,
+        "DRIFTWARDEN_REGISTRY_PATH": str(tmp_path / "models"),
+        "DRIFTWARDEN_SERVE_MODELS": '["__none__"]',
+        "DRIFTWARDEN_MONITOR_ENABLED": "false",
+        "DRIFTWARDEN_TOKEN_CACHE_S": "0.2",
+    }
+    ports = [free_port(), free_port()]
+    with ExitStack() as stack:
+        for i, port in enumerate(ports):
+            log = stack.enter_context((tmp_path / f"serve-{i}.log").open("wb"))
+            proc = subprocess.Popen(
+                [CLI, "serve", "--workers", "1", "--host", "127.0.0.1", "--port", str(port)],
+                env=env | {"DRIFTWARDEN_SPOOL_PATH": str(tmp_path / f"spool-{i}")},
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            stack.callback(stop, proc)
+        bases = [f"http://127.0.0.1:{port}" for port in ports]
+        for i, base in enumerate(bases):
+            wait_ready(base, tmp_path / f"serve-{i}.log")
+        made = subprocess.run(
+            [CLI, "reports", "link", "credit", "--ttl", "1h"],
+            env=env | {"DRIFTWARDEN_PUBLIC_URL": bases[0]},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert made.returncode == 0, made.stderr
+        path = urlsplit(made.stdout.strip())
+        assert path.geturl().startswith(bases[0])
+        for base in bases:  # the link printed for one server's address opens on the other as well
+            r = httpx.get(f"{base}{path.path}?{path.query}", timeout=30)
+            assert r.status_code == 404 and "'credit' has no monitor run yet" in r.json()["error"], r.text
+        rotated = subprocess.run(
+            [CLI, "tokens", "rotate-link-key"], env=env, capture_output=True, timeout=120
+        )
+        assert rotated.returncode == 0, rotated.stderr
+        for base in bases:
+            deadline = time.monotonic() + 10
+            while (r := httpx.get(f"{base}{path.path}?{path.query}", timeout=30)).status_code != 401:
+                assert time.monotonic() < deadline, (base, r.status_code, r.text)
+                time.sleep(0.1)
+            refused(r, "invalid signature")
+
+
+def wait_ready(base: str, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, f"{base} not ready: {log.read_text()[-2000:]}"
+        try:
+            if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
