@@ -1,4 +1,5 @@
-"""``driftwarden tokens create|list|revoke``: scoped API tokens. Module-level imports stay light (typer)."""
+"""``driftwarden tokens create|list|revoke|rotate-link-key``: scoped API tokens and the key of the signed
+report links. Module-level imports stay light (typer)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,22 @@ from core.errors import Invalid
 from core.terminal import make_console
 
 tokens_app = typer.Typer(
-    help="Scoped bearer tokens for the API (predict, feedback, read, admin): create, list, revoke.",
+    help="Scoped bearer tokens for the API (predict, feedback, read, admin): create, list, revoke; and the "
+    "key of the signed report links (rotate-link-key).",
     no_args_is_help=True,
 )
 DURATION = re.compile(r"^(\d+)([mhdw])$")
 UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-def parse_duration(text: str) -> timedelta | None:
-    """``90d``, ``12h``, ``30m``, ``2w``, or ``never`` (None)."""
-    if text == "never":
+def parse_duration(text: str, *, option: str = "--expires-in", never: bool = True) -> timedelta | None:
+    """``90d``, ``12h``, ``30m``, ``2w``, or ``never`` (None, when ``never`` is allowed)."""
+    if never and text == "never":
         return None
     found = DURATION.match(text.strip())
     if found is None or int(found.group(1)) == 0:
-        raise Invalid(f"--expires-in: {text!r} is not a duration like 30m, 12h, 90d, 2w (or never)")
+        also = " (or never)" if never else ""
+        raise Invalid(f"{option}: {text!r} is not a duration like 30m, 12h, 90d, 2w{also}")
     return timedelta(**{UNITS[found.group(2)]: int(found.group(1))})
 
 
@@ -109,6 +112,30 @@ def revoke(token_id: Annotated[str, typer.Argument(help="The token's id (`tokens
     finally:
         db.dispose()
     typer.echo(f"revoked {token_id}")
+
+
+@tokens_app.command("rotate-link-key")
+def rotate_link_key_cmd() -> None:
+    """Replace the database's key of signed report links: every link made before stops working (a running
+    server within token_cache_s seconds). With DRIFTWARDEN_LINK_SIGNING_KEY set, servers use that key
+    instead: change it and restart them."""
+    from access.service import rotate_link_key
+    from core.config import get_settings
+    from core.database import open_database
+
+    db = open_database()
+    try:
+        with db.session() as session:
+            rotate_link_key(session=session)
+    finally:
+        db.dispose()
+    typer.echo("rotated the link key in the database: links signed before no longer open")
+    if get_settings().link_signing_key is not None:
+        make_console(stderr=True).print(
+            "note: DRIFTWARDEN_LINK_SIGNING_KEY is set here; processes with it set sign and verify links "
+            "with that key, not the database's: change the variable and restart them to invalidate their "
+            "links"
+        )
 
 
 def register(app: typer.Typer) -> None:

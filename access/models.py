@@ -1,11 +1,12 @@
-"""The ``api_tokens`` table (a token's public id, name, scopes, SHA-256 of its secret, expiry, revocation)."""
+"""The ``api_tokens`` table (a token's public id, name, scopes, SHA-256 of its secret, expiry, revocation) and
+the ``link_signing_key`` table (the one key of the signed report links when no key is configured)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import DateTime, String
+from sqlalchemy import CheckConstraint, DateTime, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.database import Base
@@ -35,6 +36,19 @@ class ApiToken(Base):
 
     def scope_set(self) -> frozenset[str]:
         return frozenset(s for s in self.scopes.split(",") if s)
+
+
+class LinkKey(Base):
+    """The key of the signed report links when ``DRIFTWARDEN_LINK_SIGNING_KEY`` is unset: one row (id 1),
+    made by migration 0013 (or on first use), replaced by ``driftwarden tokens rotate-link-key``. It is
+    kept in clear: verifying a link's HMAC needs the key itself."""
+
+    __tablename__ = "link_signing_key"
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    secret: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class TokenRead(BaseModel):

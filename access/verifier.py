@@ -1,4 +1,5 @@
-"""The API process's :class:`core.auth.TokenVerifier`: the tokens table behind a short cache.
+"""The API process's :class:`core.auth.TokenVerifier` (the tokens table behind a short cache) and its
+:class:`core.auth.LinkKeySource` (the link key, read the same way).
 
 A verified token (or a refused one) is remembered for ``token_cache_s`` seconds under the SHA-256 of the
 token, so a request with a token costs a database read at most once per token and period; a revocation
@@ -10,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from access.service import verify_token
+from sqlalchemy.exc import SQLAlchemyError
+
+from access.service import link_key, verify_token
 from core.auth import Grant, token_digest
+from core.config import Settings
 from core.database import Database
+from core.errors import Unavailable
 
 MAX_ENTRIES = 10_000  # beyond: the cache starts over (bounds memory against floods of made-up tokens)
 
@@ -45,3 +50,38 @@ class CachedVerifier:
                     self._cache.clear()
                 self._cache[key] = (now, grant)
         return None if grant is None or grant.expired() else grant
+
+
+class CachedLinkKey:
+    """The key of signed links: ``DRIFTWARDEN_LINK_SIGNING_KEY``, else the database's, re-read every
+    ``ttl_s`` seconds (a rotation takes effect within that period, as a revocation does)."""
+
+    def __init__(self, *, db: Database, settings: Settings, ttl_s: float) -> None:
+        self.db = db
+        self.settings = settings
+        self.ttl_s = ttl_s
+        self._cached: tuple[float, bytes] | None = None
+        self.reads = 0  # database reads so far (tests, diagnostics)
+
+    def _read(self) -> bytes:
+        self.reads += 1
+        with self.db.session() as session:
+            return link_key(session=session, settings=self.settings)
+
+    async def link_key(self) -> bytes:
+        """The current key; Unavailable (503) when the database cannot give it."""
+        configured = self.settings.link_signing_key
+        if configured is not None:
+            return configured.get_secret_value().encode()
+        now = time.monotonic()
+        if self._cached is not None and now - self._cached[0] < self.ttl_s:
+            return self._cached[1]
+        try:
+            key = await asyncio.to_thread(self._read)
+        except SQLAlchemyError as exc:
+            raise Unavailable(
+                f"cannot check the signed link: the database is unavailable ({type(exc).__name__})"
+            ) from None
+        if self.ttl_s > 0:
+            self._cached = (now, key)
+        return key

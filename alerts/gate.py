@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from access.service import link_key
 from alerts import rules, service, webhooks
 from alerts.labels import fingerprint
 from alerts.lifecycle import Ctx, Evaluation, Notice, alert_labels, apply_silences, record, resolve
@@ -128,6 +129,7 @@ def job_finished(
             n.alert.last_notified_at = now
     event_type = "job.rejected" if rejected else "job.finished"
     doc = _job_doc(job)
+    key: bytes | None = None  # the report links' signing key, read once when a message is made
     for sub in service.list_subscriptions(session=session, enabled_only=True):
         filt = WebhookFilter.model_validate(sub.filter or {})
         if not filt.wants(model=model_name, event=event_type):
@@ -137,8 +139,16 @@ def job_finished(
             for n in ctx.ev.notices
             if n.notify and filt.wants(model=model_name, event=event_type, severity=n.alert.severity)
         ]
+        if key is None:
+            key = link_key(session=session, settings=settings)
         body = webhooks.job_message(
-            settings=settings, event_type=event_type, model_name=model_name, job=doc, alerts=shown, at=now
+            settings=settings,
+            event_type=event_type,
+            model_name=model_name,
+            job=doc,
+            alerts=shown,
+            at=now,
+            link_key=key,
         )
         row = service.add_delivery(
             session=session, webhook_id=sub.id, event_type=event_type, payload=body, now=now

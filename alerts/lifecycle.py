@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from access.service import link_key
 from alerts import rules, service, webhooks
 from alerts.labels import fingerprint
 from alerts.models import Alert, AlertSource, AlertState, Silence, aware
@@ -283,6 +284,7 @@ def announce(ctx: Ctx, *, evidence: dict[str, Any]) -> None:
     if not wanted:
         return
     counts: dict[int, int] = {}
+    key: bytes | None = None  # the report links' signing key, read once when a message is made
     for sub in service.list_subscriptions(session=ctx.session, enabled_only=True):
         filt = WebhookFilter.model_validate(sub.filter or {})
         chosen = [
@@ -296,12 +298,15 @@ def announce(ctx: Ctx, *, evidence: dict[str, Any]) -> None:
         ]
         if not chosen:
             continue
+        if key is None:
+            key = link_key(session=ctx.session, settings=ctx.settings)
         event_type, body = webhooks.alert_message(
             settings=ctx.settings,
             model_name=ctx.model_name,
             alerts=[(n.alert, n.why) for n in chosen],
             evidence=evidence,
             at=ctx.now,
+            link_key=key,
         )
         row = service.add_delivery(
             session=ctx.session, webhook_id=sub.id, event_type=event_type, payload=body, now=ctx.now

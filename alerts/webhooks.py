@@ -1,5 +1,9 @@
 """Outgoing webhook messages: their JSON body, their links back into the API, and their signature.
 
+The ``report`` link is signed (:mod:`core.auth`, with the link key of ``access/``) so that a reader opens
+the HTML report from a chat message in a browser, without a token, for ``report_link_ttl_s`` (7 days) after
+the message; every other link is a plain API link that needs a token.
+
 Messages follow Standard Webhooks (standardwebhooks.com): headers ``webhook-id`` (the delivery id, the same
 on every retry), ``webhook-timestamp`` (Unix seconds of this attempt) and ``webhook-signature``
 (``v1,<base64 HMAC-SHA256(secret, "{id}.{timestamp}.{body}")>``, made by the ``standardwebhooks``
@@ -12,15 +16,18 @@ import base64
 import binascii
 import secrets
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 from standardwebhooks import Webhook
 
 from alerts.models import Alert, aware
+from core.auth import signed_path
 from core.config import Settings
+from core.config import base_url as base_url
 from core.errors import Invalid
+from monitors.links import report_path
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
@@ -70,18 +77,22 @@ def headers(*, secret: str, msg_id: str, at: datetime, body: str) -> dict[str, s
     }
 
 
-def base_url(settings: Settings) -> str:
-    """This API's address in links: ``public_url``, else ``http://<api_host>:<api_port>``."""
-    return (settings.public_url or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
-
-
-def links(*, settings: Settings, model_name: str | None, alert_id: int | None = None) -> dict[str, Any]:
-    """Where a reader of a message goes next: the report, the drift JSON, retrain, silence, the alert."""
+def links(
+    *,
+    settings: Settings,
+    model_name: str | None,
+    link_key: bytes,
+    at: datetime,
+    alert_id: int | None = None,
+) -> dict[str, Any]:
+    """Where a reader of a message goes next: the report (a signed link, opened without a token until
+    ``at`` + ``report_link_ttl_s``), the drift JSON, retrain, silence, the alert."""
     base = base_url(settings)
     out: dict[str, Any] = {}
     if model_name:
+        expires = int((at + timedelta(seconds=settings.report_link_ttl_s)).timestamp())
         out.update(
-            report=f"{base}/reports/{model_name}/drift",
+            report=base + signed_path(key=link_key, path=report_path(model_name), expires=expires),
             drift=f"{base}/v1/models/{model_name}/drift",
             retrain={"method": "POST", "url": f"{base}/v1/models/{model_name}/retrain"},
             silence={
@@ -177,11 +188,12 @@ def alert_message(
     alerts: Iterable[tuple[Alert, str]],
     evidence: dict[str, Any],
     at: datetime,
+    link_key: bytes,
 ) -> tuple[str, str]:
     """``(event type, body)`` of one model's grouped alert message: ``alert.firing`` when any alert in it
     fires, else ``alert.resolved``. ``alerts`` pairs each alert with why it is in the message (``firing``:
     it started firing or its silence ended; ``repeat``: still firing after the repeat interval;
-    ``resolved``)."""
+    ``resolved``). ``link_key`` signs the report link."""
     items = [{**alert_item(a, settings=settings), "notification": why} for a, why in alerts]
     event_type = "alert.firing" if any(i["state"] == "firing" for i in items) else "alert.resolved"
     only = items[0]["id"] if len(items) == 1 else None
@@ -190,7 +202,7 @@ def alert_message(
         "group_key": f'{{}}:{{model="{model_name}"}}',
         "alerts": items,
         "evidence": evidence,
-        "links": links(settings=settings, model_name=model_name, alert_id=only),
+        "links": links(settings=settings, model_name=model_name, link_key=link_key, at=at, alert_id=only),
     }
     return event_type, message(event_type=event_type, at=at, data=data)
 
@@ -203,14 +215,16 @@ def job_message(
     job: dict[str, Any],
     alerts: Iterable[Alert],
     at: datetime,
+    link_key: bytes,
 ) -> str:
-    """The body of a ``job.finished`` / ``job.rejected`` message (with the gate's alerts of a rejection)."""
+    """The body of a ``job.finished`` / ``job.rejected`` message (with the gate's alerts of a rejection);
+    ``link_key`` signs the report link."""
     data = {
         "model": model_name,
         "group_key": f'{{}}:{{model="{model_name}"}}',
         "job": job,
         "alerts": [alert_item(a, settings=settings) for a in alerts],
-        "links": links(settings=settings, model_name=model_name),
+        "links": links(settings=settings, model_name=model_name, link_key=link_key, at=at),
     }
     return message(event_type=event_type, at=at, data=data)
 

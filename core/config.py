@@ -10,11 +10,16 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MAX_LINK_TTL_S = 90 * 86400.0
+"""The longest lifetime of a signed report link (a link is a bearer credential for one report)."""
+MIN_LINK_KEY_CHARS = 32
+
 
 class Settings(BaseSettings):
     """Effective configuration; every field maps to ``DRIFTWARDEN_<FIELD>``."""
 
-    model_config = SettingsConfigDict(env_prefix="DRIFTWARDEN_", extra="ignore")
+    # an invalid setting's error names it but never echoes the input: several inputs are secrets
+    model_config = SettingsConfigDict(env_prefix="DRIFTWARDEN_", extra="ignore", hide_input_in_errors=True)
 
     # storage
     database_url: SecretStr = Field(
@@ -179,6 +184,19 @@ class Settings(BaseSettings):
         description="A verified token is trusted this long without a database read (a revocation or an "
         "expiry takes effect within it; 0: read every time).",
     )
+    link_signing_key: SecretStr | None = Field(
+        default=None,
+        description="Key of the signed report links (`/reports/{name}/drift?expires=...&signature=...`), at "
+        "least 32 characters (e.g. `openssl rand -base64 32`); unset: a random key made once and kept in "
+        "the database, shared by every process using it (`driftwarden tokens rotate-link-key`). Changing "
+        "it invalidates every link signed before.",
+    )
+    report_link_ttl_s: float = Field(
+        default=7 * 86400.0,
+        gt=0,
+        le=MAX_LINK_TTL_S,
+        description="Lifetime of the signed report link in each webhook message (at most 90 days).",
+    )
 
     # observability (core/health.py, monitors/metrics.py, service/serving/operations.py)
     metrics_max_features: int = Field(
@@ -212,7 +230,8 @@ class Settings(BaseSettings):
     )
     public_url: str | None = Field(
         default=None,
-        description="Base URL of this API in webhook links (report, retrain, silence); unset: "
+        description="Base URL of this API in webhook links (report, retrain, silence) and in "
+        "`driftwarden reports link`; unset: "
         "http://<api_host>:<api_port>.",
     )
     webhook_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one webhook delivery.")
@@ -319,6 +338,18 @@ class Settings(BaseSettings):
             data = {**data, "spool_path": Path(registry).parent / "spool"}
         return data
 
+    @model_validator(mode="after")
+    def _link_key_long_enough(self) -> Settings:
+        """A link key shorter than :data:`MIN_LINK_KEY_CHARS` is refused (the error names its length only)."""
+        key = self.link_signing_key
+        length = 0 if key is None else len(key.get_secret_value())
+        if key is not None and length < MIN_LINK_KEY_CHARS:
+            raise ValueError(
+                f"DRIFTWARDEN_LINK_SIGNING_KEY has {length} characters; it needs at least "
+                f"{MIN_LINK_KEY_CHARS} (e.g. `openssl rand -base64 32`)"
+            )
+        return self
+
     def masked(self) -> dict[str, Any]:
         """Settings as plain values, secrets and URL passwords masked."""
         out: dict[str, Any] = {}
@@ -347,6 +378,11 @@ def _mask_url(url: str) -> str:
 
 
 _PASSWORD_PARAM = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
+
+
+def base_url(settings: Settings) -> str:
+    """This API's address in the links it hands out: ``public_url``, else ``http://<api_host>:<api_port>``."""
+    return (settings.public_url or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
 
 
 @lru_cache(maxsize=1)

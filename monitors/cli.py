@@ -1,4 +1,5 @@
-"""Monitor commands (``driftwarden drift``, ``driftwarden monitor``): owned by the monitors domain.
+"""Monitor commands (``driftwarden drift``, ``driftwarden monitor``, ``driftwarden reports link``): owned by
+the monitors domain.
 
 Both answer with one exit-code contract a CI gate can trust: 0 = no drift, 1 = drift, 2 = the check could
 not be made (a usage or input error, too few rows, a model that could not be evaluated). Errors are
@@ -414,7 +415,55 @@ def monitor_cmd(
         raise typer.Exit(code=1)
 
 
+reports_app = typer.Typer(
+    help="The served HTML drift reports (GET /reports/MODEL/drift): links a browser can open.",
+    no_args_is_help=True,
+)
+LINK_EPILOG = (
+    "[b]Example[/b]\n\n"
+    "driftwarden reports link credit --ttl 1d\n\n"
+    "prints https://dw.example.com/reports/credit/drift?expires=...&signature=... (the base is "
+    "DRIFTWARDEN_PUBLIC_URL, else http://API_HOST:API_PORT), alone on stdout; its expiry goes to stderr. "
+    "Anyone holding the link reads that model's report until it expires, without a token: share it like a "
+    "password. `driftwarden tokens rotate-link-key` invalidates every link made before."
+)
+
+
+@reports_app.command("link", epilog=LINK_EPILOG)
+def report_link_cmd(
+    model: Annotated[str, typer.Argument(help="The model whose drift report the link opens.")],
+    ttl: Annotated[
+        str, typer.Option("--ttl", help="How long the link works: 30m, 12h, 1d, 2w (at most 90d).")
+    ] = "7d",
+) -> None:
+    """Print a signed URL of MODEL's HTML drift report that opens in a browser without a token."""
+    from access.cli import parse_duration
+    from core.config import get_settings
+    from core.database import open_database
+    from core.terminal import make_console
+    from monitors.links import signed_report_url
+    from registry.service import require_model
+
+    lifetime = parse_duration(ttl, option="--ttl", never=False)
+    assert lifetime is not None  # never=False: a link always expires
+    settings = get_settings()
+    db = open_database()
+    try:
+        with db.session() as session:
+            require_model(session=session, model_name=model)
+            url, expires = signed_report_url(
+                session=session, settings=settings, model_name=model, ttl=lifetime
+            )
+    finally:
+        db.dispose()
+    make_console(stderr=True).print(
+        f"report of {model}, opens without a token until {expires.isoformat(timespec='seconds')}"
+    )
+    typer.echo(url)  # alone on stdout: URL=$(driftwarden reports link MODEL)
+
+
 def register(app: typer.Typer) -> None:
     """Add the monitors' commands to the root CLI."""
     app.command("drift", epilog=DRIFT_EXIT_CODES)(drift_cmd)
     app.command("monitor", epilog=MONITOR_EXIT_CODES)(monitor_cmd)
+    app.add_typer(reports_app, name="reports")

@@ -14,14 +14,18 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from core.auth import Scope
-from core.http import json_response, request_id_of, require_scope
+from core.http import json_response, request_id_of, require_scope, require_scope_or_signed_link
 from core.openapi import AUTH, errors
 from core.runtime import Runtime
 from monitors import flows
 from monitors.findings import finding_from_dict, headline
+from monitors.links import REPORT_PATH
 
 router = APIRouter(tags=["Drift monitors"])
 READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
+READ_OR_LINK = [require_scope_or_signed_link(Scope.READ)]  # the HTML report: a browser follows a link
+# the page's URL may hold a signed link (a credential): no shared cache keeps it, no Referer sends it on
+PAGE_HEADERS = {"Cache-Control": "private, no-store", "Referrer-Policy": "no-referrer"}
 
 
 def _state(request: Request) -> Runtime:
@@ -86,14 +90,27 @@ async def run_now(request: Request, name: str) -> Response:
 
 
 @router.get(
-    "/reports/{name}/drift",
+    REPORT_PATH,
     summary="Latest drift report (HTML)",
+    description=(
+        "The latest run's report as a page. Opens with a bearer token of scope `read`, or without one "
+        "through a signed link (`expires` and `signature`, made by `driftwarden reports link MODEL` and "
+        "carried by every webhook message): a link opens this model's report until it expires, and a "
+        "changed model, path or expiry, an expired link or one signed with another key answers 401."
+    ),
     response_class=HTMLResponse,
-    responses=NO_REPORT,
-    dependencies=READ,
+    responses=errors(
+        *AUTH,
+        404,
+        409,
+        e401="No bearer token or signed link, or one that is not accepted (the error names why)",
+        e404="Unknown model",
+        e409="No monitor run yet (or no serving version, no profile)",
+    ),
+    dependencies=READ_OR_LINK,
 )
 async def html_report(request: Request, name: str) -> Response:
     state = _state(request)
     extra = await asyncio.to_thread(state.extra_findings, name)
     page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name, extra=extra)
-    return HTMLResponse(page)
+    return HTMLResponse(page, headers=PAGE_HEADERS)

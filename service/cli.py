@@ -75,7 +75,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "training.cli": ("train", "worker", "data", "cluster", "jobs"),
     "service.serving.cli": ("serve",),
     "predictions.cli": ("predictions",),
-    "monitors.cli": ("drift", "monitor"),
+    "monitors.cli": ("drift", "monitor", "reports"),
     "alerts.cli": ("alerts", "webhooks"),
     "access.cli": ("tokens",),
 }

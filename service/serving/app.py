@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from access.verifier import CachedVerifier
+from access.verifier import CachedLinkKey, CachedVerifier
 from alerts.flows import install as install_alerts
 from alerts.flows import seed_rules
 from alerts.scheduled import start_outbox_retention, start_sender
@@ -138,6 +138,8 @@ def create_app(
         gc.freeze()
         app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
         app.state.verifier = CachedVerifier(db=db, ttl_s=cfg.token_cache_s)  # core.http.require_scope
+        # core.http.require_scope_or_signed_link: the key of the signed report links
+        app.state.link_keys = CachedLinkKey(db=db, settings=cfg, ttl_s=cfg.token_cache_s)
         install_alerts()  # the alert rules act on every monitor run, health pass and finished job
         await asyncio.to_thread(seed_rules, db=db, settings=cfg)  # DRIFTWARDEN_ALERT_RULES_FILE, if set
         retention = start_retention(app.state.dw)

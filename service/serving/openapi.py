@@ -1,8 +1,9 @@
 """The app's OpenAPI document and method routing, kept true to what the routes answer.
 
 * The document: FastAPI's, with its never-sent 422 replaced by the 400 ``{"error": ...}`` answer the app
-  gives for a malformed parameter; path parameters described with the rules the routes check by hand
-  (model names and labels, versions); every route that answers 401 marked with the bearer scheme.
+  gives for a malformed parameter; path and query parameters described with the rules the routes check by
+  hand (model names and labels, versions, a signed link's); every route that answers 401 marked with the
+  bearer scheme.
 * Methods: a path answers a method it does not declare with 405 and an ``Allow`` header listing exactly
   the methods of its most specific route template (``/v1/models/{name}/versions/{version}:promote`` is
   not ``/v1/models/{name}/versions/{version}``), for every method, TRACE and OPTIONS included.
@@ -32,7 +33,13 @@ PATH_RULES: dict[str, dict[str, Any]] = {
     "label": _TEXT,
     "version": {"type": "integer", "minimum": 1, "maximum": MAX_VERSION},
 }
-QUERY_RULES: dict[str, dict[str, Any]] = {"model": _TEXT}
+QUERY_RULES: dict[str, dict[str, Any]] = {
+    "model": _TEXT,
+    # a signed link's parameters (core.http.require_scope_or_signed_link): optional, never null; the
+    # signature's form is checked by hand (401 naming it), so the document gives it no pattern
+    "expires": {"type": "integer"},
+    "signature": {"type": "string"},
+}
 
 
 def _error_ref(description: str) -> dict[str, Any]:

@@ -6,15 +6,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from access.service import link_key
 from alerts import flows, service
 from alerts.models import Alert, AlertEvent, AlertRead, WebhookDelivery, utcnow
 from alerts.specs import MatcherSpec, SilenceSpec, WebhookSpec
 from alerts.webhooks import parse_body
+from core.auth import link_refusal
 from core.config import Settings
 from core.database import Database
 from core.health import CheckResult
@@ -191,7 +194,16 @@ def test_one_message_per_subscription_groups_the_model_and_filters_apply(
     age = next(f for f in drift["features"] if f["name"] == "age")
     assert {"statistic", "p_value", "effect", "effect_name"} <= set(age) and age["p_value"] < 0.05
     links = data["links"]
-    assert links["report"] == "https://dw.example.com/reports/credit/drift"
+    # the report link is signed (a browser opens it without a token) for report_link_ttl_s after the message
+    report = urlsplit(links["report"])
+    assert f"{report.scheme}://{report.netloc}{report.path}" == "https://dw.example.com/reports/credit/drift"
+    query = {k: v[0] for k, v in parse_qs(report.query).items()}
+    assert int(query["expires"]) == int((T0 + timedelta(seconds=settings.report_link_ttl_s)).timestamp())
+    with db.session() as s:
+        key = link_key(session=s, settings=settings)
+    path, expires, signature = report.path, int(query["expires"]), query["signature"]
+    assert link_refusal(key=key, path=path, expires=expires, signature=signature, now=T0.timestamp()) is None
+    assert "signature" not in links["drift"]  # the API links stay plain: a program sends a token
     assert links["drift"] == "https://dw.example.com/v1/models/credit/drift"
     assert links["retrain"] == {"method": "POST", "url": "https://dw.example.com/v1/models/credit/retrain"}
     assert links["silence"]["url"] == "https://dw.example.com/v1/silences"

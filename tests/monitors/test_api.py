@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
+from access.service import link_key
+from alerts.webhooks import links
 from core.database import open_database
 from monitors.scheduled import run_pass
 from registry.service import register_version
@@ -181,15 +184,42 @@ def test_history_lists_runs_newest_first(scenario: Scenario) -> None:
     assert [x["run_id"] for x in one.json()["runs"]] == ids[:1]
 
 
+def signed_report_link(scenario: Scenario, *, at: datetime | None = None) -> str:
+    """The report link of a webhook message about ``credit`` sent ``at`` (default: now)."""
+    server = scenario.server
+    settings = server.settings.model_copy(update={"public_url": server.url})
+    with server.state.db.session() as s:
+        key = link_key(session=s, settings=settings)
+    got: str = links(settings=settings, model_name="credit", link_key=key, at=at or datetime.now(UTC))[
+        "report"
+    ]
+    return got
+
+
+def test_a_signed_link_opens_the_report_without_a_token(scenario: Scenario) -> None:
+    url = signed_report_link(scenario)
+    assert "signature=" in url
+    page = httpx.get(url, timeout=30)  # no Authorization header at all, as a browser
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), page.text
+    assert "DRIFTED" in page.text and "credit_score" in page.text and "<svg" in page.text
+    # the URL is a credential: no shared cache keeps the page, no Referer carries the URL on
+    assert page.headers["cache-control"] == "private, no-store"
+    assert page.headers["referrer-policy"] == "no-referrer"
+    for bad in (
+        url.replace("/reports/credit/", "/reports/shadow/"),
+        signed_report_link(scenario, at=datetime.now(UTC) - timedelta(days=8)),
+    ):
+        r = httpx.get(bad, timeout=30)
+        assert r.status_code == 401 and "signed link refused" in r.json()["error"], r.text
+
+
 def test_html_report_renders_in_headless_chromium(scenario: Scenario, tmp_path: Path) -> None:
     with scenario.server.client() as c:
         page = c.get("/reports/credit/drift")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "DRIFTED" in page.text and "credit_score" in page.text and "<svg" in page.text
-    saved = tmp_path / "report.html"  # the page as fetched with a token (a browser sends no bearer header)
-    saved.write_text(page.text, encoding="utf-8")
-    out = screenshot(
-        saved.as_uri(),
+    out = screenshot(  # the browser opens the signed link of a webhook message itself: no bearer header
+        signed_report_link(scenario),
         ARTIFACTS / f"drift-report-{scenario.backend}.png",
         profile_dir=tmp_path / "chromium",
     )

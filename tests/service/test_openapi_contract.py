@@ -73,7 +73,13 @@ def test_the_document_declares_bodies_errors_and_security(contract_server: Serve
         assert {"401", "403"} <= set(op["responses"]), (method, path)
     assert "security" not in predict and "401" not in predict["responses"]  # open: predict_requires_token off
     assert "security" not in doc["paths"]["/v2/models/{name}"]["get"]
-    assert "text/html" in doc["paths"]["/reports/{name}/drift"]["get"]["responses"]["200"]["content"]
+    report = doc["paths"]["/reports/{name}/drift"]["get"]
+    assert "text/html" in report["responses"]["200"]["content"]
+    # the HTML report also opens with a signed link: its two query parameters are documented
+    query = {p["name"]: p for p in report["parameters"] if p["in"] == "query"}
+    assert query["expires"]["schema"] == {"type": "integer"} and not query["expires"]["required"]
+    assert query["signature"]["schema"] == {"type": "string"} and not query["signature"]["required"]
+    assert "signed link" in report["description"] and "401" in report["responses"]
 
 
 def test_undeclared_methods_answer_405_with_allow(contract_server: Server) -> None:
