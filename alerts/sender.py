@@ -1,25 +1,25 @@
 """The outbox sender: deliver due webhook messages, retry with backoff, dead-letter after the last attempt.
 
-A :class:`Sender` owns a pool of ``MAX_PARALLEL`` request threads. :meth:`Sender.send` claims due rows
-(one transaction, committed before any request, so no lock is held while a receiver answers), as many as
-there are free threads and never more than ``PER_ENDPOINT`` in flight per endpoint (a receiver's scheme,
-host and port, however many subscriptions point at it), hands each to a thread and returns at once: one
-hanging receiver holds at most ``PER_ENDPOINT`` threads, the other receivers keep the rest, and the next
-pass does not wait for it (a claimed row is protected by its lease, ``webhook_timeout_s`` + 30 s). Each
-thread sends its message with the stored body and a fresh signature and records the result in its own
-short transaction as soon as the request ends. A 2xx answer delivers; anything else (an error status, a
-redirect, a refused connection, a timeout) schedules the next attempt after
-``min(backoff * 2**(attempts-1), backoff_max) * U(0.5, 1.0)`` seconds, and the ``webhook_max_attempts``-th
-failure marks the row ``dead``. Every request has ``webhook_timeout_s`` and follows no redirect, and its
-URL is checked first (:mod:`alerts.urls`: no private address unless allowed).
+A :class:`Sender` owns a pool of ``MAX_PARALLEL`` request threads. :meth:`Sender.send` claims due rows (one
+transaction, committed before any request, so no lock is held while a receiver answers), as many as there are
+free threads and never more than ``PER_ENDPOINT`` in flight per endpoint (a receiver's scheme, host and port,
+however many subscriptions point at it; counted per sender, so per process), hands each to a thread and
+returns at once: one hanging receiver holds at most ``PER_ENDPOINT`` threads, the other receivers keep the
+rest, and the next pass does not wait for it (a claimed row is protected by its lease, ``webhook_timeout_s`` +
+30 s). Each thread sends its message with the stored body and a fresh signature and records the result in its
+own short transaction as soon as the request ends. A 2xx answer delivers; anything else (an error status, a
+redirect, a refused connection, a timeout) schedules the next attempt after ``min(backoff * 2**(attempts-1),
+backoff_max) * U(0.5, 1.0)`` seconds, and the ``webhook_max_attempts``-th failure marks the row ``dead``.
+Every request has ``webhook_timeout_s`` and follows no redirect, and its URL is checked first
+(:mod:`alerts.urls`: no private address unless allowed).
 
-The periodic sender (:mod:`alerts.scheduled`) keeps one :class:`Sender` for the life of the process and
-adds a circuit breaker: after ``BREAKER_FAILURES`` consecutive failures of one endpoint, its other due
-messages wait (no attempt counted) until the retry time of the last failure, then up to ``PER_ENDPOINT``
-messages probe it again; a success closes the breaker. :func:`send_due` (``driftwarden webhooks send``,
-tests) attempts every due message once, under the same caps and without a breaker, and waits for the last.
-Closing a sender sends nothing more; requests in flight finish within their timeout and record their
-result, or, if the process is gone first, their rows come due again when the lease ends.
+The periodic sender (:mod:`alerts.scheduled`) keeps one :class:`Sender` for the life of the process and adds a
+circuit breaker: after ``BREAKER_FAILURES`` consecutive failures of one endpoint, its other due messages wait
+(no attempt counted) until the retry time of the last failure, then up to ``PER_ENDPOINT`` messages probe it
+again; a success closes the breaker. :func:`send_due` (``driftwarden webhooks send``, tests) attempts every
+due message once, under the same caps and without a breaker, and waits for the last. Closing a sender sends
+nothing more; requests in flight finish within their timeout and record their result, or, if the process is
+gone first, their rows come due again when the lease ends.
 """
 
 from __future__ import annotations
@@ -226,11 +226,10 @@ class Sender:
         now = self._clock()
         lease_s = self.settings.webhook_timeout_s + LEASE_MARGIN_S
         blocked = {key for key, n in busy.items() if n >= self.per_endpoint}
-        blocked |= {
-            key
-            for key, b in self._breakers.items()
-            if b.open_until is not None and b.open_until > now and key not in blocked
-        }
+        with self._cond:  # request threads update the breakers
+            blocked |= {
+                k for k, b in self._breakers.items() if b.open_until is not None and b.open_until > now
+            }
         with self.db.session() as session:
             skip: set[str] = set()
             if blocked:

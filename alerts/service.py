@@ -518,7 +518,6 @@ class Claim:
     payload: str
     url: str
     secret: str
-    webhook_id: str
 
 
 @dataclass(frozen=True)
@@ -576,7 +575,7 @@ def due_candidates(
             .where(*due)
             .subquery()
         )
-        stmt = (  # the window function in a subquery: PostgreSQL locks no rows of a windowed query
+        stmt = (  # the window function in a subquery: PostgreSQL refuses FOR UPDATE beside one
             select(
                 WebhookDelivery.id, WebhookDelivery.attempts, WebhookSubscription.id, WebhookSubscription.url
             )
@@ -626,7 +625,7 @@ def claim(*, session: Session, candidates: Sequence[Candidate], now: datetime, l
     ).all()
     order = {c.id: k for k, c in enumerate(candidates)}
     claims = [
-        Claim(id=i, attempt=taken[i], event_type=e, payload=p, url=s.url, secret=s.secret, webhook_id=s.id)
+        Claim(id=i, attempt=taken[i], event_type=e, payload=p, url=s.url, secret=s.secret)
         for i, e, p, s in rows
     ]
     return sorted(claims, key=lambda c: order[c.id])
