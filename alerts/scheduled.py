@@ -1,5 +1,9 @@
 """The outbox's periodic jobs (in the API process, one worker of ``serve --workers N``): the sender, and the
-retention that removes delivered and dead messages after ``webhook_retention_days``."""
+retention that removes delivered and dead messages after ``webhook_retention_days``.
+
+The sender is one :class:`alerts.sender.Sender` for the life of the job: each pass starts what fits its
+free threads and returns, so a hanging receiver never holds up the next pass; cancelling the job closes it
+(requests in flight finish within their timeout)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
-from alerts.sender import send_due
+from alerts.sender import Sender
 from alerts.service import purge_deliveries
 from core.config import Settings
 from core.database import Database
@@ -25,12 +29,15 @@ def start_sender(runtime: Runtime) -> asyncio.Task[None] | None:
         log.info("webhook sender off (DRIFTWARDEN_WEBHOOK_SENDER_ENABLED=false)")
         return None
 
-    def run() -> int:
-        return send_due(db=runtime.db, settings=settings)
-
-    return every(
-        settings.webhook_send_interval_s, run, name="webhook sender", leader_lock=runtime.leader_lock
+    sender = Sender(db=runtime.db, settings=settings)
+    task = every(
+        settings.webhook_send_interval_s, sender.send, name="webhook sender", leader_lock=runtime.leader_lock
     )
+    if task is None:
+        sender.close()
+        return None
+    task.add_done_callback(lambda _: sender.close())
+    return task
 
 
 def purge_outbox(*, db: Database, settings: Settings, now: datetime | None = None) -> int:

@@ -1,20 +1,35 @@
 """The outbox sender: deliver due webhook messages, retry with backoff, dead-letter after the last attempt.
 
-:func:`send_due` claims due rows (one transaction, committed before any request, so no lock is held
-while a receiver answers), sends each with its stored body and a fresh signature, then records each
-result in its own short transaction. A 2xx answer delivers; anything else (an error status, a redirect,
-a refused connection, a timeout) schedules the next attempt after
-``min(backoff * 2**(attempts-1), backoff_max) * U(0.5, 1.0)`` seconds, and the ``webhook_max_attempts``-th
-failure marks the row ``dead``. Every request has ``webhook_timeout_s`` and follows no redirect, and its
-URL is checked first (:mod:`alerts.urls`: no private address unless allowed); the messages of one call
-are sent in parallel, so one hanging receiver delays no other.
+A :class:`Sender` owns a pool of ``MAX_PARALLEL`` request threads. :meth:`Sender.send` claims due rows (one
+transaction, committed before any request, so no lock is held while a receiver answers), as many as there are
+free threads and never more than ``PER_ENDPOINT`` in flight per endpoint (a receiver's scheme, host and port,
+however many subscriptions point at it; counted per sender, so per process), hands each to a thread and
+returns at once: one hanging receiver holds at most ``PER_ENDPOINT`` threads, the other receivers keep the
+rest, and the next pass does not wait for it (a claimed row is protected by its lease, ``webhook_timeout_s`` +
+30 s). Each thread sends its message with the stored body and a fresh signature and records the result in its
+own short transaction as soon as the request ends. A 2xx answer delivers; anything else (an error status, a
+redirect, a refused connection, a timeout) schedules the next attempt after ``min(backoff * 2**(attempts-1),
+backoff_max) * U(0.5, 1.0)`` seconds, and the ``webhook_max_attempts``-th failure marks the row ``dead``.
+Every request has ``webhook_timeout_s`` and follows no redirect, and its URL is checked first
+(:mod:`alerts.urls`: no private address unless allowed).
+
+The periodic sender (:mod:`alerts.scheduled`) keeps one :class:`Sender` for the life of the process and adds a
+circuit breaker: after ``BREAKER_FAILURES`` consecutive failures of one endpoint, its other due messages wait
+(no attempt counted) until the retry time of the last failure, then up to ``PER_ENDPOINT`` messages probe it
+again; a success closes the breaker. :func:`send_due` (``driftwarden webhooks send``, tests) attempts every
+due message once, under the same caps and without a breaker, and waits for the last. Closing a sender sends
+nothing more; requests in flight finish within their timeout and record their result, or, if the process is
+gone first, their rows come due again when the lease ends.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,7 +47,10 @@ log = logging.getLogger("driftwarden.alerts.sender")
 
 LEASE_MARGIN_S = 30.0  # a claimed row reappears this long after the request's timeout
 MAX_ERROR_CHARS = 500
-MAX_PARALLEL = 8
+MAX_PARALLEL = 8  # requests in flight per sender
+PER_ENDPOINT = 2  # requests in flight per endpoint (scheme, host, port) and sender
+CANDIDATES_PER_SLOT = 4  # due rows looked at per free thread (some may be at an endpoint at its cap)
+BREAKER_FAILURES = 5  # consecutive failures of one endpoint that make its other messages wait
 
 
 @dataclass(frozen=True)
@@ -87,48 +105,180 @@ def _post(client: httpx.Client, claim: service.Claim, *, timeout_s: float, allow
         return Attempt(False, None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS])
 
 
-def send_due(
-    *,
-    db: Database,
-    settings: Settings,
-    limit: int = 100,
-    now: datetime | None = None,
-    client: httpx.Client | None = None,
-) -> int:
-    """Attempt every due delivery (at most ``limit``); returns how many were attempted.
-
-    ``now`` (tests) stands for the current time when choosing what is due and when to retry.
-    """
-    at = now or utcnow()
-    lease_s = settings.webhook_timeout_s + LEASE_MARGIN_S
-    with db.session() as session:
-        claims = service.claim_due(session=session, now=at, limit=limit, lease_s=lease_s)
-    if not claims:
-        return 0
-    own = client is None
-    http = client or httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False)
+def endpoint(url: str) -> str:
+    """The receiver a URL reaches, the unit of the per-endpoint cap: ``scheme://host:port``."""
     try:
-        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(claims))) as pool:
-            results = list(
-                pool.map(
-                    lambda c: _post(
-                        http,
-                        c,
-                        timeout_s=settings.webhook_timeout_s,
-                        allow_private=settings.webhook_allow_private_urls,
-                    ),
-                    claims,
-                )
+        u = httpx.URL(url)
+    except httpx.InvalidURL:  # refused by the URL check before any request; a cap of its own meanwhile
+        return url
+    port = u.port or (443 if u.scheme == "https" else 80)
+    return f"{u.scheme}://{u.host.lower()}:{port}"
+
+
+@dataclass
+class _Breaker:
+    failures: int = 0  # consecutive, in the order the requests ended
+    open_until: datetime | None = None
+
+
+class Sender:
+    """Sends claimed deliveries on a pool of threads that outlives one pass (see the module docstring).
+
+    ``clock`` (tests) stands for the current time; ``breaker_failures`` 0 turns the breaker off.
+    """
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        settings: Settings,
+        client: httpx.Client | None = None,
+        max_parallel: int = MAX_PARALLEL,
+        per_endpoint: int = PER_ENDPOINT,
+        breaker_failures: int = BREAKER_FAILURES,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.db, self.settings = db, settings
+        self.max_parallel, self.per_endpoint = max_parallel, per_endpoint
+        self.breaker_failures = breaker_failures
+        self._clock = clock
+        self._own_client = client is None
+        self._client = client  # made at the first claim (its TLS setup takes a while: not before claiming)
+        self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="webhook-sender")
+        self._cond = threading.Condition()
+        self._busy: Counter[str] = Counter()  # requests in flight by endpoint
+        self._breakers: dict[str, _Breaker] = {}
+        self._ended = 0  # requests ended so far (wakes :meth:`wait_for_one`)
+        self._passing = False
+        self._closed = False
+
+    @property
+    def in_flight(self) -> int:
+        """Requests in flight now."""
+        with self._cond:
+            return sum(self._busy.values())
+
+    def send(self, *, limit: int = 100, due_by: datetime | None = None) -> int:
+        """Claim due deliveries for the free threads (at most ``limit``) and start them; returns how many
+        started. Does not wait for them; ``due_by`` (default now) is the due time of the rows to take."""
+        with self._cond:
+            if self._closed or self._passing:
+                return 0
+            free = min(limit, self.max_parallel - sum(self._busy.values()))
+            if free <= 0:
+                return 0
+            self._passing = True
+            busy = Counter(self._busy)
+        try:
+            claims = self._claim(free=free, busy=busy, due_by=due_by)
+            if not claims:
+                return 0
+            if self._client is None:
+                self._client = httpx.Client(timeout=self.settings.webhook_timeout_s, follow_redirects=False)
+            client = self._client
+            with self._cond:
+                for c in claims:
+                    self._busy[endpoint(c.url)] += 1
+                for c in claims:  # the pool is shut down only after this pass (see close)
+                    self._pool.submit(self._deliver, c, client)
+            return len(claims)
+        finally:
+            with self._cond:
+                self._passing = False
+                if self._closed:
+                    self._shutdown()
+
+    def wait_for_one(self, timeout: float | None = None) -> bool:
+        """Wait until a request in flight ends; False when none is in flight (or at ``timeout``)."""
+        with self._cond:
+            if not self._busy.total():
+                return False
+            ended = self._ended
+            return self._cond.wait_for(lambda: self._ended > ended, timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until no request is in flight; False at ``timeout``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._busy.total(), timeout)
+
+    def close(self, timeout: float | None = 0.0) -> None:
+        """Start nothing more; wait up to ``timeout`` for the requests in flight (they finish and record
+        their result on their own after that, each within ``webhook_timeout_s``)."""
+        with self._cond:
+            self._closed = True
+            if not self._passing:
+                self._shutdown()
+        if timeout != 0.0:
+            self.wait(timeout)
+
+    def __enter__(self) -> Sender:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close(timeout=None)
+
+    def _shutdown(self) -> None:  # under self._cond
+        self._pool.shutdown(wait=False)
+        if self._own_client and self._client is not None and not self._busy.total():
+            self._client.close()
+
+    def _claim(self, *, free: int, busy: Counter[str], due_by: datetime | None) -> list[service.Claim]:
+        now = self._clock()
+        lease_s = self.settings.webhook_timeout_s + LEASE_MARGIN_S
+        blocked = {key for key, n in busy.items() if n >= self.per_endpoint}
+        with self._cond:  # request threads update the breakers
+            blocked |= {
+                k for k, b in self._breakers.items() if b.open_until is not None and b.open_until > now
+            }
+        with self.db.session() as session:
+            skip: set[str] = set()
+            if blocked:
+                subscriptions = service.list_subscriptions(session=session, enabled_only=True)
+                skip = {s.id for s in subscriptions if endpoint(s.url) in blocked}
+            candidates = service.due_candidates(
+                session=session,
+                due_by=due_by or now,
+                limit=free * CANDIDATES_PER_SLOT,
+                per_webhook=self.per_endpoint,
+                skip_webhooks=skip,
             )
-    finally:
-        if own:
-            http.close()
-    done_at = now or utcnow()
-    for claim, result in zip(claims, results, strict=True):
+            chosen: list[service.Candidate] = []
+            for c in candidates:  # the endpoint's cap across its subscriptions; the rest stay untouched
+                key = endpoint(c.url)
+                if len(chosen) < free and key not in blocked and busy[key] < self.per_endpoint:
+                    busy[key] += 1
+                    chosen.append(c)
+            return service.claim(session=session, candidates=chosen, now=now, lease_s=lease_s)
+
+    def _deliver(self, claim: service.Claim, client: httpx.Client) -> None:
+        key = endpoint(claim.url)
+        try:
+            result = _post(
+                client,
+                claim,
+                timeout_s=self.settings.webhook_timeout_s,
+                allow_private=self.settings.webhook_allow_private_urls,
+            )
+            self._record(claim, key, result)
+        except Exception as exc:  # e.g. the database is down: the row comes due again after its lease
+            log.warning("webhook delivery %s attempt %d: %s", claim.id, claim.attempt, exc)
+        finally:
+            with self._cond:
+                self._busy[key] -= 1
+                if not self._busy[key]:
+                    del self._busy[key]
+                self._ended += 1
+                self._cond.notify_all()
+                if self._closed and not self._passing:
+                    self._shutdown()
+
+    def _record(self, claim: service.Claim, key: str, result: Attempt) -> None:
+        done_at = self._clock()
+        wait = timedelta(seconds=backoff_s(settings=self.settings, attempts=claim.attempt))
         retry_at: datetime | None = None
-        if not result.delivered and claim.attempt < settings.webhook_max_attempts:
-            retry_at = done_at + timedelta(seconds=backoff_s(settings=settings, attempts=claim.attempt))
-        with db.session() as session:
+        if not result.delivered and claim.attempt < self.settings.webhook_max_attempts:
+            retry_at = done_at + wait
+        with self.db.session() as session:
             kept = service.finish_attempt(
                 session=session,
                 claim=claim,
@@ -138,6 +288,15 @@ def send_due(
                 error=result.error,
                 retry_at=retry_at,
             )
+        if self.breaker_failures > 0:
+            with self._cond:
+                breaker = self._breakers.setdefault(key, _Breaker())
+                if result.delivered:
+                    del self._breakers[key]
+                else:
+                    breaker.failures += 1
+                    if breaker.failures >= self.breaker_failures:
+                        breaker.open_until = retry_at or done_at + wait
         if not kept:
             log.info("webhook delivery %s was taken over by another sender meanwhile", claim.id)
         elif not result.delivered:
@@ -149,4 +308,29 @@ def send_due(
                 result.error,
                 "dead-lettered" if retry_at is None else f"next attempt at {retry_at.isoformat()}",
             )
-    return len(claims)
+
+
+def send_due(
+    *,
+    db: Database,
+    settings: Settings,
+    limit: int = 100,
+    now: datetime | None = None,
+    client: httpx.Client | None = None,
+) -> int:
+    """Attempt every due delivery once (at most ``limit``) and wait for the last; returns how many were
+    attempted.
+
+    Under the caps of :class:`Sender` (no breaker): a freed thread takes the next due message at once.
+    ``now`` (tests) stands for the current time when choosing what is due and when to retry.
+    """
+    due_by = now or utcnow()  # fixed for the call: a message that failed in it is not due again in it
+    clock = (lambda: now) if now is not None else utcnow
+    total = 0
+    with Sender(db=db, settings=settings, client=client, breaker_failures=0, clock=clock) as sender:
+        while total < limit:
+            started = sender.send(limit=limit - total, due_by=due_by)
+            total += started
+            if not sender.wait_for_one() and not started:
+                break
+    return total

@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -520,54 +520,125 @@ class Claim:
     secret: str
 
 
-def claim_due(*, session: Session, now: datetime, limit: int, lease_s: float) -> list[Claim]:
-    """Take up to ``limit`` due deliveries for one attempt each (commit before sending).
+@dataclass(frozen=True)
+class Candidate:
+    """A due delivery that a sender may claim (``attempts`` so far; ``url`` of its subscription)."""
 
-    Each claimed row gets ``attempts + 1`` and is hidden until ``now + lease_s`` (a sender that dies
-    mid-send leaves it to be retried then). PostgreSQL: the candidates are locked ``FOR UPDATE SKIP LOCKED``,
-    so replicas never claim the same row; SQLite: each claim is a compare-and-set on ``attempts``.
+    id: str
+    attempts: int
+    webhook_id: str
+    url: str
+
+
+def due_candidates(
+    *,
+    session: Session,
+    due_by: datetime,
+    limit: int,
+    per_webhook: int | None = None,
+    skip_webhooks: Collection[str] = (),
+) -> list[Candidate]:
+    """Up to ``limit`` deliveries due by ``due_by`` of enabled subscriptions (none of ``skip_webhooks``).
+
+    With ``per_webhook``, at most that many of each subscription, the first of every subscription before
+    the second of any (a subscription with many due messages cannot crowd out the others). PostgreSQL: the
+    rows are locked ``FOR UPDATE SKIP LOCKED`` until the transaction ends; SQLite: the transaction takes
+    the database's write lock first. Nothing changes: :func:`claim` takes the ones the caller wants.
     """
     dialect = session.connection().dialect.name
     if dialect == "sqlite":
         write_lock(session=session, key="outbox")
-    stmt = (
-        select(WebhookDelivery.id, WebhookDelivery.attempts)
-        .join(WebhookSubscription, WebhookSubscription.id == WebhookDelivery.webhook_id)
-        .where(
-            WebhookDelivery.state == DeliveryState.PENDING.value,
-            WebhookDelivery.next_attempt_at <= now,
-            WebhookSubscription.enabled.is_(True),
+    due = [
+        WebhookDelivery.state == DeliveryState.PENDING.value,
+        WebhookDelivery.next_attempt_at <= due_by,
+        WebhookSubscription.enabled.is_(True),
+    ]
+    if skip_webhooks:
+        due.append(WebhookDelivery.webhook_id.not_in(list(skip_webhooks)))
+    if per_webhook is None:
+        stmt = (
+            select(
+                WebhookDelivery.id, WebhookDelivery.attempts, WebhookSubscription.id, WebhookSubscription.url
+            )
+            .join(WebhookSubscription, WebhookSubscription.id == WebhookDelivery.webhook_id)
+            .where(*due)
+            .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id)
         )
-        .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id)
-        .limit(limit)
-    )
+    else:
+        rank = func.row_number().over(
+            partition_by=WebhookDelivery.webhook_id,
+            order_by=(WebhookDelivery.next_attempt_at, WebhookDelivery.id),
+        )
+        ranked = (
+            select(WebhookDelivery.id.label("id"), rank.label("rank"))
+            .join(WebhookSubscription, WebhookSubscription.id == WebhookDelivery.webhook_id)
+            .where(*due)
+            .subquery()
+        )
+        stmt = (  # the window function in a subquery: PostgreSQL refuses FOR UPDATE beside one
+            select(
+                WebhookDelivery.id, WebhookDelivery.attempts, WebhookSubscription.id, WebhookSubscription.url
+            )
+            .join(ranked, ranked.c.id == WebhookDelivery.id)
+            .join(WebhookSubscription, WebhookSubscription.id == WebhookDelivery.webhook_id)
+            .where(ranked.c.rank <= per_webhook)
+            .order_by(ranked.c.rank, WebhookDelivery.next_attempt_at, WebhookDelivery.id)
+        )
+    stmt = stmt.limit(limit)
     if dialect == "postgresql":
         stmt = stmt.with_for_update(of=WebhookDelivery, skip_locked=True)
+    return [Candidate(id=i, attempts=a, webhook_id=w, url=u) for i, a, w, u in session.execute(stmt).all()]
+
+
+def claim(*, session: Session, candidates: Sequence[Candidate], now: datetime, lease_s: float) -> list[Claim]:
+    """Take ``candidates`` (from :func:`due_candidates`, same transaction) for one attempt each.
+
+    Each claimed row gets ``attempts + 1`` and is hidden until ``now + lease_s`` (a sender that dies
+    mid-send leaves it to be retried then); each claim is a compare-and-set on ``attempts``, so a row
+    another sender took meanwhile is left out. Commit before sending.
+    """
     taken: dict[str, int] = {}
-    for delivery_id, attempts in session.execute(stmt).all():
+    for candidate in candidates:
         result = session.execute(
             update(WebhookDelivery)
             .where(
-                WebhookDelivery.id == delivery_id,
-                WebhookDelivery.attempts == attempts,
+                WebhookDelivery.id == candidate.id,
+                WebhookDelivery.attempts == candidate.attempts,
                 WebhookDelivery.state == DeliveryState.PENDING.value,
             )
-            .values(attempts=attempts + 1, next_attempt_at=now + timedelta(seconds=lease_s))
+            .values(attempts=candidate.attempts + 1, next_attempt_at=now + timedelta(seconds=lease_s))
             .execution_options(synchronize_session=False)
         )
         if result.rowcount == 1:  # type: ignore[attr-defined]
-            taken[delivery_id] = attempts + 1
+            taken[candidate.id] = candidate.attempts + 1
     if not taken:
         return []
     rows = session.execute(
-        select(WebhookDelivery.id, WebhookDelivery.event_type, WebhookDelivery.payload, WebhookSubscription)
+        select(
+            WebhookDelivery.id,
+            WebhookDelivery.event_type,
+            WebhookDelivery.payload,
+            WebhookSubscription,
+        )
         .join(WebhookSubscription, WebhookSubscription.id == WebhookDelivery.webhook_id)
         .where(WebhookDelivery.id.in_(list(taken)))
     ).all()
-    return [
+    order = {c.id: k for k, c in enumerate(candidates)}
+    claims = [
         Claim(id=i, attempt=taken[i], event_type=e, payload=p, url=s.url, secret=s.secret)
         for i, e, p, s in rows
     ]
+    return sorted(claims, key=lambda c: order[c.id])
+
+
+def claim_due(*, session: Session, now: datetime, limit: int, lease_s: float) -> list[Claim]:
+    """Take up to ``limit`` due deliveries for one attempt each, oldest due first (commit before sending).
+
+    :func:`due_candidates` then :func:`claim`: PostgreSQL locks the candidates ``FOR UPDATE SKIP LOCKED``,
+    so replicas never claim the same row; SQLite: one writer at a time, each claim a compare-and-set.
+    """
+    candidates = due_candidates(session=session, due_by=now, limit=limit)
+    return claim(session=session, candidates=candidates, now=now, lease_s=lease_s)
 
 
 def finish_attempt(

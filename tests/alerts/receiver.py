@@ -1,11 +1,14 @@
 """A real webhook receiver for the tests: an HTTP server in a thread that checks every signature with its
-own HMAC code (not the sender's), and that can fail on purpose (500, down, hanging, redirecting)."""
+own HMAC code (not the sender's), and that can fail on purpose (500, down, hanging, slow, redirecting). It
+notes when each request arrived and how many it was serving at once."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import select
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,20 +38,26 @@ class Request:
     body: bytes
     headers: dict[str, str]
     signature_ok: bool
+    arrived: float = 0.0  # time.monotonic() when its body was read
 
 
 @dataclass
 class Receiver:
-    """Answers according to ``mode``: ``ok`` (204), ``error`` (500), ``hang`` (no answer until released),
-    ``redirect`` (307 elsewhere). ``stop()`` takes it down (connection refused) and ``start()`` brings it
-    back on the same port."""
+    """Answers according to ``mode``: ``ok`` (204), ``error`` (500), ``hang`` (no answer until released or
+    the sender hangs up), ``slow`` (204 after ``delay_s``), ``redirect`` (307 elsewhere). ``stop()`` takes it
+    down (connection refused) and ``start()`` brings it back on the same port. ``in_flight`` counts the
+    requests being served (a ``slow`` one until just before its answer is written, so a sender can never
+    have seen it end), ``max_in_flight`` the most at once."""
 
     secret: str
     mode: str = "ok"
+    delay_s: float = 0.3
     port: int = field(default_factory=free_port)
     requests: list[Request] = field(default_factory=list)
     accepted: list[Request] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
+    in_flight: int = 0
+    max_in_flight: int = 0
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,6 +74,23 @@ class Receiver:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                arrived = time.monotonic()
+                with receiver._lock:
+                    receiver.in_flight += 1
+                    receiver.max_in_flight = max(receiver.max_in_flight, receiver.in_flight)
+                self.left = False
+                try:
+                    self._serve(body, arrived)
+                finally:
+                    self._leave()
+
+            def _leave(self) -> None:  # once per request
+                if not self.left:
+                    self.left = True
+                    with receiver._lock:
+                        receiver.in_flight -= 1
+
+            def _serve(self, body: bytes, arrived: float) -> None:
                 h = {k.lower(): v for k, v in self.headers.items()}
                 req = Request(
                     msg_id=h.get("webhook-id", ""),
@@ -78,12 +104,25 @@ class Receiver:
                             receiver.secret, h.get("webhook-id", ""), h.get("webhook-timestamp", ""), body
                         ),
                     ),
+                    arrived=arrived,
                 )
                 with receiver._lock:
                     receiver.requests.append(req)
                 mode = receiver.mode
                 if mode == "hang":
-                    receiver.release.wait(60)
+                    deadline = time.monotonic() + 60
+                    while not receiver.release.is_set() and time.monotonic() < deadline:
+                        readable, _, _ = select.select([self.connection], [], [], 0.05)
+                        if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                            return  # the sender hung up (its timeout)
+                    return
+                if mode == "slow":
+                    time.sleep(receiver.delay_s)
+                    if req.signature_ok:
+                        with receiver._lock:
+                            receiver.accepted.append(req)
+                    self._leave()  # before the answer: the sender cannot start another one sooner
+                    self._answer(204 if req.signature_ok else 401, b"")
                     return
                 if mode == "error":
                     self._answer(500, b"receiver is broken")

@@ -98,8 +98,9 @@ def test_broken_receivers_cost_serving_nothing_and_get_everything_once_back(
                 "down": _queue(db, down.url, secret),
             }
             # the window lasts until the sender has tried every message at least once and the broken
-            # receivers have seen them (a hanging receiver holds up to 8 parallel attempts for
-            # webhook_timeout_s each, so this takes a few passes; an attempt is counted when it is claimed,
+            # receivers have seen them (a hanging receiver holds up to PER_ENDPOINT = 2 attempts for
+            # webhook_timeout_s each, and a receiver that keeps failing trips the sender's breaker until its
+            # next retry time, so this takes a few passes; an attempt is counted when it is claimed,
             # before its request goes out, so the receivers' own counts close the window)
             faulty, faulty_load = _p50_under_load(
                 srv,
