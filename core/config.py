@@ -256,7 +256,8 @@ class Settings(BaseSettings):
         description="Delivered and dead webhook messages older than this leave the outbox (pending stay).",
     )
     webhook_sender_enabled: bool = Field(
-        default=True, description="Send webhook deliveries from this process (the API and `monitor`)."
+        default=True,
+        description="Send webhook deliveries from the API process (the `monitor` daemon sends none).",
     )
     alertmanager_token: SecretStr | None = Field(
         default=None,

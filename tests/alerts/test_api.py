@@ -36,7 +36,16 @@ def start(db: Database, tmp_path: Path, **overrides: Any) -> Server:
 
 @pytest.fixture
 def api(db: Database, tmp_path: Path) -> Iterator[tuple[Server, httpx.Client]]:
-    server = start(db, tmp_path, alertmanager_token=AM_TOKEN, alertmanager_basic_auth=AM_BASIC)
+    # the tests drive the outbox (send_due) and read queued jobs themselves: no periodic sender or embedded
+    # retraining worker racing them (under load one sent a delivery first, or failed a queued job)
+    server = start(
+        db,
+        tmp_path,
+        alertmanager_token=AM_TOKEN,
+        alertmanager_basic_auth=AM_BASIC,
+        webhook_sender_enabled=False,
+        worker_embedded=False,
+    )
     with server, server.client() as client:
         yield server, client
 
