@@ -21,7 +21,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 2**20
 
-pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+LIBC, LIBC_VERSION = platform.libc_ver()
+pytestmark = pytest.mark.skipif(
+    LIBC != "glibc" or tuple(int(x) for x in LIBC_VERSION.split(".")[:2]) < (2, 33),
+    reason="glibc's malloc, with mallinfo2 (glibc 2.33 and later)",
+)
 
 PATTERN = """
 import ctypes, json
