@@ -89,6 +89,14 @@ class Settings(BaseSettings):
         description="`serve`: worker processes sharing the port (--workers overrides); unset: one per CPU "
         "core this process may run on. Each worker loads every served model.",
     )
+    malloc_mmap_threshold_kb: int = Field(
+        default=128,
+        ge=0,
+        le=32 * 1024,
+        description="`serve` (glibc): a buffer of this many KiB or more gets its own mapping, returned to "
+        "the system when freed, with no dynamic adjustment (keeps the monitor's freed window buffers out of "
+        "the serving worker's heap; see core/memory.py); 0: glibc's default.",
+    )
     metrics_dir: Path | None = Field(
         default=None,
         description="Folder shared by the workers of `serve --workers N`: per-process metric snapshots "

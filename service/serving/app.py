@@ -26,6 +26,7 @@ from core.database import make_engine, open_database
 from core.errors import DomainError
 from core.http import error_response, request_id_of
 from core.logs import setup_logging
+from core.memory import fix_mmap_threshold
 from monitors.scheduled import start_in_app as start_monitors
 from monitors.views import router as monitors_router
 from predictions.scheduled import start_retention
@@ -215,10 +216,14 @@ def create_app(
 
 
 def worker_app() -> FastAPI:
-    """The app factory of ``driftwarden serve`` (uvicorn ``--factory``): logging set up in this process (a
-    worker under ``--workers N`` is a fresh interpreter), then :func:`create_app` from the environment."""
+    """The app factory of ``driftwarden serve`` (uvicorn ``--factory``): logging and the C allocator's mmap
+    threshold set up in this process (a worker under ``--workers N`` is a fresh interpreter), then
+    :func:`create_app` from the environment."""
     setup_logging()
-    return create_app()
+    settings = get_settings()
+    # before anything allocates: large freed buffers (the monitor's windows) go back to the system
+    fix_mmap_threshold(settings.malloc_mmap_threshold_kb * 1024)
+    return create_app(settings)
 
 
 async def _domain_error(request: Request, exc: DomainError) -> Response:
