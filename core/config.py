@@ -93,9 +93,9 @@ class Settings(BaseSettings):
         default=128,
         ge=0,
         le=32 * 1024,
-        description="`serve` (glibc): a buffer of this many KiB or more gets its own mapping, returned to "
-        "the system when freed, with no dynamic adjustment (keeps the monitor's freed window buffers out of "
-        "the serving worker's heap; see core/memory.py); 0: glibc's default.",
+        description="`serve` and `monitor` (glibc): a buffer of this many KiB or more gets its own mapping, "
+        "returned to the system when freed, with no dynamic adjustment (keeps the monitor's freed window "
+        "buffers out of the serving worker's heap; see core/memory.py); 0: glibc's default.",
     )
     metrics_dir: Path | None = Field(
         default=None,

@@ -392,6 +392,10 @@ def monitor_cmd(
     settings = get_settings()
     if interval is not None:
         settings = settings.model_copy(update={"monitor_interval_s": interval})
+    if not once:  # a long-lived process: its freed window buffers go back to the system (core/memory.py)
+        from core.memory import fix_mmap_threshold
+
+        fix_mmap_threshold(settings.malloc_mmap_threshold_kb * 1024)
     try:
         results = run_process(settings=settings, once=once, only=model or None)
     except KeyboardInterrupt:
