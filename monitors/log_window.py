@@ -4,6 +4,14 @@ The reading (which rows, both readers, their performance design) belongs to the 
 :mod:`predictions.windows`. Here each chunk is counted on the reference profile's grids and dropped, so
 memory is bounded by the chunk size plus the profile, never by the window.
 
+On PostgreSQL with a :class:`SketchCache` (the default of ``run_monitor``: setting ``monitor_sketch_cache``),
+the id axis is cut into aligned blocks of ``block_ids`` ids; a block lying wholly inside the window is
+counted once and its counts kept in ``monitor_window_sketches`` (:mod:`monitors.service`), and later runs
+merge the stored counts while the log still shows the block's row count and oldest ``logged_at`` (one
+index-only query per run, :func:`predictions.windows.block_stats`). Only new or changed blocks and the
+window's edges are read; the labels (feedback arrives later) and the ordered error stream are read on
+every run from the labelled rows of the whole window. See docs/monitoring.md, "The sketch cache".
+
 With the ``aggregate`` reader (PostgreSQL) the counts come from the database instead
 (:mod:`predictions.aggregates`) and are put into the same sketch (:func:`sketch_aggregate`); only the
 PCA error (a sample of rows) and the labelled error stream (streamed in id order) read rows.
@@ -11,6 +19,7 @@ PCA error (a sample of rows) and the labelled error stream (streamed in id order
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,22 +27,36 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from monitors.binning import GridCounts
 from monitors.drift.multivariate import pca_error_counts
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
-from monitors.window import LabelCounts, WindowSketch
+from monitors.service import CachedBlock, SketchKey, cached_blocks, prune_blocks, store_blocks
+from monitors.window import LabelCounts, WindowSketch, decode_counts, encode_counts, fingerprint
 from predictions import aggregates
 from predictions.windows import (
     CHUNK_ROWS,
+    BlockStat,
     Chunk,
     Reader,
     WindowSpec,
     WindowSummary,
+    block_stats,
     choose_reader,
+    narrow,
     read_chunks,
     summarize_window,
 )
+
+
+@dataclass(frozen=True)
+class SketchCache:
+    """Where the counts of sealed blocks are kept (the primary database, even when the window is read from a
+    replica) and the block size in ids."""
+
+    engine: Engine
+    block_ids: int = 65_536
 
 
 @dataclass
@@ -51,6 +74,8 @@ class Window:
     sketch: WindowSketch
     reader: str
     chunks: int = 0
+    cached_blocks: int | None = None  # with the sketch cache: blocks taken from it
+    counted_blocks: int | None = None  # with the sketch cache: blocks read (the edges, new or changed ones)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -63,7 +88,13 @@ class Window:
             "last_id": self.last_id,
             "spec": {"rows": self.spec.rows, "minutes": self.spec.minutes, "version": self.spec.version},
             "reader": self.reader,
-        }
+        } | (
+            {}
+            if self.cached_blocks is None
+            else {
+                "sketch_cache": {"cached_blocks": self.cached_blocks, "counted_blocks": self.counted_blocks}
+            }
+        )
 
 
 def read_window(
@@ -76,15 +107,28 @@ def read_window(
     chunk_rows: int = CHUNK_ROWS,
     reader: Reader | str = Reader.AUTO,
     now: datetime | None = None,
+    cache: SketchCache | None = None,
 ) -> Window:
-    """Read one model's window from the prediction log in chunks and sketch it on ``profile``'s grids."""
+    """Read one model's window from the prediction log in chunks and sketch it on ``profile``'s grids
+    (``cache``: with the PostgreSQL row readers, merge the stored counts of sealed blocks)."""
     chosen = choose_reader(engine=engine, reader=reader)
     sketch = WindowSketch(threshold=threshold)
     summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
     if summary is None:
         return Window(model_name, spec, 0, None, None, None, None, 0, sketch, chosen.value)
     count = 0
-    if chosen is Reader.AGGREGATE:  # counted inside the database: no chunks
+    blocks: tuple[int, int] | None = None
+    if cache is not None and chosen in (Reader.TYPED, Reader.BLOCKS):
+        sketch, count, blocks = _sketch_blocks(
+            engine=engine,
+            cache=cache,
+            profile=profile,
+            summary=summary,
+            threshold=threshold,
+            chunk_rows=chunk_rows,
+            reader=chosen,
+        )
+    elif chosen is Reader.AGGREGATE:  # counted inside the database: no chunks
         sketch = sketch_aggregate(
             engine=engine, profile=profile, summary=summary, threshold=threshold, chunk_rows=chunk_rows
         )
@@ -112,14 +156,84 @@ def read_window(
         sketch=sketch,
         reader=chosen.value,
         chunks=count,
+        cached_blocks=None if blocks is None else blocks[0],
+        counted_blocks=None if blocks is None else blocks[1],
     )
 
 
-def add_chunk(*, sketch: WindowSketch, profile: Profile, chunk: Chunk) -> WindowSketch:
-    """Count one chunk into ``sketch`` (labels only where present)."""
-    labels = chunk.labels if np.any(~np.isnan(chunk.labels)) else None
+def _sketch_blocks(
+    *,
+    engine: Engine,
+    cache: SketchCache,
+    profile: Profile,
+    summary: WindowSummary,
+    threshold: float,
+    chunk_rows: int,
+    reader: Reader,
+) -> tuple[WindowSketch, int, tuple[int, int]]:
+    """The window's sketch block by block, stored counts merged where still valid; returns the sketch, the
+    chunks read and (blocks from the cache, blocks read)."""
+    size = cache.block_ids
+    key = SketchKey(
+        model_name=summary.model_name,
+        version_filter=summary.spec.version or 0,
+        fingerprint=fingerprint(profile, float(threshold)),
+        block_ids=size,
+    )
+    stats = block_stats(engine=engine, summary=summary, block_ids=size)
+
+    def sealed(st: BlockStat) -> bool:  # wholly inside the window: its every row is in it
+        low, high = st.block * size, st.block * size + size - 1
+        inside = summary.first_id <= low and high <= summary.last_id
+        return inside and (summary.since is None or st.oldest >= summary.since)
+
+    with Session(cache.engine) as session:
+        stored = cached_blocks(session=session, key=key, blocks=[st.block for st in stats if sealed(st)])
+    numeric = [n for n, f in profile.features.items() if isinstance(f, NumericProfile)]
+    categorical = [n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)]
+    total = WindowSketch(threshold=threshold)
+    fresh: list[CachedBlock] = []
+    chunks = used = 0
+    for st in stats:
+        whole = sealed(st)
+        got = stored.get(st.block) if whole else None
+        if got is not None and got.rows == st.rows and got.oldest == st.oldest:
+            part = decode_counts(got.sketch, threshold=threshold)
+            used += 1
+        else:
+            low = max(st.block * size, summary.first_id)
+            high = min(st.block * size + size - 1, summary.last_id)
+            part = WindowSketch(threshold=threshold)
+            for chunk in read_chunks(
+                engine=engine,
+                summary=narrow(summary, first_id=low, last_id=high, rows=st.rows),
+                numeric=numeric,
+                categorical=categorical,
+                chunk_rows=chunk_rows,
+                reader=reader,
+            ):
+                add_chunk(sketch=part, profile=profile, chunk=chunk, labels=False)
+                chunks += 1
+            # a row committed since the block's count (an older id) waits for the next run to be stored
+            if whole and part.rows == st.rows:
+                with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
+                    fresh.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
+        total = total.merge(part)
+    # labels arrive after their predictions: counted on every run, in id order, over the whole window
+    if profile.prediction is not None:
+        for prob, label in aggregates.labelled_rows(engine=engine, summary=summary, chunk_rows=chunk_rows):
+            total.add_labels(profile, prob, label)
+    with Session(cache.engine) as session, session.begin():
+        store_blocks(session=session, key=key, blocks=fresh)
+        prune_blocks(session=session, key=key, below=summary.first_id // size)
+    return total, chunks, (used, len(stats) - used)
+
+
+def add_chunk(*, sketch: WindowSketch, profile: Profile, chunk: Chunk, labels: bool = True) -> WindowSketch:
+    """Count one chunk into ``sketch`` (its labels only where present, and only with ``labels``)."""
+    found = chunk.labels if labels and np.any(~np.isnan(chunk.labels)) else None
     before = sketch.rows
-    sketch.update(profile, chunk.columns, predictions=chunk.predictions, labels=labels)
+    sketch.update(profile, chunk.columns, predictions=chunk.predictions, labels=found)
     sketch.rows = before + chunk.rows  # counted here: the columns may hold only the numeric features
     for name, counts in chunk.category_counts.items():
         if isinstance(profile.features.get(name), CategoricalProfile):
