@@ -348,6 +348,7 @@ def bench_sketch_cache(*, db: Any, url: str, profile: Any, spec: Any, reader: st
             f"    load average {load:.1f}; blocks from the cache {window.cached_blocks}, read "
             f"{window.counted_blocks}, chunks {window.chunks}; dataset drifted={result.drifted}"
         )
+        print(f"    seconds per step: {window.cache_seconds}")
     load = os.getloadavg()[0]
     window, uncached = measure("no cache, same window", report)
     print(f"    load average {load:.1f}; dataset drifted={uncached.drifted}")

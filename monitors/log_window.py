@@ -7,10 +7,11 @@ memory is bounded by the chunk size plus the profile, never by the window.
 On PostgreSQL with a :class:`SketchCache` (the default of ``run_monitor``: setting ``monitor_sketch_cache``),
 the id axis is cut into aligned blocks of ``block_ids`` ids; a block lying wholly inside the window is
 counted once and its counts kept in ``monitor_window_sketches`` (:mod:`monitors.service`), and later runs
-merge the stored counts while the log still shows the block's row count and oldest ``logged_at`` (one
-index-only query per run, :func:`predictions.windows.block_stats`). Only new or changed blocks and the
-window's edges are read; the labels (feedback arrives later) and the ordered error stream are read on
-every run from the labelled rows of the whole window. See docs/monitoring.md, "The sketch cache".
+merge the stored counts while the log still shows the block's row count and oldest ``logged_at`` (an
+index-only query per run, with the window's summary: :func:`predictions.windows.summarize_blocks`). Only
+new or changed blocks and the window's edges are read; the labels (feedback arrives later) and the ordered
+error stream are read on every run from the labelled rows of the whole window. See docs/monitoring.md,
+"The sketch cache".
 
 With the ``aggregate`` reader (PostgreSQL) the counts come from the database instead
 (:mod:`predictions.aggregates`) and are put into the same sketch (:func:`sketch_aggregate`); only the
@@ -20,6 +21,7 @@ PCA error (a sample of rows) and the labelled error stream (streamed in id order
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,10 +44,10 @@ from predictions.windows import (
     Reader,
     WindowSpec,
     WindowSummary,
-    block_stats,
     choose_reader,
     narrow,
     read_chunks,
+    summarize_blocks,
     summarize_window,
 )
 
@@ -76,6 +78,7 @@ class Window:
     chunks: int = 0
     cached_blocks: int | None = None  # with the sketch cache: blocks taken from it
     counted_blocks: int | None = None  # with the sketch cache: blocks read (the edges, new or changed ones)
+    cache_seconds: dict[str, float] | None = None  # with the sketch cache: wall seconds per step
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -92,7 +95,11 @@ class Window:
             {}
             if self.cached_blocks is None
             else {
-                "sketch_cache": {"cached_blocks": self.cached_blocks, "counted_blocks": self.counted_blocks}
+                "sketch_cache": {
+                    "cached_blocks": self.cached_blocks,
+                    "counted_blocks": self.counted_blocks,
+                    "seconds": self.cache_seconds,
+                }
             }
         )
 
@@ -113,21 +120,32 @@ def read_window(
     (``cache``: with the PostgreSQL row readers, merge the stored counts of sealed blocks)."""
     chosen = choose_reader(engine=engine, reader=reader)
     sketch = WindowSketch(threshold=threshold)
-    summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
+    cached = cache if cache is not None and chosen in (Reader.TYPED, Reader.BLOCKS) else None
+    began = time.perf_counter()
+    stats: list[BlockStat] = []
+    if cached is not None:  # the summary and the blocks' statistics (one query without a time bound)
+        summary, stats = summarize_blocks(
+            engine=engine, model_name=model_name, spec=spec, block_ids=cached.block_ids, now=now
+        )
+    else:
+        summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
+    summarized = time.perf_counter() - began
     if summary is None:
         return Window(model_name, spec, 0, None, None, None, None, 0, sketch, chosen.value)
     count = 0
-    blocks: tuple[int, int] | None = None
-    if cache is not None and chosen in (Reader.TYPED, Reader.BLOCKS):
+    blocks: tuple[int, int, dict[str, float]] | None = None
+    if cached is not None:
         sketch, count, blocks = _sketch_blocks(
             engine=engine,
-            cache=cache,
+            cache=cached,
+            stats=stats,
             profile=profile,
             summary=summary,
             threshold=threshold,
             chunk_rows=chunk_rows,
             reader=chosen,
         )
+        blocks[2]["summary_and_block_stats"] = round(summarized, 4)
     elif chosen is Reader.AGGREGATE:  # counted inside the database: no chunks
         sketch = sketch_aggregate(
             engine=engine, profile=profile, summary=summary, threshold=threshold, chunk_rows=chunk_rows
@@ -158,6 +176,7 @@ def read_window(
         chunks=count,
         cached_blocks=None if blocks is None else blocks[0],
         counted_blocks=None if blocks is None else blocks[1],
+        cache_seconds=None if blocks is None else blocks[2],
     )
 
 
@@ -165,14 +184,24 @@ def _sketch_blocks(
     *,
     engine: Engine,
     cache: SketchCache,
+    stats: list[BlockStat],
     profile: Profile,
     summary: WindowSummary,
     threshold: float,
     chunk_rows: int,
     reader: Reader,
-) -> tuple[WindowSketch, int, tuple[int, int]]:
+) -> tuple[WindowSketch, int, tuple[int, int, dict[str, float]]]:
     """The window's sketch block by block, stored counts merged where still valid; returns the sketch, the
-    chunks read and (blocks from the cache, blocks read)."""
+    chunks read and (blocks from the cache, blocks read, wall seconds per step)."""
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def step(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = round(seconds.get(name, 0.0) + now - clock, 4)
+        clock = now
+
     size = cache.block_ids
     key = SketchKey(
         model_name=summary.model_name,
@@ -180,7 +209,6 @@ def _sketch_blocks(
         fingerprint=fingerprint(profile, float(threshold)),
         block_ids=size,
     )
-    stats = block_stats(engine=engine, summary=summary, block_ids=size)
 
     def sealed(st: BlockStat) -> bool:  # wholly inside the window: its every row is in it
         low, high = st.block * size, st.block * size + size - 1
@@ -189,6 +217,7 @@ def _sketch_blocks(
 
     with Session(cache.engine) as session:
         stored = cached_blocks(session=session, key=key, blocks=[st.block for st in stats if sealed(st)])
+    step("cache_fetch")
     numeric = [n for n, f in profile.features.items() if isinstance(f, NumericProfile)]
     categorical = [n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)]
     total = WindowSketch(threshold=threshold)
@@ -200,6 +229,7 @@ def _sketch_blocks(
         if got is not None and got.rows == st.rows and got.oldest == st.oldest:
             part = decode_counts(got.sketch, threshold=threshold)
             used += 1
+            step("cache_merge")
         else:
             low = max(st.block * size, summary.first_id)
             high = min(st.block * size + size - 1, summary.last_id)
@@ -218,15 +248,19 @@ def _sketch_blocks(
             if whole and part.rows == st.rows:
                 with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
                     fresh.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
+            step("read")
         total = total.merge(part)
+        step("cache_merge")
     # labels arrive after their predictions: counted on every run, in id order, over the whole window
     if profile.prediction is not None:
         for prob, label in aggregates.labelled_rows(engine=engine, summary=summary, chunk_rows=chunk_rows):
             total.add_labels(profile, prob, label)
+    step("labels")
     with Session(cache.engine) as session, session.begin():
         store_blocks(session=session, key=key, blocks=fresh)
         prune_blocks(session=session, key=key, below=summary.first_id // size)
-    return total, chunks, (used, len(stats) - used)
+    step("store")
+    return total, chunks, (used, len(stats) - used, seconds)
 
 
 def add_chunk(*, sketch: WindowSketch, profile: Profile, chunk: Chunk, labels: bool = True) -> WindowSketch:

@@ -240,6 +240,56 @@ def block_stats(*, engine: Engine, summary: WindowSummary, block_ids: int) -> li
     return [BlockStat(int(b), int(n), _as_utc(at) or datetime.min.replace(tzinfo=UTC)) for b, n, at in found]
 
 
+def summarize_blocks(
+    *, engine: Engine, model_name: str, spec: WindowSpec, block_ids: int, now: datetime | None = None
+) -> tuple[WindowSummary | None, list[BlockStat]]:
+    """:func:`summarize_window` and :func:`block_stats` of the window (PostgreSQL). Without a time bound, one
+    index-only scan gives both: the window is then every row of its id range that passes the filters, so
+    its rows grouped by block are the blocks' statistics."""
+    if spec.minutes is not None:
+        summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
+        if summary is None:
+            return None, []
+        return summary, block_stats(engine=engine, summary=summary, block_ids=block_ids)
+    rows = select(PredictionLog.id, PredictionLog.logged_at).where(
+        *_filters(model_name=model_name, spec=spec, since=None)
+    )
+    if spec.rows is not None:
+        rows = rows.order_by(PredictionLog.id.desc()).limit(spec.rows)
+    sub = rows.subquery()
+    block = sub.c.id.op("/")(literal(block_ids)).label("block")
+    stmt = (
+        select(
+            block,
+            func.count(),
+            func.min(sub.c.logged_at),
+            func.max(sub.c.logged_at),
+            func.min(sub.c.id),
+            func.max(sub.c.id),
+        )
+        .group_by(block)
+        .order_by(block)
+    )
+    with engine.connect() as conn:
+        found = conn.execute(stmt).all()
+    if not found:
+        return None, []
+    stats = [
+        BlockStat(int(b), int(n), _as_utc(low) or datetime.min.replace(tzinfo=UTC)) for b, n, low, *_ in found
+    ]
+    summary = WindowSummary(
+        model_name=model_name,
+        spec=spec,
+        rows=sum(st.rows for st in stats),
+        start=min(st.oldest for st in stats),
+        end=max(_as_utc(row[3]) or datetime.min.replace(tzinfo=UTC) for row in found),
+        first_id=int(found[0][4]),
+        last_id=int(found[-1][5]),
+        since=None,
+    )
+    return summary, stats
+
+
 def narrow(summary: WindowSummary, *, first_id: int, last_id: int, rows: int) -> WindowSummary:
     """The part of ``summary``'s window between two ids (``rows``: about how many it holds, which sizes the
     chunks), for :func:`read_chunks`; the filters (and the labels' time span) stay the window's."""

@@ -18,13 +18,14 @@ import pytest
 from sqlalchemy import Engine, delete, func, select, text
 
 from core.database import Database, open_database
+from monitors import log_window
 from monitors.engine import evaluate
 from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import WindowSketchBlock
 from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from monitors.window import GridCounts, WindowSketch, decode_counts, encode_counts
 from predictions.service import record_feedback
-from predictions.windows import WindowSpec
+from predictions.windows import BlockStat, WindowSpec
 from registry.schema import infer_schema
 from tests.monitors.helpers import true_probability
 from tests.predictions.logdata import log_inputs
@@ -235,17 +236,14 @@ def test_a_block_stored_while_a_row_was_committing_is_not_stored(pg_url: str, pr
     this run but not stored, so the next run recounts it."""
     db, _, _ = _mixed_log(pg_url, profile)
     cache = SketchCache(db.engine, BLOCK)
-    from predictions import windows
+    real = log_window.summarize_blocks
 
-    real = windows.block_stats
-
-    def stale(**kw: Any) -> list[windows.BlockStat]:  # as if block 5 had one row more when counted
-        return [dataclasses.replace(st, rows=st.rows + (st.block == 5)) for st in real(**kw)]
-
-    import monitors.log_window as log_window
+    def stale(**kw: Any) -> tuple[Any, list[BlockStat]]:  # as if block 5 had one row more when counted
+        summary, stats = real(**kw)
+        return summary, [dataclasses.replace(st, rows=st.rows + (st.block == 5)) for st in stats]
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(log_window, "block_stats", stale)
+        mp.setattr(log_window, "summarize_blocks", stale)
         read_window(engine=db.engine, profile=profile, model_name="credit", spec=WindowSpec(), cache=cache)
     with db.session() as s:
         stored = set(s.scalars(select(WindowSketchBlock.block)))
