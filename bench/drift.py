@@ -299,8 +299,9 @@ def _fill_log(url: str, rows: int, *, typed: bool = True, append: bool = False) 
 
 
 @contextlib.contextmanager
-def scratch_database(kind: str, pg_url: str) -> Any:
-    """A migrated scratch database URL: a SQLite file, or a PostgreSQL schema dropped afterwards."""
+def scratch_database(kind: str, pg_url: str, keep: str | None = None) -> Any:
+    """A migrated scratch database URL: a SQLite file, or a PostgreSQL schema dropped afterwards (``keep``:
+    the schema of that name, made when missing and left in place)."""
     import tempfile
     import uuid
 
@@ -310,15 +311,16 @@ def scratch_database(kind: str, pg_url: str) -> Any:
         with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
             yield f"sqlite:///{tmp}/bench.db"
         return
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    schema = keep or f"bench_{uuid.uuid4().hex[:8]}"
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
     try:
         yield f"{pg_url}?options=-csearch_path%3D{schema}"
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        if keep is None:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
 
 
@@ -366,18 +368,26 @@ def bench_database(
     readers: list[str] | None = None,
     typed: bool = True,
     incremental: bool = False,
+    keep: str | None = None,
 ) -> None:
+    from sqlalchemy import text
+
     from core.database import open_database
     from monitors.log_window import read_window
     from predictions.windows import WindowSpec
 
-    with scratch_database(kind, pg_url) as url:
-        t0 = time.perf_counter()
-        _fill_log(url, max(windows), typed=typed)
-        how = "with the typed copy" if typed and kind == "postgresql" else "JSON documents only"
-        took = time.perf_counter() - t0
-        print(f"{kind}: wrote {max(windows)} log rows ({how}) in {took:.1f} s (not timed below)")
+    with scratch_database(kind, pg_url, keep if kind == "postgresql" else None) as url:
         db = open_database(url, upgrade=True)  # a scratch database: create its schema
+        with db.engine.connect() as conn:
+            logged = conn.execute(text("SELECT count(*) FROM prediction_log")).scalar_one()
+        if logged >= max(windows):
+            print(f"{kind}: the kept schema {keep} holds {logged} log rows already")
+        else:
+            t0 = time.perf_counter()
+            _fill_log(url, max(windows), typed=typed)
+            how = "with the typed copy" if typed and kind == "postgresql" else "JSON documents only"
+            took = time.perf_counter() - t0
+            print(f"{kind}: wrote {max(windows)} log rows ({how}) in {took:.1f} s (not timed below)")
         for rows in windows:
             spec = WindowSpec(rows=rows)
             for reader in readers or ["auto"]:
@@ -428,6 +438,12 @@ def main() -> None:
         choices=["auto", "generic", "blocks", "typed", "aggregate"],
         default=["auto"],
         help="Window readers to time on each database (blocks, typed and aggregate: PostgreSQL only).",
+    )
+    parser.add_argument(
+        "--pg-schema",
+        metavar="NAME",
+        help="PostgreSQL: fill (once) and keep this schema instead of a scratch one dropped at the end; a "
+        "later run reuses its log when it holds enough rows.",
     )
     parser.add_argument(
         "--incremental",
@@ -497,6 +513,7 @@ def main() -> None:
             readers=args.readers,
             typed=not args.legacy_log,
             incremental=args.incremental,
+            keep=args.pg_schema,
         )
 
 
