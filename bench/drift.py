@@ -324,6 +324,32 @@ def scratch_database(kind: str, pg_url: str, keep: str | None = None) -> Any:
         admin.dispose()
 
 
+def _label_log(db: Any, fraction: float) -> None:
+    """Feedback for every ``round(1 / fraction)``-th row of the log (label 1 with the row's probability as
+    chance), unless the log has labels already; then VACUUM ANALYZE (as autovacuum leaves the tables)."""
+    from sqlalchemy import text
+
+    every = max(round(1 / fraction), 1)
+    with db.engine.connect() as conn:
+        if conn.execute(text("SELECT count(*) FROM prediction_feedback")).scalar_one():
+            print("  the log has labels already")
+            return
+        t0 = time.perf_counter()
+        n = conn.execute(
+            text(
+                "INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at) "
+                "SELECT prediction_id, logged_at, model_name, (random() < probability)::int, "
+                "logged_at + interval '1 hour' FROM prediction_log WHERE id % :every = 0"
+            ),
+            {"every": every},
+        ).rowcount
+        conn.commit()
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+            text("VACUUM ANALYZE prediction_feedback")
+        )
+    print(f"  labelled {n} rows (every {every}th) in {time.perf_counter() - t0:.1f} s (not timed)")
+
+
 def bench_sketch_cache(*, db: Any, url: str, profile: Any, spec: Any, reader: str, typed: bool) -> None:
     """The sketch cache on one window (PostgreSQL): a cold run (empty cache), a warm run (the same window),
     then the steady state of a monitor: 1 % new rows appended, the report again (a moving window); each a
@@ -369,6 +395,7 @@ def bench_database(
     typed: bool = True,
     incremental: bool = False,
     keep: str | None = None,
+    labels: float = 0.0,
 ) -> None:
     from sqlalchemy import text
 
@@ -388,6 +415,8 @@ def bench_database(
             how = "with the typed copy" if typed and kind == "postgresql" else "JSON documents only"
             took = time.perf_counter() - t0
             print(f"{kind}: wrote {max(windows)} log rows ({how}) in {took:.1f} s (not timed below)")
+        if labels > 0:
+            _label_log(db, labels)
         for rows in windows:
             spec = WindowSpec(rows=rows)
             for reader in readers or ["auto"]:
@@ -444,6 +473,13 @@ def main() -> None:
         metavar="NAME",
         help="PostgreSQL: fill (once) and keep this schema instead of a scratch one dropped at the end; a "
         "later run reuses its log when it holds enough rows.",
+    )
+    parser.add_argument(
+        "--labels",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="PostgreSQL: give this fraction of the log's rows a label (feedback) before reading windows.",
     )
     parser.add_argument(
         "--incremental",
@@ -514,6 +550,7 @@ def main() -> None:
             typed=not args.legacy_log,
             incremental=args.incremental,
             keep=args.pg_schema,
+            labels=args.labels,
         )
 
 
