@@ -253,8 +253,9 @@ def _sketch_blocks(
         step("cache_merge")
     # labels arrive after their predictions: counted on every run, in id order, over the whole window
     if profile.prediction is not None:
-        for prob, label in aggregates.labelled_rows(engine=engine, summary=summary, chunk_rows=chunk_rows):
-            total.add_labels(profile, prob, label)
+        prob, label = aggregates.labelled_arrays(engine=engine, summary=summary)
+        for lo in range(0, prob.size, chunk_rows):
+            total.add_labels(profile, prob[lo : lo + chunk_rows], label[lo : lo + chunk_rows])
     step("labels")
     with Session(cache.engine) as session, session.begin():
         store_blocks(session=session, key=key, blocks=fresh)
