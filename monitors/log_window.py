@@ -34,7 +34,14 @@ from sqlalchemy.orm import Session
 from monitors.binning import GridCounts
 from monitors.drift.multivariate import pca_error_counts
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
-from monitors.service import CachedBlock, SketchKey, cached_blocks, prune_blocks, store_blocks
+from monitors.service import (
+    CachedBlock,
+    SketchKey,
+    block_sketches,
+    cached_blocks,
+    prune_blocks,
+    store_blocks,
+)
 from monitors.window import LabelCounts, WindowSketch, decode_counts, encode_counts, fingerprint
 from predictions import aggregates
 from predictions.windows import (
@@ -50,6 +57,8 @@ from predictions.windows import (
     summarize_blocks,
     summarize_window,
 )
+
+_FETCH_BLOCKS = 16  # stored blocks read per query (about 0.5 MB each with 25 features on fine grids)
 
 
 @dataclass(frozen=True)
@@ -218,6 +227,27 @@ def _sketch_blocks(
     with Session(cache.engine) as session:
         stored = cached_blocks(session=session, key=key, blocks=[st.block for st in stats if sealed(st)])
     step("cache_fetch")
+    valid = [
+        st.block
+        for st in stats
+        if sealed(st)
+        and (got := stored.get(st.block)) is not None
+        and got.rows == st.rows
+        and got.oldest == st.oldest
+    ]
+    valid_set = set(valid)
+    loaded: dict[int, bytes] = {}
+
+    def counts_of(block: int) -> bytes | None:  # the stored counts, _FETCH_BLOCKS valid blocks per query
+        if block not in valid_set:
+            return None
+        if block not in loaded:
+            at = valid.index(block)
+            with Session(cache.engine) as session:
+                loaded.update(block_sketches(session=session, key=key, blocks=valid[at : at + _FETCH_BLOCKS]))
+            step("cache_fetch")
+        return loaded.pop(block, None)  # None: deleted meanwhile (another run pruned it): counted again
+
     numeric = [n for n, f in profile.features.items() if isinstance(f, NumericProfile)]
     categorical = [n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)]
     total = WindowSketch(threshold=threshold)
@@ -225,9 +255,9 @@ def _sketch_blocks(
     chunks = used = 0
     for st in stats:
         whole = sealed(st)
-        got = stored.get(st.block) if whole else None
-        if got is not None and got.rows == st.rows and got.oldest == st.oldest:
-            part = decode_counts(got.sketch, threshold=threshold)
+        data = counts_of(st.block)
+        if data is not None:
+            part = decode_counts(data, threshold=threshold)
             used += 1
             step("cache_merge")
         else:

@@ -134,19 +134,27 @@ def _key_where(key: SketchKey) -> Any:
 
 
 def cached_blocks(*, session: Session, key: SketchKey, blocks: Sequence[int]) -> dict[int, CachedBlock]:
-    """The stored blocks of ``key`` among ``blocks``, by block index."""
+    """The stored blocks of ``key`` among ``blocks``, by block index, without their counts (``sketch`` is
+    empty: :func:`block_sketches` reads them)."""
     if not blocks:
         return {}
     t = WindowSketchBlock
-    stmt = select(t.block, t.rows, t.oldest, t.sketch).where(
+    stmt = select(t.block, t.rows, t.oldest).where(
         _key_where(key), t.block >= min(blocks), t.block <= max(blocks)
     )
     wanted = set(blocks)
     return {
-        int(b): CachedBlock(int(b), int(n), at, bytes(data))
-        for b, n, at, data in session.execute(stmt)
-        if int(b) in wanted
+        int(b): CachedBlock(int(b), int(n), at, b"") for b, n, at in session.execute(stmt) if int(b) in wanted
     }
+
+
+def block_sketches(*, session: Session, key: SketchKey, blocks: Sequence[int]) -> dict[int, bytes]:
+    """The stored counts of ``key``'s ``blocks`` (read a few at a time: each is about half a megabyte)."""
+    if not blocks:
+        return {}
+    t = WindowSketchBlock
+    stmt = select(t.block, t.sketch).where(_key_where(key), t.block.in_(list(blocks)))
+    return {int(b): bytes(data) for b, data in session.execute(stmt)}
 
 
 def store_blocks(*, session: Session, key: SketchKey, blocks: Iterable[CachedBlock]) -> int:
