@@ -58,7 +58,7 @@ from predictions.windows import (
     summarize_window,
 )
 
-_FETCH_BLOCKS = 16  # stored blocks read per query (about 0.5 MB each with 25 features on fine grids)
+_FETCH_BLOCKS = 16  # stored blocks read or written per query (about 0.5 MB each: 25 features, fine grids)
 
 
 @dataclass(frozen=True)
@@ -278,6 +278,10 @@ def _sketch_blocks(
             if whole and part.rows == st.rows:
                 with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
                     fresh.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
+                if len(fresh) >= _FETCH_BLOCKS:  # stored as they come: memory stays bounded on a cold run
+                    with Session(cache.engine) as session, session.begin():
+                        store_blocks(session=session, key=key, blocks=fresh)
+                    fresh = []
             step("read")
         total = total.merge(part)
         step("cache_merge")

@@ -150,8 +150,9 @@ def _retime(engine: Engine, base: datetime) -> None:
 
 
 def test_cached_blocks_equal_a_full_read_as_the_log_changes(
-    pg_url: str, profile: Profile, tmp_path: Path
+    pg_url: str, profile: Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(log_window, "_FETCH_BLOCKS", 3)  # stored counts read and written 3 blocks a query
     # credit: ids 1..3000 (legacy rows, awkward values, three layouts, labels)
     db, rows, contract = _mixed_log(pg_url, profile)
     log_inputs(db.engine, documents(200, seed=8), layout=contract, model="other")  # ids 3001..3200
