@@ -3,7 +3,7 @@ in memory and read from the prediction log (SQLite and PostgreSQL).
 
 Run: ``.venv/bin/python bench/drift.py [--rows 10000 100000 1000000] [--reference-rows 100000]
 [--db sqlite postgresql] [--pg-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]
-[--readers auto typed blocks aggregate generic] [--legacy-log]``.
+[--readers auto typed blocks aggregate generic] [--legacy-log] [--incremental]``.
 Prints wall seconds, the process's CPU seconds and peak memory growth (MB above the RSS at the start of
 the stage, from the kernel's VmHWM after resetting it through /proc/self/clear_refs) for each stage; the
 load average before each database window.
@@ -11,6 +11,10 @@ load average before each database window.
 Database stages: the largest window's rows are first written (bulk, not timed) to a scratch SQLite file
 or a scratch PostgreSQL schema (dropped at the end), then each window (the last N rows of the model) is
 read in chunks into a sketch and evaluated: the path ``POST /v1/models/{name}/monitors:run`` takes.
+With ``--incremental`` (PostgreSQL), each window is then reported through the sketch cache
+(``monitors.log_window.SketchCache``): cold (empty cache), warm (the same window again) and moving (1 % of
+the window appended as new rows, then the report again: a monitor's steady state), and without the cache on
+the same window.
 """
 
 from __future__ import annotations
@@ -162,12 +166,14 @@ def report_json(report: Any) -> str:
     return json.dumps(report.as_dict())
 
 
-def db_report(*, engine: Any, profile: Any, spec: Any, reader: str = "auto") -> Any:
+def db_report(*, engine: Any, profile: Any, spec: Any, reader: str = "auto", cache: Any = None) -> Any:
     """Read a window from the database and evaluate it: what one monitor run does."""
     from monitors.log_window import read_window
 
-    window = read_window(engine=engine, profile=profile, model_name="bench", spec=spec, reader=reader)
-    return evaluate(profile=profile, sketch=window.sketch)
+    window = read_window(
+        engine=engine, profile=profile, model_name="bench", spec=spec, reader=reader, cache=cache
+    )
+    return window, evaluate(profile=profile, sketch=window.sketch)
 
 
 def window_columns(rows: int) -> Columns:
@@ -183,9 +189,25 @@ def predictions(rows: int, *, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).beta(2, 5, rows)
 
 
-def _fill_log(url: str, rows: int, *, typed: bool = True) -> None:
+DISTINCT_ROWS = 1_000_000  # PostgreSQL: a larger log repeats these rows (copied in SQL, see _fill_log)
+
+# the newest DISTINCT_ROWS rows again, with new ids, new prediction ids and later times (1 ms apart)
+_REPEAT_SQL = """
+INSERT INTO prediction_log (prediction_id, request_id, model_name, model_version, logged_at, inputs,
+    probability, latency_ms, status, protocol, layout, numbers, categories)
+SELECT gen_random_uuid()::text, request_id, model_name, model_version,
+    logged_at + make_interval(secs => :span), inputs, probability, latency_ms, status, protocol, layout,
+    numbers, categories
+FROM prediction_log WHERE model_name = 'bench' AND id > :after ORDER BY id LIMIT :n
+"""
+
+
+def _fill_log(url: str, rows: int, *, typed: bool = True, append: bool = False) -> None:
     """Write ``rows`` prediction-log rows of model ``bench`` in bulk (COPY on PostgreSQL); ``typed``: with
-    the typed copy of the inputs on PostgreSQL, as the serving flow writes them (predictions/typed.py)."""
+    the typed copy of the inputs on PostgreSQL, as the serving flow writes them (predictions/typed.py).
+    ``append``: rows added to a filled log, logged now (no VACUUM after them: as new rows of a live log).
+    On PostgreSQL a log of more than ``DISTINCT_ROWS`` rows writes that many from Python and copies them
+    in SQL (``INSERT ... SELECT``: minutes instead of half an hour for 10M rows; the values repeat)."""
     from datetime import UTC, datetime, timedelta
 
     import orjson
@@ -196,6 +218,9 @@ def _fill_log(url: str, rows: int, *, typed: bool = True) -> None:
     from predictions.typed import encode_rows, make_layout
 
     db = open_database(url, upgrade=True)  # a scratch database: create its schema
+    total = rows
+    if db.engine.dialect.name == "postgresql" and not append:
+        rows = min(rows, DISTINCT_ROWS)
     cols = window_columns(rows)
     p = predictions(rows, seed=4).tolist()
     names = list(cols)
@@ -209,11 +234,11 @@ def _fill_log(url: str, rows: int, *, typed: bool = True) -> None:
             conn.execute(
                 text(
                     "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) "
-                    "VALUES (:i, :n, :c, :k)"
+                    "VALUES (:i, :n, :c, :k) ON CONFLICT DO NOTHING"
                 ),
                 {"i": layout.id, "n": numeric_json, "c": categorical_json, "k": known_json},
             )
-    t0 = datetime.now(UTC) - timedelta(seconds=rows / 1000)
+    t0 = datetime.now(UTC) - timedelta(seconds=0 if append else total / 1000)
     step = 50_000
     for lo in range(0, rows, step):
         hi = min(lo + step, rows)
@@ -257,17 +282,26 @@ def _fill_log(url: str, rows: int, *, typed: bool = True) -> None:
             raw.commit()
         finally:
             raw.close()
-    # steady state, as autovacuum leaves a live table: statistics, hint bits and visibility map set
     with db.engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
-            text("VACUUM ANALYZE prediction_log" if db.engine.dialect.name == "postgresql" else "ANALYZE")
-        )
+        copied = rows
+        while copied < total:
+            n = min(rows, total - copied)
+            after = conn.execute(text("SELECT max(id) FROM prediction_log")).scalar_one() - rows
+            conn.execute(text(_REPEAT_SQL), {"span": rows / 1000, "after": after, "n": n})
+            conn.commit()
+            copied += n
+    if not append:  # steady state, as autovacuum leaves a live table: statistics, hint bits, visibility map
+        with db.engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+                text("VACUUM ANALYZE prediction_log" if db.engine.dialect.name == "postgresql" else "ANALYZE")
+            )
     db.dispose()
 
 
 @contextlib.contextmanager
-def scratch_database(kind: str, pg_url: str) -> Any:
-    """A migrated scratch database URL: a SQLite file, or a PostgreSQL schema dropped afterwards."""
+def scratch_database(kind: str, pg_url: str, keep: str | None = None) -> Any:
+    """A migrated scratch database URL: a SQLite file, or a PostgreSQL schema dropped afterwards (``keep``:
+    the schema of that name, made when missing and left in place)."""
     import tempfile
     import uuid
 
@@ -277,16 +311,81 @@ def scratch_database(kind: str, pg_url: str) -> Any:
         with tempfile.TemporaryDirectory(prefix="dw-bench-") as tmp:
             yield f"sqlite:///{tmp}/bench.db"
         return
-    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    schema = keep or f"bench_{uuid.uuid4().hex[:8]}"
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
     try:
         yield f"{pg_url}?options=-csearch_path%3D{schema}"
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        if keep is None:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+def _label_log(db: Any, fraction: float) -> None:
+    """Feedback for every ``round(1 / fraction)``-th row of the log (label 1 with the row's probability as
+    chance), unless the log has labels already; then VACUUM ANALYZE (as autovacuum leaves the tables)."""
+    from sqlalchemy import text
+
+    every = max(round(1 / fraction), 1)
+    with db.engine.connect() as conn:
+        if conn.execute(text("SELECT count(*) FROM prediction_feedback")).scalar_one():
+            print("  the log has labels already")
+            return
+        t0 = time.perf_counter()
+        n = conn.execute(
+            text(
+                "INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at) "
+                "SELECT prediction_id, logged_at, model_name, (random() < probability)::int, "
+                "logged_at + interval '1 hour' FROM prediction_log WHERE id % :every = 0"
+            ),
+            {"every": every},
+        ).rowcount
+        conn.commit()
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+            text("VACUUM ANALYZE prediction_feedback")
+        )
+    print(f"  labelled {n} rows (every {every}th) in {time.perf_counter() - t0:.1f} s (not timed)")
+
+
+def bench_sketch_cache(
+    *, db: Any, url: str, profile: Any, spec: Any, reader: str, typed: bool, uncached: bool = True
+) -> None:
+    """The sketch cache on one window (PostgreSQL): a cold run (empty cache), a warm run (the same window),
+    then the steady state of a monitor: 1 % new rows appended, the report again (a moving window); each a
+    full report (read + evaluate), beside the same report without the cache."""
+    from sqlalchemy import delete
+
+    from core.config import Settings
+    from monitors.log_window import SketchCache
+    from monitors.models import WindowSketchBlock
+
+    cache = SketchCache(db.engine, block_ids=Settings.model_fields["monitor_sketch_block_ids"].default)
+    with db.session() as session:
+        session.execute(delete(WindowSketchBlock))
+    report = partial(db_report, engine=db.engine, profile=profile, spec=spec, reader=reader)
+    stages = [("cold (empty cache)", None), ("warm (same window)", None), ("moving (+1 % rows)", spec.rows)]
+    for label, append in stages:
+        if append:
+            t0 = time.perf_counter()
+            _fill_log(url, max(append // 100, 1), typed=typed, append=True)
+            print(f"  appended {max(append // 100, 1)} rows in {time.perf_counter() - t0:.1f} s (not timed)")
+        load = os.getloadavg()[0]
+        window, result = measure(f"cached: {label}", partial(report, cache=cache))
+        print(
+            f"    load average {load:.1f}; blocks from the cache {window.cached_blocks}, read "
+            f"{window.counted_blocks}, chunks {window.chunks}; dataset drifted={result.drifted}"
+        )
+        print(f"    seconds per step: {window.cache_seconds}")
+    if uncached:
+        load = os.getloadavg()[0]
+        _, result = measure("no cache, same window", report)
+        print(f"    load average {load:.1f}; dataset drifted={result.drifted}")
+    with db.session() as session:
+        stored = session.query(WindowSketchBlock).count()
+    print(f"  sketch cache: {stored} blocks stored")
 
 
 def bench_database(
@@ -297,18 +396,30 @@ def bench_database(
     pg_url: str,
     readers: list[str] | None = None,
     typed: bool = True,
+    incremental: bool = False,
+    keep: str | None = None,
+    labels: float = 0.0,
 ) -> None:
+    from sqlalchemy import text
+
     from core.database import open_database
     from monitors.log_window import read_window
     from predictions.windows import WindowSpec
 
-    with scratch_database(kind, pg_url) as url:
-        t0 = time.perf_counter()
-        _fill_log(url, max(windows), typed=typed)
-        how = "with the typed copy" if typed and kind == "postgresql" else "JSON documents only"
-        took = time.perf_counter() - t0
-        print(f"{kind}: wrote {max(windows)} log rows ({how}) in {took:.1f} s (not timed below)")
+    with scratch_database(kind, pg_url, keep if kind == "postgresql" else None) as url:
         db = open_database(url, upgrade=True)  # a scratch database: create its schema
+        with db.engine.connect() as conn:
+            logged = conn.execute(text("SELECT count(*) FROM prediction_log")).scalar_one()
+        if logged >= max(windows):
+            print(f"{kind}: the kept schema {keep} holds {logged} log rows already")
+        else:
+            t0 = time.perf_counter()
+            _fill_log(url, max(windows), typed=typed)
+            how = "with the typed copy" if typed and kind == "postgresql" else "JSON documents only"
+            took = time.perf_counter() - t0
+            print(f"{kind}: wrote {max(windows)} log rows ({how}) in {took:.1f} s (not timed below)")
+        if labels > 0:
+            _label_log(db, labels)
         for rows in windows:
             spec = WindowSpec(rows=rows)
             for reader in readers or ["auto"]:
@@ -335,6 +446,8 @@ def bench_database(
                     "full report from the database",
                     partial(db_report, engine=db.engine, profile=profile, spec=spec, reader=reader),
                 )
+                if incremental and kind == "postgresql" and reader in ("auto", "typed", "blocks"):
+                    bench_sketch_cache(db=db, url=url, profile=profile, spec=spec, reader=reader, typed=typed)
                 print(
                     f"  -> reader={window.reader}, chunks={window.chunks}, dataset drifted={report.drifted}, "
                     f"{report.dataset.n_drifted}/{report.dataset.n_features} features, multivariate drifted="
@@ -357,6 +470,25 @@ def main() -> None:
         choices=["auto", "generic", "blocks", "typed", "aggregate"],
         default=["auto"],
         help="Window readers to time on each database (blocks, typed and aggregate: PostgreSQL only).",
+    )
+    parser.add_argument(
+        "--pg-schema",
+        metavar="NAME",
+        help="PostgreSQL: fill (once) and keep this schema instead of a scratch one dropped at the end; a "
+        "later run reuses its log when it holds enough rows.",
+    )
+    parser.add_argument(
+        "--labels",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="PostgreSQL: give this fraction of the log's rows a label (feedback) before reading windows.",
+    )
+    parser.add_argument(
+        "--incremental",
+        action="store_true",
+        help="PostgreSQL: also time the sketch cache on each window: a cold run (empty cache), a warm run, "
+        "and a moving window (1 %% new rows, then the report again).",
     )
     parser.add_argument(
         "--legacy-log",
@@ -419,6 +551,9 @@ def main() -> None:
             pg_url=args.pg_url,
             readers=args.readers,
             typed=not args.legacy_log,
+            incremental=args.incremental,
+            keep=args.pg_schema,
+            labels=args.labels,
         )
 
 

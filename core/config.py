@@ -168,6 +168,17 @@ class Settings(BaseSettings):
     )
     monitor_min_rows: int = Field(default=100, gt=0, description="Fewer predictions in a window: no run.")
     monitor_chunk_rows: int = Field(default=25_000, gt=0, description="Rows read from the log per chunk.")
+    monitor_sketch_cache: bool = Field(
+        default=True,
+        description="PostgreSQL: keep each sealed block of the log's ids counted once (the table "
+        "monitor_window_sketches) and merge the stored counts, so a run reads only new or changed blocks, "
+        "the window's edges and the labelled rows (off: every run recounts the whole window).",
+    )
+    monitor_sketch_block_ids: int = Field(
+        default=65_536,
+        ge=1024,
+        description="Ids per block of the sketch cache (ids are global across models; blocks are aligned).",
+    )
     drift_min_rows: int = Field(
         default=30,
         gt=0,

@@ -26,11 +26,11 @@ from monitors.config import MonitorConfig, config_path, load_config
 from monitors.engine import evaluate
 from monitors.findings import finding_from_dict, headline
 from monitors.html import render_html
-from monitors.log_window import Window, read_window
+from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import MonitorRun
 from monitors.profile import Profile, profile_from_dict
 from monitors.report import DriftReport, report_from_dict
-from monitors.service import latest_run, list_runs, record_run
+from monitors.service import latest_run, list_runs, prune_models, record_run
 from predictions.windows import Reader, WindowSpec
 from registry.models import ModelVersion
 from registry.service import count_versions, read_meta, serving_model_names, serving_version
@@ -124,6 +124,14 @@ def window_engine(*, db: Database, settings: Settings) -> Engine:
         return engine
 
 
+def sketch_cache(*, db: Database, settings: Settings) -> SketchCache | None:
+    """The sketch cache of the monitor runs (on the database runs are stored in), None when switched off or
+    on SQLite (the cache serves the PostgreSQL row readers only)."""
+    if not settings.monitor_sketch_cache or db.engine.dialect.name != "postgresql":
+        return None
+    return SketchCache(engine=db.engine, block_ids=settings.monitor_sketch_block_ids)
+
+
 def window_spec(*, settings: Settings, config: MonitorConfig, version: int | None) -> WindowSpec:
     """The model's window: its own config first, then the server defaults."""
     rows = config.window_rows or settings.monitor_window_rows
@@ -184,6 +192,7 @@ def run_monitor(
         chunk_rows=settings.monitor_chunk_rows,
         reader=reader,
         now=now,
+        cache=sketch_cache(db=db, settings=settings),
     )
     if window.rows < settings.monitor_min_rows:
         raise EmptyWindow(
@@ -218,6 +227,12 @@ def serving_models(*, db: Database, only: list[str] | None = None) -> list[str]:
     with db.session() as session:
         names = serving_model_names(session=session)
     return [n for n in names if not only or n in only]
+
+
+def prune_sketches(*, db: Database, keep: list[str]) -> int:
+    """Delete the cached window sketches of every model not in ``keep`` (those no longer served)."""
+    with db.session() as session:
+        return prune_models(session=session, keep=keep)
 
 
 def is_due(*, db: Database, model_name: str, interval_s: float, now: datetime | None = None) -> bool:

@@ -1,11 +1,23 @@
-"""Monitor tables: one row per monitor run, one row per feature result of a run."""
+"""Monitor tables: one row per monitor run, one row per feature result of a run, and the window sketch cache
+(the counts of sealed blocks of the log's ids, :mod:`monitors.log_window`)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from core.database import Base
@@ -62,3 +74,24 @@ class FeatureResult(Base):
     threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
     drifted: Mapped[bool] = mapped_column(Boolean)
     run: Mapped[MonitorRun] = relationship(back_populates="features")
+
+
+class WindowSketchBlock(Base):
+    """The counts of one aligned block of log ids for one model, profile and threshold (PostgreSQL).
+
+    ``rows`` and ``oldest`` are the block's row count and oldest ``logged_at`` when it was counted: a run
+    uses the block only while the log still shows both (a late commit or a dropped partition changes them).
+    ``sketch`` is :func:`monitors.window.encode_counts` (labels are never stored: feedback comes later).
+    """
+
+    __tablename__ = "monitor_window_sketches"
+
+    model_name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    version_filter: Mapped[int] = mapped_column(Integer, primary_key=True)  # 0: every version
+    fingerprint: Mapped[str] = mapped_column(String(32), primary_key=True)  # profile + threshold
+    block_ids: Mapped[int] = mapped_column(Integer, primary_key=True)  # ids per block
+    block: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # id // block_ids
+    rows: Mapped[int] = mapped_column(BigInteger)
+    oldest: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    sketch: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -23,7 +23,7 @@ from core.config import Settings
 from core.database import Database, open_database, try_lock
 from core.runtime import Runtime
 from core.scheduling import every
-from monitors.flows import MonitorError, Outcome, is_due, run_monitor, serving_models
+from monitors.flows import MonitorError, Outcome, is_due, prune_sketches, run_monitor, serving_models
 
 log = logging.getLogger("driftwarden.monitors")
 
@@ -63,6 +63,11 @@ def run_pass(
     if flush is not None:
         flush()
     results: list[PassResult] = []
+    if not only:  # the cached window sketches of models no longer served go (a pass over every model)
+        try:
+            prune_sketches(db=db, keep=serving_models(db=db))
+        except Exception as exc:  # e.g. the database is down: the pass reports it per model below
+            log.warning("pruning the window sketch cache failed: %s", exc)
     for name in serving_models(db=db, only=only or settings.serve_models or None):
         try:
             # one evaluation of a model at a time across every scheduler on this database (PostgreSQL)

@@ -1,14 +1,18 @@
-"""Storing monitor runs: a report becomes one ``monitor_runs`` row and its feature results."""
+"""Storing monitor runs: a report becomes one ``monitor_runs`` row and its feature results; the window sketch
+cache (``monitor_window_sketches``: counted blocks of the log, see :mod:`monitors.log_window`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, delete, func, not_, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from monitors.models import FeatureResult, MonitorRun
+from monitors.models import FeatureResult, MonitorRun, WindowSketchBlock, utcnow
 from monitors.report import DriftReport, FeatureDrift
 
 
@@ -97,3 +101,101 @@ def latest_runs(*, session: Session, model_names: list[str]) -> dict[str, Monito
     )
     stmt = select(MonitorRun).join(newest, MonitorRun.id == newest.c.id).where(newest.c.rank == 1)
     return {run.model_name: run for run in session.scalars(stmt)}
+
+
+@dataclass(frozen=True)
+class SketchKey:
+    """What a cached block's counts depend on besides its rows."""
+
+    model_name: str
+    version_filter: int  # the window's version, 0 for every version
+    fingerprint: str  # of the reference profile and the threshold
+    block_ids: int  # ids per block
+
+
+@dataclass(frozen=True)
+class CachedBlock:
+    """One stored block: its row count and oldest ``logged_at`` when counted, and its encoded counts."""
+
+    block: int
+    rows: int
+    oldest: datetime
+    sketch: bytes
+
+
+def _key_where(key: SketchKey) -> Any:
+    t = WindowSketchBlock
+    return and_(
+        t.model_name == key.model_name,
+        t.version_filter == key.version_filter,
+        t.fingerprint == key.fingerprint,
+        t.block_ids == key.block_ids,
+    )
+
+
+def cached_blocks(*, session: Session, key: SketchKey, blocks: Sequence[int]) -> dict[int, CachedBlock]:
+    """The stored blocks of ``key`` among ``blocks``, by block index, without their counts (``sketch`` is
+    empty: :func:`block_sketches` reads them)."""
+    if not blocks:
+        return {}
+    t = WindowSketchBlock
+    stmt = select(t.block, t.rows, t.oldest).where(
+        _key_where(key), t.block >= min(blocks), t.block <= max(blocks)
+    )
+    wanted = set(blocks)
+    return {
+        int(b): CachedBlock(int(b), int(n), at, b"") for b, n, at in session.execute(stmt) if int(b) in wanted
+    }
+
+
+def block_sketches(*, session: Session, key: SketchKey, blocks: Sequence[int]) -> dict[int, bytes]:
+    """The stored counts of ``key``'s ``blocks`` (read a few at a time: each is about half a megabyte)."""
+    if not blocks:
+        return {}
+    t = WindowSketchBlock
+    stmt = select(t.block, t.sketch).where(_key_where(key), t.block.in_(list(blocks)))
+    return {int(b): bytes(data) for b, data in session.execute(stmt)}
+
+
+def store_blocks(*, session: Session, key: SketchKey, blocks: Iterable[CachedBlock]) -> int:
+    """Insert or replace the counts of ``blocks`` under ``key``; returns how many were written."""
+    rows = [
+        {
+            "model_name": key.model_name,
+            "version_filter": key.version_filter,
+            "fingerprint": key.fingerprint,
+            "block_ids": key.block_ids,
+            "block": b.block,
+            "rows": b.rows,
+            "oldest": b.oldest,
+            "sketch": b.sketch,
+            "created_at": utcnow(),
+        }
+        for b in blocks
+    ]
+    if not rows:
+        return 0
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(WindowSketchBlock)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["model_name", "version_filter", "fingerprint", "block_ids", "block"],
+        set_={c: stmt.excluded[c] for c in ("rows", "oldest", "sketch", "created_at")},
+    )
+    session.execute(stmt, rows)
+    return len(rows)
+
+
+def prune_blocks(*, session: Session, key: SketchKey, below: int) -> int:
+    """Delete the model's stored blocks a window of ``key`` starting at block ``below`` no longer needs: its
+    older blocks and every block of another key (another version, profile, threshold or block size)."""
+    t = WindowSketchBlock
+    stmt = delete(t).where(t.model_name == key.model_name, or_(not_(_key_where(key)), t.block < below))
+    return int(session.execute(stmt).rowcount or 0)  # type: ignore[attr-defined]
+
+
+def prune_models(*, session: Session, keep: Sequence[str]) -> int:
+    """Delete the stored blocks of every model not in ``keep`` (e.g. no longer served)."""
+    t = WindowSketchBlock
+    result = session.execute(delete(t).where(t.model_name.not_in(list(keep))))
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]

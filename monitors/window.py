@@ -7,6 +7,8 @@ with :meth:`WindowSketch.merge` (except the streaming error detector, which need
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from core.tabular import CodedColumn, Column, value_counts
 from monitors.binning import GridCounts, count_on_grid
@@ -101,6 +104,13 @@ class WindowSketch:
                 )
         return self
 
+    def add_labels(self, profile: Profile, predictions: np.ndarray, labels: np.ndarray) -> WindowSketch:
+        """Count labelled rows (in time order) into the label counts and the error stream; returns self."""
+        if profile.prediction is not None:
+            p = np.asarray(predictions, dtype=np.float64).reshape(-1)
+            self._update_labels(profile.prediction.grid, p, np.asarray(labels, dtype=np.float64).reshape(-1))
+        return self
+
     def _update_labels(self, grid: np.ndarray, p: np.ndarray, y: np.ndarray) -> None:
         ok = ~np.isnan(y) & ~np.isnan(p)
         p, y = p[ok], y[ok].astype(bool)
@@ -132,6 +142,94 @@ class WindowSketch:
             setattr(out, attr, b if a is None else a if b is None else a.merge(b))
         out.labels = self.labels.merge(other.labels)
         return out
+
+
+_FORMAT = 1  # the version of encode_counts' layout
+
+
+def encode_counts(sketch: WindowSketch) -> bytes:
+    """The parts of ``sketch`` fixed once its rows are in (rows; numeric, categorical, prediction and
+    PCA-error counts; not the labels nor the error stream) as bytes: a JSON header (orjson) naming each
+    array's dtype and shape, then the arrays' bytes in that order. No pickle. Raises TypeError for a
+    category that is neither text nor None."""
+    grids: list[tuple[str, GridCounts]] = [(f"numeric:{name}", g) for name, g in sketch.numeric.items()]
+    grids += [(attr, g) for attr in ("prediction", "pca_error") if (g := getattr(sketch, attr)) is not None]
+    arrays: list[np.ndarray] = []
+    described: list[list[Any]] = []
+    for key, g in grids:
+        parts = [np.ascontiguousarray(g.cells), np.ascontiguousarray(g.sums)]
+        described.append([key, g.missing, g.outside, *[[a.dtype.str, list(a.shape)] for a in parts]])
+        arrays += parts
+    categorical: dict[str, list[list[Any]]] = {}
+    for name, counter in sketch.categorical.items():
+        for category in counter:
+            if category is not None and not isinstance(category, str):
+                raise TypeError(f"category {category!r} of {name} is not text")
+        categorical[name] = [[c, int(n)] for c, n in counter.items()]
+    head = orjson.dumps({"v": _FORMAT, "rows": sketch.rows, "grids": described, "categorical": categorical})
+    return len(head).to_bytes(4, "little") + head + b"".join(a.tobytes() for a in arrays)
+
+
+def decode_counts(data: bytes, *, threshold: float = 0.5) -> WindowSketch:
+    """The sketch :func:`encode_counts` wrote (empty labels and error stream)."""
+    size = int.from_bytes(data[:4], "little")
+    head = orjson.loads(data[4 : 4 + size])
+    if head.get("v") != _FORMAT:
+        raise ValueError(f"unknown sketch format {head.get('v')!r}")
+    at = 4 + size
+    sketch = WindowSketch(rows=int(head["rows"]), threshold=threshold)
+
+    def take(dtype: str, shape: list[int]) -> np.ndarray:
+        nonlocal at
+        kind = np.dtype(dtype)
+        count = int(np.prod(shape)) if shape else 1
+        out = np.frombuffer(data, dtype=kind, count=count, offset=at).reshape(shape).copy()
+        at += count * kind.itemsize
+        return out
+
+    for key, missing, outside, cells, sums in head["grids"]:
+        g = GridCounts(cells=take(*cells), sums=take(*sums), missing=int(missing), outside=int(outside))
+        if key.startswith("numeric:"):
+            sketch.numeric[key.removeprefix("numeric:")] = g
+        else:
+            setattr(sketch, key, g)
+    if at != len(data):
+        raise ValueError(f"{len(data) - at} bytes left over after the sketch's arrays")
+    for name, pairs in head["categorical"].items():
+        sketch.categorical[name] = Counter({key: int(n) for key, n in pairs})
+    return sketch
+
+
+def fingerprint(*parts: Any) -> str:
+    """A stable hex digest of values made of dataclasses, mappings, sequences, numpy arrays and scalars
+    (e.g. a reference profile and a threshold): equal values, equal digests."""
+    digest = hashlib.blake2b(digest_size=16)
+
+    def feed(value: Any) -> None:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            digest.update(b"D" + type(value).__name__.encode())
+            for f in dataclasses.fields(value):
+                digest.update(b"F" + f.name.encode())
+                feed(getattr(value, f.name))
+        elif isinstance(value, Mapping):
+            digest.update(b"M%d" % len(value))
+            for key in sorted(value, key=repr):
+                feed(key)
+                feed(value[key])
+        elif isinstance(value, (list, tuple)):
+            digest.update(b"L%d" % len(value))
+            for item in value:
+                feed(item)
+        elif isinstance(value, np.ndarray):
+            arr = np.ascontiguousarray(value)
+            digest.update(b"A" + arr.dtype.str.encode() + repr(arr.shape).encode())
+            digest.update(arr.tobytes() if arr.dtype != object else repr(arr.tolist()).encode())
+        else:
+            digest.update(b"S" + type(value).__name__.encode() + repr(value).encode())
+
+    for part in parts:
+        feed(part)
+    return digest.hexdigest()
 
 
 def _count(feature: NumericProfile | CategoricalProfile, values: Column) -> GridCounts | Counter[Any]:

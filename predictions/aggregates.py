@@ -425,6 +425,45 @@ def sample_chunks(
     )
 
 
+_LABELLED_SQL = """
+SELECT count(*), string_agg(pp, ''::bytea), string_agg(y, ''::bytea)
+FROM (
+    SELECT float8send(coalesce(p.probability, 'NaN'::float8)) AS pp,
+        float8send(coalesce(fb.label, 'NaN'::float8)) AS y
+    FROM prediction_log p JOIN prediction_feedback fb ON {on}
+    WHERE {where}
+    ORDER BY p.id
+) AS rows
+"""
+
+
+def labelled_arrays(*, engine: Engine, summary: WindowSummary) -> tuple[np.ndarray, np.ndarray]:
+    """The labelled rows' probabilities and labels in id order (NaN: none), as :func:`labelled_rows` reads
+    them, in one plain query returning two binary values (16 bytes a labelled row in memory).
+
+    Not a server-side cursor: PostgreSQL plans a cursor for its first rows and never in parallel, and
+    this join (the labels of the window's span, each looked up in the log) ran 3-4x slower that way
+    (measured on a 1M-row window with 100k labels). JIT is off for it: the planner misjudges the join's
+    size (it expects one row) and JIT compiled for seconds."""
+    where, params = _window_filter(summary)
+    sql = _LABELLED_SQL.replace("{on}", _LABELS_ON).replace("{where}", where)
+    raw = engine.raw_connection()
+    try:
+        pg: Any = raw.driver_connection
+        with pg.cursor() as cur:
+            cur.execute("SET LOCAL jit = off")
+            cur.execute(sql, params, binary=True)
+            n, probs, labels = cur.fetchone()
+        raw.commit()
+    finally:
+        raw.close()
+    p = np.frombuffer(bytes(probs or b""), dtype=">f8").astype(np.float64)
+    y = np.frombuffer(bytes(labels or b""), dtype=">f8").astype(np.float64)
+    if p.size != int(n) or y.size != int(n):
+        raise ValueError(f"{p.size} probabilities and {y.size} labels for {n} labelled rows")
+    return p, y
+
+
 def labelled_rows(
     *, engine: Engine, summary: WindowSummary, chunk_rows: int = CHUNK_ROWS
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:

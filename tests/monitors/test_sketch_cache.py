@@ -1,0 +1,278 @@
+"""The window sketch cache (PostgreSQL): counts of sealed id blocks kept in ``monitor_window_sketches`` and
+merged. Over a sequence of runs with the log changing in between (a moving window, feedback for old blocks,
+a row appearing in and one leaving an old block, a version filter, a time bound cutting a block, a new
+profile and threshold), the cached read equals a read with an empty cache exactly (every array, counter,
+label count and the Page-Hinkley state) and today's full read (no cache) up to the rounding of float sums.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, delete, func, select, text
+
+from core.database import Database, open_database
+from monitors import log_window
+from monitors.engine import evaluate
+from monitors.log_window import SketchCache, Window, read_window
+from monitors.models import WindowSketchBlock
+from monitors.profile import Profile, build_reference_profile, profile_from_dict
+from monitors.window import GridCounts, WindowSketch, decode_counts, encode_counts
+from predictions.service import record_feedback
+from predictions.windows import BlockStat, WindowSpec
+from registry.schema import infer_schema
+from tests.monitors.helpers import true_probability
+from tests.predictions.logdata import log_inputs
+from tests.predictions.test_typed import _mixed_log, documents
+from tests.support import postgres_schema
+from training.datagen import TARGET, generate
+
+BLOCK = 256  # ids per block: the 4k-row log spans 16 blocks
+
+
+@pytest.fixture(scope="module")
+def profile() -> Profile:
+    return _profile(seed=101)
+
+
+def _profile(seed: int) -> Profile:
+    reference = generate(20_000, seed=seed)
+    schema = infer_schema(reference, target=TARGET)
+    raw = build_reference_profile(
+        reference, schema, predictions=true_probability(reference), labels=reference[TARGET]
+    )
+    return profile_from_dict(raw)
+
+
+@pytest.fixture
+def pg_url(postgres_url: str) -> Iterator[str]:
+    with postgres_schema(postgres_url) as url:
+        yield url
+
+
+def assert_grids(a: GridCounts | None, b: GridCounts | None, *, exact: bool, what: str) -> None:
+    assert (a is None) == (b is None), what
+    if a is None or b is None:
+        return
+    assert np.array_equal(a.cells, b.cells), what
+    assert (a.missing, a.outside) == (b.missing, b.outside), what
+    if exact:
+        assert np.array_equal(a.sums, b.sums), what
+    else:
+        assert np.allclose(a.sums, b.sums, rtol=1e-12, atol=1e-9), what
+
+
+def assert_sketches(a: WindowSketch, b: WindowSketch, *, exact: bool) -> None:
+    """Every field; ``exact``: floats to the bit (else float sums and the detector's floats to rounding)."""
+    assert a.rows == b.rows and a.threshold == b.threshold
+    assert set(a.numeric) == set(b.numeric)
+    for name in a.numeric:
+        assert_grids(a.numeric[name], b.numeric[name], exact=exact, what=name)
+    assert {k: dict(v) for k, v in a.categorical.items()} == {k: dict(v) for k, v in b.categorical.items()}
+    assert_grids(a.prediction, b.prediction, exact=exact, what="prediction")
+    assert_grids(a.pca_error, b.pca_error, exact=exact, what="pca_error")
+    la, lb = a.labels, b.labels
+    assert (la.rows, la.true_pos, la.false_pos, la.false_neg, la.true_neg) == (
+        lb.rows,
+        lb.true_pos,
+        lb.false_pos,
+        lb.false_neg,
+        lb.true_neg,
+    )
+    for cells in ("positive_cells", "negative_cells"):
+        x, y = getattr(la, cells), getattr(lb, cells)
+        assert (x is None) == (y is None) and (x is None or np.array_equal(x, y)), cells
+    ea, eb = dataclasses.asdict(a.errors), dataclasses.asdict(b.errors)
+    if exact:
+        assert ea == eb
+    else:
+        for key in ("n", "seen", "alarms", "delta", "threshold", "min_instances"):
+            assert ea[key] == eb[key], key
+        for key in ("mean", "cumulative", "minimum"):
+            assert ea[key] == pytest.approx(eb[key], rel=1e-9, abs=1e-9), key
+
+
+@dataclasses.dataclass
+class Reads:
+    """Reads one window three ways: through the cache under test, through an emptied cache, without one."""
+
+    engine: Engine
+    cache: SketchCache
+    scratch: Database  # the emptied cache lives in a SQLite file of its own
+
+    def check(
+        self, profile: Profile, spec: WindowSpec, *, now: datetime | None = None, threshold: float = 0.5
+    ) -> Window:
+        args: dict[str, Any] = dict(
+            engine=self.engine, profile=profile, model_name="credit", spec=spec, now=now, threshold=threshold
+        )
+        cached = read_window(**args, cache=self.cache, chunk_rows=100)
+        with self.scratch.session() as s:
+            s.execute(delete(WindowSketchBlock))
+        cold = read_window(**args, cache=SketchCache(self.scratch.engine, BLOCK), chunk_rows=100)
+        full = read_window(**args)
+        assert cold.cached_blocks == 0 and full.cached_blocks is None
+        assert cached.rows == cold.rows == full.rows > 0
+        assert (cached.first_id, cached.last_id, cached.start, cached.end) == (
+            full.first_id,
+            full.last_id,
+            full.start,
+            full.end,
+        )
+        assert cached.labelled == full.labelled
+        assert_sketches(cached.sketch, cold.sketch, exact=True)
+        assert_sketches(cached.sketch, full.sketch, exact=False)
+        ours, theirs = (
+            evaluate(profile=profile, sketch=cached.sketch),
+            evaluate(profile=profile, sketch=full.sketch),
+        )
+        assert [f.drifted for f in ours.features] == [f.drifted for f in theirs.features]
+        assert ours.drifted == theirs.drifted
+        return cached
+
+
+def _retime(engine: Engine, base: datetime) -> None:
+    """``logged_at`` = base + id seconds, on the log and its labels (a log written over an hour)."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE prediction_log SET logged_at = :b + id * interval '1 second'"), {"b": base})
+        conn.execute(
+            text(
+                "UPDATE prediction_feedback f SET logged_at = p.logged_at FROM prediction_log p "
+                "WHERE p.prediction_id = f.prediction_id AND f.logged_at <> p.logged_at"
+            )
+        )
+
+
+def test_cached_blocks_equal_a_full_read_as_the_log_changes(
+    pg_url: str, profile: Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_window, "_FETCH_BLOCKS", 3)  # stored counts read and written 3 blocks a query
+    # credit: ids 1..3000 (legacy rows, awkward values, three layouts, labels)
+    db, rows, contract = _mixed_log(pg_url, profile)
+    log_inputs(db.engine, documents(200, seed=8), layout=contract, model="other")  # ids 3001..3200
+    v2 = log_inputs(db.engine, documents(400, seed=9), layout=contract, version=2)  # ids 3201..3600
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
+    _retime(db.engine, base)
+    reads = Reads(db.engine, SketchCache(db.engine, BLOCK), open_database(f"sqlite:///{tmp_path}/cache.db"))
+
+    # first run: nothing cached; the second takes every sealed block from the cache
+    spec = WindowSpec(rows=2_500)
+    first = reads.check(profile, spec)
+    assert first.cached_blocks == 0 and first.first_id == 901
+    second = reads.check(profile, spec)
+    sealed = (3600 + 1) // BLOCK - (901 + BLOCK - 1) // BLOCK  # blocks 4..13 lie wholly inside 901..3600
+    assert second.cached_blocks == sealed == 10 and second.counted_blocks == 2  # the two edges
+
+    # the window moves: 300 new rows (ids 3601..3900); only the new blocks and the edges are read
+    log_inputs(db.engine, documents(300, seed=10), layout=contract, probability=np.linspace(0, 1, 300))
+    _retime(db.engine, base)
+    moved = reads.check(profile, spec)
+    assert moved.first_id == 1_201 and moved.cached_blocks == 9  # blocks 5..13 from the cache
+
+    # feedback for rows of cached blocks: labels and the error stream follow, the blocks stay cached
+    labels = [(r.prediction_id, 1.0) for i, r in enumerate(rows[1_500:1_800]) if i % 3 == 0]
+    labels += [(r.prediction_id, 0.0) for r in v2[:50]]
+    with db.session() as s:
+        assert record_feedback(session=s, model_name="credit", labels=labels)[0] == len(labels)
+    labelled = reads.check(profile, spec)
+    # (two of the rows have no probability: rows 1701 and 1704, see _mixed_log)
+    assert labelled.labelled == moved.labelled + len(labels) - 2 and labelled.cached_blocks == 10
+
+    # a row appears in an old block (committed late, lower id) and another leaves one: both are recounted
+    with db.engine.begin() as conn:
+        conn.execute(text("UPDATE prediction_log SET model_name = 'credit' WHERE id = 3100"))
+        conn.execute(text("DELETE FROM prediction_log WHERE id = 2000"))
+    changed = reads.check(profile, spec)
+    assert changed.rows == labelled.rows and changed.first_id == labelled.first_id  # one in, one out
+    assert changed.cached_blocks == 8  # blocks 7 (id 2000) and 12 (id 3100) recounted
+
+    # a version filter keys its own blocks
+    v2_spec = WindowSpec(rows=300, version=2)  # ids 3301..3600: block 13 sealed, 12 and 14 edges
+    assert reads.check(profile, v2_spec).cached_blocks == 0
+    assert reads.check(profile, v2_spec).cached_blocks == 1
+
+    # a time bound: the blocks it cuts are edges, read with the bound: by their ids, or by an old row inside
+    now = base + timedelta(seconds=3_901)
+    timed = WindowSpec(minutes=20)  # since = id 2701's time: block 10 (2560..2815) is cut
+    first_timed = reads.check(profile, timed, now=now)
+    assert first_timed.first_id == 2_701
+    assert reads.check(profile, timed, now=now).cached_blocks == 4  # 11, 12, 13, 14
+    with db.engine.begin() as conn:  # a row of block 13 logged long before (a replayed spool)
+        conn.execute(
+            text("UPDATE prediction_log SET logged_at = :at WHERE id = 3400"),
+            {"at": base + timedelta(seconds=10)},
+        )
+    replayed = reads.check(profile, timed, now=now)
+    assert replayed.rows == first_timed.rows - 1 and replayed.cached_blocks == 3  # 11, 12, 14
+    later = reads.check(profile, timed, now=now + timedelta(seconds=150))  # since = 2851: block 11 is cut
+    assert later.first_id == 2_851 and later.cached_blocks == 2  # 12, 14
+    both = WindowSpec(rows=500, minutes=20)
+    reads.check(profile, both, now=now)
+    assert reads.check(profile, both, now=now).cached_blocks == 1  # 3400..3900: block 14 (3584..3839)
+
+    # a new profile or threshold never reuses old counts; the old key's blocks are deleted
+    other = _profile(seed=202)
+    assert reads.check(other, spec).cached_blocks == 0
+    assert reads.check(other, spec).cached_blocks == 10  # 5..14
+    assert reads.check(other, spec, threshold=0.3).cached_blocks == 0
+    with db.session() as s:
+        keys = s.execute(
+            select(
+                func.count(func.distinct(WindowSketchBlock.fingerprint)), func.min(WindowSketchBlock.block)
+            )
+        ).one()
+    assert keys == (1, 5)
+    reads.scratch.dispose()
+    db.dispose()
+
+
+def test_a_block_stored_while_a_row_was_committing_is_not_stored(pg_url: str, profile: Profile) -> None:
+    """A block whose read finds another row count than its statistics (a commit in between) is counted for
+    this run but not stored, so the next run recounts it."""
+    db, _, _ = _mixed_log(pg_url, profile)
+    cache = SketchCache(db.engine, BLOCK)
+    real = log_window.summarize_blocks
+
+    def stale(**kw: Any) -> tuple[Any, list[BlockStat]]:  # as if block 5 had one row more when counted
+        summary, stats = real(**kw)
+        return summary, [dataclasses.replace(st, rows=st.rows + (st.block == 5)) for st in stats]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(log_window, "summarize_blocks", stale)
+        read_window(engine=db.engine, profile=profile, model_name="credit", spec=WindowSpec(), cache=cache)
+    with db.session() as s:
+        stored = set(s.scalars(select(WindowSketchBlock.block)))
+    assert 5 not in stored and {4, 6} <= stored
+    db.dispose()
+
+
+def test_encoded_counts_round_trip(profile: Profile) -> None:
+    cols = generate(2_000, seed=3)
+    cols["region"][:5] = None
+    sketch = WindowSketch().update(profile, cols, predictions=true_probability(cols))
+    back = decode_counts(encode_counts(sketch))
+    assert_sketches(back, sketch, exact=True)
+    assert back.categorical["region"][None] == 5
+    sketch.categorical["region"][7] += 1  # type: ignore[index]
+    with pytest.raises(TypeError, match="not text"):
+        encode_counts(sketch)
+
+
+def test_sqlite_reads_without_the_cache(tmp_path: Path, profile: Profile) -> None:
+    db = open_database(f"sqlite:///{tmp_path}/log.db")
+    log_inputs(db.engine, documents(300, seed=4))
+    window = read_window(
+        engine=db.engine,
+        profile=profile,
+        model_name="credit",
+        spec=WindowSpec(),
+        cache=SketchCache(db.engine, BLOCK),
+    )
+    assert window.reader == "generic" and window.rows == 300 and window.cached_blocks is None
+    db.dispose()
