@@ -6,8 +6,8 @@ monitor run on PostgreSQL merges the stored blocks still valid and counts only t
 (``monitors.log_window``); the run deletes the blocks its window no longer needs. A new table: the
 upgrade is quick.
 
-Revision ID: 0013_window_sketches
-Revises: 0012_tokens
+Revision ID: 0014_window_sketches
+Revises: 0013_link_key
 Create Date: 2026-11-30
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013_window_sketches"
-down_revision = "0012_tokens"
+revision = "0014_window_sketches"
+down_revision = "0013_link_key"
 branch_labels = None
 depends_on = None
 
