@@ -204,6 +204,23 @@ def read_ignores(path: Path) -> dict[str, str]:
     return ignores
 
 
+def report(
+    pin: str,
+    ids: list[str],
+    fixed: list[str],
+    summary: str,
+    ignores: dict[str, str],
+    *,
+    show_aliases: bool = False,
+) -> bool:
+    """Print one advisory of ``pin`` as pip-audit does; True when it is a finding (not in ``ignores``)."""
+    aliases = f" [{', '.join(ids[1:])}]" if show_aliases and len(ids) > 1 else ""
+    line = f"  {pin}: {ids[0]}{aliases} (fixed in {', '.join(fixed) or 'no release'})"
+    reason = next((ignores[i] for i in ids if i in ignores), None)
+    print(f"{line}: {summary}" if reason is None else f"{line}: ignored, {reason}")
+    return reason is None
+
+
 def check(
     pins: dict[str, tuple[str, str]],
     snapshot: dict[str, Any],
@@ -220,17 +237,16 @@ def check(
         for advisory in snapshot["advisories"]:
             if advisory["package"] != key or not affects(advisory, key, version):
                 continue
-            ids = [advisory["id"], *advisory["aliases"]]
-            fixed = ", ".join(advisory["fixed"]) or "no release"
-            reason = next((ignores[i] for i in ids if i in ignores), None)
-            aliases = f" [{', '.join(advisory['aliases'])}]" if advisory["aliases"] else ""
-            line = f"  {name} {version}: {advisory['id']}{aliases} (fixed in {fixed})"
-            if reason is None:
-                findings += 1
-                print(f"{line}: {advisory['summary']}")
-            else:
-                ignored += 1
-                print(f"{line}: ignored, {reason}")
+            found = report(
+                f"{name} {version}",
+                [advisory["id"], *advisory["aliases"]],
+                advisory["fixed"],
+                advisory["summary"],
+                ignores,
+                show_aliases=True,
+            )
+            findings += found
+            ignored += not found
     missing = sorted(set(pins) - covered)
     snapshot_date = dt.datetime.fromisoformat(snapshot["date"]).date()
     age = (today - snapshot_date).days
@@ -293,16 +309,15 @@ def latest(
         for vuln in doc.get("vulnerabilities") or []:
             if vuln.get("withdrawn"):
                 continue
-            ids = [str(vuln.get("id")), *map(str, vuln.get("aliases") or [])]
-            fixed = ", ".join(map(str, vuln.get("fixed_in") or [])) or "no release"
-            reason = next((ignores[i] for i in ids if i in ignores), None)
-            line = f"  {name} {version}: {ids[0]} (fixed in {fixed})"
-            if reason is None:
-                findings += 1
-                print(f"{line}: {str(vuln.get('summary') or vuln.get('details') or '')[:200]}")
-            else:
-                ignored += 1
-                print(f"{line}: ignored, {reason}")
+            found = report(
+                f"{name} {version}",
+                [str(vuln.get("id")), *map(str, vuln.get("aliases") or [])],
+                list(map(str, vuln.get("fixed_in") or [])),
+                str(vuln.get("summary") or vuln.get("details") or "")[:200],
+                ignores,
+            )
+            findings += found
+            ignored += not found
     print(
         f"  {len(current)} of {len(pins)} pins are their project's latest release and were checked against "
         f"PyPI's advisories of today ({index}): {findings} known vulnerabilities, {ignored} ignored; "
