@@ -10,8 +10,10 @@ accepted and schema-violating data refused, auth enforced where declared.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,10 +102,9 @@ def test_undeclared_methods_answer_405_with_allow(contract_server: Server) -> No
         assert live.headers["content-type"] == "application/json" and live.json() == {"live": True}
 
 
-def test_schemathesis_finds_no_failure(contract_server: Server, tmp_path: Path) -> None:
-    report = tmp_path / "report.json"
+def _schemathesis(contract_server: Server, tmp_path: Path, report: Path) -> subprocess.CompletedProcess[str]:
     cli = Path(sys.executable).with_name("schemathesis")
-    run = subprocess.run(
+    return subprocess.run(
         [
             str(cli),
             "--config-file",
@@ -135,6 +136,30 @@ def test_schemathesis_finds_no_failure(contract_server: Server, tmp_path: Path) 
         timeout=600,
         cwd=tmp_path,  # schemathesis keeps a cache folder in its working directory
     )
+
+
+# CPython 3.11's AST constructor can leave its recursion counter off after an error (python/cpython#106905);
+# hypothesis then fails to describe one of schemathesis' own lambdas with this SystemError. It is a crash of
+# the generator, reported as a schemathesis "Runtime Error", never an answer of the API.
+TOOL_CRASH = "AST constructor recursion depth mismatch"
+
+
+def _only_tool_crashes(out: str) -> bool:
+    """Whether schemathesis failed only because the generator crashed as above: no check failed, and every
+    error it counted is that crash."""
+    if re.search(r"\b\d+ failed\b", out) or "ST101" in out:
+        return False
+    errors = re.search(r"\b(\d+) errors?\b", out)
+    crashes = sum(1 for line in out.splitlines() if line.strip().startswith(TOOL_CRASH))
+    return errors is not None and 0 < int(errors.group(1)) == crashes
+
+
+def test_schemathesis_finds_no_failure(contract_server: Server, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    run = _schemathesis(contract_server, tmp_path, report)
+    if run.returncode != 0 and _only_tool_crashes(run.stdout + run.stderr):  # once: a crash is no verdict
+        warnings.warn(f"schemathesis' generator crashed ({TOOL_CRASH}); run again", stacklevel=1)
+        run = _schemathesis(contract_server, tmp_path, report)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[:20000]
     assert "ST101" not in out  # no server error, ever
