@@ -79,7 +79,11 @@ class TcpProxy:
         except OSError:
             pass
         finally:
+            # shutdown first: close() alone neither sends FIN nor wakes the other pump while it is blocked in
+            # recv() on the same socket, so PostgreSQL's backend would wait (idle in transaction) forever
             for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     s.close()
 
