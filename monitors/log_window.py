@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -59,6 +60,7 @@ from predictions.windows import (
 )
 
 _FETCH_BLOCKS = 16  # stored blocks read or written per query (about 0.5 MB each: 25 features, fine grids)
+_BLOCKS_AHEAD = 1  # blocks fetched ahead of the counting (each also prefetches its ranges: two queries)
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,9 @@ def read_window(
             engine=engine, profile=profile, summary=summary, threshold=threshold, chunk_rows=chunk_rows
         )
     else:
+        # PostgreSQL's row readers leave the labels to one query of their own (labels joined per range
+        # cost a scan of the window's labels each); the generic reader (SQLite) joins them row by row
+        apart = chosen in (Reader.TYPED, Reader.BLOCKS)
         chunks = read_chunks(
             engine=engine,
             summary=summary,
@@ -167,10 +172,13 @@ def read_window(
             categorical=[n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)],
             chunk_rows=chunk_rows,
             reader=chosen,
+            labels=not apart,
         )
         for chunk in chunks:
-            add_chunk(sketch=sketch, profile=profile, chunk=chunk)
+            add_chunk(sketch=sketch, profile=profile, chunk=chunk, labels=not apart)
             count += 1
+        if apart:
+            _add_labels(sketch=sketch, engine=engine, profile=profile, summary=summary, chunk_rows=chunk_rows)
     return Window(
         model_name=model_name,
         spec=spec,
@@ -250,52 +258,81 @@ def _sketch_blocks(
 
     numeric = [n for n, f in profile.features.items() if isinstance(f, NumericProfile)]
     categorical = [n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)]
-    total = WindowSketch(threshold=threshold)
-    fresh: list[CachedBlock] = []
-    chunks = used = 0
-    for st in stats:
-        whole = sealed(st)
-        data = counts_of(st.block)
-        if data is not None:
-            part = decode_counts(data, threshold=threshold)
-            used += 1
-            step("cache_merge")
-        else:
-            low = max(st.block * size, summary.first_id)
-            high = min(st.block * size + size - 1, summary.last_id)
-            part = WindowSketch(threshold=threshold)
-            for chunk in read_chunks(
+
+    def read_block(st: BlockStat) -> list[Chunk]:  # the block's rows in the window, without labels
+        low = max(st.block * size, summary.first_id)
+        high = min(st.block * size + size - 1, summary.last_id)
+        return list(
+            read_chunks(
                 engine=engine,
                 summary=narrow(summary, first_id=low, last_id=high, rows=st.rows),
                 numeric=numeric,
                 categorical=categorical,
                 chunk_rows=chunk_rows,
                 reader=reader,
-            ):
-                add_chunk(sketch=part, profile=profile, chunk=chunk, labels=False)
-                chunks += 1
-            # a row committed since the block's count (an older id) waits for the next run to be stored
-            if whole and part.rows == st.rows:
-                with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
-                    fresh.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
-                if len(fresh) >= _FETCH_BLOCKS:  # stored as they come: memory stays bounded on a cold run
-                    with Session(cache.engine) as session, session.begin():
-                        store_blocks(session=session, key=key, blocks=fresh)
-                    fresh = []
-            step("read")
-        total = total.merge(part)
-        step("cache_merge")
+                labels=False,
+            )
+        )
+
+    total = WindowSketch(threshold=threshold)
+    fresh: list[CachedBlock] = []
+    chunks = used = 0
+    # the blocks to read are fetched one block ahead of the counting (a cold run reads every block)
+    unread = [st for st in stats if st.block not in valid_set]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dw-blocks") as pool:
+        ahead: dict[int, Future[list[Chunk]]] = {}
+
+        def fetch_next() -> None:
+            while unread and len(ahead) < _BLOCKS_AHEAD:
+                st = unread.pop(0)
+                ahead[st.block] = pool.submit(read_block, st)
+
+        fetch_next()
+        for st in stats:
+            whole = sealed(st)
+            data = counts_of(st.block)
+            if data is not None:
+                part = decode_counts(data, threshold=threshold)
+                used += 1
+                step("cache_merge")
+            else:
+                future = ahead.pop(st.block, None)
+                fetch_next()
+                part = WindowSketch(threshold=threshold)
+                for chunk in future.result() if future is not None else read_block(st):
+                    add_chunk(sketch=part, profile=profile, chunk=chunk, labels=False)
+                    chunks += 1
+                fetch_next()
+                # a row committed since the block's count (an older id) waits for the next run to be stored
+                if whole and part.rows == st.rows:
+                    with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
+                        fresh.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
+                    if len(fresh) >= _FETCH_BLOCKS:  # stored as they come: memory stays bounded on a cold run
+                        with Session(cache.engine) as session, session.begin():
+                            store_blocks(session=session, key=key, blocks=fresh)
+                        fresh = []
+                step("read")
+            total = total.merge(part)
+            step("cache_merge")
     # labels arrive after their predictions: counted on every run, in id order, over the whole window
-    if profile.prediction is not None:
-        prob, label = aggregates.labelled_arrays(engine=engine, summary=summary)
-        for lo in range(0, prob.size, chunk_rows):
-            total.add_labels(profile, prob[lo : lo + chunk_rows], label[lo : lo + chunk_rows])
+    _add_labels(sketch=total, engine=engine, profile=profile, summary=summary, chunk_rows=chunk_rows)
     step("labels")
     with Session(cache.engine) as session, session.begin():
         store_blocks(session=session, key=key, blocks=fresh)
         prune_blocks(session=session, key=key, below=summary.first_id // size)
     step("store")
     return total, chunks, (used, len(stats) - used, seconds)
+
+
+def _add_labels(
+    *, sketch: WindowSketch, engine: Engine, profile: Profile, summary: WindowSummary, chunk_rows: int
+) -> None:
+    """Count the window's labelled rows (PostgreSQL: one query, in id order) into ``sketch``."""
+    if profile.prediction is None:
+        return
+    prob, label = aggregates.labelled_arrays(engine=engine, summary=summary)
+    for lo in range(0, prob.size, chunk_rows):
+        sketch.add_labels(profile, prob[lo : lo + chunk_rows], label[lo : lo + chunk_rows])
 
 
 def add_chunk(*, sketch: WindowSketch, profile: Profile, chunk: Chunk, labels: bool = True) -> WindowSketch:
