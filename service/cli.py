@@ -58,6 +58,9 @@ class _Root(TyperGroup):
         except Exception as exc:
             if ctx.meta.get("driftwarden.debug"):
                 raise
+            if (bad := _settings_error(exc)) is not None:  # the environment's fault, not a bug
+                typer.echo(bad, err=True)
+                raise typer.Exit(2) from None
             message = str(exc).splitlines()[0] if str(exc) else ""
             typer.echo(
                 f"error: unexpected {type(exc).__name__}: {message} (a bug: rerun with `driftwarden --debug "
@@ -65,6 +68,19 @@ class _Root(TyperGroup):
                 err=True,
             )
             raise typer.Exit(2) from None
+
+
+def _settings_error(exc: BaseException) -> str | None:
+    """One line per invalid setting when ``exc`` is the settings refusing the environment, else None."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError) or exc.title != "Settings":
+        return None
+    lines = []
+    for err in exc.errors(include_input=False, include_url=False):
+        name = "DRIFTWARDEN_" + "_".join(str(part) for part in err["loc"]).upper()
+        lines.append(f"error: invalid setting {name}: {err['msg']} (fix or unset that environment variable)")
+    return "\n".join(lines)
 
 
 # The module of each domain whose ``register(app)`` adds the root commands named here, in the order the

@@ -83,3 +83,17 @@ def test_drift_loads_neither_other_domains_nor_the_orm_nor_scipy_stats(tmp_path:
     code, loaded = out.stdout.split("\n")[:2]
     assert code == "1", out.stdout + out.stderr  # the shifted feature drifted: the command ran to its verdict
     assert loaded == "[]", loaded
+
+
+def test_an_invalid_setting_is_named_with_its_variable_not_called_a_bug() -> None:
+    env = {"DRIFTWARDEN_LOG_DURABILITY": "bogus", "DRIFTWARDEN_API_PORT": "eighty"}
+    result = CliRunner().invoke(app, ["config"], env=env)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert sorted(lines) == [
+        "error: invalid setting DRIFTWARDEN_API_PORT: Input should be a valid integer, unable to parse "
+        "string as an integer (fix or unset that environment variable)",
+        "error: invalid setting DRIFTWARDEN_LOG_DURABILITY: Input should be 'durable' or 'fast' (fix or "
+        "unset that environment variable)",
+    ]
+    assert "bogus" not in result.output and "eighty" not in result.output  # values stay out of the message
