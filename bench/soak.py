@@ -524,7 +524,7 @@ def main() -> None:
         type=float,
         default=5.0,
         help="DRIFTWARDEN_MONITOR_INTERVAL_S (seconds; short, so that the monitor's first runs, which grow "
-        "the worker running it by ~150 MB, are over before the second half the RSS trend is fitted on).",
+        "the worker running it by ~120 MB, are over before the second half the RSS trend is fitted on).",
     )
     parser.add_argument(
         "--window-rows",
