@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,15 +24,6 @@ from core.database import Base, Database, make_engine, open_database
 from core.errors import Invalid, Unavailable
 
 KEY = b"k" * 32
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[Database]:
-    database = open_database(database_url, upgrade=True)
-    try:
-        yield database
-    finally:
-        database.dispose()
 
 
 def rows(db: Database) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -12,17 +11,8 @@ from sqlalchemy import text
 from access.models import utcnow
 from access.service import create_token, list_tokens, revoke_token, verify_token
 from core.auth import Grant, token_id_of
-from core.database import Database, open_database
+from core.database import Database
 from core.errors import Invalid, NotFound
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[Database]:
-    database = open_database(database_url, upgrade=True)
-    try:
-        yield database
-    finally:
-        database.dispose()
 
 
 def test_the_database_holds_a_hash_never_the_secret(db: Database) -> None:
