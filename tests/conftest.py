@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from core.database import Database, open_database
 from tests.support import TrainedModels, postgres_schema
 
 PG_ADMIN_URL = os.environ.get(
@@ -54,6 +55,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         return
     with postgres_schema(request.getfixturevalue("postgres_url")) as url:
         yield url
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    """The backend's database upgraded to the newest migration, disposed of afterwards (a module or folder
+    needing rows in it defines its own ``db``)."""
+    database = open_database(database_url, upgrade=True)
+    try:
+        yield database
+    finally:
+        database.dispose()
 
 
 @pytest.fixture(autouse=True)

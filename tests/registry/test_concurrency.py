@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,19 +13,12 @@ from sqlalchemy.orm import Session
 
 import registry.service as registry_service
 from core import migrate
-from core.database import Database, make_engine, open_database
+from core.database import Database, make_engine
 from core.errors import Conflict
 from registry.models import ModelVersion, VersionState
 from registry.service import history, promote, register_version, rollback, serving_version
 
 S, A, G = VersionState.STAGED, VersionState.SERVING, VersionState.ARCHIVED
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[Database]:
-    database = open_database(database_url, upgrade=True)
-    yield database
-    database.dispose()
 
 
 def _register(db: Database, tmp_path: Path, *versions: int, model: str = "m") -> None:

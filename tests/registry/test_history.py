@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,13 +29,6 @@ from registry.service import (
 )
 
 S, A, R, G = VersionState.STAGED, VersionState.SERVING, VersionState.REJECTED, VersionState.ARCHIVED
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[Database]:
-    database = open_database(database_url, upgrade=True)
-    yield database
-    database.dispose()
 
 
 def _register(s: Session, tmp_path: Path, *versions: int, model: str = "m") -> None:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +31,7 @@ from access.verifier import CachedLinkKey
 from alerts.webhooks import links
 from core.auth import link_signature, signed_path
 from core.config import Settings
-from core.database import Database, make_engine, open_database
+from core.database import Database, make_engine
 from core.network import free_port
 from registry.service import register_version
 from tests.support import NO_AUTH, Server, auth, serve_settings
@@ -42,15 +41,6 @@ CLI = str(Path(sys.executable).parent / "driftwarden")
 ROOT = Path(__file__).resolve().parents[2]
 OTHER_KEY = b"another-server-s-link-key-of-32-bytes!"
 CONFIGURED_KEY = "configured-link-key-0123456789-abcdefghij"
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[Database]:
-    database = open_database(database_url, upgrade=True)
-    try:
-        yield database
-    finally:
-        database.dispose()
 
 
 def start(db: Database, tmp_path: Path, **overrides: Any) -> Server:

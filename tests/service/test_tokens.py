@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 from access.models import utcnow
 from access.service import create_token, revoke_token
-from core.database import Database, open_database
+from core.database import Database
 from tests.support import NO_AUTH, Server, auth, serve_settings
 
 ADMIN = "bootstrap-admin-token"
@@ -62,15 +61,6 @@ def make_tokens(db: Database) -> Tokens:
         )
         revoke_token(session=s, token_id=tokens.revoked.split("_")[1])
     return tokens
-
-
-@pytest.fixture
-def db(database_url: str) -> Iterator[Database]:
-    database = open_database(database_url, upgrade=True)
-    try:
-        yield database
-    finally:
-        database.dispose()
 
 
 def start(db: Database, tmp_path: Path, **overrides: Any) -> Server:
