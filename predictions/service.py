@@ -203,28 +203,45 @@ def classify_write_error(exc: BaseException) -> WriteFailure:
     return "unavailable"
 
 
-def logged_times(*, session: Session, model_name: str, ids: Iterable[str]) -> dict[str, datetime]:
-    """When each of ``ids`` that is a logged prediction of ``model_name`` was logged."""
+class LoggedPrediction(NamedTuple):
+    """What a label copies of its prediction's log row (the feedback's columns of the same names)."""
+
+    logged_at: datetime
+    log_id: int
+    probability: float | None
+    model_version: int
+    status: str
+
+
+def logged_predictions(
+    *, session: Session, model_name: str, ids: Iterable[str]
+) -> dict[str, LoggedPrediction]:
+    """The log row of each of ``ids`` that is a logged prediction of ``model_name`` (what a label copies)."""
+    log = PredictionLog
     wanted = list(dict.fromkeys(ids))
-    found: dict[str, datetime] = {}
+    found: dict[str, LoggedPrediction] = {}
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
+        stmt = select(
+            log.prediction_id, log.logged_at, log.id, log.probability, log.model_version, log.status
+        ).where(log.model_name == model_name, log.prediction_id.in_(chunk))
         found.update(
-            (pid, when)
-            for pid, when in session.execute(
-                select(PredictionLog.prediction_id, PredictionLog.logged_at).where(
-                    PredictionLog.model_name == model_name, PredictionLog.prediction_id.in_(chunk)
-                )
-            )
+            (pid, LoggedPrediction(when, log_id, probability, version, status))
+            for pid, when, log_id, probability, version, status in session.execute(stmt)
         )
     return found
+
+
+# what a resent label replaces (the copies of the log row too: the same values, unless a label of 0015's
+# backfill found no log row then)
+_FEEDBACK_UPDATED = ("label", "received_at", "log_id", "probability", "model_version", "status")
 
 
 def record_feedback(
     *, session: Session, model_name: str, labels: Sequence[tuple[str, float]]
 ) -> tuple[int, list[str]]:
     """Store ground-truth labels of logged predictions; returns (stored, unknown prediction ids)."""
-    known = logged_times(session=session, model_name=model_name, ids=(pid for pid, _ in labels))
+    known = logged_predictions(session=session, model_name=model_name, ids=(pid for pid, _ in labels))
     latest = {pid: label for pid, label in labels if pid in known}  # a repeated id: the last label wins
     unknown = list(dict.fromkeys(pid for pid, _ in labels if pid not in known))
     if latest:
@@ -232,10 +249,12 @@ def record_feedback(
         values = [
             {
                 "prediction_id": pid,
-                "logged_at": known[pid],  # the feedback lives in the partition of its prediction
                 "model_name": model_name,
                 "label": label,
                 "received_at": now,
+                # the feedback lives in the partition of its prediction (logged_at) and carries what a
+                # window reads of it, so a window's labels are read without the log
+                **known[pid]._asdict(),
             }
             for pid, label in latest.items()
         ]
@@ -244,7 +263,7 @@ def record_feedback(
         stmt = ins(PredictionFeedback)
         stmt = stmt.on_conflict_do_update(
             index_elements=["prediction_id", "logged_at"],
-            set_={"label": stmt.excluded.label, "received_at": stmt.excluded.received_at},
+            set_={name: stmt.excluded[name] for name in _FEEDBACK_UPDATED},
         )
         session.execute(stmt, values)
     return len(latest), unknown
