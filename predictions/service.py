@@ -16,7 +16,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import orjson
 import psycopg
-from sqlalchemy import Connection, Engine, and_, delete, func, select, tuple_
+from sqlalchemy import Connection, Engine, and_, delete, func, select, tuple_, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -267,6 +267,30 @@ def record_feedback(
         )
         session.execute(stmt, values)
     return len(latest), unknown
+
+
+def fill_feedback_copies(*, session: Session) -> int:
+    """Copy the log row into labels stored without it (by a process older than migration 0015); how many."""
+    # A process of the version before 0015 (an old replica during a rolling upgrade) stores labels without
+    # the copies that window reads filter on, so no window would count them; the retention job fills them.
+    # Per model through the (model_name, log_id) index (NULLs are indexed): a few index pages when none is
+    # missing. A label whose prediction the log no longer has stays NULL (read by no window, as no join
+    # found it). PostgreSQL: on both keys, one partition each; SQLite: on prediction_id, its log's key.
+    fb, log = PredictionFeedback, PredictionLog
+    on = [log.prediction_id == fb.prediction_id]
+    if session.get_bind().dialect.name == "postgresql":
+        on.append(log.logged_at == fb.logged_at)
+    filled = 0
+    for model in logged_models(session=session):
+        stmt = (
+            update(fb)
+            .where(fb.model_name == model, fb.log_id.is_(None), *on)
+            .values(
+                log_id=log.id, probability=log.probability, model_version=log.model_version, status=log.status
+            )
+        )
+        filled += int(session.execute(stmt).rowcount or 0)  # type: ignore[attr-defined]
+    return filled
 
 
 def recent_predictions(

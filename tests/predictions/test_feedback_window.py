@@ -16,10 +16,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import Engine, create_engine, text
 
 from core import migrate
+from core.config import Settings
 from core.database import open_database
+from core.runtime import Runtime
 from predictions.aggregates import (
     Grid,
     _window_filter,
@@ -27,7 +30,8 @@ from predictions.aggregates import (
     labelled_arrays,
     labelled_rows,
 )
-from predictions.service import LogRow, record_feedback, write_log_rows
+from predictions.scheduled import purge_expired
+from predictions.service import LogRow, fill_feedback_copies, record_feedback, write_log_rows
 from predictions.windows import WindowSpec, WindowSummary, summarize_window
 from tests.predictions.test_prediction_log import make_rows
 from tests.support import postgres_schema
@@ -308,3 +312,34 @@ def test_a_label_whose_prediction_is_gone_keeps_null_copies_and_is_read_by_no_wi
             _assert_readers_equal_the_join(engine)
         finally:
             engine.dispose()
+
+
+# ---------------------------------------------------------------- labels of an old replica, after 0015
+
+
+def test_the_retention_pass_fills_labels_an_old_version_stored_without_the_copies(database_url: str) -> None:
+    """During a rolling upgrade across 0015 an old replica stores labels as 0014 did (no copies): no
+    window would count them. The retention job's pass fills them from the log, once."""
+    db = open_database(database_url)
+    try:
+        groups = _fill(db.engine)
+        old = _labels_0014(db.engine, {"late": groups["late"], "other": groups["other"]})
+        with db.session() as s:  # and one label stored by this version
+            assert record_feedback(
+                session=s, model_name="credit", labels=[(groups["early"][0].prediction_id, 1.0)]
+            ) == (1, [])
+        assert sum(ours[0] is None for ours, _ in _copies(db.engine).values()) == len(old)
+        runtime = Runtime(settings=Settings(database_url=SecretStr(database_url)), db=db)
+        purge_expired(runtime)
+        copies = _copies(db.engine)
+        assert len(copies) == len(old) + 1
+        assert all(ours == theirs for ours, theirs in copies.values())
+        with db.session() as s:
+            assert fill_feedback_copies(session=s) == 0  # nothing left to fill
+        if db.engine.dialect.name == "postgresql":
+            summary = summarize_window(engine=db.engine, model_name="credit", spec=WindowSpec(), now=NOW)
+            assert summary is not None
+            p, _ = labelled_arrays(engine=db.engine, summary=summary)
+            assert p.size == 1 + sum(1 for i in range(len(groups["late"])) if i % 3 == 0)
+    finally:
+        db.dispose()
