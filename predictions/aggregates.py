@@ -3,19 +3,21 @@
 The monitors need only counts: per numeric feature the cells of its reference grid (count and sum of
 the values per cell, missing values, values outside the contract's limits), per categorical feature the
 count of each value, the prediction's cells, and for labelled rows the confusion counts at the
-classification threshold and the prediction's cells per class. :func:`aggregate_window` computes all of
-them in one ``GROUP BY`` query next to the data, so a window of any size transfers a few kilobytes.
+classification threshold and the prediction's cells per class. :func:`aggregate_window` computes them in
+two ``GROUP BY`` queries next to the data (the log's rows; the window's labels from the feedback alone,
+which carries its predictions' probability: :func:`_labels_filter`), so a window of any size transfers a
+few kilobytes.
 
-How one query counts everything: each log row is unpivoted (``unnest`` in the select list, a
-``ProjectSet``) into one tuple per measured item ``(f, x, k)``: ``f`` numbers the item (numeric features,
-then categorical features, then the prediction, its values for positive and negative labels, and the
-confusion code), ``x`` is a float (a numeric feature's JSON number, the probability) and ``k`` a
-categorical feature's text (``inputs->>'name'``, exactly what the generic reader reads). The cell of
+How one query counts everything: each log row is unpivoted (``unnest`` in the select list, a ``ProjectSet``)
+into one tuple per measured item ``(f, x, k)``: ``f`` numbers the item (numeric features, then categorical
+features, then the prediction; the labels' query has the prediction's values for positive and negative
+labels and the confusion code), ``x`` is a float (a numeric feature's JSON number, the probability) and
+``k`` a categorical feature's text (``inputs->>'name'``, exactly what the generic reader reads). The cell of
 ``x`` is one ``width_bucket`` over the *doubled grid* ``g_0, g_0+, g_1, g_1+, ...`` (``g+`` is the next
 float above ``g``): the number of thresholds ``<= x`` is then the cell index of :mod:`monitors.binning`
-directly (``(-inf, g_0)`` is 0, the atom ``{g_j}`` is ``2j+1``, ``(g_j, g_{j+1})`` is ``2j+2``).
-``GROUP BY f, cell, k`` with ``count(*)``, ``sum(x)`` and the count outside the limits. PostgreSQL runs it
-as a parallel aggregate (partial hash aggregates in the workers).
+directly (``(-inf, g_0)`` is 0, the atom ``{g_j}`` is ``2j+1``, ``(g_j, g_{j+1})`` is ``2j+2``). ``GROUP BY
+f, cell, k`` with ``count(*)``, ``sum(x)`` and the count outside the limits. PostgreSQL runs it as a
+parallel aggregate (partial hash aggregates in the workers).
 
 Values equal the generic reader's (:mod:`predictions.windows`) exactly: a JSON number is converted by
 PostgreSQL (``float8``, correctly rounded like Python's ``float``); JSON ``null`` or an absent key is
