@@ -337,9 +337,12 @@ def _label_log(db: Any, fraction: float) -> None:
         t0 = time.perf_counter()
         n = conn.execute(
             text(
-                "INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at) "
+                # what record_feedback stores: the label and the copies of its log row (migration 0015)
+                "INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at, "
+                "log_id, probability, model_version, status) "
                 "SELECT prediction_id, logged_at, model_name, (random() < probability)::int, "
-                "logged_at + interval '1 hour' FROM prediction_log WHERE id % :every = 0"
+                "logged_at + interval '1 hour', id, probability, model_version, status "
+                "FROM prediction_log WHERE id % :every = 0"
             ),
             {"every": every},
         ).rowcount

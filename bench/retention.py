@@ -62,8 +62,10 @@ SELECT md5(g::text)::uuid::text, 'req-' || g, 'model_' || (g % {models}), 1,
 FROM generate_series({first}, {last}) AS g
 """
 LABELS_PARTITIONED = """
-INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at)
-SELECT prediction_id, logged_at, model_name, (random() < 0.5)::int, logged_at + interval '1 hour'
+INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at,
+                                 log_id, probability, model_version, status)
+SELECT prediction_id, logged_at, model_name, (random() < 0.5)::int, logged_at + interval '1 hour',
+       id, probability, model_version, status
 FROM prediction_log WHERE id % 10 = 0
 """
 LABELS_FLAT = """

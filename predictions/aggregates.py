@@ -3,19 +3,21 @@
 The monitors need only counts: per numeric feature the cells of its reference grid (count and sum of
 the values per cell, missing values, values outside the contract's limits), per categorical feature the
 count of each value, the prediction's cells, and for labelled rows the confusion counts at the
-classification threshold and the prediction's cells per class. :func:`aggregate_window` computes all of
-them in one ``GROUP BY`` query next to the data, so a window of any size transfers a few kilobytes.
+classification threshold and the prediction's cells per class. :func:`aggregate_window` computes them in
+two ``GROUP BY`` queries next to the data (the log's rows; the window's labels from the feedback alone,
+which carries its predictions' probability: :func:`_labels_filter`), so a window of any size transfers a
+few kilobytes.
 
-How one query counts everything: each log row is unpivoted (``unnest`` in the select list, a
-``ProjectSet``) into one tuple per measured item ``(f, x, k)``: ``f`` numbers the item (numeric features,
-then categorical features, then the prediction, its values for positive and negative labels, and the
-confusion code), ``x`` is a float (a numeric feature's JSON number, the probability) and ``k`` a
-categorical feature's text (``inputs->>'name'``, exactly what the generic reader reads). The cell of
+How one query counts everything: each log row is unpivoted (``unnest`` in the select list, a ``ProjectSet``)
+into one tuple per measured item ``(f, x, k)``: ``f`` numbers the item (numeric features, then categorical
+features, then the prediction; the labels' query has the prediction's values for positive and negative
+labels and the confusion code), ``x`` is a float (a numeric feature's JSON number, the probability) and
+``k`` a categorical feature's text (``inputs->>'name'``, exactly what the generic reader reads). The cell of
 ``x`` is one ``width_bucket`` over the *doubled grid* ``g_0, g_0+, g_1, g_1+, ...`` (``g+`` is the next
 float above ``g``): the number of thresholds ``<= x`` is then the cell index of :mod:`monitors.binning`
-directly (``(-inf, g_0)`` is 0, the atom ``{g_j}`` is ``2j+1``, ``(g_j, g_{j+1})`` is ``2j+2``).
-``GROUP BY f, cell, k`` with ``count(*)``, ``sum(x)`` and the count outside the limits. PostgreSQL runs it
-as a parallel aggregate (partial hash aggregates in the workers).
+directly (``(-inf, g_0)`` is 0, the atom ``{g_j}`` is ``2j+1``, ``(g_j, g_{j+1})`` is ``2j+2``). ``GROUP BY
+f, cell, k`` with ``count(*)``, ``sum(x)`` and the count outside the limits. PostgreSQL runs it as a
+parallel aggregate (partial hash aggregates in the workers).
 
 Values equal the generic reader's (:mod:`predictions.windows`) exactly: a JSON number is converted by
 PostgreSQL (``float8``, correctly rounded like Python's ``float``); JSON ``null`` or an absent key is
@@ -118,31 +120,42 @@ class WindowAggregate:
         return sum(self.confusion)
 
 
-def _window_filter(summary: WindowSummary) -> tuple[str, dict[str, Any]]:
-    """The WHERE clause of the window (table alias ``p``) and its parameters."""
+def _window_filter(
+    summary: WindowSummary, *, table: str = "p", id_column: str = "id"
+) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause of the window (on the log, alias ``p``; or on the copies of its columns that a
+    label carries, ``table="fb", id_column="log_id"``) and its parameters."""
     params: dict[str, Any] = {
         "model_name": summary.model_name,
         "status": PredictionStatus.OK.value,
         "lo": summary.first_id,
         "hi": summary.last_id,
     }
-    sql = "p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s"
+    t = table
+    sql = (
+        f"{t}.model_name = %(model_name)s AND {t}.status = %(status)s "
+        f"AND {t}.{id_column} BETWEEN %(lo)s AND %(hi)s"
+    )
     if summary.spec.version is not None:
-        sql += " AND p.model_version = %(version)s"
+        sql += f" AND {t}.model_version = %(version)s"
         params["version"] = summary.spec.version
     if summary.since is not None:
-        sql += " AND p.logged_at >= %(since)s"
+        sql += f" AND {t}.logged_at >= %(since)s"
         params["since"] = summary.since
-    params.update(start=summary.start or "-infinity", end=summary.end or "infinity")  # for _LABELS_ON
     return sql, params
 
 
-# a label joins its prediction on both keys and within the window's time span, which prunes the feedback
-# partitions of other days (see predictions.service.feedback_join); every window row lies in that span
-_LABELS_ON = (
-    "fb.prediction_id = p.prediction_id AND fb.logged_at = p.logged_at "
-    "AND fb.logged_at BETWEEN %(start)s AND %(end)s"
-)
+def _labels_filter(summary: WindowSummary) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause of the window's labels on ``prediction_feedback`` alone (alias ``fb``).
+
+    A label carries copies of its prediction's log row (``log_id``, ``status``, ``model_version``,
+    ``logged_at``: migration 0015, filled by ``record_feedback``), so the window's filter applies to it
+    as it stands: the same labels as a join with the window's log rows, without reading them. Within the
+    window's time span too, which prunes the feedback partitions of other days (every window row, and so
+    its label's ``logged_at``, lies in the span)."""
+    sql, params = _window_filter(summary, table="fb", id_column="log_id")
+    params.update(start=summary.start or "-infinity", end=summary.end or "infinity")
+    return sql + " AND fb.logged_at BETWEEN %(start)s AND %(end)s", params
 
 
 def _literal(text: str) -> str:
@@ -154,32 +167,15 @@ def _limit(value: float | None, default: float) -> float:
     return default if value is None or math.isnan(value) else float(value)
 
 
-def _aggregate_sql(
-    *, numeric: Sequence[str], categorical: Sequence[str], where: str, labels: bool
-) -> tuple[str, dict[str, int]]:
-    """The aggregate query and the item number of the prediction items (``P``, ``POS``, ``NEG``, ``CONF``)."""
+def _aggregate_sql(*, numeric: Sequence[str], categorical: Sequence[str], where: str) -> tuple[str, int]:
+    """The aggregate query and the item number of the prediction."""
     n, m = len(numeric), len(categorical)
-    ids = {"P": n + m, "POS": n + m + 1, "NEG": n + m + 2, "CONF": n + m + 3}
-    items = n + m + (4 if labels else 1)
+    items = n + m + 1
     j = ", ".join(f"p.inputs->{_literal(name)}" for name in numeric) or "NULL"
     k = ", ".join(["NULL"] * n + [f"p.inputs->>{_literal(name)}" for name in categorical]) or "NULL"
-    prob = "nullif(p.probability, 'NaN')"
-    xs = ["NULL"] * (n + m) + [prob]
-    join = ""
-    if labels:
-        ok = f"({prob} IS NOT NULL AND fb.label IS NOT NULL AND fb.label <> 'NaN')"
-        xs += [
-            f"CASE WHEN {ok} AND fb.label <> 0 THEN {prob} END",
-            f"CASE WHEN {ok} AND fb.label = 0 THEN {prob} END",
-            f"CASE WHEN {ok} THEN (({prob} >= %(threshold)s)::int + 2 * (fb.label <> 0)::int)::float8 END",
-        ]
-        join = f"LEFT JOIN prediction_feedback fb ON {_LABELS_ON}"
+    xs = ["NULL"] * (n + m) + ["nullif(p.probability, 'NaN')"]
     cases = " ".join(f"WHEN {i} THEN width_bucket(x, %(g{i})s::float8[])" for i in range(n))
-    cases += f" WHEN {ids['P']} THEN width_bucket(x, %(gp)s::float8[])"
-    if labels:
-        cases += f" WHEN {ids['POS']} THEN width_bucket(x, %(gp)s::float8[])"
-        cases += f" WHEN {ids['NEG']} THEN width_bucket(x, %(gp)s::float8[])"
-        cases += f" WHEN {ids['CONF']} THEN width_bucket(x, '{{1,2,3}}'::float8[])"
+    cases += f" WHEN {n + m} THEN width_bucket(x, %(gp)s::float8[])"
     # three ProjectSet levels: a subquery with set-returning functions is never flattened, so each value is
     # looked up in the document once, typed once and converted once (measured: faster than one level that
     # repeats them, although only the lowest level runs in the parallel workers)
@@ -198,7 +194,7 @@ FROM (
                unnest(ARRAY[{j}]::jsonb[]) AS j,
                unnest(ARRAY[{k}]::text[]) AS k,
                unnest(ARRAY[{", ".join(xs)}]::float8[]) AS x0
-        FROM prediction_log p {join}
+        FROM prediction_log p
         WHERE {where}
       ) rows_
     ) typed_
@@ -206,7 +202,34 @@ FROM (
 ) cells_
 GROUP BY f, cell, k
 """
-    return sql, ids
+    return sql, n + m
+
+
+# the labelled rows' items: the prediction of a positive label (0), of a negative one (1), the confusion
+# code (2: predicted positive + 2 * labelled positive), each on its grid
+_LABEL_CELLS_SQL = """
+SELECT f, width_bucket(x, CASE f WHEN 2 THEN '{1,2,3}'::float8[] ELSE %(gp)s::float8[] END), count(*)
+FROM (
+  SELECT unnest(ARRAY[0, 1, 2]) AS f,
+         unnest(ARRAY[
+           CASE WHEN {ok} AND fb.label <> 0 THEN {prob} END,
+           CASE WHEN {ok} AND fb.label = 0 THEN {prob} END,
+           CASE WHEN {ok} THEN (({prob} >= %(threshold)s)::int + 2 * (fb.label <> 0)::int)::float8 END
+         ]::float8[]) AS x
+  FROM prediction_feedback fb
+  WHERE {where}
+) labels_
+WHERE x IS NOT NULL
+GROUP BY 1, 2
+"""
+
+
+def _label_cells_sql(where: str) -> str:
+    """The per-class prediction cells and confusion codes of the window's labels, from the feedback alone
+    (each label carries its prediction's probability: see :func:`_labels_filter`)."""
+    prob = "nullif(fb.probability, 'NaN')"
+    ok = f"({prob} IS NOT NULL AND fb.label IS NOT NULL AND fb.label <> 'NaN')"
+    return _LABEL_CELLS_SQL.replace("{ok}", ok).replace("{prob}", prob).replace("{where}", where)
 
 
 def _odd_sql(numeric: Sequence[str], where: str) -> str:
@@ -269,12 +292,12 @@ def aggregate_window(
         raise ValueError("the aggregate reader needs PostgreSQL")
     names = list(numeric)
     where, params = _window_filter(summary)
-    sql, ids = _aggregate_sql(numeric=names, categorical=categorical, where=where, labels=labels)
+    sql, p_item = _aggregate_sql(numeric=names, categorical=categorical, where=where)
     pgrid = prediction or Grid(points=np.array([], dtype=np.float64))
-    lows = [_limit(numeric[name].low, -math.inf) for name in names] + [-math.inf] * (len(categorical) + 4)
-    highs = [_limit(numeric[name].high, math.inf) for name in names] + [math.inf] * (len(categorical) + 4)
+    lows = [_limit(numeric[name].low, -math.inf) for name in names] + [-math.inf] * (len(categorical) + 1)
+    highs = [_limit(numeric[name].high, math.inf) for name in names] + [math.inf] * (len(categorical) + 1)
     params.update({f"g{i}": numeric[name].thresholds().tolist() for i, name in enumerate(names)})
-    params.update(gp=pgrid.thresholds().tolist(), threshold=threshold, lows=lows, highs=highs)
+    params.update(gp=pgrid.thresholds().tolist(), lows=lows, highs=highs)
     try:
         rows = _run(engine, sql, params)
     except psycopg.errors.NumericValueOutOfRange:
@@ -292,9 +315,6 @@ def aggregate_window(
         categorical={name: Counter() for name in categorical},
         prediction=Cells.empty(pgrid) if prediction is not None else None,
     )
-    pos = Cells.empty(pgrid)
-    neg = Cells.empty(pgrid)
-    confusion = np.zeros(4, dtype=np.int64)
     odd = False
     counted = np.zeros(len(names), dtype=np.int64)
     for f, cell, key, count, total, outside in rows:
@@ -310,9 +330,9 @@ def aggregate_window(
             cells.sums[cell] += total
             cells.outside += int(outside)
             counted[f] += count
-        elif f < ids["P"]:
+        elif f < p_item:
             out.categorical[categorical[f - len(names)]][key] += count
-        elif f == ids["P"]:
+        else:
             out.rows += count
             if out.prediction is not None:
                 if cell is None:
@@ -320,9 +340,6 @@ def aggregate_window(
                 else:
                     out.prediction.cells[cell] += count
                     out.prediction.sums[cell] += total
-        elif cell is not None:
-            target = {ids["POS"]: pos.cells, ids["NEG"]: neg.cells, ids["CONF"]: confusion}[f]
-            target[cell] += count
     if odd:
         for f, text, count in _run(engine, _odd_sql(names, where), params):
             name = names[int(f)]
@@ -333,6 +350,13 @@ def aggregate_window(
     for i, name in enumerate(names):
         out.numeric[name].missing = out.rows - int(counted[i])
     if labels:
+        # from the labels alone, not joined per log row above: see _labels_filter
+        pos, neg = Cells.empty(pgrid), Cells.empty(pgrid)
+        confusion = np.zeros(4, dtype=np.int64)
+        label_where, label_params = _labels_filter(summary)
+        label_params.update(gp=params["gp"], threshold=threshold)
+        for f, cell, count in _run(engine, _label_cells_sql(label_where), label_params):
+            (pos.cells, neg.cells, confusion)[int(f)][int(cell)] += int(count)
         out.positive, out.negative = pos.cells, neg.cells
         # code = predicted positive + 2 * labelled positive: tn 0, fp 1, fn 2, tp 3
         out.confusion = (int(confusion[3]), int(confusion[1]), int(confusion[2]), int(confusion[0]))
@@ -425,14 +449,16 @@ def sample_chunks(
     )
 
 
+# the window's labels from the feedback alone (see _labels_filter), in log-id order: an index-only scan of
+# the feedback's (model_name, log_id) index, which includes every column read here (migration 0015)
 _LABELLED_SQL = """
 SELECT count(*), string_agg(pp, ''::bytea), string_agg(y, ''::bytea)
 FROM (
-    SELECT float8send(coalesce(p.probability, 'NaN'::float8)) AS pp,
+    SELECT float8send(coalesce(fb.probability, 'NaN'::float8)) AS pp,
         float8send(coalesce(fb.label, 'NaN'::float8)) AS y
-    FROM prediction_log p JOIN prediction_feedback fb ON {on}
+    FROM prediction_feedback fb
     WHERE {where}
-    ORDER BY p.id
+    ORDER BY fb.log_id
 ) AS rows
 """
 
@@ -441,12 +467,13 @@ def labelled_arrays(*, engine: Engine, summary: WindowSummary) -> tuple[np.ndarr
     """The labelled rows' probabilities and labels in id order (NaN: none), as :func:`labelled_rows` reads
     them, in one plain query returning two binary values (16 bytes a labelled row in memory).
 
-    Not a server-side cursor: PostgreSQL plans a cursor for its first rows and never in parallel, and
-    this join (the labels of the window's span, each looked up in the log) ran 3-4x slower that way
-    (measured on a 1M-row window with 100k labels). JIT is off for it: the planner misjudges the join's
-    size (it expects one row) and JIT compiled for seconds."""
-    where, params = _window_filter(summary)
-    sql = _LABELLED_SQL.replace("{on}", _LABELS_ON).replace("{where}", where)
+    Read from ``prediction_feedback`` alone: each label carries its prediction's log id, probability,
+    version and status (migration 0015), so the window's labels are a range of the feedback's
+    ``(model_name, log_id)`` index, read without visiting a table. The join with the log it replaces
+    scanned the window's whole log (measured on a 1M-row window with 100k labels: see docs/monitoring.md).
+    JIT is off for it (compiling costs more than this query takes)."""
+    where, params = _labels_filter(summary)
+    sql = _LABELLED_SQL.replace("{where}", where)
     raw = engine.raw_connection()
     try:
         pg: Any = raw.driver_connection
@@ -467,12 +494,10 @@ def labelled_arrays(*, engine: Engine, summary: WindowSummary) -> tuple[np.ndarr
 def labelled_rows(
     *, engine: Engine, summary: WindowSummary, chunk_rows: int = CHUNK_ROWS
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The labelled rows' probabilities and labels in id order, ``chunk_rows`` at a time (binary floats)."""
-    where, params = _window_filter(summary)
-    sql = (
-        "SELECT p.probability, fb.label FROM prediction_log p "
-        f"JOIN prediction_feedback fb ON {_LABELS_ON} WHERE {where} ORDER BY p.id"
-    )
+    """The labelled rows' probabilities and labels in id order, ``chunk_rows`` at a time (binary floats;
+    from the feedback alone, as :func:`labelled_arrays`)."""
+    where, params = _labels_filter(summary)
+    sql = f"SELECT fb.probability, fb.label FROM prediction_feedback fb WHERE {where} ORDER BY fb.log_id"
     raw = engine.raw_connection()
     try:
         pg: Any = raw.driver_connection

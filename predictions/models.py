@@ -10,8 +10,14 @@ latency are real columns (aggregations never parse JSON); the raw inputs are one
 time-ordered UUID (v7 layout), so its unique index is appended to at the right edge like ``id``.
 
 ``prediction_feedback`` holds the ground-truth label of a prediction (one per prediction; a resent label
-replaces the previous one), with the prediction's ``logged_at`` copied beside its ``prediction_id`` (filled
-by ``record_feedback`` from the log), and joins on both.
+replaces the previous one), with a copy of what a window reads of its prediction, filled by
+``record_feedback`` from the log row (migration 0015 backfilled older labels): ``logged_at`` (the partition
+key, beside ``prediction_id`` the key), the log's ``id`` as ``log_id``, ``probability``, ``model_version``
+and ``status``. A log row never changes once written, so the copies stay true; with them the labelled rows
+of a window are read from the feedback alone (``predictions.aggregates.labelled_arrays``: an index-only scan
+of ``(model_name, log_id)``, which includes the rest), never joined with the wide log rows. The copies are
+nullable (a label of a prediction the log no longer had when 0015 ran keeps NULL there, which no window
+reads, as no join found it).
 
 On PostgreSQL both tables are range-partitioned by ``logged_at`` with the same ranges (migration 0009,
 :mod:`predictions.partitions`): retention drops the partitions of a span of time that has wholly expired,
@@ -106,12 +112,24 @@ class PredictionLogLayout(Base):
     categories: Mapped[str] = mapped_column(Text)  # JSON array: each categorical's known categories
 
 
+FEEDBACK_WINDOW_INCLUDE: tuple[str, ...] = ("logged_at", "status", "model_version", "probability", "label")
+"""What the feedback's ``(model_name, log_id)`` index carries beside its keys on PostgreSQL: every column a
+window's label read filters on or returns, so the read never visits the table."""
+
+
 class PredictionFeedback(Base):
     """The ground-truth label of one logged prediction."""
 
     __tablename__ = "prediction_feedback"
     __table_args__ = (
         Index("ix_prediction_feedback_model_name_received_at", "model_name", "received_at"),
+        # covering: a window's labels are an index-only scan in log-id order (migration 0015)
+        Index(
+            "ix_prediction_feedback_model_name_log_id",
+            "model_name",
+            "log_id",
+            postgresql_include=list(FEEDBACK_WINDOW_INCLUDE),
+        ),
         {"postgresql_partition_by": "RANGE (logged_at)"},
     )
 
@@ -120,6 +138,11 @@ class PredictionFeedback(Base):
     model_name: Mapped[str] = mapped_column(String(128))
     label: Mapped[float] = mapped_column(Float)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # copies of the prediction's log row (what a window filters on and reads; migration 0015)
+    log_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    probability: Mapped[float | None] = mapped_column(Float, default=None)
+    model_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    status: Mapped[str | None] = mapped_column(String(24), default=None)
 
 
 # Column order of a log row as the writer and the spool carry it (tuples, not ORM objects: the write path
@@ -142,4 +165,14 @@ LOG_COLUMNS: tuple[str, ...] = (
 )
 
 # Column order of a feedback row where rows are copied between tables (partition maintenance).
-FEEDBACK_COLUMNS: tuple[str, ...] = ("prediction_id", "logged_at", "model_name", "label", "received_at")
+FEEDBACK_COLUMNS: tuple[str, ...] = (
+    "prediction_id",
+    "logged_at",
+    "model_name",
+    "label",
+    "received_at",
+    "log_id",
+    "probability",
+    "model_version",
+    "status",
+)

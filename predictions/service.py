@@ -16,7 +16,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import orjson
 import psycopg
-from sqlalchemy import Connection, Engine, and_, delete, func, select, tuple_
+from sqlalchemy import Connection, Engine, and_, delete, func, select, tuple_, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -203,28 +203,45 @@ def classify_write_error(exc: BaseException) -> WriteFailure:
     return "unavailable"
 
 
-def logged_times(*, session: Session, model_name: str, ids: Iterable[str]) -> dict[str, datetime]:
-    """When each of ``ids`` that is a logged prediction of ``model_name`` was logged."""
+class LoggedPrediction(NamedTuple):
+    """What a label copies of its prediction's log row (the feedback's columns of the same names)."""
+
+    logged_at: datetime
+    log_id: int
+    probability: float | None
+    model_version: int
+    status: str
+
+
+def logged_predictions(
+    *, session: Session, model_name: str, ids: Iterable[str]
+) -> dict[str, LoggedPrediction]:
+    """The log row of each of ``ids`` that is a logged prediction of ``model_name`` (what a label copies)."""
+    log = PredictionLog
     wanted = list(dict.fromkeys(ids))
-    found: dict[str, datetime] = {}
+    found: dict[str, LoggedPrediction] = {}
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
+        stmt = select(
+            log.prediction_id, log.logged_at, log.id, log.probability, log.model_version, log.status
+        ).where(log.model_name == model_name, log.prediction_id.in_(chunk))
         found.update(
-            (pid, when)
-            for pid, when in session.execute(
-                select(PredictionLog.prediction_id, PredictionLog.logged_at).where(
-                    PredictionLog.model_name == model_name, PredictionLog.prediction_id.in_(chunk)
-                )
-            )
+            (pid, LoggedPrediction(when, log_id, probability, version, status))
+            for pid, when, log_id, probability, version, status in session.execute(stmt)
         )
     return found
+
+
+# what a resent label replaces (the copies of the log row too: the same values, unless a label of 0015's
+# backfill found no log row then)
+_FEEDBACK_UPDATED = ("label", "received_at", "log_id", "probability", "model_version", "status")
 
 
 def record_feedback(
     *, session: Session, model_name: str, labels: Sequence[tuple[str, float]]
 ) -> tuple[int, list[str]]:
     """Store ground-truth labels of logged predictions; returns (stored, unknown prediction ids)."""
-    known = logged_times(session=session, model_name=model_name, ids=(pid for pid, _ in labels))
+    known = logged_predictions(session=session, model_name=model_name, ids=(pid for pid, _ in labels))
     latest = {pid: label for pid, label in labels if pid in known}  # a repeated id: the last label wins
     unknown = list(dict.fromkeys(pid for pid, _ in labels if pid not in known))
     if latest:
@@ -232,10 +249,12 @@ def record_feedback(
         values = [
             {
                 "prediction_id": pid,
-                "logged_at": known[pid],  # the feedback lives in the partition of its prediction
                 "model_name": model_name,
                 "label": label,
                 "received_at": now,
+                # the feedback lives in the partition of its prediction (logged_at) and carries what a
+                # window reads of it, so a window's labels are read without the log
+                **known[pid]._asdict(),
             }
             for pid, label in latest.items()
         ]
@@ -244,10 +263,34 @@ def record_feedback(
         stmt = ins(PredictionFeedback)
         stmt = stmt.on_conflict_do_update(
             index_elements=["prediction_id", "logged_at"],
-            set_={"label": stmt.excluded.label, "received_at": stmt.excluded.received_at},
+            set_={name: stmt.excluded[name] for name in _FEEDBACK_UPDATED},
         )
         session.execute(stmt, values)
     return len(latest), unknown
+
+
+def fill_feedback_copies(*, session: Session) -> int:
+    """Copy the log row into labels stored without it (by a process older than migration 0015); how many."""
+    # A process of the version before 0015 (an old replica during a rolling upgrade) stores labels without
+    # the copies that window reads filter on, so no window would count them; the retention job fills them.
+    # Per model through the (model_name, log_id) index (NULLs are indexed): a few index pages when none is
+    # missing. A label whose prediction the log no longer has stays NULL (read by no window, as no join
+    # found it). PostgreSQL: on both keys, one partition each; SQLite: on prediction_id, its log's key.
+    fb, log = PredictionFeedback, PredictionLog
+    on = [log.prediction_id == fb.prediction_id]
+    if session.get_bind().dialect.name == "postgresql":
+        on.append(log.logged_at == fb.logged_at)
+    filled = 0
+    for model in logged_models(session=session):
+        stmt = (
+            update(fb)
+            .where(fb.model_name == model, fb.log_id.is_(None), *on)
+            .values(
+                log_id=log.id, probability=log.probability, model_version=log.model_version, status=log.status
+            )
+        )
+        filled += int(session.execute(stmt).rowcount or 0)  # type: ignore[attr-defined]
+    return filled
 
 
 def recent_predictions(
