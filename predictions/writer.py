@@ -1,7 +1,8 @@
 """The background log writer: a bounded queue in front of batched database writes, with a disk spool.
 
 Requests hand their rows to :meth:`LogWriter.submit`; one writer thread drains the queue in batches (one
-transaction each: PostgreSQL COPY, SQLite one prepared multi-row insert). If a write fails, or the queue is
+statement and one transaction each: the batch as one JSON array that the database unpacks, see
+:func:`predictions.service.write_log_rows`). If a write fails, or the queue is
 full because the database is slow, rows go to the :class:`~predictions.spool.Spool` on disk; while
 the spool holds rows every new row is appended behind them, and the writer replays the spool in order as
 soon as the database answers again. Nothing is dropped: ``rows_dropped`` only moves if the local disk
