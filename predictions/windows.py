@@ -695,17 +695,9 @@ def read_chunks(
     reader = choose_reader(engine=engine, reader=reader)
     if reader is Reader.AGGREGATE:
         raise ValueError("the aggregate reader returns counts, not rows: use predictions.aggregates")
-    if reader is Reader.TYPED:
-        return _typed_chunks(
-            engine=engine,
-            summary=summary,
-            numeric=numeric,
-            categorical=categorical,
-            chunk_rows=chunk_rows,
-            labels=labels,
-        )
-    if reader is Reader.BLOCKS:
-        return _block_chunks(
+    if reader in (Reader.TYPED, Reader.BLOCKS):
+        rows = _typed_chunks if reader is Reader.TYPED else _block_chunks
+        return rows(
             engine=engine,
             summary=summary,
             numeric=numeric,

@@ -28,6 +28,22 @@ from service.serving.app import create_app
 
 
 @contextmanager
+def database_at(request: Any, tmp_path: Path, revision: str) -> Iterator[str]:
+    """A database migrated up to ``revision`` only, on the backend ``request.param`` names ("sqlite" or
+    "postgresql": a fresh schema of the session's ``postgres_url``), for the tests of a later migration."""
+    from core import migrate
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+        migrate.upgrade(url, revision)
+        yield url
+        return
+    with postgres_schema(request.getfixturevalue("postgres_url"), migrated=False) as url:
+        migrate.upgrade(url, revision)
+        yield url
+
+
+@contextmanager
 def postgres_schema(base_url: str, *, migrated: bool = True) -> Iterator[str]:
     """A URL into a fresh schema of the test database (dropped afterwards).
 

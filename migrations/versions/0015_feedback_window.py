@@ -32,14 +32,14 @@ depends_on = None
 
 INDEX = "ix_prediction_feedback_model_name_log_id"
 INCLUDE = ["logged_at", "status", "model_version", "probability", "label"]
-COPIED = {"log_id": "id", "probability": "probability", "model_version": "model_version", "status": "status"}
+COPIED = ("log_id", "probability", "model_version", "status")  # copies of the log row's id and three columns
 
 # PostgreSQL: on both keys (a label and its prediction share the partition key); SQLite: on prediction_id
 # (its log's unique key, as the foreign key of 0002). UPDATE ... FROM: PostgreSQL, SQLite 3.33+.
 _BACKFILL = (
-    "UPDATE prediction_feedback SET "
-    + ", ".join(f"{ours} = p.{theirs}" for ours, theirs in COPIED.items())
-    + " FROM prediction_log p WHERE p.prediction_id = prediction_feedback.prediction_id"
+    "UPDATE prediction_feedback SET log_id = p.id, probability = p.probability, "
+    "model_version = p.model_version, status = p.status "
+    "FROM prediction_log p WHERE p.prediction_id = prediction_feedback.prediction_id"
 )
 _SAME_TIME = " AND p.logged_at = prediction_feedback.logged_at"
 

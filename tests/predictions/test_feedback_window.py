@@ -34,7 +34,7 @@ from predictions.scheduled import purge_expired
 from predictions.service import LogRow, fill_feedback_copies, record_feedback, write_log_rows
 from predictions.windows import WindowSpec, WindowSummary, summarize_window
 from tests.predictions.test_prediction_log import make_rows
-from tests.support import postgres_schema
+from tests.support import database_at, postgres_schema
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 HOUR = timedelta(hours=1)
@@ -192,13 +192,7 @@ def test_the_readers_equal_the_join_of_the_labels_with_the_log(pg_url: str) -> N
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url_0014(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database at revision 0014 (labels without the copies of their log rows), on each backend."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'old.db'}"
-        migrate.upgrade(url, "0014_window_sketches")
-        yield url
-        return
-    with postgres_schema(request.getfixturevalue("postgres_url"), migrated=False) as url:
-        migrate.upgrade(url, "0014_window_sketches")
+    with database_at(request, tmp_path, "0014_window_sketches") as url:
         yield url
 
 

@@ -36,7 +36,7 @@ from predictions.service import (
 )
 from service.cli import app
 from tests.predictions.test_prediction_log import make_rows
-from tests.support import postgres_schema
+from tests.support import database_at, postgres_schema
 
 DAY = timedelta(days=1)
 TODAY = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -94,13 +94,7 @@ def test_missing_ranges_fill_the_gaps_and_never_overlap_existing_partitions() ->
 @pytest.fixture(params=["sqlite", "postgresql"])
 def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database at revision 0008 (the unpartitioned log), on each backend."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'old.db'}"
-        migrate.upgrade(url, "0008_alerts")
-        yield url
-        return
-    with postgres_schema(request.getfixturevalue("postgres_url"), migrated=False) as url:
-        migrate.upgrade(url, "0008_alerts")
+    with database_at(request, tmp_path, "0008_alerts") as url:
         yield url
 
 
