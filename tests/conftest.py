@@ -58,6 +58,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 @pytest.fixture
+def pg_url(postgres_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL schema at the newest revision (a module needing another defines its own)."""
+    with postgres_schema(postgres_url) as url:
+        yield url
+
+
+@pytest.fixture
 def db(database_url: str) -> Iterator[Database]:
     """The backend's database upgraded to the newest migration, disposed of afterwards (a module or folder
     needing rows in it defines its own ``db``)."""

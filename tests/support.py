@@ -23,8 +23,24 @@ from sqlalchemy import create_engine, text
 from core.config import Settings
 from core.database import open_database
 from core.network import free_port
+from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from registry.service import promote, register_version, set_label
 from service.serving.app import create_app
+
+
+def credit_profile(seed: int = 101) -> Profile:
+    """The reference profile of 20,000 generated credit rows, with the true probabilities as predictions
+    and the target as labels."""
+    from registry.schema import infer_schema
+    from tests.monitors.helpers import true_probability
+    from training.datagen import TARGET, generate
+
+    reference = generate(20_000, seed=seed)
+    schema = infer_schema(reference, target=TARGET)
+    raw = build_reference_profile(
+        reference, schema, predictions=true_probability(reference), labels=reference[TARGET]
+    )
+    return profile_from_dict(raw)
 
 
 @contextmanager

@@ -8,7 +8,6 @@ label count and the Page-Hinkley state) and today's full read (no cache) up to t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,38 +21,22 @@ from monitors import log_window
 from monitors.engine import evaluate
 from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import WindowSketchBlock
-from monitors.profile import Profile, build_reference_profile, profile_from_dict
+from monitors.profile import Profile
 from monitors.window import GridCounts, WindowSketch, decode_counts, encode_counts
 from predictions.service import record_feedback
 from predictions.windows import BlockStat, WindowSpec
-from registry.schema import infer_schema
 from tests.monitors.helpers import true_probability
 from tests.predictions.logdata import log_inputs
 from tests.predictions.test_typed import _mixed_log, documents
-from tests.support import postgres_schema
-from training.datagen import TARGET, generate
+from tests.support import credit_profile
+from training.datagen import generate
 
 BLOCK = 256  # ids per block: the 4k-row log spans 16 blocks
 
 
 @pytest.fixture(scope="module")
 def profile() -> Profile:
-    return _profile(seed=101)
-
-
-def _profile(seed: int) -> Profile:
-    reference = generate(20_000, seed=seed)
-    schema = infer_schema(reference, target=TARGET)
-    raw = build_reference_profile(
-        reference, schema, predictions=true_probability(reference), labels=reference[TARGET]
-    )
-    return profile_from_dict(raw)
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    with postgres_schema(postgres_url) as url:
-        yield url
+    return credit_profile(seed=101)
 
 
 def assert_grids(a: GridCounts | None, b: GridCounts | None, *, exact: bool, what: str) -> None:
@@ -217,7 +200,7 @@ def test_cached_blocks_equal_a_full_read_as_the_log_changes(
     assert reads.check(profile, both, now=now).cached_blocks == 1  # 3400..3900: block 14 (3584..3839)
 
     # a new profile or threshold never reuses old counts; the old key's blocks are deleted
-    other = _profile(seed=202)
+    other = credit_profile(seed=202)
     assert reads.check(other, spec).cached_blocks == 0
     assert reads.check(other, spec).cached_blocks == 10  # 5..14
     assert reads.check(other, spec, threshold=0.3).cached_blocks == 0

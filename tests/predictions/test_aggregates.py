@@ -4,7 +4,6 @@ Python): equal field by field on a log holding every awkward case, and the same 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,15 +14,14 @@ from core.database import open_database
 from monitors.binning import count_on_grid
 from monitors.engine import evaluate
 from monitors.log_window import read_window, sketch_aggregate
-from monitors.profile import Profile, build_reference_profile, profile_from_dict
+from monitors.profile import Profile
 from monitors.window import WindowSketch
 from predictions.aggregates import Cells, Grid, sample_step
 from predictions.service import record_feedback
 from predictions.windows import Reader, WindowSpec, summarize_window
-from registry.schema import infer_schema
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns
-from tests.support import postgres_schema
+from tests.support import credit_profile
 from training.datagen import TARGET, Scenario, generate
 
 FEATURES = [
@@ -42,18 +40,7 @@ FEATURES = [
 
 @pytest.fixture(scope="module")
 def profile() -> Profile:
-    reference = generate(20_000, seed=101)
-    schema = infer_schema(reference, target=TARGET)
-    raw = build_reference_profile(
-        reference, schema, predictions=true_probability(reference), labels=reference[TARGET]
-    )
-    return profile_from_dict(raw)
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    with postgres_schema(postgres_url) as url:
-        yield url
+    return credit_profile()
 
 
 def assert_equal_sketches(a: WindowSketch, b: WindowSketch) -> None:

@@ -145,12 +145,6 @@ def _assert_readers_equal_the_join(engine: Engine, *, expect_labels: bool = True
     return seen
 
 
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    with postgres_schema(postgres_url) as url:
-        yield url
-
-
 @pytest.mark.postgres
 def test_the_readers_equal_the_join_of_the_labels_with_the_log(pg_url: str) -> None:
     db = open_database(pg_url, upgrade=False)

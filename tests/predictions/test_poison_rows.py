@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -34,15 +33,8 @@ from predictions.writer import LogUnavailable, LogWriter
 from service.cli import app
 from service.serving.metrics import Metrics
 from tests.predictions.test_prediction_log import make_rows
-from tests.support import postgres_schema
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    with postgres_schema(postgres_url) as url:
-        yield url
 
 
 def _nul(row: LogRow) -> LogRow:

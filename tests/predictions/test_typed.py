@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,8 +22,6 @@ from monitors.profile import (
     CategoricalProfile,
     NumericProfile,
     Profile,
-    build_reference_profile,
-    profile_from_dict,
 )
 from predictions import spool, typed
 from predictions import windows as windows_module
@@ -33,10 +30,9 @@ from predictions.windows import Reader, WindowSpec, choose_reader
 from registry.schema import infer_schema
 from service.serving import flows
 from service.serving.manager import LoadedVersion
-from tests.monitors.helpers import true_probability
 from tests.predictions.logdata import log_inputs, plain
 from tests.predictions.test_aggregates import assert_equal_sketches
-from tests.support import postgres_schema
+from tests.support import credit_profile
 from training.datagen import TARGET, generate
 
 FEATURES = [
@@ -55,18 +51,7 @@ FEATURES = [
 
 @pytest.fixture(scope="module")
 def profile() -> Profile:
-    reference = generate(20_000, seed=101)
-    schema = infer_schema(reference, target=TARGET)
-    raw = build_reference_profile(
-        reference, schema, predictions=true_probability(reference), labels=reference[TARGET]
-    )
-    return profile_from_dict(raw)
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    with postgres_schema(postgres_url) as url:
-        yield url
+    return credit_profile()
 
 
 def names(profile: Profile) -> tuple[list[str], list[str]]:
