@@ -28,6 +28,23 @@ from registry.service import promote, register_version, set_label
 from service.serving.app import create_app
 
 
+def wait_http_ready(
+    url: str, *, log: Path, deadline: float, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll ``url`` until it answers 200; fails with the tail of the server's ``log`` when ``proc`` exits or
+    ``deadline`` (``time.monotonic()``) passes."""
+    while True:
+        if proc is not None:
+            assert proc.poll() is None, f"server exited with {proc.returncode}: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"{url} not ready: {log.read_text(errors='replace')[-3000:]}"
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+
+
 def credit_profile(seed: int = 101) -> Profile:
     """The reference profile of 20,000 generated credit rows, with the true probabilities as predictions
     and the target as labels."""

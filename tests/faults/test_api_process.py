@@ -17,14 +17,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import make_url
 
 from core.network import free_port
 from tests.faults.conftest import Load, logged_ids, spooled_ids
 from tests.service.test_outage import TcpProxy
-from tests.support import TrainedModels, postgres_schema, seed_registry
+from tests.support import TrainedModels, postgres_schema, seed_registry, wait_http_ready
 
 pytestmark = pytest.mark.postgres  # the shared PostgreSQL at 127.0.0.1:5432
 
@@ -52,16 +51,7 @@ class ServeProcess:
         argv = [CLI, "serve", "--workers", "1", "--port", str(self.port)]
         with log.open("ab") as out:
             self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while True:
-            assert self.proc.poll() is None, f"serve exited with {self.proc.returncode}: {self.tail()}"
-            assert time.monotonic() < deadline, f"serve not ready: {self.tail()}"
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        wait_http_ready(f"{self.url}/readyz", log=log, deadline=time.monotonic() + 120, proc=self.proc)
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]

@@ -34,7 +34,7 @@ from core.config import Settings
 from core.database import Database, make_engine
 from core.network import free_port
 from registry.service import register_version
-from tests.support import NO_AUTH, Server, auth, serve_settings
+from tests.support import NO_AUTH, Server, auth, serve_settings, wait_http_ready
 
 REPORT = "/reports/credit/drift"
 CLI = str(Path(sys.executable).parent / "driftwarden")
@@ -274,8 +274,9 @@ def test_two_serve_processes_accept_a_link_the_cli_made(db: Database, tmp_path: 
             )
             stack.callback(stop, proc)
         bases = [f"http://127.0.0.1:{port}" for port in ports]
+        deadline = time.monotonic() + 120
         for i, base in enumerate(bases):
-            wait_ready(base, tmp_path / f"serve-{i}.log")
+            wait_http_ready(f"{base}/healthz", log=tmp_path / f"serve-{i}.log", deadline=deadline)
         made = subprocess.run(
             [CLI, "reports", "link", "credit", "--ttl", "1h"],
             env=env | {"DRIFTWARDEN_PUBLIC_URL": bases[0]},
@@ -299,18 +300,6 @@ def test_two_serve_processes_accept_a_link_the_cli_made(db: Database, tmp_path: 
                 assert time.monotonic() < deadline, (base, r.status_code, r.text)
                 time.sleep(0.1)
             refused(r, "invalid signature")
-
-
-def wait_ready(base: str, log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        assert time.monotonic() < deadline, f"{base} not ready: {log.read_text()[-2000:]}"
-        try:
-            if httpx.get(f"{base}/healthz", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

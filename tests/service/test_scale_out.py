@@ -33,7 +33,15 @@ from monitors.flows import load_profile, window_spec
 from monitors.log_window import read_window
 from predictions.windows import Reader
 from registry.service import serving_version
-from tests.support import ADMIN_TOKEN, TrainedModels, auth, count_rows, postgres_schema, seed_registry
+from tests.support import (
+    ADMIN_TOKEN,
+    TrainedModels,
+    auth,
+    count_rows,
+    postgres_schema,
+    seed_registry,
+    wait_http_ready,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -67,18 +75,6 @@ def _running(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subpro
         yield proc
     finally:
         _stop(proc)
-
-
-def _wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path, deadline: float) -> None:
-    while True:
-        assert proc.poll() is None, f"serve exited with {proc.returncode}: {log.read_text()[-2000:]}"
-        assert time.monotonic() < deadline, f"{base} not ready: {log.read_text()[-2000:]}"
-        try:
-            if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
 
 
 def _runs(url: str) -> list[tuple[datetime, float, int, dict[str, Any]]]:
@@ -139,7 +135,7 @@ def test_two_servers_and_one_monitor_share_one_postgres(
             bases.append(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 120
         for base, (proc, log) in zip(bases, servers, strict=True):
-            _wait_ready(base, proc, log, deadline)
+            wait_http_ready(f"{base}/readyz", log=log, deadline=deadline, proc=proc)
 
         # half the rows to each server; each prediction's label goes to the other server
         answered: list[list[str]] = [[], []]
