@@ -188,12 +188,22 @@ class Sender:
                 if self._closed:
                     self._shutdown()
 
-    def wait_for_one(self, timeout: float | None = None) -> bool:
-        """Wait until a request in flight ends; False when none is in flight (or at ``timeout``)."""
+    @property
+    def ended(self) -> int:
+        """How many requests have ended so far (for :meth:`wait_for_one`'s ``since``)."""
         with self._cond:
+            return self._ended
+
+    def wait_for_one(self, timeout: float | None = None, *, since: int | None = None) -> bool:
+        """Wait until a request in flight ends; True at once when one ended after the count ``since`` (a
+        request may end while a pass that started nothing ran); False when none is in flight (or at
+        ``timeout``)."""
+        with self._cond:
+            ended = self._ended if since is None else since
+            if self._ended > ended:
+                return True
             if not self._busy.total():
                 return False
-            ended = self._ended
             return self._cond.wait_for(lambda: self._ended > ended, timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -329,8 +339,11 @@ def send_due(
     total = 0
     with Sender(db=db, settings=settings, client=client, breaker_failures=0, clock=clock) as sender:
         while total < limit:
+            before = sender.ended
             started = sender.send(limit=limit - total, due_by=due_by)
             total += started
-            if not sender.wait_for_one() and not started:
+            # the requests in flight may all end during a pass that found their endpoints at the cap and
+            # started nothing: their ends count, or the call would stop with due messages left
+            if not sender.wait_for_one(since=before) and not started:
                 break
     return total
