@@ -38,11 +38,13 @@ import threading
 import time
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sqlalchemy import Engine
 
+from predictions.pending import RequestRows, build
 from predictions.rejected import DeadLetter
 from predictions.service import LogRow, classify_write_error, write_log_rows
 from predictions.spool import Spool, encode_row
@@ -61,9 +63,14 @@ class LogUnavailable(RuntimeError):
     """Rows could be written neither to the database nor to the spool."""
 
 
+Rows = list[LogRow] | RequestRows
+"""What a request hands over: built rows, or a request's rows that the writer thread builds
+(:mod:`predictions.pending`)."""
+
+
 @dataclass
 class _Entry:
-    rows: list[LogRow]
+    rows: Rows
     future: asyncio.Future[bool] | None = None
     loop: asyncio.AbstractEventLoop | None = None
 
@@ -150,7 +157,7 @@ class LogWriter:
             if self._thread.is_alive():
                 log.error("log writer did not stop within %.0fs; queued rows go to the spool", timeout_s)
         with self._cond:
-            rest = [r for e in self._queue for r in e.rows]
+            rest = [r for rows in _materialize(self._queue) for r in rows]
             self._queue.clear()
             self._queued_rows = 0
         if rest:
@@ -162,7 +169,7 @@ class LogWriter:
     def queued_rows(self) -> int:
         return self._queued_rows
 
-    def offer(self, rows: list[LogRow]) -> bool:
+    def offer(self, rows: Rows) -> bool:
         """``fast`` mode's hot path: queue the rows if there is room (True); otherwise use :meth:`submit`."""
         if self.durability != "fast":
             return False
@@ -176,7 +183,7 @@ class LogWriter:
                 self._cond.notify()
         return True
 
-    async def submit(self, rows: list[LogRow]) -> None:
+    async def submit(self, rows: Rows) -> None:
         """Hand rows to the writer; in ``durable`` mode return once they are committed or spooled."""
         durable = self.durability == "durable"
         entry = _Entry(rows)
@@ -194,7 +201,7 @@ class LogWriter:
             else:
                 queued = False
         if not queued:  # the database is too slow to keep up: straight to disk
-            error = await asyncio.to_thread(self._spill, rows, sync=durable)
+            error = await asyncio.to_thread(self._spill, _built(rows), sync=durable)
             if error is not None and durable:  # no durable answer for rows neither committed nor spooled
                 raise LogUnavailable(str(error))
             return
@@ -208,7 +215,7 @@ class LogWriter:
         if timed_out:
             # The database is slow: make the rows durable on disk now; if the pending commit also lands,
             # the replay skips the prediction ids the database already has.
-            error = await asyncio.to_thread(self._spill, rows, sync=True)
+            error = await asyncio.to_thread(self._spill, _built(rows), sync=True)
             if error is not None:
                 raise LogUnavailable(str(error))
 
@@ -280,7 +287,8 @@ class LogWriter:
         return 1.0
 
     def _handle(self, entries: list[_Entry]) -> None:
-        rows = [r for e in entries for r in e.rows]
+        built = _materialize(entries)
+        rows = [r for b in built for r in b]
         error: BaseException | None = None
         durable = self.durability == "durable"
         if self.spool.pending_rows and (not self._database_due() or not self._spool_full(rows)):
@@ -299,8 +307,9 @@ class LogWriter:
                 lost = self._reject(refused, source="direct")
                 if lost is not None:  # only the requests whose refused rows are lost get the error
                     gone = {id(row) for row, _ in refused}
-                    hit = [e for e in entries if any(id(r) in gone for r in e.rows)]
-                    self._resolve([e for e in entries if all(id(r) not in gone for r in e.rows)], None)
+                    hits = [any(id(r) in gone for r in b) for b in built]
+                    self._resolve([e for e, h in zip(entries, hits, strict=True) if not h], None)
+                    hit = [e for e, h in zip(entries, hits, strict=True) if h]
                     entries, error = hit, lost
         self._resolve(entries, error)
 
@@ -432,6 +441,21 @@ class LogWriter:
         for loop, futures in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_settle, futures, error)
+
+
+def _materialize(entries: Iterable[_Entry]) -> list[list[LogRow]]:
+    """Each entry's rows; those handed over unbuilt are built here (the writer thread), a batch at once."""
+    listed = list(entries)
+    waiting = [(i, e.rows) for i, e in enumerate(listed) if isinstance(e.rows, RequestRows)]
+    out = [e.rows if isinstance(e.rows, list) else [] for e in listed]
+    for (i, _), rows in zip(waiting, build([r for _, r in waiting]), strict=True):
+        listed[i].rows = out[i] = rows
+    return out
+
+
+def _built(rows: Rows) -> list[LogRow]:
+    """``rows`` as log rows."""
+    return build([rows])[0] if isinstance(rows, RequestRows) else rows
 
 
 def _settle(futures: list[asyncio.Future[bool]], error: BaseException | None) -> None:

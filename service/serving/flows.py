@@ -8,7 +8,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,14 +18,15 @@ import numpy as np
 from alerts.flows import firing_findings
 from core.runtime import Runtime
 from predictions.models import PredictionStatus
-from predictions.service import LogRow, new_prediction_ids, record_feedback
-from predictions.typed import Layout, encode_columns, encode_rows, make_layout
+from predictions.pending import RequestRows
+from predictions.service import new_prediction_ids, record_feedback
+from predictions.typed import Layout, make_layout
 from predictions.writer import LogWriter
 from registry.contracts import Violation, check_inputs, check_outputs
 from registry.schema import FeatureKind, ModelSchema
 from service.serving.batcher import BatcherClosed
 from service.serving.codecs import BadRequest, Columns
-from service.serving.manager import LoadedVersion, ModelManager, NotServed
+from service.serving.manager import ModelManager, NotServed
 from service.serving.metrics import Metrics
 
 log = logging.getLogger("driftwarden.serving")
@@ -118,11 +119,22 @@ async def predict(
     floats = [v if math.isfinite(v) else None for v in values] if problems else values
     writer = state.writer
     if writer is not None:
-        bad = PredictionStatus.OUTPUT_VIOLATION if problems else None
-        # the request's columns are the logged values when the request's own row objects are logged
-        copies = _typed(lv.schema, checked.rows, columns.values if checked.rows is columns.rows else None)
-        rows = _rows(
-            lv, checked.rows, checked.flags, floats, ids, request_id, protocol, latency_ms, bad, copies
+        # the writer thread builds the rows and their typed copies (predictions/pending.py); the request's
+        # columns are the logged values when the request's own row objects are logged
+        rows = RequestRows(
+            model_name=lv.model_name,
+            model_version=lv.version,
+            logged_at=datetime.now(UTC),
+            request_id=request_id,
+            protocol=protocol,
+            latency_ms=latency_ms,
+            status=(PredictionStatus.OUTPUT_VIOLATION if problems else PredictionStatus.OK).value,
+            ids=ids,
+            inputs=checked.rows,
+            values=floats,
+            flags=checked.flags,
+            layout=_layout(lv.schema),
+            columns=columns.values if checked.rows is columns.rows else None,
         )
         if not writer.offer(rows):  # durable mode, or a full queue: wait for the commit or the spool
             await writer.submit(rows)
@@ -132,58 +144,6 @@ async def predict(
         raise OutputContractError(problems, lv.version)
     state.metrics.predicted(model_name, lv.version, checked.n, checked.flags)
     return Prediction(model_name, lv.version, spec.name, values, ids)
-
-
-def _rows(
-    lv: LoadedVersion,
-    inputs: list[dict[str, Any]],
-    flags: list[list[str] | None],
-    values: Sequence[float | None],
-    ids: list[str],
-    request_id: str,
-    protocol: str,
-    latency_ms: float,
-    bad: PredictionStatus | None,
-    copies: tuple[int, list[tuple[str, str | None]]] | None = None,
-) -> list[LogRow]:
-    now = datetime.now(UTC)
-    status = (bad or PredictionStatus.OK).value
-    layout, typed = (None, [(None, None)] * len(ids)) if copies is None else copies
-    return [
-        LogRow(
-            pid,
-            request_id,
-            lv.model_name,
-            lv.version,
-            now,
-            row,
-            value,
-            row_flags,
-            latency_ms,
-            status,
-            protocol,
-            layout,
-            numbers,
-            categories,
-        )
-        for pid, row, value, row_flags, (numbers, categories) in zip(
-            ids, inputs, values, flags, typed, strict=True
-        )
-    ]
-
-
-def _typed(
-    schema: ModelSchema, inputs: list[dict[str, Any]], columns: Mapping[str, Sequence[Any]] | None
-) -> tuple[int, list[tuple[str, str | None]]] | None:
-    """The layout and each row's typed copy of its inputs (predictions/typed.py), from ``columns`` (the
-    values by feature) when given; None when a value's JSON text does not round-trip (the rows are then
-    read from their JSON documents)."""
-    layout = _layout(schema)
-    if columns is not None:
-        encoded = encode_columns(layout, columns, len(inputs))
-    else:
-        encoded = encode_rows(layout, inputs)
-    return None if encoded is None else (layout.id, encoded)
 
 
 _LAYOUTS: dict[int, tuple[ModelSchema, Layout]] = {}

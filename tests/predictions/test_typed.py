@@ -8,7 +8,6 @@ import math
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
 import numpy as np
@@ -25,11 +24,11 @@ from monitors.profile import (
 )
 from predictions import spool, typed
 from predictions import windows as windows_module
+from predictions.pending import RequestRows, build
 from predictions.service import LogRow, record_feedback
 from predictions.windows import Reader, WindowSpec, choose_reader
-from registry.schema import infer_schema
+from registry.schema import ModelSchema, infer_schema
 from service.serving import flows
-from service.serving.manager import LoadedVersion
 from tests.predictions.logdata import log_inputs, plain
 from tests.predictions.test_aggregates import assert_equal_sketches
 from tests.support import credit_profile
@@ -200,17 +199,39 @@ def test_encoded_values_are_the_documents_values() -> None:
     assert same.id == layout.id != typed.make_layout(["a", "b"], ["c", "d"], [["y", "x"], []]).id
 
 
+def request_rows(
+    schema: ModelSchema, docs: list[dict[str, Any]], columns: dict[str, list[Any]] | None = None
+) -> RequestRows:
+    """What the serving flow hands the writer for ``docs`` (outputs 0.1, 0.2, ...)."""
+    n = len(docs)
+    return RequestRows(
+        model_name="credit",
+        model_version=2,
+        logged_at=datetime(2026, 12, 1, tzinfo=UTC),
+        request_id="r",
+        protocol="v1",
+        latency_ms=1.0,
+        status="ok",
+        ids=[f"id-{i}" for i in range(n)],
+        inputs=docs,
+        values=[0.1 * (i + 1) for i in range(n)],
+        flags=[None] * n,
+        layout=flows._layout(schema),
+        columns=columns,
+    )
+
+
 def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
     reference = generate(200, seed=3)
     schema = infer_schema(reference, target=TARGET)
-    lv = cast(LoadedVersion, SimpleNamespace(model_name="credit", version=2, schema=schema))
     docs = documents(3, seed=4)
     docs[1]["age"] = None
-    copies = flows._typed(schema, docs, None)
-    rows = flows._rows(lv, docs, [None] * 3, [0.1, 0.2, 0.3], ["a", "b", "c"], "r", "v1", 1.0, None, copies)
+    [rows] = build([request_rows(schema, docs)])
     layout = flows._layout(schema)
-    by_column = flows._typed(schema, docs, {n: [d.get(n) for d in docs] for n in schema.feature_names})
-    assert by_column == copies
+    [by_column] = build(
+        [request_rows(schema, docs, {n: [d.get(n) for d in docs] for n in schema.feature_names})]
+    )
+    assert by_column == rows
     assert list(layout.numeric) + list(layout.categorical) == sorted(
         schema.feature_names, key=lambda n: (n not in layout.numeric, schema.feature_names.index(n))
     )
@@ -222,7 +243,9 @@ def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
         want += [layout.categories[j].index(doc[c]) for j, c in enumerate(layout.categorical)]
         assert np.array_equal(values, want, equal_nan=True)
     docs[2]["region"] = 5  # a value the contract would have refused: no typed copy for the request
-    assert flows._typed(schema, docs, None) is None
+    [untyped] = build([request_rows(schema, docs)])
+    assert {(r.layout, r.numbers, r.categories) for r in untyped} == {(None, None, None)}
+    assert [r.inputs for r in untyped] == docs
 
 
 def test_spool_lines_old_and_new_decode(tmp_path: Path) -> None:

@@ -1,0 +1,111 @@
+"""The writer thread builds a batch of requests' rows at once (predictions/pending.py): the same rows, and the
+same typed copies, as each request built alone; a request without an exact copy never takes the others'."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from predictions import typed
+from predictions.pending import RequestRows, build
+
+LAYOUT = typed.make_layout(["a", "b"], ["c"], [["x", "y"]])
+OTHER = typed.make_layout(["a"], ["c", "d"], [["x"], []])  # a second model's layout in the same batch
+AT = datetime(2026, 12, 1, tzinfo=UTC)
+
+numbers = st.one_of(
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.just(-0.0),
+)
+texts = st.one_of(st.none(), st.sampled_from(["x", "y", "", "unseen", 'quote " é']))
+bad = st.one_of(st.booleans(), st.text(max_size=3))  # a value the contract refuses: no copy for its request
+
+
+@st.composite
+def requests(draw: st.DrawFn, index: int) -> RequestRows:
+    layout = draw(st.sampled_from([LAYOUT, OTHER, None]))
+    n = draw(st.sampled_from([1, 2, typed.SMALL - 1, typed.SMALL, 3 * typed.SMALL + 1]))
+    names = ["a", "b", "c", "d"]
+    docs: list[dict[str, Any]] = []
+    for _ in range(n):
+        doc = {
+            k: draw(numbers if k in ("a", "b") else texts) for k in names if draw(st.booleans()) or k == "a"
+        }
+        docs.append(doc)
+    if draw(st.integers(0, 5)) == 0:
+        docs[draw(st.integers(0, n - 1))][draw(st.sampled_from(names))] = draw(bad)
+    as_columns = draw(st.booleans())
+    return RequestRows(
+        model_name="m",
+        model_version=1,
+        logged_at=AT,
+        request_id=f"r{index}",
+        protocol="v2",
+        latency_ms=1.5,
+        status="ok",
+        ids=[f"{index}-{i}" for i in range(n)],
+        inputs=docs,
+        values=[float(i) for i in range(n)],
+        flags=[None] * n,
+        layout=layout,
+        columns={k: [d.get(k) for d in docs] for k in names} if as_columns else None,
+    )
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[RequestRows]:
+    return [draw(requests(i)) for i in range(draw(st.integers(1, 6)))]
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, NaN equal to NaN (a request's outputs and inputs may hold NaN)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches())
+def test_a_batch_builds_what_each_request_builds_alone(batch: list[RequestRows]) -> None:
+    together = build(batch)
+    alone = [build([r])[0] for r in batch]
+    assert same(together, alone)
+    for request, rows in zip(batch, together, strict=True):
+        assert [r.prediction_id for r in rows] == request.ids
+        assert [r.inputs for r in rows] == request.inputs  # the documents themselves, never a copy
+        if request.layout is None:
+            assert {(r.layout, r.numbers, r.categories) for r in rows} == {(None, None, None)}
+
+
+def test_a_request_without_an_exact_copy_keeps_the_others_copies() -> None:
+    def request(index: int, doc: dict[str, Any]) -> RequestRows:
+        return RequestRows(
+            model_name="m",
+            model_version=1,
+            logged_at=AT,
+            request_id=f"r{index}",
+            protocol="v1",
+            latency_ms=1.0,
+            status="ok",
+            ids=[f"{index}"],
+            inputs=[doc],
+            values=[0.5],
+            flags=[None],
+            layout=LAYOUT,
+        )
+
+    good, refused, also_good = request(0, {"a": 1.0, "c": "x"}), request(1, {"a": True}), request(2, {"b": 2})
+    rows = [r for rs in build([good, refused, also_good]) for r in rs]
+    assert [r.layout for r in rows] == [LAYOUT.id, None, LAYOUT.id]
+    assert rows[0].numbers == typed.encode_rows(LAYOUT, [{"a": 1.0, "c": "x"}])[0][0]  # type: ignore[index]
+    assert rows[2].numbers == typed.encode_rows(LAYOUT, [{"b": 2}])[0][0]  # type: ignore[index]
