@@ -25,6 +25,23 @@ omission), the Python generator's are raw. With the log on, the bench waits afte
 request is in flight and the log's queue and spool are empty, so that a cell does not inherit the backlog
 of the one before, and prints how long that took (a writer that keeps up drains within a second).
 
+Every cell also prints the CPU time it cost per answered request (``cpu us/req: loop .. other .. pg ..
+wrk ..``; per row too in ``--json``; the summary adds a CPU table, medians over repeats). On this VM the
+CPU's speed varies up to ~1.7x from run to run and req/s moves with it; CPU time per request counts the
+work a request costs, not how much of the machine the server got, so it is the steadier figure (time the
+host steals is not charged to a process; a slower clock still shows). And PostgreSQL shares the two cores
+with the server here, so the log's price includes the database's CPU, which req/s alone hides.
+
+The figures come from ``/proc`` (utime + stime, read before the cell and after it, after the log has
+drained when there is one): ``loop`` is the main thread (the event loop) of every process of the server's
+process tree (the ``--workers N`` children included), ``other`` every other thread of it (the log writer,
+TensorFlow's pools, ...; and a process that exited mid-cell, counted through its parent), ``pg`` every
+process named ``postgres*`` (the whole server, other databases' work and its background processes
+included), ``wrk`` the load generator (``--driver python``: this process); total = loop + other, + pg for
+a config that logs to PostgreSQL (elsewhere pg is only noise). "log's CPU" is what the log costs the
+machine per request: a log-on config's total minus that of ``b`` (``b-wN``) at the same size and
+concurrency. Without ``/proc`` the figures print as n/a.
+
 After each log-on configuration the server is stopped gracefully and the log rows are counted: they must
 equal the rows the server answered (its ``driftwarden_predictions_total``, warm-up included; not
 checkable with ``-nometrics``), lie between the rows of the requests the load generator read answers to
@@ -97,6 +114,11 @@ class Config:
         return self.kind == "a"
 
     @property
+    def uses_pg(self) -> bool:
+        """Logs to PostgreSQL: its CPU is part of what serving costs."""
+        return self.logs and self.backend == "pg"
+
+    @property
     def single(self) -> str:
         """The same configuration in one process (``a-pg-fast`` for ``a-pg-fast-w2``)."""
         return re.sub(r"-w[0-9]+$", "", self.name)
@@ -136,13 +158,177 @@ class Measure:
     p99_ms: float
     repeat: int = 0
     drain_s: float = 0.0  # log on: seconds after the run until the log's queue and spool were empty
+    cpu: CpuUse | None = None  # CPU seconds the cell cost (None: no /proc)
 
     @property
     def rps(self) -> float:
         return self.answered / self.seconds if self.seconds else 0.0
 
+    def cpu_us(self, per_rows: bool = False) -> dict[str, float | None]:
+        """CPU microseconds per answered request (or per row) by part; None values when unknown."""
+        n = self.answered * (self.rows if per_rows else 1)
+        parts = self.cpu.parts(parse_config(self.config).uses_pg) if self.cpu else dict.fromkeys(CPU_PARTS)
+        return {k: per_unit(v, n) for k, v in parts.items()}
+
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "rps": self.rps, "rows_per_s": self.rps * self.rows}
+        return {
+            **asdict(self),
+            "rps": self.rps,
+            "rows_per_s": self.rps * self.rows,
+            "cpu_us_per_req": self.cpu_us(),
+            "cpu_us_per_row": self.cpu_us(per_rows=True),
+        }
+
+
+# -- CPU accounting -------------------------------------------------------------------------------
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# loop: the servers' main threads; other: their other threads (and processes that exited mid-cell);
+# pg: PostgreSQL; gen: the load generator; server: loop + other; total: server (+ pg when it logs there)
+CPU_PARTS = ("loop", "other", "pg", "gen", "server", "total")
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of one ``/proc/<pid>/stat`` (or ``/proc/<pid>/task/<tid>/stat``) line the bench uses."""
+
+    comm: str
+    ppid: int
+    start: int  # start time after boot in clock ticks: with the pid, the identity of a process
+    cpu_s: float  # utime + stime (fields 14 and 15)
+    children_s: float  # cutime + cstime (fields 16 and 17): the children it waited for
+
+
+def parse_stat(line: str) -> ProcStat:
+    """One stat line; the command name may hold spaces and parentheses, so it ends at the last ')'."""
+    head, paren, rest = line.rpartition(")")
+    if not paren or "(" not in head:
+        raise ValueError(f"not a /proc stat line: {line[:80]!r}")
+    f = rest.split()  # f[0] is field 3 (state): field n is f[n - 3]
+    return ProcStat(
+        comm=head.partition("(")[2],
+        ppid=int(f[1]),
+        start=int(f[19]),
+        cpu_s=(int(f[11]) + int(f[12])) / CLK_TCK,
+        children_s=(int(f[13]) + int(f[14])) / CLK_TCK,
+    )
+
+
+def read_stat(path: str) -> ProcStat | None:
+    """The stat file at ``path``, or None when it is gone (the process or thread exited)."""
+    try:
+        with open(path) as fh:
+            return parse_stat(fh.read())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def processes() -> dict[int, ProcStat]:
+    """Every process in /proc now (one that exits while this reads is left out)."""
+    found: dict[int, ProcStat] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (st := read_stat(f"/proc/{name}/stat")) is not None:
+            found[int(name)] = st
+    return found
+
+
+def descendants(procs: dict[int, ProcStat], root: int) -> set[int]:
+    """``root`` and every process below it (uvicorn's workers, their helpers)."""
+    children: dict[int, list[int]] = {}
+    for pid, st in procs.items():
+        children.setdefault(st.ppid, []).append(pid)
+    tree: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs and pid not in tree:
+            tree.add(pid)
+            todo += children.get(pid, [])
+    return tree
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """CPU seconds used so far by the server's processes, PostgreSQL and the load generator."""
+
+    server: dict[tuple[int, int], tuple[float, float]]  # (pid, start) -> (process + waited children, main)
+    pg: float
+    gen: float
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """CPU seconds one cell cost, by part."""
+
+    loop_s: float
+    other_s: float
+    pg_s: float
+    gen_s: float
+
+    def parts(self, uses_pg: bool) -> dict[str, float | None]:
+        """Seconds by part (``CPU_PARTS``); PostgreSQL's count in the total of a config that logs there."""
+        server = self.loop_s + self.other_s
+        return {
+            "loop": self.loop_s,
+            "other": self.other_s,
+            "pg": self.pg_s,
+            "gen": self.gen_s,
+            "server": server,
+            "total": server + (self.pg_s if uses_pg else 0.0),
+        }
+
+
+def generator_cpu_s(driver: str) -> float:
+    """CPU seconds of the load generator so far: ``wrk`` runs as a child this process waits for; the
+    Python generator runs in this process."""
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_CHILDREN if driver == "wrk" else resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+def cpu_snapshot(server_pid: int, driver: str) -> CpuSnapshot | None:
+    """Where the CPU clocks stand now (None without /proc)."""
+    if not os.path.isdir("/proc/self/task"):
+        return None
+    procs = processes()
+    server: dict[tuple[int, int], tuple[float, float]] = {}
+    for pid in descendants(procs, server_pid):
+        st, main = procs[pid], read_stat(f"/proc/{pid}/task/{pid}/stat")
+        if main is not None:
+            server[(pid, st.start)] = (st.cpu_s + st.children_s, main.cpu_s)
+    pg = sum(st.cpu_s + st.children_s for st in procs.values() if st.comm.startswith("postgres"))
+    return CpuSnapshot(server, pg, generator_cpu_s(driver))
+
+
+def cpu_used(before: CpuSnapshot | None, after: CpuSnapshot | None) -> CpuUse | None:
+    """CPU seconds between two snapshots. A process counts with its waited-for children, so the time of
+    one that exits mid-cell reaches its parent's total (as "other": its thread split is lost)."""
+    if before is None or after is None:
+        return None
+    server = sum(v[0] for v in after.server.values()) - sum(v[0] for v in before.server.values())
+    loop = sum(main - before.server.get(key, (0.0, 0.0))[1] for key, (_, main) in after.server.items())
+    return CpuUse(loop, server - loop, after.pg - before.pg, after.gen - before.gen)
+
+
+def per_unit(seconds: float | None, n: int) -> float | None:
+    """Microseconds per unit for ``n`` units (requests or rows); None when unknown or ``n`` is 0."""
+    return None if seconds is None or n <= 0 else seconds * 1e6 / n
+
+
+def cpu_line(m: Measure, driver: str) -> str:
+    """The progress line's CPU part: ``cpu us/req: loop 283 other 50 pg 18 wrk 40``."""
+    us = m.cpu_us()
+    if all(v is None for v in us.values()):
+        return "cpu us/req: n/a"
+    return "cpu us/req: " + " ".join(
+        f"{label} {fmt_us(us[part])}"
+        for part, label in (("loop", "loop"), ("other", "other"), ("pg", "pg"), ("gen", driver))
+    )
+
+
+def fmt_us(value: float | None, width: int = 0) -> str:
+    """A figure in microseconds, or n/a."""
+    return f"{value:{width}.0f}" if value is not None else f"{'n/a':>{width}s}"
 
 
 # -- the Python load generator (--driver python) --------------------------------------------------
@@ -657,15 +843,18 @@ def _run_config(
             wait_drained(server.url)
         for rows in args.rows:
             for level in args.levels:
+                before = cpu_snapshot(server.proc.pid, args.driver)
                 m = driver.measure(config.name, server.url, rows, level, args.seconds)
                 m.repeat = repeat
                 if config.logs and config.metrics:
                     m.drain_s = wait_drained(server.url)
+                m.cpu = cpu_used(before, cpu_snapshot(server.proc.pid, args.driver))
                 measures.append(m)
                 print(
                     f"{config.name:20s} rows={rows:<3d} c={level:<3d} {m.rps:8.1f} req/s "
                     f"{m.rps * rows:9.1f} rows/s  p50 {m.p50_ms:7.2f} ms  p99 {m.p99_ms:7.2f} ms  "
-                    f"n={m.answered} non-2xx={m.errors} socket-errors={m.socket_errors}"
+                    f"n={m.answered} non-2xx={m.errors} socket-errors={m.socket_errors}  "
+                    + cpu_line(m, args.driver)
                     + (f"  log drained {m.drain_s:.1f} s later" if m.drain_s else ""),
                     flush=True,
                 )
@@ -762,7 +951,7 @@ def main() -> None:
                 measures += got
                 if check is not None:
                     checks.append(check)
-    ratios = summary(measures, checks, args)
+    ratios, log_cpu = summary(measures, checks, args)
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -773,6 +962,7 @@ def main() -> None:
                     "measures": [m.as_dict() for m in measures],
                     "log_checks": checks,
                     "ratios": ratios,
+                    "log_cpu_us_per_req": log_cpu,
                 },
                 indent=2,
             )
@@ -788,6 +978,13 @@ class Cell:
     p50_ms: float
     p99_ms: float
     n: int  # repeats
+    cpu: dict[str, float | None] = field(default_factory=dict)  # CPU_PARTS -> us per request
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    """The median of the known values (None when there are none)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def cells(measures: list[Measure]) -> dict[tuple[str, int, int], Cell]:
@@ -801,6 +998,7 @@ def cells(measures: list[Measure]) -> dict[tuple[str, int, int], Cell]:
             statistics.median(m.p50_ms for m in ms),
             statistics.median(m.p99_ms for m in ms),
             len(ms),
+            {part: median_or_none([m.cpu_us()[part] for m in ms]) for part in CPU_PARTS},
         )
         for k, ms in groups.items()
     }
@@ -808,8 +1006,8 @@ def cells(measures: list[Measure]) -> dict[tuple[str, int, int], Cell]:
 
 def summary(
     measures: list[Measure], checks: list[dict[str, Any]], args: argparse.Namespace
-) -> list[dict[str, Any]]:
-    """Print the tables and the ratios the issues name; return the ratios."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Print the tables and the ratios the issues name; return the ratios and the log's CPU."""
     table = cells(measures)
     configs = list(dict.fromkeys(m.config for m in measures))
     levels = args.levels
@@ -836,6 +1034,7 @@ def summary(
                 )
             print(f"{name:20s} " + " | ".join(parts))
 
+    log_cpu = cpu_tables(table, configs, args)
     ratios: list[dict[str, Any]] = []
 
     def ratio(label: str, num: str, den: str, rows: int, c: int, what: str, target: float | None) -> None:
@@ -917,7 +1116,71 @@ def summary(
             f"  log check {check['config']} (run {check['repeat'] + 1}): {check['logged_rows']} logged, "
             f"{check['served_rows']} answered by the server: {'OK' if check['ok'] else 'MISMATCH'}"
         )
-    return ratios
+    return ratios, log_cpu
+
+
+def cpu_tables(
+    table: dict[tuple[str, int, int], Cell], configs: list[str], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Print the CPU microseconds per request of every cell and the log's CPU per rows size; return
+    the latter."""
+    levels, width = args.levels, 23
+    found: list[dict[str, Any]] = []
+    for rows in args.rows:
+        print(
+            f"\nCPU us per request, {rows} row{'s' if rows > 1 else ''} per request (loop: the server's "
+            "event-loop threads, other: its other threads, pg: PostgreSQL, total: loop + other, + pg for a "
+            "config that logs to PostgreSQL):"
+        )
+        print(f"{'':20s} " + " | ".join(f"{'c=' + str(c):^{width}s}" for c in levels))
+        print(
+            f"{'config':20s} "
+            + " | ".join(f"{'loop':>5s} {'other':>5s} {'pg':>4s} {'total':>6s}" for _ in levels)
+        )
+        for name in configs:
+            parts = []
+            for c in levels:
+                cell = table.get((name, rows, c))
+                parts.append(cpu_cell(cell.cpu) if cell else f"{'-':^{width}s}")
+            print(f"{name:20s} " + " | ".join(parts))
+        for name in configs:
+            found += log_cpu_line(table, parse_config(name), rows, levels)
+    return found
+
+
+def cpu_cell(us: dict[str, float | None]) -> str:
+    """One cell of the CPU table: loop, other, pg and total microseconds per request."""
+    return " ".join(
+        fmt_us(us.get(part), width) for part, width in (("loop", 5), ("other", 5), ("pg", 4), ("total", 6))
+    )
+
+
+def log_cpu_line(
+    table: dict[tuple[str, int, int], Cell], config: Config, rows: int, levels: list[int]
+) -> list[dict[str, Any]]:
+    """What the log costs the machine per request: a log-on config's total (its server, + PostgreSQL when
+    it logs there) minus that of ``b`` with as many workers; printed on one line, returned per level."""
+    if not config.logs:
+        return []
+    base = "b" if config.workers == 1 else f"b-w{config.workers}"
+    found: list[dict[str, Any]] = []
+    for c in levels:
+        a, b = table.get((config.name, rows, c)), table.get((base, rows, c))
+        if a is None or b is None:
+            continue
+        spent, saved = a.cpu.get("total"), b.cpu.get("total")
+        value = None if spent is None or saved is None else spent - saved
+        found.append(
+            {"config": config.name, "base": base, "rows": rows, "concurrency": c, "us_per_req": value}
+        )
+    if found:
+        pg = " + pg" if config.uses_pg else ""
+        print(
+            f"  log's CPU, {rows} row(s): {config.name} (loop + other{pg}) - {base} (loop + other): "
+            + ", ".join(f"c={f['concurrency']} {fmt_us(f['us_per_req'])}" for f in found)
+            + " us/req"
+        )
+    return found
 
 
 if __name__ == "__main__":
