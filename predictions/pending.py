@@ -47,6 +47,15 @@ class RequestRows:
     # request came as columns; None: taken from ``inputs``
     columns: Mapping[str, Sequence[Any]] | None = None
 
+    def __post_init__(self) -> None:
+        # checked here, on the request path: building them in the writer thread can then not fail
+        n = len(self.ids)
+        if not len(self.inputs) == len(self.values) == len(self.flags) == n:
+            raise ValueError(
+                f"{n} prediction ids for {len(self.inputs)} rows, {len(self.values)} outputs, "
+                f"{len(self.flags)} flag lists"
+            )
+
     def __len__(self) -> int:
         return len(self.ids)
 

@@ -7,6 +7,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,3 +110,21 @@ def test_a_request_without_an_exact_copy_keeps_the_others_copies() -> None:
     assert [r.layout for r in rows] == [LAYOUT.id, None, LAYOUT.id]
     assert rows[0].numbers == typed.encode_rows(LAYOUT, [{"a": 1.0, "c": "x"}])[0][0]  # type: ignore[index]
     assert rows[2].numbers == typed.encode_rows(LAYOUT, [{"b": 2}])[0][0]  # type: ignore[index]
+
+
+def test_a_request_whose_parts_disagree_is_refused_on_the_request_path() -> None:
+    with pytest.raises(ValueError, match="2 prediction ids for 1 rows"):
+        RequestRows(
+            model_name="m",
+            model_version=1,
+            logged_at=AT,
+            request_id="r",
+            protocol="v1",
+            latency_ms=1.0,
+            status="ok",
+            ids=["a", "b"],
+            inputs=[{"a": 1.0}],
+            values=[0.5],
+            flags=[None],
+            layout=LAYOUT,
+        )
