@@ -77,6 +77,15 @@ class Settings(BaseSettings):
     batch_max_wait_ms: float = Field(
         default=0.0, ge=0, description="Micro-batcher: extra wait for company under load (0: none)."
     )
+    model_threads: int = Field(
+        default=1,
+        ge=0,
+        le=1024,
+        description="`serve`: threads one model call may use (TensorFlow's intra-op parallelism); 0: "
+        "TensorFlow's default, one per core. 1 keeps a small model's call off the cores that the event loop, "
+        "the prediction log and its database need (a call split over two busy cores waits for the slower "
+        "one); raise it for a large model served by fewer workers than cores.",
+    )
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0, description="Largest request body accepted.")
     max_rows_per_request: int | None = Field(
         default=None, gt=0, description="Row limit per request (default: the version schema's limit)."

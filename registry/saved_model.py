@@ -9,12 +9,33 @@ exactly as the public call does; otherwise every call goes through the public on
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 SIGNATURE = "serving_default"
+
+log = logging.getLogger("driftwarden.registry.saved_model")
+
+
+def limit_threads(*, intra_op: int) -> int:
+    """Let one model call use at most ``intra_op`` threads (0: TensorFlow's default, one per core); returns
+    the setting in force.
+
+    TensorFlow takes it only before it first runs anything in the process: later, a differing setting is
+    logged and the earlier one stays.
+    """
+    import tensorflow as tf
+
+    threading = tf.config.threading
+    if threading.get_intra_op_parallelism_threads() != intra_op:
+        try:
+            threading.set_intra_op_parallelism_threads(intra_op)
+        except RuntimeError as exc:  # TensorFlow already ran in this process
+            log.warning("model calls keep TensorFlow's earlier thread setting, not %d: %s", intra_op, exc)
+    return int(threading.get_intra_op_parallelism_threads())
 
 
 class SignatureRunner:

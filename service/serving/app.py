@@ -101,8 +101,11 @@ def create_app(
         url = cfg.database_url.get_secret_value()
         db = await asyncio.to_thread(open_database, url, settings=cfg)
         if loader is None:
+            from registry.saved_model import limit_threads
             from registry.saved_model import load as tf_load
 
+            threads = limit_threads(intra_op=cfg.model_threads)  # before any model is loaded
+            log.info("model calls use %s", f"{threads} thread(s)" if threads else "one thread per core")
             model_loader: Callable[[Path], Runner] = tf_load
         else:
             model_loader = loader

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +15,8 @@ from registry.contracts import check_inputs, rows_to_columns
 from registry.saved_model import SignatureRunner
 from registry.schema import ModelSchema
 from tests.support import TrainedModels
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +59,56 @@ def test_without_the_flat_call_the_public_call_answers_the_same(
     monkeypatch.setattr(runner, "flat_call", False)
     public = runner(columns)
     assert {k: v.tobytes() for k, v in flat.items()} == {k: v.tobytes() for k, v in public.items()}
+
+
+SERVE_THREADS = """
+import tensorflow as tf
+from fastapi.testclient import TestClient
+from core.config import get_settings
+from service.serving.app import create_app
+
+with TestClient(create_app(get_settings())) as client:
+    assert client.get("/status").status_code == 200
+print(tf.config.threading.get_intra_op_parallelism_threads())
+"""
+
+
+@pytest.mark.parametrize(("setting", "want"), [(None, 1), ("3", 3), ("0", 0)])
+def test_the_server_sets_the_model_threads_before_loading(
+    tmp_path: Path, setting: str | None, want: int
+) -> None:
+    """A fresh serving process: DRIFTWARDEN_MODEL_THREADS (default 1, 0: TensorFlow's own) is in force."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DRIFTWARDEN_DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}",
+        "DRIFTWARDEN_REGISTRY_PATH": str(tmp_path / "registry"),
+        "DRIFTWARDEN_SPOOL_PATH": str(tmp_path / "spool"),
+        "DRIFTWARDEN_MONITOR_ENABLED": "false",
+    }
+    env.pop("DRIFTWARDEN_MODEL_THREADS", None)
+    if setting is not None:
+        env["DRIFTWARDEN_MODEL_THREADS"] = setting
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVE_THREADS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.strip().splitlines()[-1]) == want
+
+
+def test_a_late_thread_setting_keeps_the_earlier_one() -> None:
+    """TensorFlow takes the setting only before it runs anything: later calls report what stays in force."""
+    code = (
+        "import tensorflow as tf\n"
+        "from registry.saved_model import limit_threads\n"
+        "assert limit_threads(intra_op=1) == 1\n"
+        "tf.constant(1.0) + 1.0\n"
+        "print(limit_threads(intra_op=2))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "1"
+    assert "keep TensorFlow's earlier thread setting, not 2" in proc.stderr
