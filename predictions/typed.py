@@ -148,7 +148,7 @@ def _encode_small(
                 f = _NAN if v is None else float(v) + 0.0  # + 0.0: -0.0 -> 0.0
             except OverflowError:  # an integer beyond a float's range
                 return None
-            row.append(_NAN if f in (_INF, -_INF) else f)
+            row.append(f if f - f == 0.0 else _NAN)  # NaN (any payload) and infinities: the one NaN
         row += [float(c[i]) for c in codes]
         other = None
         if any(c[i] == OTHER for c in codes):
