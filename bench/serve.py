@@ -73,8 +73,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -1015,24 +1016,10 @@ def summary(
     how = f"{args.driver}, {args.seconds:g} s per cell" + (
         f", median of {args.repeat} runs" if args.repeat > 1 else ""
     )
-    width = 34
     for rows in args.rows:
         print(f"\n{rows} row{'s' if rows > 1 else ''} per request ({how}):")
-        print(f"{'':20s} " + " | ".join(f"{'c=' + str(c):^{width}s}" for c in levels))
-        print(
-            f"{'config':20s} "
-            + " | ".join(f"{'req/s':>8s} {'rows/s':>9s} {'p50':>6s} / {'p99 ms':6s}" for _ in levels)
-        )
-        for name in configs:
-            parts = []
-            for c in levels:
-                cell = table.get((name, rows, c))
-                parts.append(
-                    f"{cell.rps:8.1f} {cell.rps * rows:9.1f} {cell.p50_ms:6.2f} / {cell.p99_ms:6.1f}"
-                    if cell
-                    else f"{'-':^{width}s}"
-                )
-            print(f"{name:20s} " + " | ".join(parts))
+        heading = f"{'req/s':>8s} {'rows/s':>9s} {'p50':>6s} / {'p99 ms':6s}"
+        print_grid(table, configs, levels, rows, 34, heading, partial(speed_cell, rows=rows))
 
     log_cpu = cpu_tables(table, configs, args)
     ratios: list[dict[str, Any]] = []
@@ -1119,6 +1106,27 @@ def summary(
     return ratios, log_cpu
 
 
+def print_grid(
+    table: dict[tuple[str, int, int], Cell],
+    configs: list[str],
+    levels: list[int],
+    rows: int,
+    width: int,
+    heading: str,
+    show: Callable[[Cell], str],
+) -> None:
+    """One table of a rows-per-request size: a line per config, a column of ``width`` per level (``heading``
+    over each, ``show(cell)`` in it, ``-`` for a cell not measured)."""
+    print(f"{'':20s} " + " | ".join(f"{'c=' + str(c):^{width}s}" for c in levels))
+    print(f"{'config':20s} " + " | ".join(heading for _ in levels))
+    for name in configs:
+        parts = []
+        for c in levels:
+            cell = table.get((name, rows, c))
+            parts.append(show(cell) if cell else f"{'-':^{width}s}")
+        print(f"{name:20s} " + " | ".join(parts))
+
+
 def cpu_tables(
     table: dict[tuple[str, int, int], Cell], configs: list[str], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
@@ -1132,20 +1140,16 @@ def cpu_tables(
             "event-loop threads, other: its other threads, pg: PostgreSQL, total: loop + other, + pg for a "
             "config that logs to PostgreSQL):"
         )
-        print(f"{'':20s} " + " | ".join(f"{'c=' + str(c):^{width}s}" for c in levels))
-        print(
-            f"{'config':20s} "
-            + " | ".join(f"{'loop':>5s} {'other':>5s} {'pg':>4s} {'total':>6s}" for _ in levels)
-        )
-        for name in configs:
-            parts = []
-            for c in levels:
-                cell = table.get((name, rows, c))
-                parts.append(cpu_cell(cell.cpu) if cell else f"{'-':^{width}s}")
-            print(f"{name:20s} " + " | ".join(parts))
+        heading = f"{'loop':>5s} {'other':>5s} {'pg':>4s} {'total':>6s}"
+        print_grid(table, configs, levels, rows, width, heading, lambda cell: cpu_cell(cell.cpu))
         for name in configs:
             found += log_cpu_line(table, parse_config(name), rows, levels)
     return found
+
+
+def speed_cell(cell: Cell, *, rows: int) -> str:
+    """One cell of a throughput table: req/s, rows/s, p50 and p99 milliseconds."""
+    return f"{cell.rps:8.1f} {cell.rps * rows:9.1f} {cell.p50_ms:6.2f} / {cell.p99_ms:6.1f}"
 
 
 def cpu_cell(us: dict[str, float | None]) -> str:

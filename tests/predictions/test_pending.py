@@ -28,6 +28,32 @@ texts = st.one_of(st.none(), st.sampled_from(["x", "y", "", "unseen", 'quote " Ã
 bad = st.one_of(st.booleans(), st.text(max_size=3))  # a value the contract refuses: no copy for its request
 
 
+def request(
+    index: int,
+    docs: list[dict[str, Any]],
+    layout: typed.Layout | None = LAYOUT,
+    columns: dict[str, list[Any]] | None = None,
+    ids: list[str] | None = None,
+) -> RequestRows:
+    """A request's rows as the serving flow hands them over (output ``i`` for row ``i``)."""
+    n = len(docs)
+    return RequestRows(
+        model_name="m",
+        model_version=1,
+        logged_at=AT,
+        request_id=f"r{index}",
+        protocol="v2",
+        latency_ms=1.5,
+        status="ok",
+        ids=ids if ids is not None else [f"{index}-{i}" for i in range(n)],
+        inputs=docs,
+        values=[float(i) for i in range(n)],
+        flags=[None] * n,
+        layout=layout,
+        columns=columns,
+    )
+
+
 @st.composite
 def requests(draw: st.DrawFn, index: int) -> RequestRows:
     layout = draw(st.sampled_from([LAYOUT, OTHER, None]))
@@ -41,22 +67,8 @@ def requests(draw: st.DrawFn, index: int) -> RequestRows:
         docs.append(doc)
     if draw(st.integers(0, 5)) == 0:
         docs[draw(st.integers(0, n - 1))][draw(st.sampled_from(names))] = draw(bad)
-    as_columns = draw(st.booleans())
-    return RequestRows(
-        model_name="m",
-        model_version=1,
-        logged_at=AT,
-        request_id=f"r{index}",
-        protocol="v2",
-        latency_ms=1.5,
-        status="ok",
-        ids=[f"{index}-{i}" for i in range(n)],
-        inputs=docs,
-        values=[float(i) for i in range(n)],
-        flags=[None] * n,
-        layout=layout,
-        columns={k: [d.get(k) for d in docs] for k in names} if as_columns else None,
-    )
+    columns = {k: [d.get(k) for d in docs] for k in names} if draw(st.booleans()) else None
+    return request(index, docs, layout, columns)
 
 
 @st.composite
@@ -89,23 +101,11 @@ def test_a_batch_builds_what_each_request_builds_alone(batch: list[RequestRows])
 
 
 def test_a_request_without_an_exact_copy_keeps_the_others_copies() -> None:
-    def request(index: int, doc: dict[str, Any]) -> RequestRows:
-        return RequestRows(
-            model_name="m",
-            model_version=1,
-            logged_at=AT,
-            request_id=f"r{index}",
-            protocol="v1",
-            latency_ms=1.0,
-            status="ok",
-            ids=[f"{index}"],
-            inputs=[doc],
-            values=[0.5],
-            flags=[None],
-            layout=LAYOUT,
-        )
-
-    good, refused, also_good = request(0, {"a": 1.0, "c": "x"}), request(1, {"a": True}), request(2, {"b": 2})
+    good, refused, also_good = (
+        request(0, [{"a": 1.0, "c": "x"}]),
+        request(1, [{"a": True}]),
+        request(2, [{"b": 2}]),
+    )
     rows = [r for rs in build([good, refused, also_good]) for r in rs]
     assert [r.layout for r in rows] == [LAYOUT.id, None, LAYOUT.id]
     assert rows[0].numbers == typed.encode_rows(LAYOUT, [{"a": 1.0, "c": "x"}])[0][0]  # type: ignore[index]
@@ -114,17 +114,4 @@ def test_a_request_without_an_exact_copy_keeps_the_others_copies() -> None:
 
 def test_a_request_whose_parts_disagree_is_refused_on_the_request_path() -> None:
     with pytest.raises(ValueError, match="2 prediction ids for 1 rows"):
-        RequestRows(
-            model_name="m",
-            model_version=1,
-            logged_at=AT,
-            request_id="r",
-            protocol="v1",
-            latency_ms=1.0,
-            status="ok",
-            ids=["a", "b"],
-            inputs=[{"a": 1.0}],
-            values=[0.5],
-            flags=[None],
-            layout=LAYOUT,
-        )
+        request(0, [{"a": 1.0}], ids=["a", "b"])
