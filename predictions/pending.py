@@ -95,13 +95,11 @@ class RequestRows:
 def build(requests: Sequence[RequestRows]) -> list[list[LogRow]]:
     """Each request's log rows; the typed copies of the requests of one layout are encoded together."""
     copies: list[Copies | None] = [None] * len(requests)
-    by_layout: dict[int, list[int]] = {}
+    by_layout: dict[int, tuple[Layout, list[int]]] = {}
     for i, request in enumerate(requests):
         if request.layout is not None:
-            by_layout.setdefault(request.layout.id, []).append(i)
-    for members in by_layout.values():
-        layout = requests[members[0]].layout
-        assert layout is not None
+            by_layout.setdefault(request.layout.id, (request.layout, []))[1].append(i)
+    for layout, members in by_layout.values():
         for i, encoded in zip(members, _encode_group(layout, [requests[i] for i in members]), strict=True):
             copies[i] = encoded
     return [request.log_rows(c) for request, c in zip(requests, copies, strict=True)]

@@ -28,7 +28,7 @@ texts = st.one_of(st.none(), st.sampled_from(["x", "y", "", "unseen", 'quote " Ã
 bad = st.one_of(st.booleans(), st.text(max_size=3))  # a value the contract refuses: no copy for its request
 
 
-def request(
+def request_rows(
     index: int,
     docs: list[dict[str, Any]],
     layout: typed.Layout | None = LAYOUT,
@@ -68,7 +68,7 @@ def requests(draw: st.DrawFn, index: int) -> RequestRows:
     if draw(st.integers(0, 5)) == 0:
         docs[draw(st.integers(0, n - 1))][draw(st.sampled_from(names))] = draw(bad)
     columns = {k: [d.get(k) for d in docs] for k in names} if draw(st.booleans()) else None
-    return request(index, docs, layout, columns)
+    return request_rows(index, docs, layout, columns)
 
 
 @st.composite
@@ -102,9 +102,9 @@ def test_a_batch_builds_what_each_request_builds_alone(batch: list[RequestRows])
 
 def test_a_request_without_an_exact_copy_keeps_the_others_copies() -> None:
     good, refused, also_good = (
-        request(0, [{"a": 1.0, "c": "x"}]),
-        request(1, [{"a": True}]),
-        request(2, [{"b": 2}]),
+        request_rows(0, [{"a": 1.0, "c": "x"}]),
+        request_rows(1, [{"a": True}]),
+        request_rows(2, [{"b": 2}]),
     )
     rows = [r for rs in build([good, refused, also_good]) for r in rs]
     assert [r.layout for r in rows] == [LAYOUT.id, None, LAYOUT.id]
@@ -114,4 +114,4 @@ def test_a_request_without_an_exact_copy_keeps_the_others_copies() -> None:
 
 def test_a_request_whose_parts_disagree_is_refused_on_the_request_path() -> None:
     with pytest.raises(ValueError, match="2 prediction ids for 1 rows"):
-        request(0, [{"a": 1.0}], ids=["a", "b"])
+        request_rows(0, [{"a": 1.0}], ids=["a", "b"])

@@ -24,13 +24,14 @@ from monitors.profile import (
 )
 from predictions import spool, typed
 from predictions import windows as windows_module
-from predictions.pending import RequestRows, build
+from predictions.pending import build
 from predictions.service import LogRow, record_feedback
 from predictions.windows import Reader, WindowSpec, choose_reader
-from registry.schema import ModelSchema, infer_schema
+from registry.schema import infer_schema
 from service.serving import flows
 from tests.predictions.logdata import log_inputs, plain
 from tests.predictions.test_aggregates import assert_equal_sketches
+from tests.predictions.test_pending import request_rows
 from tests.support import credit_profile
 from training.datagen import TARGET, generate
 
@@ -199,38 +200,15 @@ def test_encoded_values_are_the_documents_values() -> None:
     assert same.id == layout.id != typed.make_layout(["a", "b"], ["c", "d"], [["y", "x"], []]).id
 
 
-def request_rows(
-    schema: ModelSchema, docs: list[dict[str, Any]], columns: dict[str, list[Any]] | None = None
-) -> RequestRows:
-    """What the serving flow hands the writer for ``docs`` (outputs 0.1, 0.2, ...)."""
-    n = len(docs)
-    return RequestRows(
-        model_name="credit",
-        model_version=2,
-        logged_at=datetime(2026, 12, 1, tzinfo=UTC),
-        request_id="r",
-        protocol="v1",
-        latency_ms=1.0,
-        status="ok",
-        ids=[f"id-{i}" for i in range(n)],
-        inputs=docs,
-        values=[0.1 * (i + 1) for i in range(n)],
-        flags=[None] * n,
-        layout=flows._layout(schema),
-        columns=columns,
-    )
-
-
 def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
     reference = generate(200, seed=3)
     schema = infer_schema(reference, target=TARGET)
     docs = documents(3, seed=4)
     docs[1]["age"] = None
-    [rows] = build([request_rows(schema, docs)])
     layout = flows._layout(schema)
-    [by_column] = build(
-        [request_rows(schema, docs, {n: [d.get(n) for d in docs] for n in schema.feature_names})]
-    )
+    [rows] = build([request_rows(0, docs, layout)])
+    by_feature = {n: [d.get(n) for d in docs] for n in schema.feature_names}
+    [by_column] = build([request_rows(0, docs, layout, by_feature)])
     assert by_column == rows
     assert list(layout.numeric) + list(layout.categorical) == sorted(
         schema.feature_names, key=lambda n: (n not in layout.numeric, schema.feature_names.index(n))
@@ -243,7 +221,7 @@ def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
         want += [layout.categories[j].index(doc[c]) for j, c in enumerate(layout.categorical)]
         assert np.array_equal(values, want, equal_nan=True)
     docs[2]["region"] = 5  # a value the contract would have refused: no typed copy for the request
-    [untyped] = build([request_rows(schema, docs)])
+    [untyped] = build([request_rows(0, docs, layout)])
     assert {(r.layout, r.numbers, r.categories) for r in untyped} == {(None, None, None)}
     assert [r.inputs for r in untyped] == docs
 

@@ -73,26 +73,35 @@ print(tf.config.threading.get_intra_op_parallelism_threads())
 """
 
 
+def fresh_python(code: str, env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a new interpreter (TensorFlow not yet started) from the project root, with ``env``
+    over this one's (None: unset); it must exit 0."""
+    merged = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={k: v for k, v in merged.items() if v is not None},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 @pytest.mark.parametrize(("setting", "want"), [(None, 1), ("3", 3), ("0", 0)])
 def test_the_server_sets_the_model_threads_before_loading(
     tmp_path: Path, setting: str | None, want: int
 ) -> None:
     """A fresh serving process: DRIFTWARDEN_MODEL_THREADS (default 1, 0: TensorFlow's own) is in force."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
+    env: dict[str, str | None] = {
         "DRIFTWARDEN_DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}",
         "DRIFTWARDEN_REGISTRY_PATH": str(tmp_path / "registry"),
         "DRIFTWARDEN_SPOOL_PATH": str(tmp_path / "spool"),
         "DRIFTWARDEN_MONITOR_ENABLED": "false",
+        "DRIFTWARDEN_MODEL_THREADS": setting,
     }
-    env.pop("DRIFTWARDEN_MODEL_THREADS", None)
-    if setting is not None:
-        env["DRIFTWARDEN_MODEL_THREADS"] = setting
-    proc = subprocess.run(
-        [sys.executable, "-c", SERVE_THREADS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = fresh_python(SERVE_THREADS, env)
     assert int(proc.stdout.strip().splitlines()[-1]) == want
 
 
@@ -105,10 +114,6 @@ def test_a_late_thread_setting_keeps_the_earlier_one() -> None:
         "tf.constant(1.0) + 1.0\n"
         "print(limit_threads(intra_op=2))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = fresh_python(code)
     assert proc.stdout.strip().splitlines()[-1] == "1"
     assert "keep TensorFlow's earlier thread setting, not 2" in proc.stderr
