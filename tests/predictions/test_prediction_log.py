@@ -200,7 +200,7 @@ def test_prediction_ids_are_unique_and_time_ordered() -> None:
     assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
 
 
-@pytest.mark.parametrize("n", [1, 7, 8, 32, 1024])
+@pytest.mark.parametrize("n", [1, 7, 8, 32, 1024, 2048, 5000])
 def test_prediction_ids_in_bulk_are_valid_v7_uuids_unique_and_time_ordered(n: int) -> None:
     import time
     import uuid
@@ -218,6 +218,28 @@ def test_prediction_ids_in_bulk_are_valid_v7_uuids_unique_and_time_ordered(n: in
         assert str(parsed) == i and parsed.version == 7 and parsed.variant == uuid.RFC_4122
         assert before <= parsed.int >> 80 <= after  # the 48-bit millisecond clock
     assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
+    if n <= 2048:  # one shared prefix, counted up: a request's ids are in order
+        assert all(batch == sorted(batch) for batch in batches)
+
+
+def test_prediction_ids_of_a_forked_child_differ_from_its_parents() -> None:
+    import os
+
+    from predictions.service import new_prediction_ids
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, then exit without running the parent's cleanup
+        os.write(write, "\n".join(new_prediction_ids(64)).encode())
+        os._exit(0)
+    os.close(write)
+    mine = new_prediction_ids(64)
+    with os.fdopen(read) as pipe:
+        theirs = pipe.read().split("\n")
+    os.waitpid(pid, 0)
+    assert len(theirs) == 64
+    assert not set(mine) & set(theirs)
+    assert {i[19:] for i in mine}.isdisjoint(i[19:] for i in theirs)  # their random parts differ too
 
 
 def test_time_window_boundary_includes_a_row_logged_exactly_on_it(database_url: str) -> None:
