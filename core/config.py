@@ -77,6 +77,13 @@ class Settings(BaseSettings):
     batch_max_wait_ms: float = Field(
         default=0.0, ge=0, description="Micro-batcher: extra wait for company under load (0: none)."
     )
+    batch_inline_rows: int = Field(
+        default=256,
+        ge=0,
+        description="Micro-batcher: a lone request of at most this many rows runs the model on the event "
+        "loop's thread instead of handing it to the model thread and back (two thread wake-ups); requests "
+        "arriving together still share a call through the model thread. 0: every call on the model thread.",
+    )
     model_threads: int = Field(
         default=1,
         ge=0,

@@ -132,6 +132,7 @@ def create_app(
             poll_interval_s=cfg.model_poll_interval_s,
             batch_max_rows=cfg.batch_max_rows,
             batch_max_wait_s=cfg.batch_max_wait_ms / 1000.0,
+            batch_inline_rows=cfg.batch_inline_rows,
             metrics=metrics,
         )
         await manager.start()

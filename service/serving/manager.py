@@ -26,7 +26,7 @@ from core.database import Database
 from core.scheduling import every
 from registry.schema import FeatureKind, ModelSchema
 from registry.service import ServingPlan, read_schema, serving_plans
-from service.serving.batcher import MicroBatcher, Runner
+from service.serving.batcher import MicroBatcher, Runner, Traffic
 from service.serving.metrics import Metrics, NullMetrics
 
 log = logging.getLogger("driftwarden.serving.manager")
@@ -86,6 +86,7 @@ class ModelManager:
         poll_interval_s: float,
         batch_max_rows: int,
         batch_max_wait_s: float,
+        batch_inline_rows: int = 0,
         metrics: Metrics | None = None,
     ) -> None:
         self.db = db
@@ -95,6 +96,8 @@ class ModelManager:
         self.poll_interval_s = poll_interval_s
         self.batch_max_rows = batch_max_rows
         self.batch_max_wait_s = batch_max_wait_s
+        self.batch_inline_rows = batch_inline_rows
+        self.traffic = Traffic()  # predict requests being answered (the route counts them)
         self.models: dict[str, ServedModel] = {}
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="model")
         self.started = False
@@ -192,6 +195,8 @@ class ModelManager:
             max_wait_s=self.batch_max_wait_s,
             executor=self.executor,
             observer=partial(self.metrics.batch, name),
+            inline_rows=self.batch_inline_rows,
+            traffic=self.traffic,
         )
         log.info("%s:%d loaded and warmed up in %.2fs", name, version, time.monotonic() - t0)
         return LoadedVersion(name, version, path, schema, runner, batcher, datetime.now(UTC))

@@ -50,6 +50,8 @@ async def predict_route(
     answered = ""  # the version that answered
     code = 500  # until proven otherwise (an unexpected error is answered 500 by the app's handler)
     metrics.request_started(protocol)
+    traffic = state.manager.traffic
+    traffic.in_flight += 1
     try:
         try:
             raw = await read_body(request, state.settings.max_body_bytes)
@@ -91,4 +93,5 @@ async def predict_route(
         code = 499  # the client went away before the answer (nginx's "client closed request")
         raise
     finally:
+        traffic.in_flight -= 1
         metrics.request_done(model, answered, protocol, code, time.perf_counter() - started)
