@@ -258,7 +258,9 @@ class Sender:
                 if len(chosen) < free and key not in blocked and busy[key] < self.per_endpoint:
                     busy[key] += 1
                     chosen.append(c)
-            return service.claim(session=session, candidates=chosen, now=now, lease_s=lease_s)
+            return service.claim(
+                session=session, candidates=chosen, now=now, lease_s=lease_s, due_by=due_by or now
+            )
 
     def _deliver(self, claim: service.Claim, client: httpx.Client) -> None:
         key = endpoint(claim.url)

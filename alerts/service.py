@@ -590,13 +590,26 @@ def due_candidates(
     return [Candidate(id=i, attempts=a, webhook_id=w, url=u) for i, a, w, u in session.execute(stmt).all()]
 
 
-def claim(*, session: Session, candidates: Sequence[Candidate], now: datetime, lease_s: float) -> list[Claim]:
-    """Take ``candidates`` (from :func:`due_candidates`, same transaction) for one attempt each.
+def claim(
+    *,
+    session: Session,
+    candidates: Sequence[Candidate],
+    now: datetime,
+    lease_s: float,
+    due_by: datetime | None = None,
+) -> list[Claim]:
+    """Take ``candidates`` (from :func:`due_candidates`, same transaction, due by ``due_by``, default
+    ``now``) for one attempt each.
 
     Each claimed row gets ``attempts + 1`` and is hidden until ``now + lease_s`` (a sender that dies
-    mid-send leaves it to be retried then); each claim is a compare-and-set on ``attempts``, so a row
-    another sender took meanwhile is left out. Commit before sending.
+    mid-send leaves it to be retried then); each claim is a compare-and-set on ``attempts`` and on the row
+    still being pending and due, so a row another sender took meanwhile is left out. The due check matters
+    on PostgreSQL: a candidate locked just after another sender committed its claim comes back as that
+    claimed version (``attempts`` already raised, its lease in the future; ``FOR UPDATE`` re-reads a row
+    changed since the statement began), and without it the second sender would send the message again.
+    Commit before sending.
     """
+    due = due_by if due_by is not None else now
     taken: dict[str, int] = {}
     for candidate in candidates:
         result = session.execute(
@@ -605,6 +618,7 @@ def claim(*, session: Session, candidates: Sequence[Candidate], now: datetime, l
                 WebhookDelivery.id == candidate.id,
                 WebhookDelivery.attempts == candidate.attempts,
                 WebhookDelivery.state == DeliveryState.PENDING.value,
+                WebhookDelivery.next_attempt_at <= due,
             )
             .values(attempts=candidate.attempts + 1, next_attempt_at=now + timedelta(seconds=lease_s))
             .execution_options(synchronize_session=False)

@@ -4,6 +4,7 @@ with the same webhook-id until accepted exactly once, dead letters, redelivery, 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import threading
 import time
 from datetime import datetime, timedelta
@@ -204,6 +205,24 @@ def test_a_claim_is_a_lease_another_sender_takes_over_after_it(db: Database) -> 
             session=s, claim=second, now=t, delivered=True, status_code=200, error=None, retry_at=None
         )
     assert deliveries(db)[msg].state == "delivered"
+
+
+def test_a_row_another_sender_just_claimed_is_not_claimed_again(db: Database) -> None:
+    """What a second sender holds when PostgreSQL re-reads a locked row that the first sender's claim changed
+    after the second one's statement began: the claimed version (attempts raised, the lease ahead). Its
+    claim must take nothing, or the message goes out twice (seen once in CI: 3 of 40 sent twice by
+    ``test_concurrent_senders_never_send_a_message_twice``)."""
+    with db.session() as s:
+        hook = flows.add_webhook(session=s, spec=WebhookSpec(url="http://127.0.0.1:9/x")).id
+    t = utcnow()
+    (msg,) = queue_messages(db, hook, 1, t)
+    with db.session() as s:
+        (candidate,) = service.due_candidates(session=s, due_by=t, limit=10)
+        (first,) = service.claim(session=s, candidates=[candidate], now=t, lease_s=30)
+    with db.session() as s:
+        claimed = dataclasses.replace(candidate, attempts=first.attempt)  # the row as the claim left it
+        assert service.claim(session=s, candidates=[claimed], now=t + timedelta(seconds=1), lease_s=30) == []
+    assert deliveries(db)[msg].attempts == 1
 
 
 def test_concurrent_senders_never_send_a_message_twice(db: Database) -> None:
