@@ -554,21 +554,23 @@ def _block_chunks(
 # one row per id range: its counts, its layouts and every typed value of the range concatenated in id order
 # (one binary value per column instead of one protocol row per log row); probability, label and id big-endian.
 # The rows come sorted from the subquery (one sort, not one per aggregate: measured 1.5x quicker); the ids
-# come along, so the reader checks the order instead of relying on it.
+# come along, so the reader checks the order instead of relying on it. Without labels the label column is
+# left out (NULL: every row's label NaN), not sent as one NaN per row (~7 % of a range's server time).
 _TYPED_SQL = """
 SELECT count(*), count(n), min(layout), max(layout),
-    string_agg(n, ''::bytea), {categories}, string_agg(pp, ''::bytea), string_agg(y, ''::bytea),
+    string_agg(n, ''::bytea), {categories}, string_agg(pp, ''::bytea), {labels},
     string_agg(int8send(i), ''::bytea)
 FROM (
     SELECT p.id AS i, p.layout, p.numbers AS n, p.categories AS c,
-        float8send(coalesce(p.probability, 'NaN'::float8)) AS pp,
-        float8send(coalesce({label}, 'NaN'::float8)) AS y
+        float8send(coalesce(p.probability, 'NaN'::float8)) AS pp{label_column}
     FROM prediction_log p {join}
     WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {extra}
     ORDER BY p.id
 ) AS rows
 """
 _CATEGORIES = "convert_to(string_agg(c, E'\\n'), 'UTF8')"
+_LABELS = "string_agg(y, ''::bytea)"
+_LABEL_COLUMN = ",\n        float8send(coalesce({label}, 'NaN'::float8)) AS y"
 
 
 @dataclass(frozen=True)
@@ -628,7 +630,11 @@ def _typed_chunk(
         rows=got.rows,
         columns=columns,
         predictions=np.frombuffer(got.predictions, dtype=">f8").astype(np.float64),
-        labels=np.frombuffer(got.labels, dtype=">f8").astype(np.float64),
+        labels=(
+            np.frombuffer(got.labels, dtype=">f8").astype(np.float64)
+            if got.labels
+            else np.full(got.rows, np.nan)
+        ),
         category_counts=counts,
     )
 
@@ -646,6 +652,8 @@ def _typed_chunks(
     """Typed ranges fetched by ``prefetch`` threads ahead, in id order; a range whose rows are not all typed
     in one layout holding every asked feature is read by the blocks reader (so a window may mix both)."""
     template = _TYPED_SQL.replace("{categories}", _CATEGORIES if categorical else "NULL::bytea")
+    template = template.replace("{labels}", _LABELS if labels else "NULL::bytea")
+    template = template.replace("{label_column}", _LABEL_COLUMN if labels else "")
     sql, base = _block_query(summary, template, labels=labels)
     block_sql, block_base = _block_query(summary, labels=labels)
     layouts = _layouts(engine)

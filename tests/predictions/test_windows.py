@@ -87,6 +87,7 @@ def read(
     reader: Reader = Reader.AUTO,
     chunk_rows: int = 25_000,
     now: datetime | None = None,
+    labels: bool = True,
 ) -> tuple[WindowSummary | None, Rows]:
     """The window's summary and its rows, read by ``reader``."""
     summary = summarize_window(engine=engine, model_name="credit", spec=spec, now=now)
@@ -99,6 +100,7 @@ def read(
         categorical=CATEGORICAL,
         chunk_rows=chunk_rows,
         reader=reader,
+        labels=labels,
     )
     return summary, collect(chunks)
 
@@ -174,6 +176,12 @@ def test_feedback_labels_are_joined_to_their_predictions(database_url: str) -> N
     for reader in readers(db.engine):
         _, rows = read(db.engine, WindowSpec(rows=900), reader=reader, chunk_rows=200)
         assert np.array_equal(rows.labels, want, equal_nan=True)
+        if reader is not Reader.GENERIC:  # without the join: no label, the rest unchanged
+            _, bare = read(db.engine, WindowSpec(rows=900), reader=reader, chunk_rows=200, labels=False)
+            assert bare.rows == 900 and np.isnan(bare.labels).all() and bare.labels.size == 900
+            assert np.array_equal(bare.numeric["amount"], rows.numeric["amount"], equal_nan=True)
+            assert np.array_equal(bare.predictions, rows.predictions, equal_nan=True)
+            assert bare.categories == rows.categories
     db.dispose()
 
 
