@@ -8,7 +8,8 @@ On PostgreSQL with a :class:`SketchCache` (the default of ``run_monitor``: setti
 the id axis is cut into aligned blocks of ``block_ids`` ids; a block lying wholly inside the window is
 counted once and its counts kept in ``monitor_window_sketches`` (:mod:`monitors.service`), and later runs
 merge the stored counts while the log still shows the block's row count and oldest ``logged_at`` (an
-index-only query per run, with the window's summary: :func:`predictions.windows.summarize_blocks`). Only
+index-only query per run, with the window's summary: :func:`predictions.windows.summarize_blocks`; while
+it runs, the newest blocks the cache lacks are already read and counted, see :func:`_read_early`). Only
 new or changed blocks and the window's edges are read; the labels (feedback arrives later) and the ordered
 error stream are read on every run from the labelled rows of the whole window. See docs/monitoring.md,
 "The sketch cache".
@@ -25,7 +26,7 @@ import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -52,8 +53,10 @@ from predictions.windows import (
     Reader,
     WindowSpec,
     WindowSummary,
+    block_stats,
     choose_reader,
     narrow,
+    newest_id,
     read_chunks,
     summarize_blocks,
     summarize_window,
@@ -61,6 +64,7 @@ from predictions.windows import (
 
 _FETCH_BLOCKS = 16  # stored blocks read or written per query (about 0.5 MB each: 25 features, fine grids)
 _BLOCKS_AHEAD = 1  # blocks fetched ahead of the counting (each also prefetches its ranges: two queries)
+_EARLY_BLOCKS = 5  # the newest uncached blocks read and counted while the summary's index scan runs
 
 
 @dataclass(frozen=True)
@@ -132,32 +136,23 @@ def read_window(
     chosen = choose_reader(engine=engine, reader=reader)
     sketch = WindowSketch(threshold=threshold)
     cached = cache if cache is not None and chosen in (Reader.TYPED, Reader.BLOCKS) else None
-    began = time.perf_counter()
-    stats: list[BlockStat] = []
-    if cached is not None:  # the summary and the blocks' statistics (one query without a time bound)
-        summary, stats = summarize_blocks(
-            engine=engine, model_name=model_name, spec=spec, block_ids=cached.block_ids, now=now
-        )
-    else:
-        summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
-    summarized = time.perf_counter() - began
-    if summary is None:
-        return Window(model_name, spec, 0, None, None, None, None, 0, sketch, chosen.value)
-    count = 0
-    blocks: tuple[int, int, dict[str, float]] | None = None
     if cached is not None:
-        sketch, count, blocks = _sketch_blocks(
+        return _read_cached(
             engine=engine,
             cache=cached,
-            stats=stats,
             profile=profile,
-            summary=summary,
+            model_name=model_name,
+            spec=spec,
             threshold=threshold,
             chunk_rows=chunk_rows,
             reader=chosen,
+            now=now,
         )
-        blocks[2]["summary_and_block_stats"] = round(summarized, 4)
-    elif chosen is Reader.AGGREGATE:  # counted inside the database: no chunks
+    summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
+    if summary is None:
+        return Window(model_name, spec, 0, None, None, None, None, 0, sketch, chosen.value)
+    count = 0
+    if chosen is Reader.AGGREGATE:  # counted inside the database: no chunks
         sketch = sketch_aggregate(
             engine=engine, profile=profile, summary=summary, threshold=threshold, chunk_rows=chunk_rows
         )
@@ -165,11 +160,12 @@ def read_window(
         # PostgreSQL's row readers leave the labels to one query of their own (labels joined per range
         # cost a scan of the window's labels each); the generic reader (SQLite) joins them row by row
         apart = chosen in (Reader.TYPED, Reader.BLOCKS)
+        numeric, categorical = _feature_names(profile)
         chunks = read_chunks(
             engine=engine,
             summary=summary,
-            numeric=[n for n, f in profile.features.items() if isinstance(f, NumericProfile)],
-            categorical=[n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)],
+            numeric=numeric,
+            categorical=categorical,
             chunk_rows=chunk_rows,
             reader=chosen,
             labels=not apart,
@@ -179,9 +175,19 @@ def read_window(
             count += 1
         if apart:
             _add_labels(sketch=sketch, engine=engine, profile=profile, summary=summary, chunk_rows=chunk_rows)
+    return _window(summary, sketch, chosen, count)
+
+
+def _window(
+    summary: WindowSummary,
+    sketch: WindowSketch,
+    reader: Reader,
+    chunks: int,
+    blocks: tuple[int, int, dict[str, float]] | None = None,
+) -> Window:
     return Window(
-        model_name=model_name,
-        spec=spec,
+        model_name=summary.model_name,
+        spec=summary.spec,
         rows=sketch.rows,
         start=summary.start,
         end=summary.end,
@@ -189,27 +195,200 @@ def read_window(
         last_id=summary.last_id,
         labelled=sketch.labels.rows,
         sketch=sketch,
-        reader=chosen.value,
-        chunks=count,
+        reader=reader.value,
+        chunks=chunks,
         cached_blocks=None if blocks is None else blocks[0],
         counted_blocks=None if blocks is None else blocks[1],
         cache_seconds=None if blocks is None else blocks[2],
     )
 
 
+_Early = dict[int, tuple[int, int, "Future[tuple[int, WindowSketch, int]]"]]
+"""Blocks read and counted before the summary was known: block -> (first id, last id, (its rows, its
+counts, the chunks read))."""
+
+
+def _read_cached(
+    *,
+    engine: Engine,
+    cache: SketchCache,
+    profile: Profile,
+    model_name: str,
+    spec: WindowSpec,
+    threshold: float,
+    chunk_rows: int,
+    reader: Reader,
+    now: datetime | None,
+) -> Window:
+    """:func:`read_window` with the sketch cache. The summary's index scan (a quarter of a second for a
+    million rows) leaves a core idle, so the newest blocks the cache does not hold are read meanwhile,
+    bounded by the newest id seen first; the summary is bounded by the same id."""
+    now = now or datetime.now(UTC)  # one time bound for the early reads and the summary
+    began = time.perf_counter()
+    key = _key(model_name, spec, profile, threshold, cache.block_ids)
+    numeric, categorical = _feature_names(profile)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dw-blocks") as pool:
+        early: _Early = {}
+        top = newest_id(engine=engine, model_name=model_name, spec=spec, now=now)
+        if top is not None and spec.minutes is None:  # (a time bound's first id is known only from the scan)
+            early = _read_early(
+                engine=engine,
+                cache=cache,
+                key=key,
+                pool=pool,
+                profile=profile,
+                threshold=threshold,
+                model_name=model_name,
+                spec=spec,
+                top=top,
+                numeric=numeric,
+                categorical=categorical,
+                chunk_rows=chunk_rows,
+                reader=reader,
+            )
+        summary, stats = summarize_blocks(
+            engine=engine, model_name=model_name, spec=spec, block_ids=cache.block_ids, now=now, upto=top
+        )
+        summarized = time.perf_counter() - began
+        if summary is None:
+            for _, _, future in early.values():
+                future.cancel()
+            empty = WindowSketch(threshold=threshold)
+            return Window(model_name, spec, 0, None, None, None, None, 0, empty, reader.value)
+        sketch, count, blocks = _sketch_blocks(
+            engine=engine,
+            cache=cache,
+            key=key,
+            stats=stats,
+            profile=profile,
+            summary=summary,
+            threshold=threshold,
+            chunk_rows=chunk_rows,
+            reader=reader,
+            pool=pool,
+            early=early,
+        )
+    blocks[2]["summary_and_block_stats"] = round(summarized, 4)
+    return _window(summary, sketch, reader, count, blocks)
+
+
+def _key(model_name: str, spec: WindowSpec, profile: Profile, threshold: float, block_ids: int) -> SketchKey:
+    return SketchKey(
+        model_name=model_name,
+        version_filter=spec.version or 0,
+        fingerprint=fingerprint(profile, float(threshold)),
+        block_ids=block_ids,
+    )
+
+
+def _feature_names(profile: Profile) -> tuple[list[str], list[str]]:
+    numeric = [n for n, f in profile.features.items() if isinstance(f, NumericProfile)]
+    categorical = [n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)]
+    return numeric, categorical
+
+
+def _read_block(
+    *,
+    engine: Engine,
+    summary: WindowSummary,
+    low: int,
+    high: int,
+    rows: int,
+    numeric: list[str],
+    categorical: list[str],
+    chunk_rows: int,
+    reader: Reader,
+) -> list[Chunk]:
+    """The window's rows between two ids of one block, without labels."""
+    return list(
+        read_chunks(
+            engine=engine,
+            summary=narrow(summary, first_id=low, last_id=high, rows=rows),
+            numeric=numeric,
+            categorical=categorical,
+            chunk_rows=chunk_rows,
+            reader=reader,
+            labels=False,
+        )
+    )
+
+
+def _read_early(
+    *,
+    engine: Engine,
+    cache: SketchCache,
+    key: SketchKey,
+    pool: ThreadPoolExecutor,
+    profile: Profile,
+    threshold: float,
+    model_name: str,
+    spec: WindowSpec,
+    top: int,
+    numeric: list[str],
+    categorical: list[str],
+    chunk_rows: int,
+    reader: Reader,
+) -> _Early:
+    """Start reading and counting, newest first, those of the last :data:`_EARLY_BLOCKS` blocks up to
+    ``top`` that the cache does not hold and that lie wholly inside the window whatever its first id turns
+    out to be (every run reads the newest, partial block; a cold run reads them all). Windows without a
+    time bound only."""
+    size = cache.block_ids
+    newest = top // size
+    lowest = 0 if spec.rows is None else top - spec.rows + 1  # the window's first id is at most this
+    candidates = [b for b in range(newest, newest - _EARLY_BLOCKS, -1) if b >= 0 and b * size >= lowest]
+    with Session(cache.engine) as session:
+        stored = cached_blocks(session=session, key=key, blocks=candidates)
+    early: _Early = {}
+    for block in candidates:
+        if block in stored:
+            continue
+        low, high = block * size, min(block * size + size - 1, top)
+        # the summary is not known yet: the ids are read as a window of their own (same filters)
+        ids = WindowSummary(model_name, spec, high - low + 1, None, None, low, high, None)
+
+        def read(ids: WindowSummary = ids) -> tuple[int, WindowSketch, int]:
+            # its rows counted first, so that its ranges are cut as a read after the summary cuts them
+            found = block_stats(engine=engine, summary=ids, block_ids=size)
+            rows = found[0].rows if found else 0
+            part, chunks = WindowSketch(threshold=threshold), 0
+            if rows:
+                for chunk in _read_block(
+                    engine=engine,
+                    summary=ids,
+                    low=ids.first_id,
+                    high=ids.last_id,
+                    rows=rows,
+                    numeric=numeric,
+                    categorical=categorical,
+                    chunk_rows=chunk_rows,
+                    reader=reader,
+                ):
+                    add_chunk(sketch=part, profile=profile, chunk=chunk, labels=False)
+                    chunks += 1
+            return rows, part, chunks
+
+        early[block] = (low, high, pool.submit(read))
+    return early
+
+
 def _sketch_blocks(
     *,
     engine: Engine,
     cache: SketchCache,
+    key: SketchKey,
     stats: list[BlockStat],
     profile: Profile,
     summary: WindowSummary,
     threshold: float,
     chunk_rows: int,
     reader: Reader,
+    pool: ThreadPoolExecutor,
+    early: _Early,
 ) -> tuple[WindowSketch, int, tuple[int, int, dict[str, float]]]:
-    """The window's sketch block by block, stored counts merged where still valid; returns the sketch, the
-    chunks read and (blocks from the cache, blocks read, wall seconds per step)."""
+    """The window's sketch block by block, stored counts merged where still valid, the blocks read early
+    taken where they cover what the window holds of the block; returns the sketch, the chunks read and
+    (blocks from the cache, blocks read, wall seconds per step)."""
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -220,12 +399,6 @@ def _sketch_blocks(
         clock = now
 
     size = cache.block_ids
-    key = SketchKey(
-        model_name=summary.model_name,
-        version_filter=summary.spec.version or 0,
-        fingerprint=fingerprint(profile, float(threshold)),
-        block_ids=size,
-    )
 
     def sealed(st: BlockStat) -> bool:  # wholly inside the window: its every row is in it
         low, high = st.block * size, st.block * size + size - 1
@@ -256,64 +429,84 @@ def _sketch_blocks(
             step("cache_fetch")
         return loaded.pop(block, None)  # None: deleted meanwhile (another run pruned it): counted again
 
-    numeric = [n for n, f in profile.features.items() if isinstance(f, NumericProfile)]
-    categorical = [n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)]
+    numeric, categorical = _feature_names(profile)
+
+    def span(st: BlockStat) -> tuple[int, int]:  # the ids of the block inside the window's range
+        return max(st.block * size, summary.first_id), min(st.block * size + size - 1, summary.last_id)
 
     def read_block(st: BlockStat) -> list[Chunk]:  # the block's rows in the window, without labels
-        low = max(st.block * size, summary.first_id)
-        high = min(st.block * size + size - 1, summary.last_id)
-        return list(
-            read_chunks(
-                engine=engine,
-                summary=narrow(summary, first_id=low, last_id=high, rows=st.rows),
-                numeric=numeric,
-                categorical=categorical,
-                chunk_rows=chunk_rows,
-                reader=reader,
-                labels=False,
-            )
+        low, high = span(st)
+        return _read_block(
+            engine=engine,
+            summary=summary,
+            low=low,
+            high=high,
+            rows=st.rows,
+            numeric=numeric,
+            categorical=categorical,
+            chunk_rows=chunk_rows,
+            reader=reader,
         )
 
-    total = WindowSketch(threshold=threshold)
+    unread = [st for st in stats if st.block not in valid_set]
+    # blocks read early that cover what the window holds of them (their rows are checked when counted)
+    ready: dict[int, Future[tuple[int, WindowSketch, int]]] = {}
+    for st in unread:
+        started = early.pop(st.block, None)
+        if started is not None and (started[0], started[1]) == span(st):
+            ready[st.block] = started[2]
+    for _, _, unused in early.values():  # cached after all (another run stored it meanwhile): not needed
+        unused.cancel()
+    unread = [st for st in unread if st.block not in ready]
+    parts: dict[int, WindowSketch] = {}
     fresh: list[CachedBlock] = []
     chunks = used = 0
-    # the blocks to read are fetched one block ahead of the counting (a cold run reads every block)
-    unread = [st for st in stats if st.block not in valid_set]
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dw-blocks") as pool:
-        ahead: dict[int, Future[list[Chunk]]] = {}
+    # the blocks read early are counted first; the others are fetched one block ahead of the counting
+    ahead: dict[int, Future[list[Chunk]]] = {}
 
-        def fetch_next() -> None:
-            while unread and len(ahead) < _BLOCKS_AHEAD:
-                st = unread.pop(0)
-                ahead[st.block] = pool.submit(read_block, st)
+    def fetch_next() -> None:
+        while unread and len(ahead) < _BLOCKS_AHEAD:
+            st = unread.pop(0)
+            ahead[st.block] = pool.submit(read_block, st)
 
-        fetch_next()
-        for st in stats:
-            whole = sealed(st)
-            data = counts_of(st.block)
-            if data is not None:
-                part = decode_counts(data, threshold=threshold)
-                used += 1
-                step("cache_merge")
-            else:
-                future = ahead.pop(st.block, None)
-                fetch_next()
-                part = WindowSketch(threshold=threshold)
-                for chunk in future.result() if future is not None else read_block(st):
-                    add_chunk(sketch=part, profile=profile, chunk=chunk, labels=False)
-                    chunks += 1
-                fetch_next()
-                # a row committed since the block's count (an older id) waits for the next run to be stored
-                if whole and part.rows == st.rows:
-                    with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
-                        fresh.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
-                    if len(fresh) >= _FETCH_BLOCKS:  # stored as they come: memory stays bounded on a cold run
-                        with Session(cache.engine) as session, session.begin():
-                            store_blocks(session=session, key=key, blocks=fresh)
-                        fresh = []
-                step("read")
-            total = total.merge(part)
+    fetch_next()
+    for st in sorted(stats, key=lambda st: st.block not in ready):  # stable: block order otherwise
+        whole = sealed(st)
+        data = counts_of(st.block)
+        if data is not None:
+            parts[st.block] = decode_counts(data, threshold=threshold)
+            used += 1
             step("cache_merge")
+            continue
+        future = ahead.pop(st.block, None)
+        fetch_next()
+        counted: WindowSketch | None = None
+        if st.block in ready:
+            rows, counted, early_chunks = ready.pop(st.block).result()
+            if rows != st.rows:  # a row committed meanwhile: the block is read again, as the summary saw it
+                counted = None
+            else:
+                chunks += early_chunks
+        if counted is None:
+            counted = WindowSketch(threshold=threshold)
+            for chunk in future.result() if future is not None else read_block(st):
+                add_chunk(sketch=counted, profile=profile, chunk=chunk, labels=False)
+                chunks += 1
+        part = parts[st.block] = counted
+        fetch_next()
+        # a row committed since the block's count (an older id) waits for the next run to be stored
+        if whole and part.rows == st.rows:
+            with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
+                fresh.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
+            if len(fresh) >= _FETCH_BLOCKS:  # stored as they come: memory stays bounded on a cold run
+                with Session(cache.engine) as session, session.begin():
+                    store_blocks(session=session, key=key, blocks=fresh)
+                fresh = []
+        step("read")
+    total = WindowSketch(threshold=threshold)
+    for st in stats:  # merged in block order, whichever was counted first
+        total = total.merge(parts.pop(st.block))
+    step("cache_merge")
     # labels arrive after their predictions: counted on every run, in id order, over the whole window
     _add_labels(sketch=total, engine=engine, profile=profile, summary=summary, chunk_rows=chunk_rows)
     step("labels")

@@ -140,14 +140,39 @@ class _Bounds:
     since: datetime | None
 
 
-def _filters(*, model_name: str, spec: WindowSpec, since: datetime | None) -> list[ColumnElement[bool]]:
+def _filters(
+    *, model_name: str, spec: WindowSpec, since: datetime | None, upto: int | None = None
+) -> list[ColumnElement[bool]]:
     log = PredictionLog
     out: list[ColumnElement[bool]] = [log.model_name == model_name, log.status == PredictionStatus.OK.value]
     if spec.version is not None:
         out.append(log.model_version == spec.version)
     if since is not None:
         out.append(log.logged_at >= since)
+    if upto is not None:
+        out.append(log.id <= upto)
     return out
+
+
+def window_since(spec: WindowSpec, now: datetime | None) -> datetime | None:
+    """The window's time bound (None without one)."""
+    if spec.minutes is None:
+        return None
+    return (now or datetime.now(UTC)).astimezone(UTC) - timedelta(minutes=spec.minutes)  # SQLite: naive UTC
+
+
+def newest_id(
+    *, engine: Engine, model_name: str, spec: WindowSpec, now: datetime | None = None
+) -> int | None:
+    """The id of the window's newest row (None: the window is empty); one backward index probe.
+
+    A run that reads blocks before its summary is known bounds the summary by it (``upto``), so both see
+    the same newest row while new rows keep arriving."""
+    since = window_since(spec, now)
+    stmt = select(func.max(PredictionLog.id)).where(*_filters(model_name=model_name, spec=spec, since=since))
+    with engine.connect() as conn:
+        found = conn.execute(stmt).scalar()
+    return None if found is None else int(found)
 
 
 def choose_reader(*, engine: Engine, reader: Reader | str = Reader.AUTO) -> Reader:
@@ -161,12 +186,12 @@ def choose_reader(*, engine: Engine, reader: Reader | str = Reader.AUTO) -> Read
 
 
 def summarize_window(
-    *, engine: Engine, model_name: str, spec: WindowSpec, now: datetime | None = None
+    *, engine: Engine, model_name: str, spec: WindowSpec, now: datetime | None = None, upto: int | None = None
 ) -> WindowSummary | None:
-    """One query: the window's row count, time span and id range (None when the window is empty)."""
-    now = (now or datetime.now(UTC)).astimezone(UTC)  # SQLite stores naive UTC text
-    since = now - timedelta(minutes=spec.minutes) if spec.minutes is not None else None
-    where = _filters(model_name=model_name, spec=spec, since=since)
+    """One query: the window's row count, time span and id range (None when the window is empty); ``upto``:
+    the window as it stood when its newest row had this id (newer rows are left out)."""
+    since = window_since(spec, now)
+    where = _filters(model_name=model_name, spec=spec, since=since, upto=upto)
     rows = select(PredictionLog.id, PredictionLog.logged_at).where(*where)
     if spec.rows is not None:
         rows = rows.order_by(PredictionLog.id.desc()).limit(spec.rows)
@@ -247,18 +272,24 @@ def block_stats(*, engine: Engine, summary: WindowSummary, block_ids: int) -> li
 
 
 def summarize_blocks(
-    *, engine: Engine, model_name: str, spec: WindowSpec, block_ids: int, now: datetime | None = None
+    *,
+    engine: Engine,
+    model_name: str,
+    spec: WindowSpec,
+    block_ids: int,
+    now: datetime | None = None,
+    upto: int | None = None,
 ) -> tuple[WindowSummary | None, list[BlockStat]]:
-    """:func:`summarize_window` and :func:`block_stats` of the window (PostgreSQL). Without a time bound, one
-    index-only scan gives both: the window is then every row of its id range that passes the filters, so
-    its rows grouped by block are the blocks' statistics."""
+    """:func:`summarize_window` and :func:`block_stats` of the window (PostgreSQL; ``upto`` as there).
+    Without a time bound, one index-only scan gives both: the window is then every row of its id range that
+    passes the filters, so its rows grouped by block are the blocks' statistics."""
     if spec.minutes is not None:
-        summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
+        summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now, upto=upto)
         if summary is None:
             return None, []
         return summary, block_stats(engine=engine, summary=summary, block_ids=block_ids)
     rows = select(PredictionLog.id, PredictionLog.logged_at).where(
-        *_filters(model_name=model_name, spec=spec, since=None)
+        *_filters(model_name=model_name, spec=spec, since=None, upto=upto)
     )
     if spec.rows is not None:
         rows = rows.order_by(PredictionLog.id.desc()).limit(spec.rows)

@@ -235,6 +235,79 @@ def test_a_block_stored_while_a_row_was_committing_is_not_stored(pg_url: str, pr
     db.dispose()
 
 
+def test_the_newest_blocks_are_read_while_the_summary_scans(
+    pg_url: str, profile: Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest blocks the cache lacks are read before the summary is known, bounded by the newest id seen
+    first: rows arriving meanwhile stay out of the window, the counts equal a run that reads every block
+    after the summary, and a block whose row count changed in between is read again."""
+    db, _, contract = _mixed_log(pg_url, profile)  # credit: ids 1..3000, blocks 0..11 of 256 ids
+    scratch = open_database(f"sqlite:///{tmp_path}/cache.db")
+    args: dict[str, Any] = dict(engine=db.engine, profile=profile, model_name="credit", chunk_rows=100)
+    early: list[list[int]] = []
+    read_early, summarize = log_window._read_early, log_window.summarize_blocks
+
+    def spy(**kw: Any) -> Any:
+        got = read_early(**kw)
+        early.append(sorted(got))
+        return got
+
+    def arriving(**kw: Any) -> Any:  # rows logged while the run is under way
+        log_inputs(db.engine, documents(40, seed=12), layout=contract)
+        return summarize(**kw)
+
+    def cold(spec: WindowSpec) -> Window:  # every block read, after the summary (no early reads)
+        with scratch.session() as s:
+            s.execute(delete(WindowSketchBlock))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(log_window, "_EARLY_BLOCKS", 0)
+            return read_window(**args, spec=spec, cache=SketchCache(scratch.engine, BLOCK))
+
+    spec = WindowSpec(rows=2_500)
+    before = cold(spec)  # ids 501..3000
+    monkeypatch.setattr(log_window, "_read_early", spy)
+    monkeypatch.setattr(log_window, "summarize_blocks", arriving)
+    first = read_window(**args, spec=spec, cache=SketchCache(db.engine, BLOCK))
+    assert early[-1] == [7, 8, 9, 10, 11]  # the five newest: 1792..3000, all inside ids 501..3000
+    assert (first.first_id, first.last_id, first.rows) == (501, 3_000, 2_500)  # the 40 new rows: not yet
+    monkeypatch.setattr(log_window, "summarize_blocks", summarize)
+    assert_sketches(first.sketch, before.sketch, exact=True)
+
+    # the next run: the cache holds the sealed blocks; the newest (partial) one is read early
+    second = read_window(**args, spec=spec, cache=SketchCache(db.engine, BLOCK))
+    assert early[-1] == [11] and second.last_id == 3_040 and second.cached_blocks == 8  # 3..10
+    assert_sketches(second.sketch, cold(spec).sketch, exact=True)
+
+    # a window within the newest block: nothing is read early (its first id is not known yet)
+    small = WindowSpec(rows=100)
+    assert read_window(**args, spec=small, cache=SketchCache(db.engine, BLOCK)).rows == 100
+    assert early[-1] == []
+
+    # a row committed between the early count and the summary: the block is read again
+    stats = log_window.block_stats
+    monkeypatch.setattr(
+        log_window,
+        "block_stats",
+        lambda **kw: [dataclasses.replace(st, rows=st.rows - 1) for st in stats(**kw)],
+    )
+    reads: list[tuple[int, int]] = []
+    read_block = log_window._read_block
+
+    def counted(**kw: Any) -> Any:
+        reads.append((kw["low"], kw["high"]))
+        return read_block(**kw)
+
+    monkeypatch.setattr(log_window, "_read_block", counted)
+    with scratch.session() as s:
+        s.execute(delete(WindowSketchBlock))
+    again = read_window(**args, spec=spec, cache=SketchCache(scratch.engine, BLOCK))
+    assert early[-1] == [7, 8, 9, 10, 11] and reads.count((2_304, 2_559)) == 2  # early, then again
+    monkeypatch.setattr(log_window, "block_stats", stats)
+    assert_sketches(again.sketch, cold(spec).sketch, exact=True)
+    scratch.dispose()
+    db.dispose()
+
+
 def test_encoded_counts_round_trip(profile: Profile) -> None:
     cols = generate(2_000, seed=3)
     cols["region"][:5] = None
