@@ -313,6 +313,14 @@ def _read_block(
     )
 
 
+def _counted(chunks: list[Chunk], *, profile: Profile, threshold: float) -> tuple[WindowSketch, int]:
+    """One block's chunks counted into a sketch of their own (labels apart), and how many there were."""
+    part = WindowSketch(threshold=threshold)
+    for chunk in chunks:
+        add_chunk(sketch=part, profile=profile, chunk=chunk, labels=False)
+    return part, len(chunks)
+
+
 def _read_early(
     *,
     engine: Engine,
@@ -351,22 +359,20 @@ def _read_early(
             # its rows counted first, so that its ranges are cut as a read after the summary cuts them
             found = block_stats(engine=engine, summary=ids, block_ids=size)
             rows = found[0].rows if found else 0
-            part, chunks = WindowSketch(threshold=threshold), 0
-            if rows:
-                for chunk in _read_block(
-                    engine=engine,
-                    summary=ids,
-                    low=ids.first_id,
-                    high=ids.last_id,
-                    rows=rows,
-                    numeric=numeric,
-                    categorical=categorical,
-                    chunk_rows=chunk_rows,
-                    reader=reader,
-                ):
-                    add_chunk(sketch=part, profile=profile, chunk=chunk, labels=False)
-                    chunks += 1
-            return rows, part, chunks
+            if not rows:
+                return 0, WindowSketch(threshold=threshold), 0
+            chunks = _read_block(
+                engine=engine,
+                summary=ids,
+                low=ids.first_id,
+                high=ids.last_id,
+                rows=rows,
+                numeric=numeric,
+                categorical=categorical,
+                chunk_rows=chunk_rows,
+                reader=reader,
+            )
+            return (rows, *_counted(chunks, profile=profile, threshold=threshold))
 
         early[block] = (low, high, pool.submit(read))
     return early
@@ -488,10 +494,12 @@ def _sketch_blocks(
             else:
                 chunks += early_chunks
         if counted is None:
-            counted = WindowSketch(threshold=threshold)
-            for chunk in future.result() if future is not None else read_block(st):
-                add_chunk(sketch=counted, profile=profile, chunk=chunk, labels=False)
-                chunks += 1
+            counted, read = _counted(
+                future.result() if future is not None else read_block(st),
+                profile=profile,
+                threshold=threshold,
+            )
+            chunks += read
         part = parts[st.block] = counted
         fetch_next()
         # a row committed since the block's count (an older id) waits for the next run to be stored

@@ -154,7 +154,7 @@ def _filters(
     return out
 
 
-def window_since(spec: WindowSpec, now: datetime | None) -> datetime | None:
+def _since(spec: WindowSpec, now: datetime | None) -> datetime | None:
     """The window's time bound (None without one)."""
     if spec.minutes is None:
         return None
@@ -168,7 +168,7 @@ def newest_id(
 
     A run that reads blocks before its summary is known bounds the summary by it (``upto``), so both see
     the same newest row while new rows keep arriving."""
-    since = window_since(spec, now)
+    since = _since(spec, now)
     stmt = select(func.max(PredictionLog.id)).where(*_filters(model_name=model_name, spec=spec, since=since))
     with engine.connect() as conn:
         found = conn.execute(stmt).scalar()
@@ -190,7 +190,7 @@ def summarize_window(
 ) -> WindowSummary | None:
     """One query: the window's row count, time span and id range (None when the window is empty); ``upto``:
     the window as it stood when its newest row had this id (newer rows are left out)."""
-    since = window_since(spec, now)
+    since = _since(spec, now)
     where = _filters(model_name=model_name, spec=spec, since=since, upto=upto)
     rows = select(PredictionLog.id, PredictionLog.logged_at).where(*where)
     if spec.rows is not None:
