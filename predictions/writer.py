@@ -42,8 +42,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
 from sqlalchemy import Engine
 
+from core.database import make_engine
 from predictions.pending import RequestRows, build
 from predictions.rejected import DeadLetter
 from predictions.service import LogRow, classify_write_error, write_log_rows
@@ -57,6 +59,29 @@ Durability = Literal["durable", "fast"]
 FLUSH_BUCKETS_S: tuple[float, ...] = (
     0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
+
+
+def writer_engine(url: str) -> Engine:
+    """The engine a serving process's writer uses: two pooled connections, TCP keepalives (a dead server is
+    noticed within ~25 s of silence, not the OS's hours) and no ping before each batch.
+
+    The ping was a round trip (and, in the writer thread, a wait for the GIL) in front of every commit on the
+    ``durable`` path; a pooled connection the server closed meanwhile now fails its batch instead, which
+    :meth:`LogWriter._write` sends once more on a fresh connection."""
+    kwargs: dict[str, Any] = {
+        "json_serializer": lambda o: orjson.dumps(o).decode(),
+        "pool_pre_ping": False,
+    }
+    if not url.startswith("sqlite"):
+        kwargs["pool_size"] = 2
+        kwargs["connect_args"] = {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+    return make_engine(url, **kwargs)
 
 
 class LogUnavailable(RuntimeError):
@@ -338,7 +363,15 @@ class LogWriter:
     def _write(self, rows: list[LogRow], *, idempotent: bool) -> None:
         t0 = time.perf_counter()
         try:
-            write_log_rows(engine=self.engine, rows=rows, idempotent=idempotent)
+            try:
+                write_log_rows(engine=self.engine, rows=rows, idempotent=idempotent)
+            except Exception as exc:
+                # the first failure after the database answered is tried once more on a fresh connection
+                # (the failed one left the pool): writer_engine does not ping a pooled connection before a
+                # batch, so one the server closed meanwhile (a restart, an idle timeout) fails here first
+                if not self.stats.database_ok or classify_write_error(exc) != "unavailable":
+                    raise
+                write_log_rows(engine=self.engine, rows=rows, idempotent=idempotent)
         finally:
             self.stats.observe_flush(time.perf_counter() - t0)
 

@@ -9,9 +9,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -22,7 +20,7 @@ from alerts.flows import seed_rules
 from alerts.scheduled import start_outbox_retention, start_sender
 from alerts.views import router as alerts_router
 from core.config import Settings, get_settings
-from core.database import make_engine, open_database
+from core.database import open_database
 from core.errors import DomainError
 from core.http import error_response, request_id_of
 from core.logs import setup_logging
@@ -31,7 +29,7 @@ from monitors.scheduled import start_in_app as start_monitors
 from monitors.views import router as monitors_router
 from predictions.scheduled import start_retention
 from predictions.spool import Spool
-from predictions.writer import LogWriter
+from predictions.writer import LogWriter, writer_engine
 from registry.views import router as registry_router
 from service.serving import open_inference, operations, tf_serving
 from service.serving.batcher import Runner
@@ -57,21 +55,6 @@ Every request is checked against the version's input contract (a violation answe
 the feature and the rule), every output against the output contract, and every prediction is logged with
 an id (`prediction_ids`) that ground truth can later be attached to (`POST /v1/models/{name}/feedback`).
 """
-
-
-def _writer_engine(url: str) -> Any:
-    kwargs: dict[str, Any] = {"json_serializer": lambda o: orjson.dumps(o).decode(), "pool_size": 2}
-    if not url.startswith("sqlite"):
-        kwargs["connect_args"] = {
-            "connect_timeout": 5,
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
-        }
-    else:
-        kwargs.pop("pool_size")
-    return make_engine(url, **kwargs)
 
 
 def spool_dir(settings: Settings, url: str) -> Path:
@@ -113,7 +96,7 @@ def create_app(
         writer = None
         if cfg.prediction_log_enabled:
             writer = LogWriter(
-                engine=_writer_engine(url),
+                engine=writer_engine(url),
                 # one spool slot per process (--workers N)
                 spool=Spool.claim(spool_dir(cfg, url), max_bytes=cfg.spool_max_bytes),
                 durability=cfg.log_durability,

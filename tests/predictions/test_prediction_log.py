@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -291,3 +292,50 @@ def test_a_postgres_batch_is_one_autocommitted_statement_and_the_pool_gets_its_c
             db.dispose()
         finally:
             engine.dispose()
+
+
+@pytest.mark.parametrize("durability", ["durable", "fast"])
+def test_a_pooled_connection_the_server_closed_costs_no_spooling(
+    pg_url: str, tmp_path: Path, durability: Durability
+) -> None:
+    """The serving writer's engine pings no connection before a batch: one that PostgreSQL closed while it
+    sat in the pool (a restart, an idle timeout) fails its batch, which goes again on a fresh connection."""
+    from sqlalchemy import text
+
+    from predictions.writer import writer_engine
+
+    engine = writer_engine(pg_url)
+    writer = LogWriter(
+        engine=engine, spool=Spool(tmp_path / "spool"), durability=durability, flush_interval_s=0.01
+    )
+    writer.start()
+    try:
+        asyncio.run(_submit_all(writer, [make_rows(5)]))
+        assert writer.flush(timeout_s=20)
+        pids = [conn.info.backend_pid for conn in _pooled(engine)]
+        assert pids, "the writer's connection went back to the pool"
+        admin = make_engine(pg_url)
+        with admin.connect() as conn:
+            for pid in pids:
+                assert conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar() is True
+        admin.dispose()
+        asyncio.run(_submit_all(writer, [make_rows(7, start=5)]))
+        assert writer.flush(timeout_s=20)
+    finally:
+        writer.close()
+    assert writer.stats.rows_written == 12
+    assert writer.stats.rows_spooled == 0 and writer.stats.write_errors == 0 and writer.stats.database_ok
+    db = open_database(pg_url)
+    with db.session() as s:
+        assert count_predictions(session=s, model_name="m") == 12
+    db.dispose()
+
+
+def _pooled(engine: Any) -> list[Any]:
+    """The psycopg connections resting in ``engine``'s pool (checked out and in again at once)."""
+    held = [engine.raw_connection() for _ in range(engine.pool.checkedin())]
+    try:
+        return [raw.driver_connection for raw in held]
+    finally:
+        for raw in held:
+            raw.close()
