@@ -16,7 +16,10 @@ beyond the reference range, where the other side has no mass).
 
 from __future__ import annotations
 
+import math
+import weakref
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -56,13 +59,95 @@ class GridCounts:
 def count_on_grid(
     values: Column, grid: np.ndarray, *, limits: tuple[float | None, float | None] = (None, None)
 ) -> GridCounts:
-    """Exact cell counts of ``values`` (NaN = missing) on ``grid``; one sort, O(n log n).
+    """Exact cell counts of ``values`` (NaN = missing) on ``grid``.
 
+    Each value's cell is found through the grid's :class:`GridIndex` (a few passes over the values, O(n));
+    a grid that index cannot serve (points too unevenly spread, see :meth:`GridIndex.of`) takes one sort,
+    O(n log n). Both give the same cells; the sums differ only in the order of their additions.
     ``outside`` counts values below ``limits[0]`` or above ``limits[1]`` (either may be None).
     """
-    x = np.sort(as_float(values))  # NaN sorts last
-    n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
-    return count_sorted(x[:n_valid], grid, missing=int(x.size - n_valid), limits=limits)
+    x = as_float(values)
+    index = GridIndex.of(grid)
+    if index is None:
+        x = np.sort(x)  # NaN sorts last
+        n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
+        return count_sorted(x[:n_valid], grid, missing=int(x.size - n_valid), limits=limits)
+    valid = x[~np.isnan(x)]
+    outside = 0
+    if limits[0] is not None:
+        outside += int(np.count_nonzero(valid < limits[0]))
+    if limits[1] is not None:
+        outside += int(np.count_nonzero(valid > limits[1]))
+    cells, sums = index.count(valid)
+    return GridCounts(cells=cells, sums=sums, missing=int(x.size - valid.size), outside=outside)
+
+
+class GridIndex:
+    """Finds the cell of each value on a grid without sorting the values.
+
+    The range ``[g_0, g_{k-1}]`` is cut into ``m`` equal buckets, and ``bucket(x)`` is the (clipped)
+    bucket of ``x``; since ``bucket`` never decreases as ``x`` grows, a grid point in a lower bucket than
+    ``x`` is below ``x`` and one in a higher bucket is above it. So with ``start[b]`` the number of grid
+    points in the buckets below ``b``, ``#{g < x}`` and ``#{g <= x}`` are ``start[b]`` plus the comparisons
+    of ``x`` with the few grid points of its own bucket (at most ``depth``), and the cell is their sum
+    (``2j`` in the open cell after ``j`` points, ``2j + 1`` at the point ``g_j``): exact, whatever the
+    rounding of ``bucket``.
+    """
+
+    MAX_DEPTH = 8  # grid points in one bucket, at most: beyond it one sort is cheaper
+    _cache: ClassVar[dict[int, tuple[weakref.ref[np.ndarray], GridIndex | None]]] = {}
+
+    def __init__(self, grid: np.ndarray, buckets: int) -> None:
+        self.size = 2 * len(grid) + 1
+        span = float(grid[-1] - grid[0])
+        self.low = float(grid[0])
+        scale = buckets / span if span > 0 else math.inf  # inf also for a span too small to divide by
+        self.buckets = buckets if math.isfinite(scale) and scale > 0 else 1
+        self.scale = scale if self.buckets > 1 else 0.0
+        starts = np.searchsorted(self.bucket(grid), np.arange(self.buckets + 1), side="left")
+        self.start = starts.astype(np.int64)
+        self.depth = int(np.diff(self.start).max())
+        # past the last point: NaN, which no comparison counts (the points of higher buckets are above x)
+        self.points = np.concatenate([grid, np.full(self.depth, np.nan)])
+
+    @classmethod
+    def of(cls, grid: np.ndarray) -> GridIndex | None:
+        """The index of ``grid`` (built once per grid array, which must not change afterwards); None when
+        some bucket would hold more than ``MAX_DEPTH`` points, or for an empty grid."""
+        key = id(grid)
+        hit = cls._cache.get(key)
+        if hit is not None and hit[0]() is grid:
+            return hit[1]
+        index: GridIndex | None = None
+        if len(grid):
+            index = cls(grid, buckets=min(max(16 * len(grid), 1024), 1 << 16))
+            if index.depth > cls.MAX_DEPTH:
+                index = None
+        if len(cls._cache) > 4096:  # profiles come and go: forget the grids of old ones
+            cls._cache.clear()
+        cls._cache[key] = (weakref.ref(grid), index)
+        return index
+
+    def bucket(self, x: np.ndarray) -> np.ndarray:
+        """The bucket of each value (no NaN): non-decreasing in the value."""
+        if self.buckets == 1:
+            return np.zeros(x.shape, dtype=np.int64)
+        with np.errstate(over="ignore"):  # a value far beyond the grid: inf, clipped to the last bucket
+            t = (x - self.low) * self.scale
+        np.clip(t, 0, self.buckets - 1, out=t)
+        return t.astype(np.int64)
+
+    def count(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Cell counts and sums of ``x`` (no NaN)."""
+        base = self.start[self.bucket(x)]
+        cell = 2 * base
+        for step in range(self.depth):
+            point = self.points[base + step]
+            cell += point <= x
+            cell += point < x
+        cells = np.bincount(cell, minlength=self.size)
+        sums = np.bincount(cell, weights=x, minlength=self.size)
+        return cells.astype(np.int64), sums
 
 
 def count_sorted(

@@ -1,0 +1,82 @@
+"""Counting on a grid without sorting (``GridIndex``) gives the cells of the sort (``count_sorted``).
+
+Hypothesis draws grids and values with atoms at grid points, duplicates, negative zero, infinities, NaN,
+values far outside the grid and grids of one point; the cells, the missing and outside counts must be equal
+and the sums equal to rounding (they are added in another order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitors.binning import GridCounts, GridIndex, count_on_grid, count_sorted
+
+FINITE = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+ANY = st.one_of(
+    FINITE,
+    st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan, 1e300, -1e300, 5e-324, 1.0, -1.0]),
+)
+
+
+def by_sorting(x: np.ndarray, grid: np.ndarray, limits: tuple[float | None, float | None]) -> GridCounts:
+    """The reference: one sort, then the cells of the sorted values."""
+    valid = np.sort(x[~np.isnan(x)])
+    return count_sorted(valid, grid, missing=int(np.isnan(x).sum()), limits=limits)
+
+
+def assert_same(got: GridCounts, want: GridCounts) -> None:
+    assert got.cells.tolist() == want.cells.tolist()
+    assert (got.missing, got.outside) == (want.missing, want.outside)
+    finite = np.isfinite(want.sums)
+    assert np.array_equal(np.isfinite(got.sums), finite)
+    np.testing.assert_allclose(got.sums[finite], want.sums[finite], rtol=1e-9, atol=1e-6)
+    assert got.sums[~finite].tolist() == want.sums[~finite].tolist()
+
+
+@st.composite
+def grids_and_values(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    points = draw(st.lists(FINITE, min_size=1, max_size=60))
+    if draw(st.booleans()):  # a dense cluster beside a wide range, as quantiles of a skewed feature give
+        centre = draw(FINITE)
+        points += [centre + i * 1e-3 for i in range(draw(st.integers(1, 30)))]
+    grid = np.unique(np.asarray(points, dtype=np.float64))
+    values = draw(st.lists(st.one_of(ANY, st.sampled_from(grid.tolist())), max_size=300))
+    return grid, np.asarray(values, dtype=np.float64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    grids_and_values(),
+    st.tuples(st.one_of(st.none(), FINITE), st.one_of(st.none(), FINITE)),
+)
+def test_the_index_counts_what_the_sort_counts(
+    case: tuple[np.ndarray, np.ndarray], limits: tuple[float | None, float | None]
+) -> None:
+    grid, x = case
+    index = GridIndex.of(grid)
+    if index is not None:  # the grid the index serves: its own count, next to the sort's
+        valid = x[~np.isnan(x)]
+        cells, sums = index.count(valid)
+        assert_same(GridCounts(cells=cells, sums=sums, missing=0), by_sorting(valid, grid, (None, None)))
+    assert_same(count_on_grid(x, grid, limits=limits), by_sorting(x, grid, limits))
+
+
+def test_an_uneven_grid_is_counted_by_sorting() -> None:
+    # 40 points within 1e-9 of each other beside one far away: one bucket would hold them all
+    grid = np.unique(np.concatenate([np.arange(40) * 1e-11, [1e6]]))
+    assert GridIndex.of(grid) is None
+    x = np.concatenate([grid, grid[:5] + 1e-12, [np.nan, -1.0, 2e6]])
+    assert_same(count_on_grid(x, grid), by_sorting(x, grid, (None, None)))
+
+
+def test_typical_grids_are_served_by_the_index_once() -> None:
+    rng = np.random.default_rng(3)
+    for ref in (rng.normal(50, 10, 100_000), rng.lognormal(10, 1, 100_000), rng.poisson(5, 100_000) * 1.0):
+        grid = np.unique(np.quantile(ref, np.linspace(0, 1, 1001), method="inverted_cdf"))
+        index = GridIndex.of(grid)
+        assert index is not None and GridIndex.of(grid) is index  # built once per grid array
+        x = np.concatenate([rng.choice(ref, 5000), [np.nan] * 7, grid])
+        assert_same(count_on_grid(x, grid, limits=(40.0, 60.0)), by_sorting(x, grid, (40.0, 60.0)))
+    assert GridIndex.of(np.array([])) is None
