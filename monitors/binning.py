@@ -123,9 +123,14 @@ class GridIndex:
             index = cls(grid, buckets=min(max(16 * len(grid), 1024), 1 << 16))
             if index.depth > cls.MAX_DEPTH:
                 index = None
-        if len(cls._cache) > 4096:  # profiles come and go: forget the grids of old ones
+        if len(cls._cache) >= 1024:  # a bound whatever happens (entries leave with their grids, below)
             cls._cache.clear()
-        cls._cache[key] = (weakref.ref(grid), index)
+
+        def forget(ref: weakref.ref[np.ndarray]) -> None:  # the grid is gone: so is its index
+            if cls._cache.get(key, (None, None))[0] is ref:
+                del cls._cache[key]
+
+        cls._cache[key] = (weakref.ref(grid, forget), index)
         return index
 
     def bucket(self, x: np.ndarray) -> np.ndarray:

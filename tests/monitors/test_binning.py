@@ -80,3 +80,12 @@ def test_typical_grids_are_served_by_the_index_once() -> None:
         x = np.concatenate([rng.choice(ref, 5000), [np.nan] * 7, grid])
         assert_same(count_on_grid(x, grid, limits=(40.0, 60.0)), by_sorting(x, grid, (40.0, 60.0)))
     assert GridIndex.of(np.array([])) is None
+
+
+def test_an_index_leaves_with_its_grid() -> None:
+    grid = np.linspace(0.0, 1.0, 101)
+    assert GridIndex.of(grid) is not None
+    key = id(grid)
+    assert key in GridIndex._cache
+    del grid  # a profile dropped after its run: its grids' indexes must not pile up
+    assert key not in GridIndex._cache
