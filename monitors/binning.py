@@ -85,7 +85,7 @@ def count_on_grid(
 class GridIndex:
     """Finds the cell of each value on a grid without sorting the values.
 
-    The range ``[g_0, g_{k-1}]`` is cut into ``m`` equal buckets, and ``bucket(x)`` is the (clipped)
+    The range ``[g_0, g_{k-1}]`` is cut into ``buckets`` equal parts, and ``bucket(x)`` is the (clipped)
     bucket of ``x``; since ``bucket`` never decreases as ``x`` grows, a grid point in a lower bucket than
     ``x`` is below ``x`` and one in a higher bucket is above it. So with ``start[b]`` the number of grid
     points in the buckets below ``b``, ``#{g < x}`` and ``#{g <= x}`` are ``start[b]`` plus the comparisons

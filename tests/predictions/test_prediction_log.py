@@ -323,6 +323,7 @@ def test_a_pooled_connection_the_server_closed_costs_no_spooling(
         assert writer.flush(timeout_s=20)
     finally:
         writer.close()
+        engine.dispose()
     assert writer.stats.rows_written == 12
     assert writer.stats.rows_spooled == 0 and writer.stats.write_errors == 0 and writer.stats.database_ok
     db = open_database(pg_url)
