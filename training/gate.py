@@ -1,26 +1,44 @@
 """The validation gate: may a retrained candidate replace the serving version? (pure: numpy in, checks out)
 
 Every check runs on the *holdout*: the newest labelled production rows, which the candidate never trained
-on. Each returns a :class:`GateCheck` (name, passed, the figures it decided on, a one-line message); the
-candidate passes when every check does.
+on. Each returns a :class:`GateCheck` (name, verdict, the figures it decided on, a one-line message). The
+gate fails when a check fails; it is *undecided* when none fails but one cannot decide; else it passes.
 
 - ``input_contract``: the candidate's input contract accepts every holdout row
   (:func:`registry.contracts.check_inputs`, the check serving runs on each request).
 - ``outputs``: every candidate output is finite and inside the output contract's range
   (:func:`registry.contracts.check_outputs`).
-- ``metric``: ``candidate >= serving - tolerance`` for the chosen metric (``gate_metric``).
-- ``calibration``: expected calibration error (10 equal-width bins),
-  ``ECE(candidate) <= ECE(serving) + tolerance``.
-- ``slices``: for each value of each categorical feature with at least ``slice_min_rows`` holdout rows,
-  the metric on those rows, ``candidate >= serving - tolerance`` (accuracy where ROC AUC is undefined:
-  a slice holding one class only).
+- ``metric``: the chosen metric (``gate_metric``) of candidate minus serving version on the same rows.
+- ``calibration``: the expected calibration error (10 equal-width bins, debiased) of candidate minus
+  serving.
+- ``slices``: the metric's difference on each value of each categorical feature with at least
+  ``slice_min_rows`` holdout rows (accuracy where a slice holds fewer than 10 rows of a class).
 
-With no serving version the comparisons (metric, calibration, slices) pass, saying so; the contract
-checks still apply.
+The three comparisons decide from the paired difference and its bounds, each holding with
+``confidence`` (:mod:`training.comparison`: DeLong for ROC AUC, a paired bootstrap otherwise). With
+"worse" read in the metric's direction (lower ROC AUC, higher ECE):
+
+- **failed**: even the better bound is worse than the tolerance: the candidate is worse than the serving
+  version by more than the tolerance with that confidence (a candidate exactly the tolerance worse is
+  rejected at most ``1 - confidence`` of the time);
+- **passed**: the worse bound is within the tolerance, or the bounds lie at most the tolerance from the
+  estimate (which is then within twice the tolerance, and not confidently worse);
+- **undecided**: fewer rows than the check's minimum (:data:`MIN_ROWS`, :data:`MIN_CLASS_ROWS`), or
+  bounds further than the tolerance from the estimate that straddle it. The message says about how many
+  holdout rows would decide (the bounds close in as one over the square root of the rows).
+
+With bounds at most half the tolerance from the estimate, a candidate twice the tolerance worse is
+rejected at least 95 % of the time at the default confidence (``z = 1.645``: ``2t - t/2 > 1.645 se``).
+
+Slices are compared at the confidence corrected for their number (Bonferroni), so that the check as a
+whole keeps the stated rate. A slice the holdout cannot decide is listed, not judged: the whole-holdout
+checks decide the gate. With no serving version the comparisons pass, saying so; the contract checks
+still apply.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,13 +46,26 @@ from typing import Any
 
 import numpy as np
 
-from monitors.performance import classification_metrics
 from registry.contracts import ContractViolation, check_inputs, check_outputs
 from registry.schema import FeatureKind, ModelSchema, OutputSpec
+from training.comparison import ECE_BINS, Difference, difference, weighted_ece
 
-ECE_BINS = 10
 SHOWN = 5  # violations / slices listed in a check's figures
 NO_SERVING = "no serving version to compare with"
+MIN_ROWS = {"metric": 200, "calibration": 200}  # fewer holdout rows: the comparison is undecided
+MIN_CLASS_ROWS = 20  # ROC AUC needs this many rows of each class (a slice: SLICE_MIN_CLASS_ROWS)
+SLICE_MIN_CLASS_ROWS = 10  # a slice with fewer rows of a class is judged by accuracy
+LOWER_IS_BETTER = {"ece"}
+TAIL_REPS = 50  # bootstrap replicates beyond each bound (more replicates at a high confidence)
+MAX_REPS = 20_000
+
+
+class Verdict(enum.StrEnum):
+    """What a check, or the gate, decided."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    UNDECIDED = "undecided"
 
 
 @dataclass(frozen=True)
@@ -42,36 +73,64 @@ class GateCheck:
     """The verdict of one check, with the figures it was decided on."""
 
     name: str
-    passed: bool
+    verdict: Verdict
     figures: dict[str, Any]
     message: str
 
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASSED
+
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "figures": self.figures, "message": self.message}
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "verdict": self.verdict.value,
+            "figures": self.figures,
+            "message": self.message,
+        }
 
 
 @dataclass(frozen=True)
 class GateResult:
-    """Every check; the candidate passes when all of them pass."""
+    """Every check: failed when one failed, else undecided when one could not decide, else passed."""
 
     checks: list[GateCheck]
 
     @property
+    def verdict(self) -> Verdict:
+        if self.failed:
+            return Verdict.FAILED
+        if self.undecided:
+            return Verdict.UNDECIDED
+        return Verdict.PASSED
+
+    @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
+        return self.verdict is Verdict.PASSED
 
     @property
     def failed(self) -> list[GateCheck]:
-        return [c for c in self.checks if not c.passed]
+        return [c for c in self.checks if c.verdict is Verdict.FAILED]
+
+    @property
+    def undecided(self) -> list[GateCheck]:
+        return [c for c in self.checks if c.verdict is Verdict.UNDECIDED]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "checks": [c.as_dict() for c in self.checks]}
+        return {
+            "passed": self.passed,
+            "verdict": self.verdict.value,
+            "checks": [c.as_dict() for c in self.checks],
+        }
 
     def summary(self) -> str:
-        """One line: the failed checks and their messages (the registry's reject reason), or "passed"."""
+        """One line: the failed (or undecided) checks and their messages, or "passed"."""
         if self.passed:
             return "validation gate passed: " + ", ".join(c.name for c in self.checks)
-        return "validation gate failed: " + "; ".join(f"{c.name}: {c.message}" for c in self.failed)
+        if self.failed:
+            return "validation gate failed: " + "; ".join(f"{c.name}: {c.message}" for c in self.failed)
+        return "validation gate undecided: " + "; ".join(f"{c.name}: {c.message}" for c in self.undecided)
 
 
 @dataclass(frozen=True)
@@ -83,6 +142,9 @@ class GatePolicy:
     calibration_tolerance: float = 0.02
     slice_tolerance: float = 0.05
     slice_min_rows: int = 100
+    confidence: float = 0.95
+    bootstrap_reps: int = 1000
+    seed: int = 0
 
     @classmethod
     def from_settings(cls, settings: Any) -> GatePolicy:
@@ -92,6 +154,8 @@ class GatePolicy:
             calibration_tolerance=settings.gate_calibration_tolerance,
             slice_tolerance=settings.gate_slice_tolerance,
             slice_min_rows=settings.gate_slice_min_rows,
+            confidence=settings.gate_confidence,
+            bootstrap_reps=settings.gate_bootstrap_reps,
         )
 
 
@@ -138,14 +202,16 @@ def input_contract(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> Ga
     if missing:
         return GateCheck(
             "input_contract",
-            False,
+            Verdict.FAILED,
             {"rows": 0, "rejected": None, "missing_features": missing},
             f"the candidate needs features the holdout lacks: {', '.join(missing)}",
         )
     values = _as_lists(schema, columns)
     n = len(next(iter(values.values()))) if values else 0
     if n == 0:
-        return GateCheck("input_contract", True, {"rows": 0, "rejected": 0}, "no holdout rows to check")
+        return GateCheck(
+            "input_contract", Verdict.PASSED, {"rows": 0, "rejected": 0}, "no holdout rows to check"
+        )
     try:
         checked = check_inputs(schema, values, n, max_rows=n)
     except ContractViolation:
@@ -154,7 +220,7 @@ def input_contract(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> Ga
         flagged = sum(1 for f in checked.flags if f)
         return GateCheck(
             "input_contract",
-            True,
+            Verdict.PASSED,
             {"rows": n, "rejected": 0, "rejected_share": 0.0, "flagged": flagged},
             f"the candidate's contract accepts all {n} holdout rows ({flagged} flagged, none rejected)",
         )
@@ -172,7 +238,7 @@ def input_contract(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> Ga
     share = rejected / n
     return GateCheck(
         "input_contract",
-        False,
+        Verdict.FAILED,
         {"rows": n, "rejected": rejected, "rejected_share": _r(share), "first_violations": first},
         f"the candidate's contract rejects {rejected} of {n} recent rows ({share:.1%}); first: {first[0]}",
     )
@@ -194,119 +260,264 @@ def outputs(spec: OutputSpec, values: np.ndarray) -> GateCheck:
         "allowed": [spec.min, spec.max],
     }
     if n_bad == 0:
-        return GateCheck("outputs", True, figures, f"all {p.size} outputs finite and in [{lo:g}, {hi:g}]")
+        return GateCheck(
+            "outputs", Verdict.PASSED, figures, f"all {p.size} outputs finite and in [{lo:g}, {hi:g}]"
+        )
     shown = [v.describe() for v in check_outputs(spec, [float(x) for x in p])[:SHOWN]]
     figures["first_violations"] = shown
     return GateCheck(
-        "outputs", False, figures, f"{n_bad} of {p.size} outputs broke the output contract; first: {shown[0]}"
+        "outputs",
+        Verdict.FAILED,
+        figures,
+        f"{n_bad} of {p.size} outputs broke the output contract; first: {shown[0]}",
     )
 
 
 def metric_value(name: str, labels: np.ndarray, probs: np.ndarray) -> float:
-    """``name`` (roc_auc, accuracy, f1, precision, recall) of probabilities against 0/1 labels."""
-    return classification_metrics(y_true=labels, y_prob=probs).as_dict()[name]
+    """``name`` (roc_auc, accuracy, f1, precision, recall, ece) of probabilities against 0/1 labels."""
+    return difference(
+        statistic=name, labels=labels, candidate=probs, serving=probs, confidence=0.5, reps=1
+    ).candidate
+
+
+def expected_calibration_error(labels: np.ndarray, probs: np.ndarray) -> float:
+    """The gate's expected calibration error: 10 equal-width bins, debiased
+    (:func:`training.comparison.weighted_ece`); NaN for no rows."""
+    y = np.asarray(labels, dtype=np.float64)
+    if y.size == 0:
+        return float("nan")
+    return float(weighted_ece(np.ones((1, y.size)), y, np.asarray(probs, dtype=np.float64))[0])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One paired comparison decided against a tolerance: the verdict and the figures behind it."""
+
+    statistic: str
+    diff: Difference
+    tolerance: float
+    verdict: Verdict
+    rows: int
+    reason: str  # why undecided ("" otherwise)
+    rows_needed: int | None = None
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "metric": self.statistic,
+            "candidate": _r(self.diff.candidate),
+            "serving": _r(self.diff.serving),
+            "delta": _r(self.diff.estimate),
+            "bounds": [_r(self.diff.low), _r(self.diff.high)],
+            "confidence": round(self.diff.confidence, 6),
+            "method": self.diff.method,
+            "tolerance": self.tolerance,
+            "rows": self.rows,
+            "verdict": self.verdict.value,
+            **({"rows_needed": self.rows_needed} if self.rows_needed is not None else {}),
+        }
+
+    def text(self) -> str:
+        """``roc_auc 0.9741 vs serving 0.9812: delta -0.0071 (95% bounds -0.0150 to +0.0008)``."""
+        d = self.diff
+        ci = (
+            f"{_pct(d.confidence)} bounds {d.low:+.4f} to {d.high:+.4f}"
+            if math.isfinite(d.low) and math.isfinite(d.high)
+            else "no bounds"
+        )
+        return (
+            f"{self.statistic} {d.candidate:.4f} vs serving {d.serving:.4f}: delta {d.estimate:+.4f} ({ci})"
+        )
+
+
+def _pct(confidence: float) -> str:
+    """95% / 99.5% / 98.33%: as many digits as the confidence needs, up to two."""
+    for digits in range(3):
+        text = f"{confidence * 100:.{digits}f}"
+        if abs(float(text) - confidence * 100) < 1e-9:
+            return text + "%"
+    return f"{confidence * 100:.2f}%"
+
+
+def _rows_needed(rows: int, half_width: float, tolerance: float) -> int | None:
+    """About how many rows bring the bounds within the tolerance of the estimate (as 1/sqrt(rows))."""
+    if tolerance <= 0 or not math.isfinite(half_width) or half_width <= 0:
+        return None
+    return int(math.ceil(rows * (half_width / tolerance) ** 2))
+
+
+def compare(
+    *,
+    statistic: str,
+    labels: np.ndarray,
+    candidate: np.ndarray,
+    serving: np.ndarray,
+    tolerance: float,
+    policy: GatePolicy,
+    confidence: float | None = None,
+    min_rows: int = 0,
+    min_class_rows: int = 0,
+    seed: int = 0,
+) -> Comparison:
+    """The paired difference of ``statistic`` and its verdict against ``tolerance`` (module docstring)."""
+    rows = int(labels.size)
+    positives = int(np.sum(labels > 0.5))
+    level = policy.confidence if confidence is None else confidence
+    diff = difference(
+        statistic=statistic,
+        labels=labels,
+        candidate=candidate,
+        serving=serving,
+        confidence=level,
+        reps=min(max(policy.bootstrap_reps, math.ceil(TAIL_REPS / (1.0 - level))), MAX_REPS),
+        seed=policy.seed + seed,
+    )
+
+    def undecided(reason: str, needed: int | None = None) -> Comparison:
+        return Comparison(statistic, diff, tolerance, Verdict.UNDECIDED, rows, reason, needed)
+
+    if rows < min_rows:
+        return undecided(f"{rows} holdout rows, fewer than the {min_rows} this check needs", min_rows)
+    if min(positives, rows - positives) < min_class_rows:
+        return undecided(
+            f"{positives} positive and {rows - positives} negative holdout rows; {statistic} needs "
+            f"{min_class_rows} of each"
+        )
+    if not diff.defined:
+        return undecided(f"{statistic} has no bounds on these rows (undefined in too many resamples)")
+    low, high = (diff.low, diff.high) if statistic in LOWER_IS_BETTER else (-diff.high, -diff.low)
+    if low > tolerance:
+        return Comparison(statistic, diff, tolerance, Verdict.FAILED, rows, "")
+    if high <= tolerance or diff.half_width <= tolerance:
+        return Comparison(statistic, diff, tolerance, Verdict.PASSED, rows, "")
+    needed = _rows_needed(rows, diff.half_width, tolerance)
+    return undecided(
+        f"the bounds (+-{diff.half_width:.4f}) are wider than the tolerance {tolerance:g}: {rows} holdout "
+        f"rows cannot tell a candidate within the tolerance from a worse one"
+        + (f"; about {needed} would" if needed else ""),
+        needed,
+    )
+
+
+def _comparison_check(name: str, c: Comparison) -> GateCheck:
+    worse = "higher" if c.statistic in LOWER_IS_BETTER else "lower"
+    if c.verdict is Verdict.FAILED:
+        message = (
+            f"{c.text()}: {worse} than serving by more than the tolerance {c.tolerance:g} "
+            f"with {_pct(c.diff.confidence)} confidence"
+        )
+    elif c.verdict is Verdict.UNDECIDED:
+        message = f"undecided: {c.reason} ({c.text()})"
+    else:
+        message = f"{c.text()}: not {worse} than serving by more than the tolerance {c.tolerance:g}"
+    return GateCheck(name, c.verdict, c.figures(), message)
+
+
+def _no_serving(
+    name: str, statistic: str, labels: np.ndarray, candidate: np.ndarray, tol: float
+) -> GateCheck:
+    value = metric_value(statistic, labels, candidate)
+    figures = {"metric": statistic, "candidate": _r(value), "serving": None, "delta": None, "tolerance": tol}
+    return GateCheck(
+        name,
+        Verdict.PASSED,
+        figures | {"rows": int(labels.size)},
+        f"{NO_SERVING} (candidate {statistic} {value:.4f})",
+    )
 
 
 def metric(
-    *, name: str, labels: np.ndarray, candidate: np.ndarray, serving: np.ndarray | None, tolerance: float
+    *,
+    name: str,
+    labels: np.ndarray,
+    candidate: np.ndarray,
+    serving: np.ndarray | None,
+    tolerance: float,
+    policy: GatePolicy = GatePolicy(),
 ) -> GateCheck:
-    """``candidate >= serving - tolerance`` for metric ``name``; figures both values, delta, tolerance."""
+    """The paired difference of metric ``name`` and its verdict against ``tolerance``."""
     used = name
-    cand = metric_value(name, labels, candidate)
-    serv = metric_value(name, labels, serving) if serving is not None else None
-    if name == "roc_auc" and not math.isfinite(cand) and np.unique(labels).size < 2:
+    if name == "roc_auc" and np.unique(labels).size < 2:
         used = "accuracy"  # one class in the holdout: ROC AUC is undefined
-        cand = metric_value(used, labels, candidate)
-        serv = metric_value(used, labels, serving) if serving is not None else None
-    figures: dict[str, Any] = {
-        "metric": used,
-        "candidate": _r(cand),
-        "serving": _r(serv),
-        "delta": _r(cand - serv) if serv is not None else None,
-        "tolerance": tolerance,
-        "rows": int(labels.size),
-    }
-    if serv is None:
-        return GateCheck("metric", True, figures, f"{NO_SERVING} (candidate {used} {cand:.4f})")
-    if not math.isfinite(cand):
-        return GateCheck("metric", False, figures, f"the candidate's {used} is undefined on the holdout")
-    if not math.isfinite(serv) or cand >= serv - tolerance:
-        return GateCheck(
-            "metric",
-            True,
-            figures,
-            f"{used} {cand:.4f} vs serving {serv:.4f} (delta {cand - serv:+.4f}, tolerance {tolerance:g})",
-        )
-    return GateCheck(
-        "metric",
-        False,
-        figures,
-        f"{used} {cand:.4f} < serving {serv:.4f} - tolerance {tolerance:g} (delta {cand - serv:+.4f})",
+    if serving is None:
+        return _no_serving("metric", used, labels, candidate, tolerance)
+    c = compare(
+        statistic=used,
+        labels=labels,
+        candidate=candidate,
+        serving=serving,
+        tolerance=tolerance,
+        policy=policy,
+        min_rows=MIN_ROWS["metric"],
+        min_class_rows=MIN_CLASS_ROWS if used == "roc_auc" else 0,
+        seed=1,
     )
-
-
-def expected_calibration_error(labels: np.ndarray, probs: np.ndarray, bins: int = ECE_BINS) -> float:
-    """Expected calibration error over ``bins`` equal-width probability bins.
-
-    Parameters
-    ----------
-    labels : np.ndarray
-        0/1 outcomes.
-    probs : np.ndarray
-        Predicted probabilities of the positive class, in [0, 1].
-    bins : int
-        Number of equal-width bins of [0, 1]; a probability of exactly 1 falls into the last one.
-
-    Returns
-    -------
-    float
-        ``sum_b (n_b / n) * |mean(y in b) - mean(p in b)|``; NaN for no rows.
-    """
-    y = np.asarray(labels, dtype=np.float64)
-    p = np.asarray(probs, dtype=np.float64)
-    if y.size == 0:
-        return float("nan")
-    index = np.clip(np.floor(p * bins).astype(np.int64), 0, bins - 1)
-    counts = np.bincount(index, minlength=bins)
-    sum_y = np.bincount(index, weights=y, minlength=bins)
-    sum_p = np.bincount(index, weights=p, minlength=bins)
-    used = counts > 0
-    gaps = np.abs(sum_y[used] / counts[used] - sum_p[used] / counts[used])
-    return float(np.sum(counts[used] / y.size * gaps))
+    return _comparison_check("metric", c)
 
 
 def calibration(
-    *, labels: np.ndarray, candidate: np.ndarray, serving: np.ndarray | None, tolerance: float
+    *,
+    labels: np.ndarray,
+    candidate: np.ndarray,
+    serving: np.ndarray | None,
+    tolerance: float,
+    policy: GatePolicy = GatePolicy(),
 ) -> GateCheck:
-    """``ECE(candidate) <= ECE(serving) + tolerance`` (10 equal-width bins)."""
-    cand = expected_calibration_error(labels, candidate)
-    serv = expected_calibration_error(labels, serving) if serving is not None else None
-    figures: dict[str, Any] = {
-        "candidate_ece": _r(cand),
-        "serving_ece": _r(serv),
-        "delta": _r(cand - serv) if serv is not None else None,
-        "tolerance": tolerance,
-        "bins": ECE_BINS,
-    }
-    if serv is None:
-        return GateCheck("calibration", True, figures, f"{NO_SERVING} (candidate ECE {cand:.4f})")
-    if cand <= serv + tolerance:
-        return GateCheck(
-            "calibration", True, figures, f"ECE {cand:.4f} vs serving {serv:.4f} (tolerance {tolerance:g})"
-        )
-    return GateCheck(
-        "calibration",
-        False,
-        figures,
-        f"ECE {cand:.4f} > serving {serv:.4f} + tolerance {tolerance:g}: the candidate's probabilities are "
-        "worse calibrated",
+    """The paired difference of the expected calibration error (10 equal-width bins) against ``tolerance``."""
+    if serving is None:
+        check = _no_serving("calibration", "ece", labels, candidate, tolerance)
+        return GateCheck(check.name, check.verdict, check.figures | {"bins": ECE_BINS}, check.message)
+    c = compare(
+        statistic="ece",
+        labels=labels,
+        candidate=candidate,
+        serving=serving,
+        tolerance=tolerance,
+        policy=policy,
+        min_rows=MIN_ROWS["calibration"],
+        seed=2,
     )
+    check = _comparison_check("calibration", c)
+    return GateCheck(check.name, check.verdict, check.figures | {"bins": ECE_BINS}, check.message)
 
 
-def _slice_metric(name: str, labels: np.ndarray, probs: np.ndarray) -> tuple[str, float]:
-    if name == "roc_auc" and np.unique(labels).size < 2:
-        return "accuracy", metric_value("accuracy", labels, probs)
-    return name, metric_value(name, labels, probs)
+def _slice_statistic(name: str, labels: np.ndarray) -> str:
+    positives = int(np.sum(labels > 0.5))
+    if name == "roc_auc" and min(positives, labels.size - positives) < SLICE_MIN_CLASS_ROWS:
+        return "accuracy"
+    return name
+
+
+def _slice_values(
+    schema: ModelSchema, columns: Mapping[str, np.ndarray], min_rows: int
+) -> tuple[list[tuple[str, str, np.ndarray]], int]:
+    """The slices with ``min_rows`` rows (feature, value, mask), and how many values had fewer."""
+    found: list[tuple[str, str, np.ndarray]] = []
+    small = 0
+    for spec in schema.features:
+        if spec.kind is not FeatureKind.CATEGORICAL or spec.name not in columns:
+            continue
+        col = np.asarray(columns[spec.name], dtype=object)
+        values, counts = np.unique(np.array([v for v in col if isinstance(v, str) and v]), return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            if count < min_rows:
+                small += 1
+            else:
+                found.append((spec.name, value, col == value))
+    return found, small
+
+
+def _slice_doc(feature: str, value: str, c: Comparison) -> dict[str, Any]:
+    return {
+        "feature": feature,
+        "value": value,
+        "rows": c.rows,
+        "metric": c.statistic,
+        "candidate": _r(c.diff.candidate),
+        "serving": _r(c.diff.serving),
+        "delta": _r(c.diff.estimate),
+        "bounds": [_r(c.diff.low), _r(c.diff.high)],
+        "verdict": c.verdict.value,
+    }
 
 
 def slices(
@@ -319,63 +530,76 @@ def slices(
     name: str,
     tolerance: float,
     min_rows: int,
+    policy: GatePolicy = GatePolicy(),
 ) -> GateCheck:
-    """Per categorical value with ``min_rows`` rows: ``candidate >= serving - tolerance``; the worst shown."""
-    found: list[dict[str, Any]] = []
-    for spec in schema.features:
-        if spec.kind is not FeatureKind.CATEGORICAL or spec.name not in columns:
-            continue
-        col = np.asarray(columns[spec.name], dtype=object)
-        values, counts = np.unique(np.array([v for v in col if isinstance(v, str) and v]), return_counts=True)
-        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-            if count < min_rows:
-                continue
-            mask = col == value
-            used, cand = _slice_metric(name, labels[mask], candidate[mask])
-            serv = _slice_metric(name, labels[mask], serving[mask])[1] if serving is not None else None
-            found.append(
-                {
-                    "feature": spec.name,
-                    "value": value,
-                    "rows": int(count),
-                    "metric": used,
-                    "candidate": _r(cand),
-                    "serving": _r(serv),
-                    "delta": _r(cand - serv) if serv is not None and math.isfinite(cand - serv) else None,
-                }
-            )
-    figures: dict[str, Any] = {"slices": len(found), "min_rows": min_rows, "tolerance": tolerance}
+    """Per categorical value with ``min_rows`` rows, the paired difference of the metric against
+    ``tolerance`` at the Bonferroni-corrected confidence; fails when a slice fails, the worst shown."""
+    found, small = _slice_values(schema, columns, min_rows)
+    figures: dict[str, Any] = {
+        "slices": len(found),
+        "min_rows": min_rows,
+        "too_small": small,
+        "tolerance": tolerance,
+    }
     if not found:
         return GateCheck(
-            "slices", True, figures, f"no categorical value has {min_rows} holdout rows (gate_slice_min_rows)"
+            "slices",
+            Verdict.PASSED,
+            figures,
+            f"no categorical value has {min_rows} holdout rows (gate_slice_min_rows): no slice to judge",
         )
     if serving is None:
         figures["worst"] = []
-        return GateCheck("slices", True, figures, f"{NO_SERVING} ({len(found)} slice(s))")
-    compared = [s for s in found if s["delta"] is not None]
-    compared.sort(key=lambda s: s["delta"])
-    failed = [s for s in compared if s["delta"] < -tolerance]
-    figures["worst"] = compared[:SHOWN]
+        return GateCheck("slices", Verdict.PASSED, figures, f"{NO_SERVING} ({len(found)} slice(s))")
+    confidence = 1.0 - (1.0 - policy.confidence) / len(found)
+    figures["confidence"] = round(confidence, 6)
+    docs = []
+    for i, (feature, value, mask) in enumerate(found):
+        c = compare(
+            statistic=_slice_statistic(name, labels[mask]),
+            labels=labels[mask],
+            candidate=candidate[mask],
+            serving=serving[mask],
+            tolerance=tolerance,
+            policy=policy,
+            confidence=confidence,
+            seed=10 + i,
+        )
+        docs.append(_slice_doc(feature, value, c))
+    docs.sort(key=lambda s: s["delta"] if s["delta"] is not None else math.inf)
+    failed = [s for s in docs if s["verdict"] == Verdict.FAILED]
+    open_ = [s for s in docs if s["verdict"] == Verdict.UNDECIDED]
+    figures["worst"] = docs[:SHOWN]
     figures["failed"] = failed[: SHOWN * 2]
-    if not failed:
-        worst = compared[0] if compared else None
-        detail = (
-            f"; worst {worst['feature']}={worst['value']} delta {worst['delta']:+.4f}"
-            if worst is not None
-            else ""
+    figures["undecided"] = open_[: SHOWN * 2]
+    judged = len(docs) - len(open_)
+    listed = (
+        f"; {len(open_)} too few rows to decide, not judged: "
+        + ", ".join(f"{s['feature']}={s['value']} ({s['rows']} rows)" for s in open_[:3])
+        if open_
+        else ""
+    )
+    if failed:
+        shown = ", ".join(
+            f"{s['feature']}={s['value']} {s['metric']} {s['candidate']:.4f} vs {s['serving']:.4f} "
+            f"(bounds {s['bounds'][0]:+.4f} to {s['bounds'][1]:+.4f})"
+            for s in failed[:3]
         )
         return GateCheck(
-            "slices", True, figures, f"{len(found)} slice(s) within tolerance {tolerance:g}{detail}"
+            "slices",
+            Verdict.FAILED,
+            figures,
+            f"{len(failed)} of {len(docs)} slice(s) worse than serving by more than {tolerance:g} with "
+            f"{_pct(confidence)} confidence each: {shown}{listed}",
         )
-    shown = ", ".join(
-        f"{s['feature']}={s['value']} {s['metric']} {s['candidate']:.4f} vs {s['serving']:.4f}"
-        for s in failed[:3]
-    )
+    worst = next((s for s in docs if s["verdict"] == Verdict.PASSED), None)
+    detail = f"; worst {worst['feature']}={worst['value']} delta {worst['delta']:+.4f}" if worst else ""
     return GateCheck(
         "slices",
-        False,
+        Verdict.PASSED,
         figures,
-        f"{len(failed)} of {len(found)} slice(s) worse than serving by more than {tolerance:g}: {shown}",
+        f"{judged} of {len(docs)} slice(s) judged, none worse than serving by more than {tolerance:g}"
+        f"{detail}{listed}",
     )
 
 
@@ -388,9 +612,16 @@ def evaluate(*, schema: ModelSchema, holdout: Holdout, policy: GatePolicy) -> Ga
         input_contract(schema, holdout.columns),
         outputs(schema.outputs[0], cand),
         metric(
-            name=policy.metric, labels=labels, candidate=cand, serving=serv, tolerance=policy.metric_tolerance
+            name=policy.metric,
+            labels=labels,
+            candidate=cand,
+            serving=serv,
+            tolerance=policy.metric_tolerance,
+            policy=policy,
         ),
-        calibration(labels=labels, candidate=cand, serving=serv, tolerance=policy.calibration_tolerance),
+        calibration(
+            labels=labels, candidate=cand, serving=serv, tolerance=policy.calibration_tolerance, policy=policy
+        ),
         slices(
             schema=schema,
             columns=holdout.columns,
@@ -400,11 +631,20 @@ def evaluate(*, schema: ModelSchema, holdout: Holdout, policy: GatePolicy) -> Ga
             name=policy.metric,
             tolerance=policy.slice_tolerance,
             min_rows=policy.slice_min_rows,
+            policy=policy,
         ),
     ]
     return GateResult(checks)
 
 
 def failed_names(checks: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The names of the failed checks of a stored gate document's ``checks``."""
-    return [str(c.get("name")) for c in checks if not c.get("passed")]
+    """The names of the failed checks of a stored gate document's ``checks`` (an undecided one is not)."""
+    return [str(c.get("name")) for c in checks if check_verdict(c) is Verdict.FAILED]
+
+
+def check_verdict(check: Mapping[str, Any]) -> Verdict:
+    """The verdict of a stored check (documents from before verdicts carry only ``passed``)."""
+    value = check.get("verdict")
+    if value in {v.value for v in Verdict}:
+        return Verdict(str(value))
+    return Verdict.PASSED if check.get("passed") else Verdict.FAILED

@@ -1,0 +1,227 @@
+"""Paired comparisons of two models scored on the same labelled rows (pure: numpy in, numbers out).
+
+The validation gate asks of a finite holdout whether the candidate is worse than the serving version by
+more than a tolerance. Both versions score the same rows, so the question is about a *paired*
+difference ``metric(candidate) - metric(serving)``, whose sampling noise is far smaller than either
+value's alone. Each function returns that difference with a lower and an upper bound, each of which holds
+with ``confidence`` on its own (together they form a two-sided interval at ``2 * confidence - 1``):
+
+- ROC AUC: DeLong, DeLong & Clarke-Pearson (1988), computed as in Sun & Xu (2014). Each AUC is the mean
+  of per-row placement values (for a positive row: the share of negatives it outranks; for a negative:
+  the share of positives that outrank it); the covariance of the two models' placements gives the
+  variance of the difference, and the bounds are normal.
+- Accuracy, precision, recall, F1 (at the 0.5 threshold) and the debiased expected calibration error:
+  a paired bootstrap over rows (each replicate draws the same rows for both models) with the basic
+  (reflected) bounds ``2 * estimate - quantile``, which correct to first order a lean of the replicates'
+  differences towards zero. Measured on equal and on worse-calibrated models (``tests/training/
+  test_gate_rates.py``'s population): these bounds with the debiased ECE reject a candidate exactly the
+  tolerance worse 4.5 % of the time at 95 %, and one twice the tolerance worse 98 % of the time on
+  6,000 rows; percentile bounds 0.5 % and 92 %; the plain ECE with reflected bounds 8.5 % and 97 %.
+  The bootstrap is seeded, so a verdict is reproducible from the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from monitors.performance import mid_ranks
+
+ECE_BINS = 10
+THRESHOLD = 0.5
+BLOCK_CELLS = 2_000_000  # replicate x row cells of bootstrap weights held at once (16 MB of float64)
+MAX_UNDEFINED = 0.1  # a bootstrap whose statistic is undefined in more replicates than this has no interval
+
+# A statistic of bootstrap replicates: weights (replicates x rows, counts of each row), labels (0/1 floats)
+# and probabilities -> one value per replicate. Weights of ones give the statistic of the rows themselves.
+Weighted = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``metric(candidate) - metric(serving)`` on the same rows; each bound holds with ``confidence``."""
+
+    candidate: float
+    serving: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+
+    @property
+    def estimate(self) -> float:
+        return self.candidate - self.serving
+
+    @property
+    def half_width(self) -> float:
+        """Half the distance between the bounds (NaN where there are none)."""
+        return (self.high - self.low) / 2.0
+
+    @property
+    def defined(self) -> bool:
+        return all(math.isfinite(v) for v in (self.candidate, self.serving, self.low, self.high))
+
+
+def _z(confidence: float) -> float:
+    return NormalDist().inv_cdf(confidence)
+
+
+def _placements(y: np.ndarray, scores: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """AUC of ``scores`` and its placement values: per positive row, per negative row."""
+    pos, neg = scores[y], scores[~y]
+    m, n = pos.size, neg.size
+    ranks = mid_ranks(np.concatenate([pos, neg]))
+    among_pos, among_neg = mid_ranks(pos), mid_ranks(neg)
+    auc = (float(ranks[:m].sum()) - m * (m + 1) / 2.0) / (m * n)
+    return auc, (ranks[:m] - among_pos) / n, 1.0 - (ranks[m:] - among_neg) / m
+
+
+def delong(
+    *, labels: np.ndarray, candidate: np.ndarray, serving: np.ndarray, confidence: float
+) -> Difference:
+    """ROC AUC of each model and the DeLong bounds of their difference (NaN with < 2 rows of a class)."""
+    y = np.asarray(labels).astype(bool)
+    a = np.asarray(candidate, dtype=np.float64)
+    b = np.asarray(serving, dtype=np.float64)
+    m = int(y.sum())
+    n = y.size - m
+    if m < 2 or n < 2 or np.isnan(a).any() or np.isnan(b).any():
+        nan = float("nan")
+        return Difference(nan, nan, nan, nan, confidence, "delong")
+    auc_a, pos_a, neg_a = _placements(y, a)
+    auc_b, pos_b, neg_b = _placements(y, b)
+    var = float(np.var(pos_a - pos_b, ddof=1)) / m + float(np.var(neg_a - neg_b, ddof=1)) / n
+    half = _z(confidence) * math.sqrt(max(var, 0.0))
+    d = auc_a - auc_b
+    return Difference(auc_a, auc_b, d - half, d + half, confidence, "delong")
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    out = np.full(np.shape(num), np.nan)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def _confusion(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, ...]:
+    pred = (p >= THRESHOLD).astype(np.float64)
+    tp = w @ (pred * y)
+    return tp, w @ (pred * (1.0 - y)), w @ ((1.0 - pred) * y), w.sum(axis=1)
+
+
+def weighted_accuracy(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Share of rows whose thresholded prediction equals the label."""
+    correct = ((p >= THRESHOLD) == (y > 0.5)).astype(np.float64)
+    return _ratio(w @ correct, w.sum(axis=1))
+
+
+def weighted_precision(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    tp, fp, _, _ = _confusion(w, y, p)
+    return _ratio(tp, tp + fp)
+
+
+def weighted_recall(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    tp, _, fn, _ = _confusion(w, y, p)
+    return _ratio(tp, tp + fn)
+
+
+def weighted_f1(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    tp, fp, fn, _ = _confusion(w, y, p)
+    return _ratio(2.0 * tp, 2.0 * tp + fp + fn)
+
+
+def weighted_ece(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Expected calibration error over 10 equal-width bins, debiased: ``sum_b (n_b / n) * g_b`` where
+    ``g_b = sqrt(max(gap_b^2 - var_b, 0))``, ``gap_b`` the bin's mean of ``y - p`` and ``var_b`` that mean's
+    sampling variance (after Kumar, Liang & Ma 2019). The plain ECE of a finite sample counts sampling
+    noise as miscalibration (a perfectly calibrated model scores a few hundredths on 400 rows); this
+    one does not, to first order."""
+    cell = np.clip(np.floor(p * ECE_BINS).astype(np.int64), 0, ECE_BINS - 1)
+    rows = np.arange(p.size)
+    r = y - p
+    per_bin = np.zeros((3, p.size, ECE_BINS))
+    per_bin[0, rows, cell] = 1.0
+    per_bin[1, rows, cell] = r
+    per_bin[2, rows, cell] = r * r
+    n_b, s, ss = (w @ per_bin[k] for k in range(3))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n_b > 0, s / np.maximum(n_b, 1.0), 0.0)
+        var = np.where(n_b > 1, (ss / np.maximum(n_b, 1.0) - mean * mean) / np.maximum(n_b - 1.0, 1.0), 0.0)
+    gaps = np.sqrt(np.maximum(mean * mean - var, 0.0))
+    return _ratio((n_b * gaps).sum(axis=1), w.sum(axis=1))
+
+
+WEIGHTED: dict[str, Weighted] = {
+    "accuracy": weighted_accuracy,
+    "precision": weighted_precision,
+    "recall": weighted_recall,
+    "f1": weighted_f1,
+    "ece": weighted_ece,
+}
+
+
+def _replicates(rng: np.random.Generator, rows: int, reps: int) -> Iterator[np.ndarray]:
+    """Bootstrap weights in blocks: each row of a block counts how often each row was drawn."""
+    block = max(1, min(reps, BLOCK_CELLS // max(rows, 1)))
+    for start in range(0, reps, block):
+        b = min(block, reps - start)
+        drawn = rng.integers(0, rows, size=(b, rows)) + np.arange(b)[:, None] * rows
+        yield np.bincount(drawn.ravel(), minlength=b * rows).reshape(b, rows).astype(np.float64)
+
+
+def bootstrap(
+    *,
+    statistic: str,
+    labels: np.ndarray,
+    candidate: np.ndarray,
+    serving: np.ndarray,
+    confidence: float,
+    reps: int = 1000,
+    seed: int = 0,
+) -> Difference:
+    """``statistic`` (a key of :data:`WEIGHTED`) of each model and the paired bootstrap bounds of the
+    difference; NaN bounds when the statistic is undefined in more than 10 % of the replicates."""
+    fn = WEIGHTED[statistic]
+    y = np.asarray(labels, dtype=np.float64)
+    a = np.asarray(candidate, dtype=np.float64)
+    b = np.asarray(serving, dtype=np.float64)
+    nan = float("nan")
+    if y.size == 0:
+        return Difference(nan, nan, nan, nan, confidence, "bootstrap")
+    ones = np.ones((1, y.size))
+    value_a, value_b = float(fn(ones, y, a)[0]), float(fn(ones, y, b)[0])
+    rng = np.random.default_rng(seed)
+    diffs = np.concatenate([fn(w, y, a) - fn(w, y, b) for w in _replicates(rng, y.size, reps)])
+    finite = diffs[np.isfinite(diffs)]
+    if finite.size < (1.0 - MAX_UNDEFINED) * reps:
+        return Difference(value_a, value_b, nan, nan, confidence, "bootstrap")
+    low, high = np.quantile(finite, [1.0 - confidence, confidence])
+    d = value_a - value_b
+    return Difference(value_a, value_b, 2.0 * d - float(high), 2.0 * d - float(low), confidence, "bootstrap")
+
+
+def difference(
+    *,
+    statistic: str,
+    labels: np.ndarray,
+    candidate: np.ndarray,
+    serving: np.ndarray,
+    confidence: float,
+    reps: int = 1000,
+    seed: int = 0,
+) -> Difference:
+    """The paired difference of ``statistic``: DeLong for ``roc_auc``, the paired bootstrap otherwise."""
+    if statistic == "roc_auc":
+        return delong(labels=labels, candidate=candidate, serving=serving, confidence=confidence)
+    return bootstrap(
+        statistic=statistic,
+        labels=labels,
+        candidate=candidate,
+        serving=serving,
+        confidence=confidence,
+        reps=reps,
+        seed=seed,
+    )
