@@ -19,6 +19,7 @@ from alerts.specs import Kind, RuleSpec, WebhookFilter
 from core.config import Settings
 from registry.models import EventAction
 from registry.service import history
+from training.gate import Verdict, check_verdict
 
 
 def _job_doc(job: Any) -> dict[str, Any]:
@@ -69,7 +70,7 @@ def job_finished(
     )
     gate = dict(job.gate or {})
     checks = [c for c in gate.get("checks") or [] if isinstance(c, dict)]
-    failed = [c for c in checks if not c.get("passed")]
+    failed = [c for c in checks if check_verdict(c) is Verdict.FAILED]
     state = str(getattr(job.state, "value", job.state))
     rejected = state == "rejected"
     if rejected:

@@ -334,6 +334,12 @@ class Settings(BaseSettings):
     retrain_holdout_fraction: float = Field(
         default=0.2, gt=0, lt=1, description="The newest share of labelled rows kept out for the gate."
     )
+    retrain_holdout_min_rows: int = Field(
+        default=2000,
+        gt=0,
+        description="Hold out at least this many rows for the gate (at most half the window), so that its "
+        "intervals are narrower than its tolerances.",
+    )
     retrain_include_previous_data: bool = Field(
         default=False, description="Mix the serving version's training data into the retraining set."
     )
@@ -356,6 +362,15 @@ class Settings(BaseSettings):
     )
     gate_slice_min_rows: int = Field(
         default=100, gt=0, description="A slice (one value of a categorical feature) needs this many rows."
+    )
+    gate_confidence: float = Field(
+        default=0.95,
+        ge=0.5,
+        lt=1,
+        description="A check fails only when the candidate is worse than the tolerance with this confidence.",
+    )
+    gate_bootstrap_reps: int = Field(
+        default=1000, ge=100, le=100_000, description="Paired bootstrap replicates of a gate comparison."
     )
     auto_rollback: bool = Field(
         default=True,

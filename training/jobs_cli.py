@@ -18,7 +18,8 @@ jobs_app = typer.Typer(
 )
 
 
-JOB_STATES = "queued, running, validating, promoted, passed, rejected, failed, cancelled"
+MARKS = {"passed": "pass", "failed": "FAIL", "undecided": "UNDECIDED"}
+JOB_STATES = "queued, running, validating, promoted, passed, undecided, rejected, failed, cancelled"
 
 
 @jobs_app.command("list")
@@ -117,9 +118,12 @@ def jobs_show(
             typer.echo(f"  {key}: {value}")
     gate = d["gate"]
     if gate:
-        typer.echo(f"validation gate: {'passed' if gate['passed'] else 'FAILED'}")
+        from training.gate import check_verdict
+
+        verdict = gate.get("verdict") or ("passed" if gate["passed"] else "failed")
+        typer.echo(f"validation gate: {'passed' if verdict == 'passed' else verdict.upper()}")
         for check in gate["checks"]:
-            typer.echo(f"  [{'pass' if check['passed'] else 'FAIL'}] {check['name']}: {check['message']}")
+            typer.echo(f"  [{MARKS[check_verdict(check)]}] {check['name']}: {check['message']}")
             for key, value in check["figures"].items():
                 typer.echo(f"         {key}: {value if isinstance(value, str) else json.dumps(value)}")
     typer.echo("log tail:")
@@ -185,7 +189,8 @@ def jobs_submit(
 
     The job reads the newest labelled predictions, holds out the newest share for the validation gate,
     trains a candidate, and promotes it only when the gate passes (or holds it when
-    DRIFTWARDEN_RETRAIN_AUTO_PROMOTE is off). An active job of the model is answered instead of a second one.
+    DRIFTWARDEN_RETRAIN_AUTO_PROMOTE is off, or when the holdout is too small for the gate to decide). An
+    active job of the model is answered instead of a second one.
     """
     import getpass
 
@@ -230,7 +235,7 @@ def worker(
         typer.Option(
             "--once",
             help="Run at most one job, then exit: 0 when no job was waiting or the job ended promoted or "
-            "passed, 1 when it ended rejected, failed or cancelled (or was given back).",
+            "passed, 1 when it ended undecided, rejected, failed or cancelled (or was given back).",
         ),
     ] = False,
     poll: Annotated[
@@ -316,8 +321,14 @@ def _progress_text(progress: dict[str, object]) -> str:
 def _outcome(d: dict[str, object]) -> str:
     gate = d.get("gate")
     if isinstance(gate, dict):
-        failed = [str(c["name"]) for c in gate.get("checks", []) if not c.get("passed")]
-        return "gate passed" if not failed else "gate failed: " + ", ".join(failed)
+        from training.gate import Verdict, check_verdict
+
+        checks = gate.get("checks", [])
+        failed = [str(c["name"]) for c in checks if check_verdict(c) is Verdict.FAILED]
+        undecided = [str(c["name"]) for c in checks if check_verdict(c) is Verdict.UNDECIDED]
+        if failed:
+            return "gate failed: " + ", ".join(failed)
+        return "gate undecided: " + ", ".join(undecided) if undecided else "gate passed"
     error = d.get("error")
     return str(error)[:60] if error else ""
 

@@ -38,6 +38,7 @@ class JobState(enum.StrEnum):
     VALIDATING = "validating"
     PROMOTED = "promoted"
     PASSED = "passed"  # the gate passed; held for `driftwarden models promote` (retrain_auto_promote off)
+    UNDECIDED = "undecided"  # the holdout could not decide a check; held (staged) for a person to decide
     REJECTED = "rejected"
     FAILED = "failed"
     CANCELLED = "cancelled"

@@ -3,7 +3,8 @@
 1. **Window**: the model's newest labelled predictions (prediction log joined with feedback,
    ``retrain_window_rows`` / ``retrain_window_minutes``), typed with the serving version's contract;
    fewer than ``retrain_min_rows`` refuses clearly. Split by time: the newest
-   ``retrain_holdout_fraction`` is the gate's holdout and is never trained on. Optionally the serving
+   ``retrain_holdout_fraction`` (at least ``retrain_holdout_min_rows``, at most half) is the gate's
+   holdout and is never trained on. Optionally the serving
    version's own training data is mixed in (``retrain_include_previous_data``). The drill
    ``shuffled_labels`` shuffles the training labels (the gate must reject the result). Both parts are
    written to the job's folder (``<checkpoint_path>/job-<id>/``), so a worker taking the job over
@@ -13,9 +14,10 @@
    lineage names the parent version, the job, its trigger, its alert and its data window.
 3. **Gate** (:mod:`training.gate`) on the holdout, both versions scored through their SavedModels.
 4. **Outcome**, in one transaction with the job's final state: ``promoted`` (registry promote, actor
-   ``job:<id>``), ``passed`` (held: ``retrain_auto_promote`` is off) or ``rejected`` (registry reject with
-   the failed checks as the reason). An error ends the job ``failed``; a candidate of a failed or cancelled
-   job is rejected. The serving version changes only by a promotion after a passed gate.
+   ``job:<id>``), ``passed`` (held: ``retrain_auto_promote`` is off), ``undecided`` (held: the holdout
+   could not decide a check) or ``rejected`` (registry reject with the failed checks as the reason). An
+   error ends the job ``failed``; a candidate of a failed or cancelled job is rejected. The serving
+   version changes only by a promotion after a passed gate.
 
 Cancellation and a lost lease stop the run at the next progress update (:class:`JobProgress` raises
 :class:`JobStopped`; the launcher then stops every cluster process it started).
@@ -44,7 +46,7 @@ from predictions.service import labelled_rows
 from registry.models import ModelVersion, VersionState
 from registry.schema import FeatureKind, ModelSchema
 from registry.service import get_version, latest_version, promote, read_schema, reject, serving_version
-from training.gate import GatePolicy, GateResult, Holdout, evaluate
+from training.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
 from training.jobs import Mode, TrainJob, prepare
 from training.models import JobState
 from training.progress import Progress
@@ -370,6 +372,14 @@ def _iso(moment: datetime) -> str:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 
+def holdout_rows(*, labelled: int, fraction: float, min_rows: int) -> tuple[int, bool]:
+    """The newest rows to hold out for the gate: ``fraction`` of the window, at least ``min_rows`` but
+    never more than half of it; and whether that fell short of ``min_rows``."""
+    wanted = max(int(round(labelled * fraction)), min_rows)
+    n_hold = max(1, min(wanted, labelled // 2))
+    return n_hold, n_hold < min_rows
+
+
 def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
     """Read the window, split it by time, write the training set and the holdout into the job's folder."""
     settings = control.settings
@@ -397,7 +407,9 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
             f"retrain_min_rows={settings.retrain_min_rows}: send feedback labels "
             f"(POST /v1/models/{snap.model_name}/feedback) or lower DRIFTWARDEN_RETRAIN_MIN_ROWS"
         )
-    n_hold = max(1, int(round(n * settings.retrain_holdout_fraction)))
+    n_hold, short = holdout_rows(
+        labelled=n, fraction=settings.retrain_holdout_fraction, min_rows=settings.retrain_holdout_min_rows
+    )
     cut = n - n_hold
     labels = rows.labels.astype(np.int64)
     train_y = labels[:cut].copy()
@@ -460,6 +472,13 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
         f"window: {n} labelled of {rows.window_rows} predictions from {window['first_prediction_at']} to "
         f"{window['last_prediction_at']}; training on {cut + previous_rows}, holding out the newest {n_hold}"
     )
+    if short:
+        notes.append(
+            f"held out {n_hold} rows, fewer than "
+            f"retrain_holdout_min_rows={settings.retrain_holdout_min_rows} (never more than half of the "
+            f"{n} labelled rows): the gate's bounds may be too wide to decide; more labelled rows in the "
+            "window would narrow them"
+        )
     if drill:
         notes.append(
             f"fire drill {drill}: the training labels are shuffled; the gate must reject the candidate"
@@ -599,6 +618,15 @@ def conclude(control: JobControl, plan: Plan, candidate: int, result: GateResult
             lines.append(
                 f"held for a manual promotion (retrain_auto_promote is off): "
                 f"driftwarden models promote {plan.model_name} {candidate}"
+            )
+        elif result.verdict is Verdict.UNDECIDED:
+            state = JobState.UNDECIDED
+            lines.append(
+                f"the gate could not decide ({', '.join(c.name for c in result.undecided)}): "
+                f"{plan.model_name}:{candidate} stays staged for a person to decide: "
+                f"driftwarden models promote {plan.model_name} {candidate}, or driftwarden models reject "
+                f"{plan.model_name} {candidate}; a larger holdout decides on its own "
+                "(more labelled rows, DRIFTWARDEN_RETRAIN_HOLDOUT_MIN_ROWS)"
             )
         else:
             reject(

@@ -768,7 +768,7 @@ def model_drift_quality() -> dash.Dashboard:
                 ids,
                 "Retraining jobs by state",
                 "The model's retraining jobs: queued, running and validating now; promoted, passed, "
-                "rejected, failed and cancelled in the last 24 hours.",
+                "undecided, rejected, failed and cancelled in the last 24 hours.",
                 [Query(f"max by (model, state) (driftwarden_training_jobs{m})", "{{state}}")],
                 minimum=0,
                 width=12,

@@ -21,8 +21,18 @@ from training.metrics import FINAL_WINDOW, TrainingJobsCollector, families, read
 from training.models import JobState, utcnow
 
 Labels = tuple[tuple[str, str], ...]
-STATES = ("queued", "running", "validating", "promoted", "passed", "rejected", "failed", "cancelled")
-FINAL = ("promoted", "passed", "rejected", "failed", "cancelled")
+STATES = (
+    "queued",
+    "running",
+    "validating",
+    "promoted",
+    "passed",
+    "undecided",
+    "rejected",
+    "failed",
+    "cancelled",
+)
+FINAL = ("promoted", "passed", "undecided", "rejected", "failed", "cancelled")
 WORKER = "test-worker"
 
 
