@@ -19,7 +19,7 @@ import httpx
 from core.config import Settings
 from core.tabular import Columns, write_table
 from core.terminal import make_console
-from service.demo_loop import Summary
+from service.demo_loop import DemoFailed, Summary
 from training.datagen import TARGET, Scenario, generate
 
 console = make_console(stderr=True)
@@ -80,10 +80,17 @@ def wait_logged(*, client: httpx.Client, rows_written: int, timeout_s: float = 6
         time.sleep(0.1)
 
 
+RETRAIN_ROWS = 10_000  # labelled rows of the drifted phase: the retraining window (2,000 of them held out)
+
+
 def watch_drift(
     *, settings: Settings, model: str, window: int, seed: int, report_path: Path, epochs: float, rows: int
 ) -> tuple[list[set[str]], Summary]:
     """Baseline, a new category, then covariate shift, a monitor run after each; then close the loop.
+
+    The drifted phase sends ``RETRAIN_ROWS`` labelled predictions (the monitor still reads the newest
+    ``window``), so that the retraining job the alert starts trains on 8,000 of them and holds out 2,000
+    for the validation gate: enough for its bounds to be narrower than its tolerances.
 
     Returns the drifted features of each phase and the summary of the loop (drift -> alert -> signed
     webhook -> retraining job -> gate -> promotion -> clean run; a bad candidate rejected).
@@ -110,9 +117,9 @@ def watch_drift(
             "worker_embedded": True,  # retraining jobs run in the server, on a local cluster
             "job_poll_interval_s": 0.5,
             "webhook_send_interval_s": 0.5,
-            "retrain_window_rows": window,  # retrain on the drifted window
-            # as many optimizer steps as the first training had (its data was rows/window times larger)
-            "retrain_epochs": epochs * max(1.0, rows / window),
+            "retrain_window_rows": RETRAIN_ROWS,  # retrain on the drifted traffic
+            # as many optimizer steps as the first training had (its data was rows/RETRAIN_ROWS times larger)
+            "retrain_epochs": epochs * max(1.0, rows / RETRAIN_ROWS),
             "webhook_allow_private_urls": True,  # the demo's receiver listens on loopback
         }
     )
@@ -140,9 +147,9 @@ def watch_drift(
         )
         written = int(client.get("/status").json()["prediction_log"]["rows_written"])
 
-        def send(scenario: str, offset: int) -> None:
+        def send(scenario: str, offset: int, n: int = window) -> None:
             nonlocal written
-            cols = generate(window, scenario=Scenario(scenario), seed=seed + 1000 + offset)
+            cols = generate(n, scenario=Scenario(scenario), seed=seed + 1000 + offset)
             written += send_traffic(client=client, model=model, columns=cols)
             wait_logged(client=client, rows_written=written)
 
@@ -153,8 +160,9 @@ def watch_drift(
             return doc
 
         for i, (scenario, title) in enumerate(phases):
-            console.print(f"\n[bold]{title}[/]: {window} predictions with their labels")
-            send(scenario.value, i)
+            n = RETRAIN_ROWS if scenario is Scenario.COVARIATE_SHIFT else window
+            console.print(f"\n[bold]{title}[/]: {n} predictions with their labels")
+            send(scenario.value, i, n)
             doc = monitor()
             head = doc.get("headline") or {}
             print_report(
@@ -296,7 +304,7 @@ def run_demo(
     sample = json_rows(generate(200, seed=seed + 50))
     served = run_serving_demo(settings=settings, model=model, rows=sample, say=console.print)
     if served.rows_dropped:
-        raise RuntimeError(f"the prediction log dropped {served.rows_dropped} rows")
+        raise DemoFailed(f"the demo failed at serving: the prediction log dropped {served.rows_dropped} rows")
 
     step("5. Watch for drift: baseline traffic, then a new category, then covariate shift")
     verdicts, summary = watch_drift(
@@ -323,6 +331,6 @@ def run_demo(
                 f"  [yellow]{phase:<16} missed {missed or 'nothing'}; also flagged {extra or 'nothing'}[/]"
             )
     if not summary.ok:
-        failed = [stage for stage, ok, _ in summary.rows if not ok]
-        raise RuntimeError(f"the loop did not close: {', '.join(failed)} (see the table above)")
+        stage, evidence = next((stage, evidence) for stage, ok, evidence in summary.rows if not ok)
+        raise DemoFailed(f"the loop did not close at {stage!r}: {evidence} (the table above has every stage)")
     return result.version.version

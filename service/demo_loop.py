@@ -22,9 +22,18 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from core.errors import DomainError
 from core.network import free_port
 
-FINAL = {"promoted", "passed", "rejected", "failed", "cancelled"}
+FINAL = {"promoted", "passed", "undecided", "rejected", "failed", "cancelled"}
+MARKS = {"passed": "pass", "failed": "FAIL", "undecided": "UNDECIDED"}
+
+
+class DemoFailed(DomainError):
+    """A stage of the demo did not do what it shows; the message names the stage and why (exit 2)."""
+
+    status_code = 500
+    exit_code = 2
 
 
 @dataclass
@@ -101,7 +110,7 @@ def wait_until(what: str, ready: Callable[[], Any], *, timeout_s: float, every_s
         if value:
             return value
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the demo waited {timeout_s:.0f}s for {what}, in vain")
+            raise DemoFailed(f"the demo waited {timeout_s:.0f}s for {what}, in vain")
         time.sleep(every_s)
 
 
@@ -131,7 +140,7 @@ def gate_lines(job: dict[str, Any]) -> list[str]:
     """The gate's checks of a job, one line each, with their figures."""
     out = []
     for check in (job.get("gate") or {}).get("checks", []):
-        mark = "pass" if check["passed"] else "FAIL"
+        mark = MARKS.get(str(check.get("verdict")), "pass" if check["passed"] else "FAIL")
         out.append(f"{mark} {check['name']}: {check.get('message', '')}")
     return out
 
@@ -262,7 +271,7 @@ def close_the_loop(
     )
     r.raise_for_status()
     bad = wait_for_job(client, int(r.json()["id"]), console=console)
-    failed = [c for c in (bad.get("gate") or {}).get("checks", []) if not c["passed"]]
+    failed = [c for c in (bad.get("gate") or {}).get("checks", []) if c.get("verdict") == "failed"]
     for line in gate_lines(bad):
         console.print(f"    gate: {line}")
     still = _get(client, f"/v1/models/{model}")["model_version_status"]
