@@ -158,21 +158,24 @@ def test_a_good_candidate_is_promoted_with_its_lineage(world: World) -> None:
     window = job.data_window
     assert window is not None
     assert window["labelled_rows"] == ROWS and window["rows"] == ROWS
-    assert window["holdout_rows"] == 600 and window["train_rows"] == 2400
+    # at least retrain_holdout_min_rows (2000) are held out, but never more than half of the window
+    assert window["holdout_rows"] == 1500 and window["train_rows"] == 1500
+    assert "held out 1500 rows, fewer than retrain_holdout_min_rows=2000" in job.log_tail
     assert window["first_prediction_at"] < window["holdout_from"] <= window["last_prediction_at"]
     lineage = world.version(3).lineage
     assert lineage["parent_version"] == 1 and lineage["job_id"] == job_id
     assert lineage["trigger"] == "cli" and lineage["alert_id"] is None and lineage["data_window"] == window
     assert (
-        lineage["mode"] == "local" and lineage["train_rows"] == 1920
+        lineage["mode"] == "local" and lineage["train_rows"] == 1200
     )  # prepare() holds out 20 % for metrics
     assert read_meta(path=Path(world.version(3).path), name="lineage")["job_id"] == job_id
     gate = job.gate
-    assert gate is not None and gate["passed"] is True
+    assert gate is not None and gate["passed"] is True and gate["verdict"] == "passed"
     checks = {c["name"]: c for c in gate["checks"]}
     assert set(checks) == {"input_contract", "outputs", "metric", "calibration", "slices"}
     assert checks["metric"]["figures"]["candidate"] > checks["metric"]["figures"]["serving"] + 0.1
-    assert checks["input_contract"]["figures"]["rows"] == 600
+    assert checks["metric"]["figures"]["bounds"][0] > 0.05  # better with 95 % confidence, on 1500 rows
+    assert checks["input_contract"]["figures"]["rows"] == 1500
     assert job.progress["step"] == job.progress["total_steps"] > 0 and job.progress["loss"] > 0
     assert "claimed by worker test:1:1 (attempt 1)" in job.log_tail
     assert "credit:3 is now serving" in job.log_tail
@@ -232,6 +235,26 @@ def test_without_auto_promote_a_passing_candidate_is_held(world: World) -> None:
     assert job.state is JobState.PASSED, job.error or job.log_tail
     assert world.serving() == 1 and world.version(3).state is VersionState.STAGED
     assert "driftwarden models promote credit 3" in job.log_tail
+
+
+def test_a_holdout_too_small_to_decide_holds_the_candidate_undecided(world: World) -> None:
+    log_traffic(world.db)
+    job_id = world.submit()
+    small = world.settings_with(retrain_holdout_fraction=0.05, retrain_holdout_min_rows=1)  # 150 rows
+    Worker(db=world.db, settings=small).run_once()
+    job = world.job(job_id)
+    assert job.state is JobState.UNDECIDED, job.error or job.log_tail
+    assert job.data_window is not None and job.data_window["holdout_rows"] == 150
+    assert job.gate is not None and job.gate["verdict"] == "undecided" and job.gate["passed"] is False
+    verdicts = {c["name"]: c["verdict"] for c in job.gate["checks"]}
+    assert verdicts["metric"] == verdicts["calibration"] == "undecided", verdicts
+    assert "failed" not in verdicts.values()
+    metric = next(c for c in job.gate["checks"] if c["name"] == "metric")
+    assert "150 holdout rows, fewer than the 200 this check needs" in metric["message"]
+    assert world.serving() == 1 and world.version(3).state is VersionState.STAGED  # held for a person
+    assert "the gate could not decide (metric, calibration)" in job.log_tail
+    assert "driftwarden models promote credit 3, or driftwarden models reject credit 3" in job.log_tail
+    assert world.finished == [job_id]
 
 
 def test_a_running_job_stops_when_cancelled_and_its_candidate_never_appears(world: World) -> None:
@@ -327,8 +350,8 @@ def test_previous_training_data_and_the_serving_versions_mode_are_used_when_aske
     job = world.job(job_id)
     assert job.state is JobState.PROMOTED, job.error or job.log_tail
     assert job.data_window is not None
-    assert job.data_window["previous_data_rows"] == 1000 and job.data_window["train_rows"] == 2400 + 1000
+    assert job.data_window["previous_data_rows"] == 1000 and job.data_window["train_rows"] == 1500 + 1000
     assert f"mixed in 1000 rows of the serving version's training data ({previous})" in job.log_tail
     assert "training credit (local, 3 epochs) from version 1" in job.log_tail
     lineage = world.version(3).lineage
-    assert lineage["mode"] == "local" and lineage["train_rows"] == 2720  # 80 % of 3400 (prepare's split)
+    assert lineage["mode"] == "local" and lineage["train_rows"] == 2000  # 80 % of 2500 (prepare's split)
