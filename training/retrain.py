@@ -625,7 +625,7 @@ def conclude(control: JobControl, plan: Plan, candidate: int, result: GateResult
                 f"the gate could not decide ({', '.join(c.name for c in result.undecided)}): "
                 f"{plan.model_name}:{candidate} stays staged for a person to decide: "
                 f"driftwarden models promote {plan.model_name} {candidate}, or driftwarden models reject "
-                f"{plan.model_name} {candidate}; a larger holdout decides on its own "
+                f"{plan.model_name} {candidate} --reason TEXT; a larger holdout decides on its own "
                 "(more labelled rows, DRIFTWARDEN_RETRAIN_HOLDOUT_MIN_ROWS)"
             )
         else:
