@@ -3,13 +3,11 @@ report links. Module-level imports stay light (typer)."""
 
 from __future__ import annotations
 
-import re
-from datetime import timedelta
 from typing import Annotated
 
 import typer
 
-from core.errors import Invalid
+from core.durations import parse_duration
 from core.terminal import make_console
 
 tokens_app = typer.Typer(
@@ -17,19 +15,6 @@ tokens_app = typer.Typer(
     "key of the signed report links (rotate-link-key).",
     no_args_is_help=True,
 )
-DURATION = re.compile(r"^(\d+)([mhdw])$")
-UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_duration(text: str, *, option: str = "--expires-in", never: bool = True) -> timedelta | None:
-    """``90d``, ``12h``, ``30m``, ``2w``, or ``never`` (None, when ``never`` is allowed)."""
-    if never and text == "never":
-        return None
-    found = DURATION.match(text.strip())
-    if found is None or int(found.group(1)) == 0:
-        also = " (or never)" if never else ""
-        raise Invalid(f"{option}: {text!r} is not a duration like 30m, 12h, 90d, 2w{also}")
-    return timedelta(**{UNITS[found.group(2)]: int(found.group(1))})
 
 
 @tokens_app.command("create")
@@ -39,14 +24,15 @@ def create(
         list[str], typer.Option("--scope", help="predict, feedback, read or admin (repeat for more).")
     ],
     expires_in: Annotated[
-        str, typer.Option("--expires-in", help="Lifetime: 30m, 12h, 90d, 2w, or never.")
+        str,
+        typer.Option("--expires-in", help="Lifetime: 30m, 12h, 90d, 2w, 1d12h (at most 3650d), or never."),
     ] = "90d",
 ) -> None:
     """Create a token and print its secret once (only its SHA-256 is stored: it cannot be shown again)."""
     from access.service import create_token
     from core.database import open_database
 
-    lifetime = parse_duration(expires_in)
+    lifetime = parse_duration(expires_in, where="--expires-in", allow_never=True)
     db = open_database()
     try:
         with db.session() as session:

@@ -8,9 +8,8 @@ rule broken and, for a rule, its name.
 from __future__ import annotations
 
 import enum
-import re
 import urllib.parse
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import (
@@ -24,6 +23,7 @@ from pydantic import (
 )
 
 from alerts.labels import LABEL_NAME, LABEL_RULE, Matcher, check_matcher
+from core.durations import require_duration
 from core.errors import Invalid
 
 
@@ -237,25 +237,6 @@ class MatcherSpec(BaseModel):
         return Matcher(name=self.name, value=self.value, is_regex=self.is_regex, is_equal=self.is_equal)
 
 
-DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-
-def parse_duration(text: str, *, where: str = "duration") -> timedelta:
-    """``2h``, ``30m``, ``1d12h``, ``90s`` or plain seconds; Invalid naming ``where`` otherwise."""
-    text = str(text).strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        seconds = float(text)
-    else:
-        m = DURATION.match(text)
-        if not text or m is None:
-            raise Invalid(f"{where}: {text!r} is not a duration: write e.g. 2h, 30m, 1d12h or 90s")
-        d, h, mi, s = (int(x) if x else 0 for x in m.groups())
-        seconds = d * 86400 + h * 3600 + mi * 60 + s
-    if seconds <= 0:
-        raise Invalid(f"{where}: {text!r} must be longer than 0 seconds")
-    return timedelta(seconds=seconds)
-
-
 class SilenceSpec(BaseModel):
     """A silence as a caller sends it: matchers, and ``ends_at`` or ``duration`` (e.g. ``2h``)."""
 
@@ -287,7 +268,10 @@ def check_silence(spec: SilenceSpec, *, now: datetime) -> tuple[list[Matcher], d
         if ends.tzinfo is None:
             raise Invalid("ends_at: give a time zone (e.g. 2026-01-01T12:00:00Z)")
     elif spec.duration is not None:
-        ends = starts + parse_duration(spec.duration, where="duration")
+        try:
+            ends = starts + require_duration(spec.duration, where="duration")
+        except OverflowError:
+            raise Invalid(f"duration: {spec.duration!r} from starts_at ends after the year 9999") from None
     else:
         raise Invalid('ends_at or duration: a silence needs an end (e.g. "duration": "2h")')
     if ends <= max(starts, now):
@@ -338,4 +322,10 @@ class WebhookSpec(BaseModel):
                 f"{url!r} is not an http(s) URL: a webhook URL starts with http:// or https:// and names "
                 "a host"
             )
+        try:
+            port = parsed.port
+        except ValueError:
+            port = -1
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"{url!r} has a port out of range: a port is a number from 1 to 65535")
         return url

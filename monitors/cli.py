@@ -441,15 +441,14 @@ def report_link_cmd(
     ] = "7d",
 ) -> None:
     """Print a signed URL of MODEL's HTML drift report that opens in a browser without a token."""
-    from access.cli import parse_duration
     from core.config import get_settings
     from core.database import open_database
+    from core.durations import require_duration
     from core.terminal import make_console
     from monitors.links import signed_report_url
     from registry.service import require_model
 
-    lifetime = parse_duration(ttl, option="--ttl", never=False)
-    assert lifetime is not None  # never=False: a link always expires
+    lifetime = require_duration(ttl, where="--ttl")
     settings = get_settings()
     db = open_database()
     try:
