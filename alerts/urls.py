@@ -58,7 +58,10 @@ def check_url(url: str, *, allow_private: bool, resolve: bool) -> None:
         raise RefusedURL(f"url: {url!r} is not an http(s) URL naming a host")
     if allow_private:
         return
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        raise RefusedURL(f"url: {url!r} has a port out of range (1 to 65535)") from None
     addresses = (
         _resolved(host, port) if resolve and not _literal_addresses(host) else _literal_addresses(host)
     )

@@ -64,7 +64,7 @@ class Settings(BaseSettings):
 
     # serving
     api_host: str = "127.0.0.1"
-    api_port: int = 8501
+    api_port: int = Field(default=8501, ge=1, le=65535)
 
     # serving / prediction log (service/serving, predictions/)
     serve_models: list[str] = Field(

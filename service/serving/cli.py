@@ -16,7 +16,8 @@ def serve(
         str | None, typer.Option("--host", help="Bind address (default: settings api_host).")
     ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", "-p", help="Port (default: settings api_port).")
+        int | None,
+        typer.Option("--port", "-p", min=1, max=65535, help="Port, 1 to 65535 (default: settings api_port)."),
     ] = None,
     durability: Annotated[
         str | None, typer.Option("--durability", help="Prediction log: 'durable' (group commit) or 'fast'.")

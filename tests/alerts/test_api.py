@@ -324,6 +324,8 @@ def test_silences_over_http(api: tuple[Server, httpx.Client], db: Database) -> N
         ({**body, "matchers": [{"name": "model", "value": "(", "is_regex": True}]}, "matchers[0]"),
         ({**body, "matchers": [{"name": "model", "value": ".*", "is_regex": True}]}, "matchers"),
         ({**body, "duration": "soon"}, "duration"),
+        ({**body, "duration": "99999999999d"}, "duration"),  # once an OverflowError and a 500
+        ({**body, "starts_at": "9999-12-01T00:00:00Z", "duration": "3650d"}, "duration"),
         ({**body, "duration": None}, "ends_at or duration"),
         ({**body, "ends_at": "2020-01-01T00:00:00Z", "duration": None}, "ends_at"),
         ({**body, "matchers": []}, "matchers"),
@@ -341,7 +343,7 @@ def test_webhooks_over_http_with_a_real_receiver(
 ) -> None:
     server, client = api
     before = counts(db)
-    for url in ("ftp://example.com/hook", "example.com/hook", "http://"):
+    for url in ("ftp://example.com/hook", "example.com/hook", "http://", "http://example.com:99999/"):
         r = client.post("/v1/webhooks", json={"url": url}, headers=admin())
         assert r.status_code == 400 and r.json()["error"].startswith("url: "), r.text
     r = client.post("/v1/webhooks", json={"url": "http://x.example", "secret": "short"}, headers=admin())

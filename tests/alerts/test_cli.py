@@ -88,6 +88,10 @@ def test_silence_commands(cli: typer.Typer) -> None:
     assert code == 2 and "has no operator" in err
     code, _, err = run(cli, "alerts", "silence", "--matcher", "model=credit", "--for", "soon")
     assert code == 2 and "duration: 'soon' is not a duration" in err
+    code, out, err = run(cli, "alerts", "silence", "--matcher", "model=credit", "--for", "99999999999d")
+    assert (
+        code == 2 and err.startswith("error: duration: '99999999999d' is longer than") and "a bug" not in err
+    )
     assert run(cli, "alerts", "unsilence", silence_id)[0] == 0
     assert "expired" in run(cli, "alerts", "silences")[1]
     assert run(cli, "alerts", "unsilence", "nope")[0] == 2
@@ -96,6 +100,8 @@ def test_silence_commands(cli: typer.Typer) -> None:
 def test_webhook_commands(cli: typer.Typer) -> None:
     code, _, err = run(cli, "webhooks", "add", "ftp://example.com/x")
     assert code == 2 and err.startswith("error: url: ")
+    code, _, err = run(cli, "webhooks", "add", "https://example.com:99999/")
+    assert code == 2 and err.startswith("error: url: ") and "port out of range" in err and "a bug" not in err
     code, _, err = run(cli, "webhooks", "add", "http://example.com/x", "--event", "alert.fired")
     assert code == 2 and err.startswith("error: filter.events[0]: ")
     assert "no webhooks" in run(cli, "webhooks", "list")[1]

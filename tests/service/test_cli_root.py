@@ -97,3 +97,15 @@ def test_an_invalid_setting_is_named_with_its_variable_not_called_a_bug() -> Non
         "unset that environment variable)",
     ]
     assert "bogus" not in result.output and "eighty" not in result.output  # values stay out of the message
+
+
+def test_a_port_out_of_range_is_a_usage_error_naming_its_range() -> None:
+    result = CliRunner().invoke(app, ["serve", "--port", "99999"])
+    flat = " ".join(result.output.replace("│", " ").split())
+    assert result.exit_code == 2 and "Invalid value for '--port'" in flat
+    assert "less than or equal to 65535" in flat
+    assert "a bug" not in result.output and "Traceback" not in result.output
+    env = {"DRIFTWARDEN_API_PORT": "99999"}
+    result = CliRunner().invoke(app, ["config"], env=env)
+    assert result.exit_code == 2
+    assert result.output.startswith("error: invalid setting DRIFTWARDEN_API_PORT: Input should be less than")
