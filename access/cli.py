@@ -86,11 +86,22 @@ def list_(
 
 
 @tokens_app.command("revoke")
-def revoke(token_id: Annotated[str, typer.Argument(help="The token's id (`tokens list`).")]) -> None:
+def revoke(
+    token_id: Annotated[
+        str, typer.Argument(help="The token's id (`tokens list`), or the whole token dw_<id>_<secret>.")
+    ],
+) -> None:
     """Revoke a token: a running server refuses it within token_cache_s seconds."""
     from access.service import revoke_token
+    from core.auth import TOKEN_PREFIX, token_id_of
     from core.database import open_database
+    from core.errors import Invalid
 
+    if token_id.startswith(TOKEN_PREFIX):  # a whole token: its id, and the secret never shown again
+        found = token_id_of(token_id)
+        if found is None:
+            raise Invalid("token: not a token of the shape dw_<id>_<secret>, nor a token id (`tokens list`)")
+        token_id = found
     db = open_database()
     try:
         with db.session() as session:

@@ -418,7 +418,8 @@ class Settings(BaseSettings):
 
 
 def _mask_url(url: str) -> str:
-    """Hide the password of a URL like ``scheme://user:pw@host``, and a ``password=`` query parameter."""
+    """Hide the password of a URL like ``scheme://user:pw@host``, and every credential-bearing query
+    parameter (``password``, ``sslpassword``, ``passwd``, ``pwd``; any ``*secret``, ``*token``, ``*key``)."""
     url = _PASSWORD_PARAM.sub(r"\1***", url)
     if "://" not in url or "@" not in url:
         return url
@@ -428,7 +429,9 @@ def _mask_url(url: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in creds else url
 
 
-_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
+_PASSWORD_PARAM = re.compile(
+    r"([?&](?:[a-z_]*pass(?:word|wd)?|pwd|[a-z_]*secret|[a-z_]*token|[a-z_]*key)=)[^&]*", re.IGNORECASE
+)
 
 
 def base_url(settings: Settings) -> str:

@@ -85,3 +85,28 @@ def test_config_masks_every_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg["admin_token"] == cfg["alertmanager_token"] == cfg["alertmanager_basic_auth"] == "***"
     assert cfg["database_url"] == "postgresql+psycopg://app:***@db:5432/dw"
     assert cfg["monitor_read_database_url"] == "postgresql+psycopg://r@replica/dw?password=***&x=1"
+
+
+def test_revoke_takes_a_whole_token_and_never_echoes_its_secret() -> None:
+    code, out, err = run("tokens", "create", "--name", "pasted", "--scope", "read")
+    assert code == 0, err
+    secret = out.strip()
+    token_id = secret.split("_")[1]
+    code, out, err = run("tokens", "revoke", secret)
+    assert code == 0 and out.strip() == f"revoked {token_id}" and secret.split("_", 2)[2] not in out + err
+    unknown = "dw_abc123_s3cret-never-shown"
+    code, out, err = run("tokens", "revoke", unknown)
+    assert code == 2 and "token 'abc123' does not exist" in err and "s3cret" not in out + err
+    code, _, err = run("tokens", "revoke", "dw_bad-shape")
+    assert code == 2 and err.startswith("error: token: not a token of the shape") and "bad-shape" not in err
+
+
+def test_every_credential_bearing_url_parameter_is_masked() -> None:
+    from pydantic import SecretStr
+
+    from core.config import Settings
+
+    url = "postgresql+psycopg://app@db/dw?sslmode=require&sslpassword=a-s3cret&PWD=b-s3cret&api_key=c-s3cret"
+    shown = Settings(database_url=SecretStr(url)).masked()["database_url"]
+    assert "s3cret" not in shown
+    assert shown == "postgresql+psycopg://app@db/dw?sslmode=require&sslpassword=***&PWD=***&api_key=***"
