@@ -58,6 +58,7 @@ SLICE_MIN_CLASS_ROWS = 10  # a slice with fewer rows of a class is judged by acc
 LOWER_IS_BETTER = {"ece"}
 TAIL_REPS = 50  # bootstrap replicates beyond each bound (more replicates at a high confidence)
 MAX_REPS = 20_000
+MAX_CELLS = 50_000_000  # replicates x rows of one comparison: beyond it, no more than the configured reps
 
 
 class Verdict(enum.StrEnum):
@@ -329,6 +330,12 @@ class Comparison:
         )
 
 
+def _reps(configured: int, level: float, rows: int) -> int:
+    """Bootstrap replicates: enough for ``TAIL_REPS`` beyond a bound at ``level``, within the budgets."""
+    wanted = max(configured, math.ceil(TAIL_REPS / (1.0 - level)))
+    return max(configured, min(wanted, MAX_REPS, MAX_CELLS // max(rows, 1)))
+
+
 def _pct(confidence: float) -> str:
     """95% / 99.5% / 98.33%: as many digits as the confidence needs, up to two."""
     for digits in range(3):
@@ -368,7 +375,7 @@ def compare(
         candidate=candidate,
         serving=serving,
         confidence=level,
-        reps=min(max(policy.bootstrap_reps, math.ceil(TAIL_REPS / (1.0 - level))), MAX_REPS),
+        reps=_reps(policy.bootstrap_reps, level, rows),
         seed=policy.seed + seed,
     )
 
