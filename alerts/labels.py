@@ -3,7 +3,10 @@
 A fingerprint is the first 16 hex digits of the SHA-256 of the label set as sorted ``name=value`` pairs:
 the same labels always give the same fingerprint, whatever their order. A matcher compares one label (an
 absent label counts as the empty string); a regular expression must match the whole value, as in
-Alertmanager.
+Alertmanager, and is RE2 syntax, as Alertmanager's (Go's): matched by RE2 (``google-re2``) in time linear
+in the value whatever the pattern, so no pattern can stall the API (Python's backtracking ``re`` took
+4.95 s for ``(a+)+$`` against 26 ``a``s and a ``!``). Backreferences and lookarounds, which need
+backtracking, are refused; a pattern is at most :data:`MAX_PATTERN` characters.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from core.errors import Invalid
@@ -20,6 +24,7 @@ from core.errors import Invalid
 LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LABEL_RULE = "a label name is ASCII letters, digits and '_', not starting with a digit"
 OPERATORS = ("=~", "!~", "!=", "=")  # longest first: "=~" before "="
+MAX_PATTERN = 1024  # characters of a matcher's value
 
 
 def fingerprint(labels: Mapping[str, Any]) -> str:
@@ -39,7 +44,7 @@ class Matcher:
 
     def matches(self, labels: Mapping[str, Any]) -> bool:
         actual = str(labels.get(self.name, ""))
-        hit = re.fullmatch(self.value, actual) is not None if self.is_regex else actual == self.value
+        hit = _regex(self.value).fullmatch(actual) is not None if self.is_regex else actual == self.value
         return hit if self.is_equal else not hit
 
     @property
@@ -68,12 +73,34 @@ def check_matcher(m: Matcher, *, where: str = "matcher") -> Matcher:
     """``m`` when its name is a label name and its regex compiles; else Invalid naming ``where``."""
     if not LABEL_NAME.match(m.name):
         raise Invalid(f"{where}: {m.name!r} is not a label name ({LABEL_RULE}), e.g. model=credit")
+    if len(m.value) > MAX_PATTERN:
+        raise Invalid(f"{where}: the value has {len(m.value)} characters; at most {MAX_PATTERN}")
     if m.is_regex:
         try:
-            re.compile(m.value)
-        except re.error as exc:
-            raise Invalid(f"{where}: {m.value!r} is not a valid regular expression ({exc})") from None
+            _regex(m.value)
+        except Exception as exc:  # re2.error
+            detail = (
+                exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+            )
+            raise Invalid(
+                f"{where}: {m.value!r} is not a valid regular expression in RE2 syntax, as Alertmanager's "
+                f"({detail}; backreferences and lookarounds are not supported)"
+            ) from None
     return m
+
+
+@lru_cache(maxsize=1024)
+def _regex(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (linear-time matching), errors not logged to stderr.
+
+    A matcher needs only whether the whole value matches: without capture groups RE2 answers from its DFA
+    (``(.*a){20}`` against 10,000 near misses: 43 ms instead of 550 ms with its submatch engines)."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    options.never_capture = True
+    return re2.compile(pattern, options)
 
 
 def parse_matcher(text: str, *, where: str = "matcher") -> Matcher:

@@ -260,3 +260,36 @@ def test_bad_matchers_are_refused() -> None:
     assert matches_all(
         [Matcher("model", "credit"), Matcher("severity", "info", is_equal=False)], {"model": "credit"}
     )
+
+
+CATASTROPHIC = (  # patterns that make a backtracking engine take exponential time on a near-miss
+    r"(a+)+$",
+    r"(a|aa)+$",
+    r"(a|a?)+$",
+    r"(a*)*b",
+    r"(.*a){20}",
+    r"(\w+\s?)+$",
+    r"^(([a-z])+.)+[A-Z]([a-z])+$",
+    r"(x+x+)+y",
+)
+
+
+@pytest.mark.timeout(120)  # Python's backtracking re needed seconds for one such label, hours for these
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_catastrophic_patterns_match_adversarial_labels_in_linear_time(pattern: str) -> None:
+    matcher = parse_matcher(f"model=~{pattern}")
+    labels = [{"model": "a" * (20 + i % 40) + "!"} for i in range(10_000)]  # each a near miss
+    assert not any(matcher.matches(one) for one in labels)
+    assert parse_matcher(f"model!~{pattern}").matches(labels[-1])
+
+
+def test_regex_matchers_are_re2_as_in_alertmanager() -> None:
+    assert parse_matcher(r"model=~(a+)+$").matches({"model": "aaaa"})
+    assert parse_matcher(r"model=~cred(it|o)").matches({"model": "credo"})
+    assert parse_matcher(r"model=~[a-z0-9_-]{1,64}").matches({"model": "fraud-v2"})
+    for backtracking in (r"(a)\1", r"(?=a)a", r"(?<!x)a"):  # need a backtracking engine: refused
+        with pytest.raises(Invalid, match="not a valid regular expression in RE2 syntax") as err:
+            parse_matcher(f"model=~{backtracking}")
+        assert "backreferences and lookarounds are not supported" in str(err.value)
+    with pytest.raises(Invalid, match="the value has 1025 characters; at most 1024"):
+        parse_matcher("model=~" + "a" * 1025)
