@@ -278,12 +278,17 @@ class _Keep(dict[str, Any]):
         return "{" + key + "}"
 
 
+MAX_RENDERED = 4096  # characters of one rendered annotation (a long label value is cut, not carried)
+
+
 def render(template: str, context: Mapping[str, Any]) -> str:
-    """``template`` with ``{name}`` (and ``{value:.3f}``) filled from ``context``; unknown names stay."""
+    """``template`` with ``{name}`` (and ``{value:.3f}``) filled from ``context``; unknown names stay; at
+    most :data:`MAX_RENDERED` characters."""
     try:
-        return template.format_map(_Keep(context))
+        text = template.format_map(_Keep(context))
     except (ValueError, TypeError, IndexError, KeyError, AttributeError):
-        return template
+        text = template
+    return text if len(text) <= MAX_RENDERED else text[: MAX_RENDERED - 1] + "…"
 
 
 def render_annotations(spec: RuleSpec, model_name: str, finding: Finding) -> dict[str, str]:

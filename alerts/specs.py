@@ -8,6 +8,8 @@ rule broken and, for a rule, its name.
 from __future__ import annotations
 
 import enum
+import re
+import string
 import urllib.parse
 from datetime import datetime
 from typing import Any, Literal
@@ -136,6 +138,36 @@ PARAMS: dict[Kind, type[_Params]] = {
 }
 
 
+MAX_ANNOTATIONS = 20
+MAX_TEMPLATE = 2000  # characters of one annotation template
+MAX_FORMAT_NUMBER = 100  # the largest width or precision a template's format spec may ask for
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_template(key: str, template: str) -> None:
+    """An annotation template ``{name}`` / ``{value:.3f}``: bounded in length, fields plain names, format
+    widths and precisions at most :data:`MAX_FORMAT_NUMBER` (``{value:>2000000}`` made 2 MB alerts)."""
+    if len(template) > MAX_TEMPLATE:
+        raise ValueError(f"{key}: {len(template)} characters; a template has at most {MAX_TEMPLATE}")
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"{key}: not a template ({exc}); write e.g. '{{model}}: {{value:.3f}}'") from None
+    for _, field, spec, _ in parts:
+        if field is None:
+            continue
+        if not FIELD_NAME.fullmatch(field):
+            raise ValueError(f"{key}: {{{field}}} is not a plain name (no attributes, indexes or positions)")
+        if spec and "{" in spec:
+            raise ValueError(f"{key}: {{{field}:{spec}}} nests a field in its format")
+        for number in re.findall(r"\d+", spec or ""):
+            if int(number) > MAX_FORMAT_NUMBER:
+                raise ValueError(
+                    f"{key}: {{{field}:{spec}}} asks for {number} characters or digits; at most "
+                    f"{MAX_FORMAT_NUMBER}"
+                )
+
+
 class RuleSpec(BaseModel):
     """One alert rule as written in a rules file or an API body (``for`` is accepted for ``for_runs``)."""
 
@@ -162,6 +194,15 @@ class RuleSpec(BaseModel):
                     f"label {name!r} is set by the rule itself; reserved: {sorted(RESERVED_LABELS)}"
                 )
         return labels
+
+    @field_validator("annotations")
+    @classmethod
+    def _bounded_templates(cls, annotations: dict[str, str]) -> dict[str, str]:
+        if len(annotations) > MAX_ANNOTATIONS:
+            raise ValueError(f"{len(annotations)} annotations; at most {MAX_ANNOTATIONS}")
+        for key, template in annotations.items():
+            check_template(key, template)
+        return annotations
 
     @field_validator("actions")
     @classmethod

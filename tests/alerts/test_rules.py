@@ -9,7 +9,7 @@ import pytest
 
 from alerts.config import parse_text
 from alerts.labels import Matcher, fingerprint, matches_all, parse_matcher
-from alerts.rules import DEFAULT_RULES, evaluate, evaluate_health, render, render_annotations
+from alerts.rules import DEFAULT_RULES, Finding, evaluate, evaluate_health, render, render_annotations
 from alerts.specs import Kind, RuleSpec, parse_rule, parse_rules
 from core.errors import Invalid
 from core.health import CheckResult
@@ -293,3 +293,31 @@ def test_regex_matchers_are_re2_as_in_alertmanager() -> None:
         assert "backreferences and lookarounds are not supported" in str(err.value)
     with pytest.raises(Invalid, match="the value has 1025 characters; at most 1024"):
         parse_matcher("model=~" + "a" * 1025)
+
+
+@pytest.mark.parametrize(
+    ("template", "words"),
+    [
+        ("{value:>2000000}", "asks for 2000000 characters or digits; at most 100"),
+        ("{value:>999999999}", "at most 100"),
+        ("{value:.500f}", "asks for 500 characters or digits"),
+        ("{value:{width}}", "nests a field in its format"),
+        ("{value.__class__}", "is not a plain name"),
+        ("{0}", "is not a plain name"),
+        ("{model", "not a template"),
+        ("x" * 2001, "2001 characters; a template has at most 2000"),
+    ],
+)
+def test_annotation_templates_are_bounded(template: str, words: str) -> None:
+    with pytest.raises(Invalid) as err:
+        rule("dataset_drift", annotations={"summary": template})
+    assert str(err.value).startswith("rule.annotations: ") and "summary: " in str(err.value)
+    assert words in str(err.value)
+
+
+def test_a_rendered_annotation_is_bounded_whatever_the_labels() -> None:
+    spec = rule("dataset_drift", annotations={"summary": "{model} {value:>100} {feature}"})
+    huge = Finding(True, 0.5, {}, {"feature": "x" * 10_000})  # a label value as long as a client sent it
+    summary = render_annotations(spec, "credit", huge)["summary"]
+    assert summary.startswith("credit ") and len(summary) == 4096 and summary.endswith("…")
+    assert render("{value:.3f} of {model}", {"value": 0.12345, "model": "credit"}) == "0.123 of credit"
