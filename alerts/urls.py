@@ -10,6 +10,7 @@ follows no redirect at all (:mod:`alerts.sender`).
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import urllib.parse
 
@@ -29,14 +30,48 @@ def _public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
+HOST_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
+LEGACY_IPV4 = re.compile(r"[0-9a-fx.]+")  # what inet_aton also reads: 127.1, 2130706433, 0x7f000001, 0177...
+
+
 def _literal_addresses(host: str) -> list[str]:
+    """The address a literal host stands for, read as the resolver reads it (also the legacy IPv4 forms:
+    ``0``, ``127.1``, ``2130706433``, ``0x7f000001``, ``017700000001``); [] for a name."""
     host = host.rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return ["127.0.0.1"]
     try:
         return [str(ipaddress.ip_address(host))]
     except ValueError:
-        return []
+        pass
+    if LEGACY_IPV4.fullmatch(host):
+        try:
+            return [socket.inet_ntoa(socket.inet_aton(host))]
+        except OSError:
+            return []
+    return []
+
+
+def _check_host(url: str, host: str) -> None:
+    """A host an HTTP client can reach: an IP literal, or a DNS name of labels of letters, digits, '-' and
+    '_' (at most 63 characters each, 253 in all, international names in their IDNA form)."""
+    if ":" in host:  # IPv6 (urlsplit has taken the brackets off)
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+            return
+        except ValueError:
+            pass
+    else:
+        try:
+            name = host.rstrip(".").encode("idna").decode("ascii")
+        except UnicodeError:
+            name = ""
+        if name and len(name) <= 253 and all(HOST_LABEL.fullmatch(label) for label in name.split(".")):
+            return
+    raise RefusedURL(
+        f"url: {url!r} does not name a valid host: a host is an IP address or a DNS name of labels of "
+        "letters, digits and '-' (1 to 63 characters each, 253 in all)"
+    )
 
 
 def _resolved(host: str, port: int) -> list[str]:
@@ -52,10 +87,14 @@ def check_url(url: str, *, allow_private: bool, resolve: bool) -> None:
 
     ``resolve``: look the host name up (before a delivery); otherwise only literal addresses are checked.
     """
-    parsed = urllib.parse.urlsplit(url)
-    host = parsed.hostname
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        host = parsed.hostname
+    except ValueError:  # a bracketed host that is no IPv6 address
+        raise RefusedURL(f"url: {url!r} does not name a valid host: '[...]' holds an IPv6 address") from None
     if parsed.scheme not in ("http", "https") or not host:
         raise RefusedURL(f"url: {url!r} is not an http(s) URL naming a host")
+    _check_host(url, host)
     if allow_private:
         return
     try:

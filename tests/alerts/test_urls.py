@@ -31,6 +31,13 @@ PRIVATE = [
     "http://[fd00::1]/hook",
     "http://[::ffff:127.0.0.1]/hook",
     "http://224.0.0.1/hook",
+    # the legacy forms of 127.0.0.1 and 0.0.0.0 that inet_aton (and so every HTTP client) also reads
+    "http://0/",
+    "http://2130706433/",
+    "http://0x7f000001/",
+    "http://017700000001/",
+    "http://127.1/",
+    "http://0x7f.1/",
 ]
 
 
@@ -48,8 +55,33 @@ def test_only_http_and_https(url: str) -> None:
             check_url(url, allow_private=allow, resolve=False)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://exa mple.com/x",
+        "http://example.com%00.evil/x",
+        "http://" + "a" * 300 + ".com/x",
+        "http://-bad.example/x",
+        "http://a..b/x",
+        "http://[::zz]/x",
+        "http://" + ".".join(["abcdefgh"] * 30) + "/x",  # 269 characters
+    ],
+)
+def test_hosts_no_client_could_reach_are_refused_whatever_the_setting(url: str) -> None:
+    for allow in (False, True):
+        with pytest.raises(RefusedURL, match="does not name a valid host"):
+            check_url(url, allow_private=allow, resolve=False)
+
+
 def test_public_addresses_and_names_pass_without_a_lookup() -> None:
-    for url in ("https://93.184.215.14/hook", "http://[2606:4700::1111]/x", "https://hooks.example.com/x"):
+    for url in (
+        "https://93.184.215.14/hook",
+        "http://[2606:4700::1111]/x",
+        "https://hooks.example.com/x",
+        "https://bücher.example/x",  # an international name (IDNA)
+        "https://add.bad/x",  # hex letters only: a name, not an address
+        "https://my_host.internal.example/x",
+    ):
         check_url(url, allow_private=False, resolve=False)
 
 
@@ -92,9 +124,17 @@ def test_the_api_refuses_to_subscribe_a_private_url(db: Database, tmp_path: Path
         db.url, tmp_path / "spool", serve_models=["__none__"], webhook_allow_private_urls=False
     )
     with Server(settings) as server, server.client() as c:
-        for url in ("http://127.0.0.1:9/hook", "http://169.254.169.254/", "http://[::1]/x"):
+        for url in (
+            "http://127.0.0.1:9/hook",
+            "http://169.254.169.254/",
+            "http://[::1]/x",
+            "http://2130706433/",
+        ):
             r = c.post("/v1/webhooks", json={"url": url}, headers=auth())
             assert r.status_code == 400 and "rule: webhook_allow_private_urls" in r.json()["error"], r.text
+        for url in ("http://exa mple.com/", "http://[::zz]/x", "http://" + "a" * 300 + ".com/"):
+            r = c.post("/v1/webhooks", json={"url": url}, headers=auth())
+            assert r.status_code == 400 and r.json()["error"].startswith("url: "), r.text
         r = c.post("/v1/webhooks", json={"url": "https://hooks.example.com/x"}, headers=auth())
         assert r.status_code == 201, r.text
         assert len(c.get("/v1/webhooks").json()["webhooks"]) == 1
