@@ -20,7 +20,7 @@ from monitors.binning import GridCounts, cell_points
 from monitors.config import FeatureOverride, MonitorConfig
 from monitors.drift import catalog
 from monitors.drift.base import DriftTest, Measurement, TestResult, adjust_p_values
-from monitors.drift.categorical import CategoricalCounts, aligned
+from monitors.drift.categorical import CategoricalCounts, aligned, shown_category
 from monitors.drift.numeric import NumericCounts, NumericDefault
 from monitors.performance import estimate_classification_metrics, metrics_from_counts
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
@@ -87,7 +87,9 @@ def _numeric_histogram(ref: NumericCounts, cur: NumericCounts) -> Histogram:
 def _categorical_histogram(ref: CategoricalCounts, cur: CategoricalCounts) -> Histogram:
     cats, r, c = aligned(ref, cur)
     return Histogram(
-        labels=cats, reference=(r / max(r.sum(), 1)).tolist(), current=(c / max(c.sum(), 1)).tolist()
+        labels=[shown_category(str(cat)) for cat in cats],
+        reference=(r / max(r.sum(), 1)).tolist(),
+        current=(c / max(c.sum(), 1)).tolist(),
     )
 
 

@@ -1,9 +1,11 @@
 """Input and output contracts: checks of request values against a version's schema (pure, no I/O).
 
 Hard rules always reject the request (HTTP 400): ``unknown_feature``, ``missing_feature``, ``type``,
-``finite``, ``allowed_range``, ``max_rows``, ``empty``. Soft rules (``observed_range``,
-``unseen_category``, ``not_null``) follow the feature's policy: ``reject`` makes them violations, ``flag``
-accepts the row and records ``"<feature>:<rule>"`` in its flags (logged and counted).
+``finite``, ``allowed_range``, ``max_length`` (a categorical value longer than the feature's
+``max_length``, by default 256 characters or the longest trained on), ``max_rows``, ``empty``. Soft
+rules (``observed_range``, ``unseen_category``, ``not_null``) follow the feature's policy: ``reject``
+makes them violations, ``flag`` accepts the row and records ``"<feature>:<rule>"`` in its flags (logged
+and counted).
 """
 
 from __future__ import annotations
@@ -327,6 +329,17 @@ def _categorical(
                 Violation(
                     "type",
                     "holds a NUL character (\\u0000), which no log can store",
+                    row=i,
+                    feature=spec.name,
+                )
+            )
+            clean.append(None)
+            continue
+        if len(v) > spec.max_length:
+            problems.append(
+                Violation(
+                    "max_length",
+                    f"a category of {len(v)} characters; at most {spec.max_length}",
                     row=i,
                     feature=spec.name,
                 )

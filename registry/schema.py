@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 MAX_CATEGORIES = 64  # a string column with more distinct values is not treated as categorical
+MAX_CATEGORY_CHARS = 256  # default longest categorical value a contract accepts (or the longest trained on)
 
 
 class FeatureKind(enum.StrEnum):
@@ -47,6 +48,7 @@ class FeatureSpec:
     allowed_max: float | None = None
     categories: tuple[str, ...] = ()
     policy: Policy = Policy.FLAG
+    max_length: int = MAX_CATEGORY_CHARS  # characters of a categorical value (a longer one is refused)
 
     @property
     def model_dtype(self) -> str:
@@ -167,6 +169,7 @@ def infer_feature(name: str, values: np.ndarray) -> FeatureSpec:
         nullable=bool(missing.any()),
         missing_rate=missing_rate,
         categories=tuple(cats),
+        max_length=max([MAX_CATEGORY_CHARS, *map(len, cats)]),
     )
 
 

@@ -12,6 +12,15 @@ from monitors.drift.base import DriftTest, Measurement, Rule
 from monitors.drift.numeric import js_distance, psi
 from monitors.profile import CategoricalProfile
 
+SHOWN_CATEGORY = 64  # characters of a category a report shows; a longer one is cut, its length said
+
+
+def shown_category(value: str) -> str:
+    """A category as a report shows it (histogram labels, unseen categories): at most 64 characters."""
+    if len(value) <= SHOWN_CATEGORY:
+        return value
+    return f"{value[: SHOWN_CATEGORY - 16]}… ({len(value)} chars)"
+
 
 @dataclass(frozen=True)
 class CategoricalCounts:
@@ -134,7 +143,7 @@ class UnseenCategories(DriftTest[CategoricalCounts]):
         unseen = {k: int(v) for k, v in current.counts.items() if k not in reference.counts and v > 0}
         n = current.n
         share = sum(unseen.values()) / n if n else 0.0
-        top = dict(sorted(unseen.items(), key=lambda kv: -kv[1])[:10])
+        top = {shown_category(k): v for k, v in sorted(unseen.items(), key=lambda kv: -kv[1])[:10]}
         return Measurement(statistic=share, effect=share, details={"unseen": top, "n_unseen": len(unseen)})
 
 

@@ -122,3 +122,15 @@ def test_reconstruction_error_equals_the_direct_residual(profile_dict: dict[str,
     residual = z - (z @ pca.components.T) @ pca.components
     want = (residual**2).sum(axis=1) / z.shape[1]
     assert np.allclose(reconstruction_error(z, pca.residual_components), want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_report_shows_a_long_category_cut_to_a_bounded_label(profile_dict: dict[str, Any]) -> None:
+    prof = profile_from_dict(profile_dict)
+    cur = generate(2_000, seed=46)
+    cur["region"] = cur["region"].astype(object)
+    cur["region"][:10] = "r" * 100_000  # as logged before the contract bounded category lengths
+    report = evaluate(profile=prof, sketch=sketch_columns(profile=prof, columns=cur)).as_dict()
+    region = next(f for f in report["features"] if f["name"] == "region")
+    labels = region["histogram"]["labels"]
+    assert max(map(len, labels)) <= 64 and "r" * 48 + "… (100000 chars)" in labels
+    assert "r" * 100 not in str(report)  # nowhere in the report, whole

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from registry.contracts import ContractViolation, check_inputs, check_outputs
-from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
+from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy, infer_feature
 from service.serving.codecs import BadRequest, parse_v1, parse_v2
 
 SCHEMA = ModelSchema(
@@ -49,6 +49,7 @@ def _violation(schema: ModelSchema, values: dict[str, list[object]]) -> tuple[st
         ({"x": [-1.0], "c": ["a"]}, ("allowed_range", 0, "x")),
         ({"x": [21.0], "c": ["a"]}, ("allowed_range", 0, "x")),
         ({"x": [1.0], "c": [5]}, ("type", 0, "c")),
+        ({"x": [1.0, 2.0], "c": ["a", "z" * 257]}, ("max_length", 1, "c")),  # refused whatever the policy
         ({"x": [1.0] * 5, "c": ["a"] * 5}, ("max_rows", None, None)),
         ({"x": [], "c": []}, ("empty", None, None)),
         ({"x": [1.0]}, ("missing_feature", None, "c")),
@@ -72,6 +73,22 @@ def test_soft_rules_flag_or_reject_by_policy() -> None:
     strict = replace(SCHEMA, features=tuple(replace(f, policy=Policy.REJECT) for f in SCHEMA.features))
     assert _violation(strict, {"x": [1.0, 15.0], "c": ["a", "a"]}) == ("observed_range", 1, "x")
     assert _violation(strict, {"x": [1.0], "c": ["zzz"]}) == ("unseen_category", 0, "c")
+
+
+def test_a_long_category_is_refused_without_echoing_it_and_training_sets_the_bound() -> None:
+    long = "r" * 3_000_000  # 3 MB in one value: once answered, logged and printed twice in the report
+    with pytest.raises(ContractViolation) as info:
+        check_inputs(SCHEMA, {"x": [1.0], "c": [long]}, 1)
+    (v,) = info.value.violations
+    assert (v.rule, v.row, v.feature) == ("max_length", 0, "c")
+    assert "3000000 characters; at most 256" in v.describe() and len(v.describe()) < 200
+    assert check_inputs(SCHEMA, {"x": [1.0], "c": ["y" * 256]}, 1).flags == [["c:unseen_category"]]
+    trained = infer_feature("c", np.array(["short", "L" * 300], dtype=object))
+    assert trained.max_length == 300  # the longest value trained on is always accepted
+    assert ModelSchema.from_dict({**SCHEMA.to_dict()}).features[1].max_length == 256
+    old = SCHEMA.to_dict()
+    del old["features"][1]["max_length"]  # a contract stored before the bound existed
+    assert ModelSchema.from_dict(old).features[1].max_length == 256
 
 
 def test_b64_strings_and_v2_binary_tensors() -> None:
