@@ -11,12 +11,14 @@ with ``confidence`` on its own (together they form a two-sided interval at ``2 *
   the share of positives that outrank it); the covariance of the two models' placements gives the
   variance of the difference, and the bounds are normal.
 - Accuracy, precision, recall, F1 (at the 0.5 threshold) and the debiased expected calibration error:
-  a paired bootstrap over rows (each replicate draws the same rows for both models) with the basic
-  (reflected) bounds ``2 * estimate - quantile``, which correct to first order a lean of the replicates'
-  differences towards zero. Measured on equal and on worse-calibrated models (``tests/training/
-  test_gate_rates.py``'s population): these bounds with the debiased ECE reject a candidate exactly the
-  tolerance worse 4.5 % of the time at 95 %, and one twice the tolerance worse 98 % of the time on
-  6,000 rows; percentile bounds 0.5 % and 92 %; the plain ECE with reflected bounds 8.5 % and 97 %.
+  a paired bootstrap over rows (each replicate draws the same rows for both models) with percentile
+  bounds. Measured on ``tests/training/test_gate_rates.py``'s population (equal models, and a candidate
+  twice the tolerance worse calibrated): with the debiased ECE these bounds reject a candidate exactly
+  the tolerance worse 0.5 % of the time at 95 % (conservative: resampling inflates the debiased ECE of a
+  well-calibrated model, whose gaps sit at zero, more than a worse one's) and one twice the tolerance
+  worse 97 % of the time on 8,000 rows, 100 % on 12,000. The reflected ("basic") bounds rejected more
+  (4.5 % and 98 %) but, in the demo, rejected a candidate whose ECE was 0.035 against a serving version at
+  0.0006 with bounds +0.033 to +0.051: reflecting the lean of that zero-clamped statistic over-corrects.
   The bootstrap is seeded, so a verdict is reproducible from the same rows.
 """
 
@@ -199,8 +201,7 @@ def bootstrap(
     if finite.size < (1.0 - MAX_UNDEFINED) * reps:
         return Difference(value_a, value_b, nan, nan, confidence, "bootstrap")
     low, high = np.quantile(finite, [1.0 - confidence, confidence])
-    d = value_a - value_b
-    return Difference(value_a, value_b, 2.0 * d - float(high), 2.0 * d - float(low), confidence, "bootstrap")
+    return Difference(value_a, value_b, float(low), float(high), confidence, "bootstrap")
 
 
 def difference(

