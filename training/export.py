@@ -1,8 +1,9 @@
 """Export trained weights as a TF Serving-loadable SavedModel and publish it into the registry.
 
-The SavedModel holds the preprocessing (``training.features.encode``) and the MLP as plain TF ops
-with a fixed ``serving_default`` signature: one 1-D input per feature (float32 for numeric, string
-for categorical; NaN / "" mean missing) and one output ``probability``.
+The SavedModel holds the preprocessing (``training.features.encode``), the MLP and the Platt scaling of
+its logit (``training.calibration``) as plain TF ops with a fixed ``serving_default`` signature: one 1-D
+input per feature (float32 for numeric, string for categorical; NaN / "" mean missing) and one output
+``probability``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class ServingModule(tf.Module):
             tf.Variable(b.astype(np.float32), trainable=False, name=f"bias_{i}")
             for i, (_, b) in enumerate(weights)
         ]
+        # Platt scaling of the logit (training.calibration), fitted after training: (1, 0) until then
+        self.calib_scale = tf.Variable(1.0, trainable=False, name="calibration_scale")
+        self.calib_shift = tf.Variable(0.0, trainable=False, name="calibration_shift")
         spec = {
             f.name: tf.TensorSpec(
                 [None], tf.float32 if f.kind is FeatureKind.NUMERIC else tf.string, name=f.name
@@ -55,7 +59,12 @@ class ServingModule(tf.Module):
             x = tf.matmul(x, k) + b
             if i < last:
                 x = tf.nn.relu(x)
-        return {"probability": tf.sigmoid(x[:, 0])}
+        return {"probability": tf.sigmoid(self.calib_scale * x[:, 0] + self.calib_shift)}
+
+    def calibrate(self, *, scale: float, shift: float) -> None:
+        """Set the Platt scaling of the output: ``sigmoid(scale * logit + shift)``."""
+        self.calib_scale.assign(scale)
+        self.calib_shift.assign(shift)
 
 
 def predict_proba(

@@ -1,4 +1,4 @@
-"""The training workflow: prepare -> train (async | sync | local) -> evaluate -> profile -> publish."""
+"""Training: prepare -> train (async | sync | local) -> calibrate -> evaluate -> profile -> publish."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from monitors.performance import classification_metrics
 from monitors.profile import build_reference_profile
 from registry.models import ModelVersion
 from registry.service import latest_version
+from training.calibration import fit_platt, logits_of
 from training.cluster import ClusterSpec
 from training.jobs import Mode, PreparedData, RunFiles, TrainJob, prepare
 from training.launcher import train_on_cluster
@@ -43,7 +44,8 @@ def run_training(
     lineage: Mapping[str, Any] | None = None,
     settings: Settings | None = None,
 ) -> TrainResult:
-    """Train ``job`` on its cluster, evaluate on the held-out split and register a new staged version.
+    """Train ``job`` on its cluster, calibrate its probabilities (Platt scaling) and evaluate on the
+    held-out split, and register a new staged version.
 
     ``prepared``: the job's data as :func:`training.jobs.prepare` returned it (read here when not given).
     ``lineage``: more facts for the version's lineage (a retraining job adds its id, trigger and window).
@@ -71,6 +73,9 @@ def run_training(
             job=job, files=files, progress=progress, settings=settings or get_settings(), external=cluster
         )
     module = ServingModule(weights, data.prep, data.schema)
+    raw = predict_proba(module, data.holdout_inputs)
+    scale, shift = fit_platt(logits_of(raw), data.holdout_y)
+    module.calibrate(scale=scale, shift=shift)
     proba = predict_proba(module, data.holdout_inputs)
     metrics = classification_metrics(y_true=data.holdout_y, y_prob=proba).as_dict()
     metrics["rows"] = int(metrics["rows"])
@@ -97,6 +102,7 @@ def run_training(
             "duration_s": round(seconds, 3),
             "parent_version": parent,
             "job_key": job.key,
+            "calibration": {"method": "platt", "scale": round(scale, 6), "shift": round(shift, 6)},
             **(lineage or {}),
         }
         version = publish(
