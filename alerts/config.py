@@ -52,10 +52,34 @@ def parse_document(doc: Any, *, where: str) -> dict[str, list[RuleSpec]]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a mapping with a key written twice is an error (the plain loader keeps the
+    last one silently: a model's rules written twice lost the first list)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            duplicate = key in seen
+        except TypeError:  # an unhashable key: the mapping constructor names it
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key!r} is written twice", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def parse_text(text: str, *, where: str) -> dict[str, list[RuleSpec]]:
-    """The rules of a YAML text; malformed YAML is Invalid naming the line and column."""
+    """The rules of a YAML text; malformed YAML (a key twice too) is Invalid naming the line and column."""
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # nosec B506: a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -152,12 +152,24 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
             )
     decoded: list[tuple[str, list[int], str, list[Any]]] = []
     offset = 0
+    seen: set[str] = set()
     for k, t in enumerate(tensors):
         if not isinstance(t, Mapping):
             raise BadRequest(f"input tensor {k} must be an object")
         name, shape, dtype = t.get("name"), t.get("shape"), t.get("datatype")
         if not isinstance(name, str):
             raise BadRequest(f"input tensor {k} has no name")
+        if name in seen:
+            raise ContractViolation(
+                [
+                    Violation(
+                        "duplicate_input",
+                        f"is sent twice (input tensor {k}): send each input once",
+                        feature=name,
+                    )
+                ]
+            )
+        seen.add(name)
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
         ):

@@ -65,6 +65,17 @@ def test_rules_apply_checks_then_stores(cli: typer.Typer, tmp_path: Path) -> Non
     code, _, err = run(cli, "alerts", "rules-apply", str(tmp_path / "missing.yml"))
     assert code == 2 and "cannot read the alert rules file" in err
 
+    twice = tmp_path / "twice.yml"  # once "valid", keeping the second list and dropping the first
+    twice.write_text(
+        "models:\n  credit:\n    - {name: a, kind: dataset_drift}\n  credit:\n"
+        "    - {name: b, kind: dataset_drift}\n"
+    )
+    code, out, err = run(cli, "alerts", "rules-apply", str(twice), "--check")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith(
+        f"error: {twice}: not valid YAML at line 4, column 3: the key 'credit' is written twice"
+    )
+
 
 def test_silence_commands(cli: typer.Typer) -> None:
     code, out, _ = run(

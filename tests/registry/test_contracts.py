@@ -91,6 +91,16 @@ def test_a_long_category_is_refused_without_echoing_it_and_training_sets_the_bou
     assert ModelSchema.from_dict(old).features[1].max_length == 256
 
 
+def test_an_input_tensor_sent_twice_is_refused_not_answered_with_the_last() -> None:
+    tensor = {"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}
+    c = {"name": "c", "shape": [1], "datatype": "BYTES", "data": ["a"]}
+    payload = {"inputs": [tensor, c, {**tensor, "data": [2.0]}]}
+    with pytest.raises(ContractViolation) as info:
+        parse_v2(SCHEMA, payload)
+    (v,) = info.value.violations
+    assert (v.rule, v.feature) == ("duplicate_input", "x") and "sent twice (input tensor 2)" in v.describe()
+
+
 def test_b64_strings_and_v2_binary_tensors() -> None:
     cols = parse_v1(SCHEMA, {"instances": [{"x": 1, "c": {"b64": base64.b64encode(b"b").decode()}}]})
     assert check_inputs(SCHEMA, cols.values, cols.n).arrays["c"].tolist() == ["b"]
