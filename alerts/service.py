@@ -236,6 +236,11 @@ def list_alerts(
     return list(session.scalars(stmt))
 
 
+def has_severity(*, session: Session, severity: str) -> bool:
+    """Whether any stored alert has ``severity`` (Alertmanager's alerts bring their own)."""
+    return session.scalar(select(Alert.id).where(Alert.severity == severity).limit(1)) is not None
+
+
 def get_alert(*, session: Session, alert_id: int) -> Alert:
     """One alert, or NotFound."""
     alert = session.get(Alert, alert_id)

@@ -12,7 +12,7 @@ import re
 import string
 import urllib.parse
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     AliasChoices,
@@ -53,6 +53,7 @@ RULE_NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"
 RESERVED_LABELS = frozenset({"alertname", "model", "severity", "feature", "check"})  # set by the rule itself
 
 Severity = Literal["info", "warning", "critical"]
+RULE_SEVERITIES: tuple[str, ...] = get_args(Severity)
 Action = Literal["notify", "retrain"]
 Event = Literal["alert.firing", "alert.resolved", "job.finished", "job.rejected"]
 Metric = Literal["roc_auc", "accuracy", "f1", "precision", "recall"]

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from alerts import flows, service
 from alerts.alertmanager import AlertmanagerPayload, auth_denied, parse_payload
 from alerts.models import AlertRead, DeliveryRead, WebhookRead, utcnow
-from alerts.specs import RuleSpec, SilenceSpec, WebhookSpec, errors_at
+from alerts.specs import RULE_SEVERITIES, RuleSpec, SilenceSpec, WebhookSpec, errors_at
 from alerts.urls import check_url
 from core.auth import Scope
 from core.errors import Invalid
@@ -150,6 +150,12 @@ async def list_alerts(
         check_name(model, given_as="model")
 
     def run(s: Session) -> list[dict[str, Any]]:
+        known = severity is None or severity in RULE_SEVERITIES
+        if not known and not service.has_severity(session=s, severity=str(severity)):
+            raise Invalid(
+                f"severity: {severity!r} is none of {', '.join(RULE_SEVERITIES)} and no alert received "
+                "from Alertmanager has it"
+            )
         rows = service.list_alerts(session=s, model_name=model, state=state, severity=severity, limit=limit)
         return [AlertRead.model_validate(a).model_dump(mode="json") for a in rows]
 

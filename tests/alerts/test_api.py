@@ -14,7 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from alerts import flows
+from alerts import flows, service
 from alerts.sender import send_due
 from core.database import Database
 from tests.alerts.receiver import Receiver
@@ -302,6 +302,14 @@ def test_alert_listing_filters(
     assert client.get("/v1/alerts", params={"state": "burning"}).status_code == 400
     assert client.get("/v1/alerts", params={"limit": 0}).status_code == 400
     assert client.get("/v1/alerts/999999").status_code == 404
+    bogus = client.get("/v1/alerts", params={"severity": "bogus"})  # once 200 with an empty list
+    assert bogus.status_code == 400 and bogus.json()["error"].startswith("severity: 'bogus' is none of info")
+    assert client.get("/v1/alerts", params={"severity": "critical"}).status_code == 200
+    with db.session() as s:  # Alertmanager's alerts bring severities of their own: those filter too
+        am = service.list_alerts(session=s, limit=1)[0]
+        am.severity = "page"
+    paged = client.get("/v1/alerts", params={"severity": "page"})
+    assert paged.status_code == 200 and [a["id"] for a in paged.json()["alerts"]] == [am.id]
 
 
 def test_silences_over_http(api: tuple[Server, httpx.Client], db: Database) -> None:
