@@ -71,7 +71,7 @@ from core.database import Database
 from core.errors import Invalid
 from core.events import HEALTH_PASS, JOB_FINISHED, MONITOR_RUN, subscribe
 from registry.names import InvalidName, check_name
-from registry.service import count_versions, require_model
+from registry.service import count_versions, latest_version, read_schema, require_model, serving_version
 from training.service import get_job
 
 log = logging.getLogger("driftwarden.alerts")
@@ -343,26 +343,60 @@ def rules_document(*, session: Session, model_name: str) -> dict[str, Any]:
     }
 
 
+def check_rule_features(*, session: Session, model_name: str, specs: list[RuleSpec], where: str) -> None:
+    """Every rule that names one feature names a feature of the model (its serving, else newest, version)."""
+    row = serving_version(session=session, model_name=model_name) or latest_version(
+        session=session, model_name=model_name
+    )
+    if row is None:
+        return
+    try:
+        features = read_schema(path=Path(row.path)).feature_names
+    except (OSError, ValueError, KeyError) as exc:  # the version's files are gone: nothing to check against
+        log.warning("rules of %s: version %s has no readable contract (%s)", model_name, row.version, exc)
+        return
+    for i, spec in enumerate(specs):
+        feature = spec.params.get("feature")
+        if isinstance(feature, str) and feature != "*" and feature not in features:
+            raise Invalid(
+                f"{where}[{i}].params.feature: {feature!r} is not a feature of model {model_name!r} "
+                f"(version {row.version} has {', '.join(features)}; '*' is every feature) "
+                f"(rule {spec.name!r})"
+            )
+
+
 def put_model_rules(
     *, session: Session, model_name: str, rules_in: Any, source: str = "api"
 ) -> dict[str, Any]:
     """Replace a model's rules with a validated list (``[]``: back to the defaults)."""
     require_model(session=session, model_name=model_name)
     specs = parse_rules(rules_in, path="rules")
+    check_rule_features(session=session, model_name=model_name, specs=specs, where="rules")
     service.replace_rules(session=session, model_name=model_name, rules=specs, source=source)
     return rules_document(session=session, model_name=model_name)
+
+
+def check_rule_sets(*, session: Session, rule_sets: Mapping[str, list[RuleSpec]], where: str) -> None:
+    """Each model a rules file names exists, and its rules name only its features."""
+    for name, specs in rule_sets.items():
+        if name == service.WILDCARD:
+            continue
+        if count_versions(session=session, model_name=name) == 0:
+            raise Invalid(
+                f"{where}: models.{name}: no model {name!r} in the registry (`driftwarden models list` shows "
+                "them; use '*' for rules of every model)"
+            )
+        try:
+            check_rule_features(session=session, model_name=name, specs=specs, where=f"models.{name}")
+        except Invalid as exc:
+            raise Invalid(f"{where}: {exc}") from None
 
 
 def store_rule_sets(
     *, session: Session, rule_sets: Mapping[str, list[RuleSpec]], source: str, where: str
 ) -> int:
     """Store the rules of each model of a rules file (every model checked first); how many rules."""
-    for name in rule_sets:
-        if name != service.WILDCARD and count_versions(session=session, model_name=name) == 0:
-            raise Invalid(
-                f"{where}: models.{name}: no model {name!r} in the registry (`driftwarden models list` shows "
-                "them; use '*' for rules of every model)"
-            )
+    check_rule_sets(session=session, rule_sets=rule_sets, where=where)
     for name, specs in rule_sets.items():
         service.replace_rules(session=session, model_name=name, rules=specs, source=source)
     return sum(len(s) for s in rule_sets.values())
@@ -373,9 +407,7 @@ def apply_rules_file(*, db: Database, path: Path, check_only: bool = False) -> d
     rule_sets = load_rules_file(path)
     with db.session() as session:
         if check_only:
-            for name in rule_sets:
-                if name != service.WILDCARD and count_versions(session=session, model_name=name) == 0:
-                    raise Invalid(f"{path}: models.{name}: no model {name!r} in the registry")
+            check_rule_sets(session=session, rule_sets=rule_sets, where=str(path))
         else:
             store_rule_sets(session=session, rule_sets=rule_sets, source="file", where=str(path))
     return {name: len(specs) for name, specs in rule_sets.items()}

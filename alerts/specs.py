@@ -178,7 +178,9 @@ class RuleSpec(BaseModel):
     kind: Kind
     params: dict[str, Any] = Field(default_factory=dict)
     severity: Severity = "warning"
-    for_runs: int = Field(default=1, ge=1, le=10_000, validation_alias=AliasChoices("for_runs", "for"))
+    for_runs: int = Field(
+        default=1, ge=1, le=10_000, strict=True, validation_alias=AliasChoices("for_runs", "for")
+    )  # strict: "for": "2" is a mistake to name, not a number to guess
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     actions: list[Action] = Field(default_factory=lambda: list[Action](["notify"]))

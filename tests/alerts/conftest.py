@@ -3,6 +3,7 @@ registered model."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from monitors.engine import compare, evaluate
 from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from monitors.window import WindowSketch
 from registry.schema import infer_schema
-from registry.service import promote, register_version
+from registry.service import META_DIR, promote, register_version
 from tests.monitors.helpers import true_probability
 from training.datagen import TARGET, generate
 
@@ -54,7 +55,13 @@ def reports(alert_profile: Profile) -> dict[str, dict[str, Any]]:
 
 
 def register_model(db: Database, path: Path, name: str = "credit", *, versions: int = 1) -> None:
-    """Register ``versions`` versions of ``name`` (files not needed by the alerts) and serve the first."""
+    """Register ``versions`` versions of ``name`` (no SavedModel: the alerts need only the contract, which
+    names the features a rule may name) and serve the first."""
+    meta = path / META_DIR
+    meta.mkdir(parents=True, exist_ok=True)
+    (meta / "schema.json").write_text(
+        json.dumps(infer_schema(generate(500, seed=3), target=TARGET).to_dict())
+    )
     with db.session() as s:
         for v in range(1, versions + 1):
             register_version(session=s, model_name=name, version=v, path=path, metrics={}, lineage={})

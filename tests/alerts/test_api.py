@@ -233,6 +233,16 @@ def test_rules_defaults_replace_and_bad_input(api: tuple[Server, httpx.Client], 
     assert r.status_code == 400 and r.json()["error"].startswith("rules[1].for: Input should be greater than")
     r = client.put("/v1/models/credit/alert-rules", json={"rule": rules}, headers=admin())
     assert r.status_code == 400 and "rules" in r.json()["error"]
+    quoted = [{"name": "q", "kind": "dataset_drift", "for": "2"}]  # once read as 2
+    r = client.put("/v1/models/credit/alert-rules", json={"rules": quoted}, headers=admin())
+    assert r.status_code == 400 and r.json()["error"].startswith(
+        "rules[0].for: Input should be a valid integer"
+    )
+    ghost_feature = [rules[0], {"name": "f", "kind": "feature_drift", "params": {"feature": "shoe_size"}}]
+    r = client.put("/v1/models/credit/alert-rules", json={"rules": ghost_feature}, headers=admin())
+    assert r.status_code == 400 and r.json()["error"].startswith(
+        "rules[1].params.feature: 'shoe_size' is not a feature of model 'credit' (version 1 has age, "
+    )
     r = client.put("/v1/models/ghost/alert-rules", json={"rules": rules}, headers=admin())
     assert r.status_code == 404 and "ghost" in r.json()["error"]
     r = client.put("/v1/models/bad name/alert-rules", json={"rules": rules}, headers=admin())
