@@ -434,6 +434,23 @@ _PASSWORD_PARAM = re.compile(
 )
 
 
+MIN_ADMIN_TOKEN_CHARS = 32
+
+
+def weak_admin_token(settings: Settings) -> str | None:
+    """A warning when ``admin_token`` is short enough to guess (it opens every route), else None."""
+    if settings.admin_token is None:
+        return None
+    n = len(settings.admin_token.get_secret_value())
+    if n >= MIN_ADMIN_TOKEN_CHARS:
+        return None
+    return (
+        f"DRIFTWARDEN_ADMIN_TOKEN has {n} characters: a guessable credential that opens every route; use at "
+        f"least {MIN_ADMIN_TOKEN_CHARS} random ones (e.g. `openssl rand -base64 32`), or scoped tokens "
+        "(`driftwarden tokens create`)"
+    )
+
+
 def base_url(settings: Settings) -> str:
     """This API's address in the links it hands out: ``public_url``, else ``http://<api_host>:<api_port>``."""
     return (settings.public_url or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")

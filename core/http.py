@@ -117,8 +117,8 @@ async def authorize(request: Request, scope: str, *, alternative: str = "") -> G
     if not grant.allows(scope):
         raise AuthFailed(
             403,
-            f"token {grant.token_id!r} has scopes {sorted(grant.scopes)}; this route needs scope '{scope}' "
-            "(or 'admin')",
+            f"token {grant.token_id!r} has scopes {sorted(grant.scopes)}; this route needs scope '{scope}'"
+            + (" (or 'admin')" if scope != "admin" else ""),
         )
     return grant
 

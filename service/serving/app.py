@@ -19,7 +19,7 @@ from alerts.flows import install as install_alerts
 from alerts.flows import seed_rules
 from alerts.scheduled import start_outbox_retention, start_sender
 from alerts.views import router as alerts_router
-from core.config import Settings, get_settings
+from core.config import Settings, get_settings, weak_admin_token
 from core.database import open_database
 from core.errors import DomainError
 from core.http import error_response, request_id_of
@@ -141,6 +141,8 @@ def create_app(
             sorted(manager.models) or "no models yet",
             f"on ({cfg.log_durability})" if writer else "off",
         )
+        if (weak := weak_admin_token(cfg)) is not None:
+            log.warning(weak)
         try:
             yield
         finally:

@@ -110,3 +110,15 @@ def test_every_credential_bearing_url_parameter_is_masked() -> None:
     shown = Settings(database_url=SecretStr(url)).masked()["database_url"]
     assert "s3cret" not in shown
     assert shown == "postgresql+psycopg://app@db/dw?sslmode=require&sslpassword=***&PWD=***&api_key=***"
+
+
+def test_a_short_admin_token_is_warned_about() -> None:
+    from pydantic import SecretStr
+
+    from core.config import Settings, weak_admin_token
+
+    warning = weak_admin_token(Settings(admin_token=SecretStr("a")))
+    assert warning is not None and warning.startswith("DRIFTWARDEN_ADMIN_TOKEN has 1 characters: a guessable")
+    assert "a" * 5 not in warning
+    assert weak_admin_token(Settings(admin_token=SecretStr("k" * 32))) is None
+    assert weak_admin_token(Settings()) is None

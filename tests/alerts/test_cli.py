@@ -66,9 +66,7 @@ def test_rules_apply_checks_then_stores(cli: typer.Typer, tmp_path: Path) -> Non
     assert code == 2 and "cannot read the alert rules file" in err
 
     shoe = tmp_path / "shoe.yml"
-    shoe.write_text(
-        "models:\n  credit:\n    - {name: f, kind: feature_drift, params: {feature: shoe}}\n"
-    )
+    shoe.write_text("models:\n  credit:\n    - {name: f, kind: feature_drift, params: {feature: shoe}}\n")
     code, _, err = run(cli, "alerts", "rules-apply", str(shoe), "--check")
     assert code == 2 and f"{shoe}: models.credit[0].params.feature: 'shoe' is not a feature" in err
 
