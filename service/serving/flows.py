@@ -162,8 +162,14 @@ def _layout(schema: ModelSchema) -> Layout:
     return layout
 
 
+UUID_TEXT = re.compile(r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$")
+
+
 def parse_feedback(payload: Any) -> list[tuple[str, float]]:
-    """``{"labels": [{"prediction_id": "...", "label": 0|1}]}`` -> pairs; errors name the item and rule."""
+    """``{"labels": [{"prediction_id": "...", "label": 0|1}]}`` -> pairs; errors name the item and rule.
+
+    A UUID's hex digits are case-insensitive (RFC 9562): the ids this server hands out are lower case, and
+    an id sent in upper case is the same id."""
     if not isinstance(payload, Mapping) or not isinstance(payload.get("labels"), list):
         raise BadRequest('the body must be {"labels": [{"prediction_id": "...", "label": 0 or 1}, ...]}')
     items = payload["labels"]
@@ -190,7 +196,7 @@ def parse_feedback(payload: Any) -> list[tuple[str, float]]:
             raise BadRequest(
                 f"labels[{i}].label must be 0 or 1 (binary classification), got {label!r}", "label"
             )
-        out.append((pid, float(label)))
+        out.append((pid.lower() if UUID_TEXT.match(pid) else pid, float(label)))
     return out
 
 

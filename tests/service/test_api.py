@@ -361,6 +361,10 @@ def test_feedback_joins_and_reports_unknown_ids(server: Server, trained: Trained
             },
         )
         bad = c.post("/v1/models/credit/feedback", json={"labels": [{"prediction_id": ids[2], "label": 7}]})
+        upper = c.post(  # a UUID in upper case is the same id (once: reported unknown)
+            "/v1/models/credit/feedback", json={"labels": [{"prediction_id": ids[2].upper(), "label": 0}]}
+        )
+    assert upper.status_code == 200 and upper.json() == {"stored": 1, "unknown_ids": [], "duplicate_ids": []}
     assert r.status_code == 200, r.text
     assert r.json() == {
         "stored": 2,
