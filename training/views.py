@@ -80,7 +80,13 @@ async def retrain(
     request: Request,
     name: str,
     idempotency_key: Annotated[
-        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=255,
+            pattern=r"^[\x20-\x7e]+$",  # printable ASCII: the header is Latin-1 on the wire, not UTF-8
+        ),
     ] = None,
 ) -> Response:
     """Queue a job that retrains NAME on its labelled predictions and validates it before production.
