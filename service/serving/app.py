@@ -6,6 +6,7 @@ import asyncio
 import gc
 import hashlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -222,9 +223,21 @@ async def _domain_error(request: Request, exc: DomainError) -> Response:
     return response
 
 
+VERB_PATH = re.compile(r"^/v1/models/[^/]+(?:/(?:versions|labels)/[^/]+)?:([^/:]+)$")
+
+
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     headers = dict(exc.headers or {})
+    verb = VERB_PATH.match(request.url.path)
+    if exc.status_code == 405 and verb is not None and verb.group(1) != "predict":
+        # "credit:classify" matched the GET status route as a model name: no GET to send it with either
+        return error_response(
+            404,
+            f"no route {request.method} {request.url.path}: ':{verb.group(1)}' is not served here; this "
+            "server answers :predict (TF Serving's :classify and :regress are not supported)",
+            request_id_of(request),
+        )
     if exc.status_code == 404:
         message = f"no route {request.method} {request.url.path} ({message})"
     elif exc.status_code == 405:  # Allow: exactly the methods of the path's most specific route

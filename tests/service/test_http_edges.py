@@ -100,6 +100,16 @@ def test_other_methods_on_predict_routes_answer_405_with_allow_post(server: Serv
         assert c.get("/v1/models/credit").status_code == 200  # the status route is untouched
 
 
+def test_a_tf_serving_verb_this_server_does_not_answer_is_a_404_saying_so(server: Server) -> None:
+    with server.client() as c:
+        for path in ("/v1/models/credit:classify", "/v1/models/credit/versions/1:regress"):
+            r = c.post(path, json={"examples": [{}]})  # once a 405 "send it with GET", which then was a 404
+            assert r.status_code == 404, (path, r.text)
+            assert "is not served here; this server answers :predict" in r.json()["error"]
+        r = c.post("/v1/models/credit", json={})  # the status route itself: still a 405 naming GET
+        assert r.status_code == 405 and "send the request with GET" in r.json()["error"]
+
+
 def test_docs_page_loads_every_asset_locally(server: Server) -> None:
     with server.client() as c:
         page = c.get("/docs")
