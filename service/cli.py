@@ -58,7 +58,7 @@ class _Root(TyperGroup):
         except Exception as exc:
             if ctx.meta.get("driftwarden.debug"):
                 raise
-            if (bad := _settings_error(exc)) is not None:  # the environment's fault, not a bug
+            if (bad := _settings_error(exc) or _database_error(exc)) is not None:  # the environment's fault
                 typer.echo(bad, err=True)
                 raise typer.Exit(2) from None
             message = str(exc).splitlines()[0] if str(exc) else ""
@@ -68,6 +68,26 @@ class _Root(TyperGroup):
                 err=True,
             )
             raise typer.Exit(2) from None
+
+
+def _database_error(exc: BaseException) -> str | None:
+    """One line when ``exc`` is the database being unreachable or its URL unusable, else None."""
+    errors = sys.modules.get("sqlalchemy.exc")  # not imported: the error cannot be the database's
+    if errors is None:
+        return None
+    if isinstance(exc, errors.OperationalError | errors.InterfaceError):  # connection refused, locked, ...
+        reason = (str(exc.orig) if exc.orig is not None else str(exc)).splitlines()[0]
+        return (
+            f"error: the database did not answer: {reason} (check DRIFTWARDEN_DATABASE_URL and that the "
+            "server is up and accepts this user)"
+        )
+    if isinstance(exc, errors.NoSuchModuleError | errors.ArgumentError):
+        reason = str(exc).splitlines()[0]
+        return (
+            f"error: DRIFTWARDEN_DATABASE_URL is not a database URL this install can open ({reason}): e.g. "
+            "sqlite:///var/driftwarden.db or postgresql+psycopg://user@host:5432/dbname"
+        )
+    return None
 
 
 def _settings_error(exc: BaseException) -> str | None:

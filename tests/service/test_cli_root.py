@@ -109,3 +109,19 @@ def test_a_port_out_of_range_is_a_usage_error_naming_its_range() -> None:
     result = CliRunner().invoke(app, ["config"], env=env)
     assert result.exit_code == 2
     assert result.output.startswith("error: invalid setting DRIFTWARDEN_API_PORT: Input should be less than")
+
+
+def test_an_unreachable_database_or_a_bad_url_is_an_operational_error_not_a_bug() -> None:
+    from core.config import get_settings
+
+    for url, words in (
+        ("postgresql+psycopg://nobody@127.0.0.1:1/db", "error: the database did not answer: "),
+        ("foo://x", "error: DRIFTWARDEN_DATABASE_URL is not a database URL this install can open"),
+    ):
+        for args in (["db", "upgrade"], ["models", "list"]):
+            get_settings.cache_clear()  # the settings of this environment, not of an earlier command
+            result = CliRunner().invoke(app, args, env={"DRIFTWARDEN_DATABASE_URL": url})
+            assert result.exit_code == 2, (url, args, result.output)
+            assert result.output.startswith(words) and "a bug" not in result.output, result.output
+            assert len(result.output.strip().splitlines()) == 1
+    get_settings.cache_clear()
