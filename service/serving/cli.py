@@ -62,6 +62,7 @@ def serve(
     os.environ.update(env)
     get_settings.cache_clear()
     settings = get_settings()
+    check_bindable(host or settings.api_host, port or settings.api_port)  # before seconds of model loading
     n = workers or settings.api_workers or available_cores()
     # the schema is checked (SQLite: upgraded) once here, not by N workers racing each other's migrations
     open_database(settings=settings).dispose()
@@ -87,6 +88,31 @@ def serve(
     finally:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Unavailable naming the address when this process cannot listen on ``host:port`` (taken, or not an
+    address of this machine), so ``serve`` says so at once instead of after loading every model."""
+    import errno
+    import socket
+
+    from core.errors import Unavailable
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            why = {
+                errno.EADDRINUSE: "is in use (another server?)",
+                errno.EACCES: "needs privileges this process lacks",
+                errno.EADDRNOTAVAIL: "is not an address of this machine",
+            }.get(exc.errno or 0, f"cannot be bound ({exc.strerror})")
+            raise Unavailable(
+                f"--host/--port: {host}:{port} {why}: choose another with --port (or DRIFTWARDEN_API_PORT) "
+                "or stop what listens there"
+            ) from None
 
 
 def available_cores() -> int:

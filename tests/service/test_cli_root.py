@@ -125,3 +125,26 @@ def test_an_unreachable_database_or_a_bad_url_is_an_operational_error_not_a_bug(
             assert result.output.startswith(words) and "a bug" not in result.output, result.output
             assert len(result.output.strip().splitlines()) == 1
     get_settings.cache_clear()
+
+
+def test_serve_on_a_port_in_use_says_so_at_once(tmp_path: Path) -> None:
+    import socket
+
+    from core.config import get_settings
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        get_settings.cache_clear()
+        env = {
+            "DRIFTWARDEN_DATABASE_URL": f"sqlite:///{tmp_path / 'dw.db'}",
+            "DRIFTWARDEN_API_HOST": "127.0.0.1",
+        }
+        result = CliRunner().invoke(app, ["serve", "--port", str(port)], env=env)
+    get_settings.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert (
+        result.output == f"error: --host/--port: 127.0.0.1:{port} is in use (another server?): choose "
+        "another with --port (or DRIFTWARDEN_API_PORT) or stop what listens there\n"
+    )
