@@ -424,3 +424,56 @@ def test_message_timestamps_are_utc(api: tuple[Server, httpx.Client]) -> None:
     )
     ends = datetime.fromisoformat(r.json()["ends_at"])
     assert ends.tzinfo is not None and ends.utcoffset() == UTC.utcoffset(None)
+
+
+@pytest.mark.timeout(
+    300
+)  # with Python's backtracking re, each near-miss label took seconds (4.95 s for 26 a's)
+def test_a_catastrophic_silence_pattern_does_not_stall_the_api(
+    api: tuple[Server, httpx.Client], db: Database
+) -> None:
+    import threading
+
+    server, client = api
+    silence = {
+        "matchers": [
+            {"name": "model", "value": "credit"},
+            {"name": "feature", "value": "(a+)+$", "is_regex": True},
+        ],
+        "duration": "2h",
+    }
+    r = client.post("/v1/silences", json=silence, headers=admin())
+    assert r.status_code == 201, r.text
+    alerts = [
+        {
+            **am_payload()["alerts"][0],
+            "labels": {"alertname": "DriftwardenFeatureDrift", "model": "credit", "feature": "a" * n + "!"},
+            "fingerprint": f"{n:016x}",
+        }
+        for n in range(20, 60)
+    ]
+    answered: list[int] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as health:
+            while not stop.is_set():
+                answered.append(health.get("/healthz").status_code)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        r = client.post(
+            "/v1/alerts/alertmanager",
+            json=am_payload(alerts=alerts),
+            headers={"authorization": f"Bearer {AM_TOKEN}"},
+        )
+    finally:
+        stop.set()
+        poller.join(30)
+    assert r.status_code == 200, r.text
+    assert [a["outcome"] for a in r.json()["alerts"]] == ["recorded"] * len(alerts)
+    assert answered and set(answered) == {200}
+    listed = client.get("/v1/alerts", params={"model": "credit", "limit": 100}).json()["alerts"]
+    near_misses = [a for a in listed if a["labels"].get("feature", "").endswith("!")]
+    assert len(near_misses) == len(alerts) and not any(a["silenced"] for a in near_misses)
