@@ -143,7 +143,16 @@ async def list_alerts(
     request: Request,
     model: Annotated[str | None, Query(description="Only this model's alerts.")] = None,
     state: Annotated[Literal["pending", "firing", "resolved"] | None, Query()] = None,
-    severity: Annotated[str | None, Query(max_length=16, pattern=r"^[\x21-\x7e]+$")] = None,
+    severity: Annotated[
+        str | None,
+        Query(
+            max_length=16,
+            pattern=r"^[\x21-\x7e]+$",
+            description="info, warning or critical (the rules' severities), or a severity that an alert "
+            "received from Alertmanager carries; any other is a 400.",
+            json_schema_extra={"enum": list(RULE_SEVERITIES)},
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     if model is not None:

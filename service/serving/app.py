@@ -230,7 +230,8 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     headers = dict(exc.headers or {})
     verb = VERB_PATH.match(request.url.path)
-    if exc.status_code == 405 and verb is not None and verb.group(1) != "predict":
+    posts = exc.status_code == 405 and "POST" in (allowed_methods(request.app, request.scope["path"]) or [])
+    if exc.status_code == 405 and verb is not None and verb.group(1) != "predict" and not posts:
         # "credit:classify" matched the GET status route as a model name: no GET to send it with either
         return error_response(
             404,
