@@ -24,9 +24,9 @@ from rich.table import Table
 
 from core.errors import DomainError
 from core.network import free_port
+from training.gate import check_verdict
 
 FINAL = {"promoted", "passed", "undecided", "rejected", "failed", "cancelled"}
-MARKS = {"passed": "pass", "failed": "FAIL", "undecided": "UNDECIDED"}
 
 
 class DemoFailed(DomainError):
@@ -140,7 +140,7 @@ def gate_lines(job: dict[str, Any]) -> list[str]:
     """The gate's checks of a job, one line each, with their figures."""
     out = []
     for check in (job.get("gate") or {}).get("checks", []):
-        mark = MARKS.get(str(check.get("verdict")), "pass" if check["passed"] else "FAIL")
+        mark = check_verdict(check).mark
         out.append(f"{mark} {check['name']}: {check.get('message', '')}")
     return out
 

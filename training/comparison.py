@@ -31,7 +31,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from monitors.performance import mid_ranks
+from monitors.performance import mid_ranks, roc_auc
 
 ECE_BINS = 10
 THRESHOLD = 0.5
@@ -165,6 +165,15 @@ WEIGHTED: dict[str, Weighted] = {
 }
 
 
+def value(statistic: str, labels: np.ndarray, probs: np.ndarray) -> float:
+    """``statistic`` (``roc_auc`` or a key of :data:`WEIGHTED`) of one model's probabilities on the rows."""
+    y = np.asarray(labels, dtype=np.float64)
+    p = np.asarray(probs, dtype=np.float64)
+    if statistic == "roc_auc":
+        return roc_auc(y_true=y, y_score=p)
+    return float(WEIGHTED[statistic](np.ones((1, y.size)), y, p)[0]) if y.size else float("nan")
+
+
 def _replicates(rng: np.random.Generator, rows: int, reps: int) -> Iterator[np.ndarray]:
     """Bootstrap weights in blocks: each row of a block counts how often each row was drawn."""
     block = max(1, min(reps, BLOCK_CELLS // max(rows, 1)))
@@ -193,8 +202,7 @@ def bootstrap(
     nan = float("nan")
     if y.size == 0:
         return Difference(nan, nan, nan, nan, confidence, "bootstrap")
-    ones = np.ones((1, y.size))
-    value_a, value_b = float(fn(ones, y, a)[0]), float(fn(ones, y, b)[0])
+    value_a, value_b = value(statistic, y, a), value(statistic, y, b)
     rng = np.random.default_rng(seed)
     diffs = np.concatenate([fn(w, y, a) - fn(w, y, b) for w in _replicates(rng, y.size, reps)])
     finite = diffs[np.isfinite(diffs)]

@@ -41,14 +41,15 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from registry.contracts import ContractViolation, check_inputs, check_outputs
 from registry.schema import FeatureKind, ModelSchema, OutputSpec
-from training.comparison import ECE_BINS, Difference, difference, weighted_ece
+from training.comparison import ECE_BINS, Difference, difference
+from training.comparison import value as metric_of
 
 SHOWN = 5  # violations / slices listed in a check's figures
 NO_SERVING = "no serving version to compare with"
@@ -67,6 +68,11 @@ class Verdict(enum.StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     UNDECIDED = "undecided"
+
+    @property
+    def mark(self) -> str:
+        """How a listing marks it: ``pass``, ``FAIL`` or ``UNDECIDED``."""
+        return {Verdict.PASSED: "pass", Verdict.FAILED: "FAIL", Verdict.UNDECIDED: "UNDECIDED"}[self]
 
 
 @dataclass(frozen=True)
@@ -274,20 +280,10 @@ def outputs(spec: OutputSpec, values: np.ndarray) -> GateCheck:
     )
 
 
-def metric_value(name: str, labels: np.ndarray, probs: np.ndarray) -> float:
-    """``name`` (roc_auc, accuracy, f1, precision, recall, ece) of probabilities against 0/1 labels."""
-    return difference(
-        statistic=name, labels=labels, candidate=probs, serving=probs, confidence=0.5, reps=1
-    ).candidate
-
-
 def expected_calibration_error(labels: np.ndarray, probs: np.ndarray) -> float:
     """The gate's expected calibration error: 10 equal-width bins, debiased
     (:func:`training.comparison.weighted_ece`); NaN for no rows."""
-    y = np.asarray(labels, dtype=np.float64)
-    if y.size == 0:
-        return float("nan")
-    return float(weighted_ece(np.ones((1, y.size)), y, np.asarray(probs, dtype=np.float64))[0])
+    return metric_of("ece", labels, probs)
 
 
 @dataclass(frozen=True)
@@ -422,13 +418,13 @@ def _comparison_check(name: str, c: Comparison) -> GateCheck:
 def _no_serving(
     name: str, statistic: str, labels: np.ndarray, candidate: np.ndarray, tol: float
 ) -> GateCheck:
-    value = metric_value(statistic, labels, candidate)
-    figures = {"metric": statistic, "candidate": _r(value), "serving": None, "delta": None, "tolerance": tol}
+    found = metric_of(statistic, labels, candidate)
+    figures = {"metric": statistic, "candidate": _r(found), "serving": None, "delta": None, "tolerance": tol}
     return GateCheck(
         name,
         Verdict.PASSED,
         figures | {"rows": int(labels.size)},
-        f"{NO_SERVING} (candidate {statistic} {value:.4f})",
+        f"{NO_SERVING} (candidate {statistic} {found:.4f})",
     )
 
 
@@ -472,19 +468,21 @@ def calibration(
     """The paired difference of the expected calibration error (10 equal-width bins) against ``tolerance``."""
     if serving is None:
         check = _no_serving("calibration", "ece", labels, candidate, tolerance)
-        return GateCheck(check.name, check.verdict, check.figures | {"bins": ECE_BINS}, check.message)
-    c = compare(
-        statistic="ece",
-        labels=labels,
-        candidate=candidate,
-        serving=serving,
-        tolerance=tolerance,
-        policy=policy,
-        min_rows=MIN_ROWS["calibration"],
-        seed=2,
-    )
-    check = _comparison_check("calibration", c)
-    return GateCheck(check.name, check.verdict, check.figures | {"bins": ECE_BINS}, check.message)
+    else:
+        check = _comparison_check(
+            "calibration",
+            compare(
+                statistic="ece",
+                labels=labels,
+                candidate=candidate,
+                serving=serving,
+                tolerance=tolerance,
+                policy=policy,
+                min_rows=MIN_ROWS["calibration"],
+                seed=2,
+            ),
+        )
+    return replace(check, figures=check.figures | {"bins": ECE_BINS})
 
 
 def _slice_statistic(name: str, labels: np.ndarray) -> str:

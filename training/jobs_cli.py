@@ -18,7 +18,6 @@ jobs_app = typer.Typer(
 )
 
 
-MARKS = {"passed": "pass", "failed": "FAIL", "undecided": "UNDECIDED"}
 JOB_STATES = "queued, running, validating, promoted, passed, undecided, rejected, failed, cancelled"
 
 
@@ -123,7 +122,7 @@ def jobs_show(
         verdict = gate.get("verdict") or ("passed" if gate["passed"] else "failed")
         typer.echo(f"validation gate: {'passed' if verdict == 'passed' else verdict.upper()}")
         for check in gate["checks"]:
-            typer.echo(f"  [{MARKS[check_verdict(check)]}] {check['name']}: {check['message']}")
+            typer.echo(f"  [{check_verdict(check).mark}] {check['name']}: {check['message']}")
             for key, value in check["figures"].items():
                 typer.echo(f"         {key}: {value if isinstance(value, str) else json.dumps(value)}")
     typer.echo("log tail:")
