@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
+from registry.schema import SUM_TOLERANCE, FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
 
 MAX_REPORTED = 20  # violations listed in one error answer
 
@@ -354,7 +354,7 @@ def _categorical(
 
 
 def check_outputs(spec: OutputSpec, values: Sequence[float]) -> list[Violation]:
-    """Every output value finite and within ``[spec.min, spec.max]``."""
+    """Every output value finite and within ``[spec.min, spec.max]`` (one value per row)."""
     lo = spec.min if spec.min is not None else -math.inf
     hi = spec.max if spec.max is not None else math.inf
     problems: list[Violation] = []
@@ -377,6 +377,62 @@ def check_outputs(spec: OutputSpec, values: Sequence[float]) -> list[Violation]:
         if len(problems) >= MAX_REPORTED:
             break
     return problems
+
+
+def check_vectors(spec: OutputSpec, rows: np.ndarray) -> list[Violation]:
+    """A multi-class output: each row ``spec.width`` finite probabilities in [0, 1] summing to 1 within
+    :data:`registry.schema.SUM_TOLERANCE`."""
+    matrix = np.asarray(rows, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[1] != spec.width:
+        return [
+            Violation(
+                "output_shape",
+                f"model output has shape {list(matrix.shape)}, the contract says [rows, {spec.width}]",
+                feature=spec.name,
+            )
+        ]
+    problems: list[Violation] = []
+    with np.errstate(invalid="ignore"):
+        bad: np.ndarray = (
+            ~np.isfinite(matrix).all(axis=1) | (matrix < 0).any(axis=1) | (matrix > 1).any(axis=1)
+        )
+        off: np.ndarray = np.abs(matrix.sum(axis=1) - 1.0) > SUM_TOLERANCE
+    for i in np.flatnonzero(bad | off)[:MAX_REPORTED]:
+        row = matrix[i]
+        if bad[i]:
+            problems.append(
+                Violation(
+                    "output_range",
+                    f"model output {np.round(row, 6).tolist()} holds a value that is not a probability in "
+                    "[0, 1]",
+                    row=int(i),
+                    feature=spec.name,
+                )
+            )
+        else:
+            problems.append(
+                Violation(
+                    "output_sum",
+                    f"model output's probabilities sum to {row.sum():.6g}, not 1 (within {SUM_TOLERANCE:g})",
+                    row=int(i),
+                    feature=spec.name,
+                )
+            )
+    return problems
+
+
+def output_flags(spec: OutputSpec, values: Sequence[float]) -> list[int]:
+    """Rows whose (finite) value lies outside the expected range of a regression's output: flagged, kept."""
+    lo, hi = spec.expected_min, spec.expected_max
+    if lo is None and hi is None:
+        return []
+    low = -math.inf if lo is None else lo
+    high = math.inf if hi is None else hi
+    return [i for i, v in enumerate(values) if math.isfinite(v) and not low <= v <= high]
+
+
+OUTPUT_FLAG = "output_range"
+"""The flag a regression value outside its expected range gets (``"<output>:output_range"``)."""
 
 
 def _b64(value: Any) -> Any:

@@ -26,6 +26,38 @@ class FeatureKind(enum.StrEnum):
     CATEGORICAL = "categorical"
 
 
+class Task(enum.StrEnum):
+    """What the model predicts; names the output, the labels it takes and the metrics it is judged by."""
+
+    BINARY = "binary_classification"  # one probability of the positive class (label 0 or 1)
+    MULTICLASS = "multiclass_classification"  # a probability per class, summing to 1 (label: a class)
+    REGRESSION = "regression"  # one value (label: a number)
+
+    @classmethod
+    def parse(cls, text: str) -> Task:
+        """``binary``, ``multiclass`` or ``regression`` (or the full names); ValueError otherwise."""
+        short = {"binary": cls.BINARY, "multiclass": cls.MULTICLASS, "regression": cls.REGRESSION}
+        found = short.get(text) or next((t for t in cls if t.value == text), None)
+        if found is None:
+            raise ValueError(f"task {text!r} is not one of binary, multiclass, regression")
+        return found
+
+    @property
+    def short(self) -> str:
+        return {"binary_classification": "binary", "multiclass_classification": "multiclass"}.get(
+            self.value, self.value
+        )
+
+
+OUTPUT_NAMES = {Task.BINARY: "probability", Task.MULTICLASS: "probabilities", Task.REGRESSION: "value"}
+"""The one output of a version's serving signature, by task."""
+
+SUM_TOLERANCE = 1e-3  # a multi-class probability vector sums to 1 within this
+REGRESSION_RANGE_WIDENING = 0.5
+"""A regression value outside the reference predictions' range widened by this share of its span on each side
+is flagged (``output_range``), not refused."""
+
+
 class Policy(enum.StrEnum):
     """What serving does with a soft violation (unseen category, value outside observed range)."""
 
@@ -67,8 +99,28 @@ class OutputSpec:
 
     name: str
     dtype: str = "float32"
-    min: float | None = 0.0
+    min: float | None = 0.0  # hard bounds: an answer outside them breaks the contract (refused)
     max: float | None = 1.0
+    width: int = 1  # values per row (a multi-class model: one per class)
+    expected_min: float | None = None  # soft bounds (regression): outside them the answer is flagged
+    expected_max: float | None = None
+
+    @classmethod
+    def for_task(
+        cls, task: Task, *, classes: int = 0, expected: tuple[float, float] | None = None
+    ) -> OutputSpec:
+        """The output of ``task``: a probability, ``classes`` probabilities, or a value expected within the
+        reference range ``expected`` widened by :data:`REGRESSION_RANGE_WIDENING`."""
+        name = OUTPUT_NAMES[task]
+        if task is Task.MULTICLASS:
+            return cls(name=name, width=classes)
+        if task is Task.REGRESSION:
+            lo = hi = None
+            if expected is not None:
+                span = max(expected[1] - expected[0], abs(expected[1]), 1e-9) * REGRESSION_RANGE_WIDENING
+                lo, hi = expected[0] - span, expected[1] + span
+            return cls(name=name, min=None, max=None, expected_min=lo, expected_max=hi)
+        return cls(name=name)
 
 
 @dataclass(frozen=True)
@@ -78,9 +130,20 @@ class ModelSchema:
     features: tuple[FeatureSpec, ...]
     outputs: tuple[OutputSpec, ...]
     target: str
-    task: str = "binary_classification"
+    task: str = Task.BINARY.value
     max_rows_per_request: int = 1024
     extra: dict[str, Any] = field(default_factory=dict)
+    classes: tuple[str, ...] = ()  # multi-class: the class names, in the order of the output vector
+
+    @property
+    def kind(self) -> Task:
+        """The task as an enum."""
+        return Task(self.task)
+
+    @property
+    def output(self) -> OutputSpec:
+        """The model's one output."""
+        return self.outputs[0]
 
     @property
     def feature_names(self) -> list[str]:
@@ -102,6 +165,7 @@ class ModelSchema:
         out = asdict(self)
         for f in out["features"]:
             f["categories"] = list(f["categories"])
+        out["classes"] = list(out["classes"])
         return out
 
     @classmethod
@@ -118,8 +182,8 @@ class ModelSchema:
             for f in data["features"]
         )
         outputs = tuple(OutputSpec(**o) for o in data["outputs"])
-        rest = {k: v for k, v in data.items() if k not in {"features", "outputs"}}
-        return cls(features=features, outputs=outputs, **rest)
+        rest = {k: v for k, v in data.items() if k not in {"features", "outputs", "classes"}}
+        return cls(features=features, outputs=outputs, classes=tuple(data.get("classes", ())), **rest)
 
 
 def is_missing(values: np.ndarray) -> np.ndarray:
@@ -173,15 +237,84 @@ def infer_feature(name: str, values: np.ndarray) -> FeatureSpec:
     )
 
 
-def infer_schema(columns: Mapping[str, np.ndarray], *, target: str) -> ModelSchema:
-    """Infer the contract from training columns; ``target`` must be a 0/1 column."""
+def infer_schema(
+    columns: Mapping[str, np.ndarray], *, target: str, task: Task = Task.BINARY, classes: tuple[str, ...] = ()
+) -> ModelSchema:
+    """Infer the contract from training columns; the ``target`` column must hold the ``task``'s labels.
+
+    Multi-class: the classes are ``classes`` (in the model's output order) or the target's sorted distinct
+    values. Regression: the target's range is the expected range of the model's values.
+    """
     if target not in columns:
         raise ValueError(f"target column {target!r} not in data (columns: {sorted(columns)})")
     y = columns[target]
-    labels = set(np.unique(y[~is_missing(y)]).tolist())
-    if not labels <= {0, 1}:
-        raise ValueError(f"target column {target!r} must hold 0/1 labels, found {sorted(labels)[:5]}")
+    present = y[~is_missing(y)]
+    expected = None
+    if task is Task.BINARY:
+        labels = set(np.unique(present).tolist())
+        if not labels <= {0, 1}:
+            raise ValueError(f"target column {target!r} must hold 0/1 labels, found {sorted(labels)[:5]}")
+    elif task is Task.MULTICLASS:
+        classes = check_classes(present, target=target, classes=classes)
+    else:
+        if present.dtype.kind not in "iuf":
+            raise ValueError(f"target column {target!r} of a regression must hold numbers, found text")
+        values = present.astype(np.float64)
+        if not np.isfinite(values).all():
+            raise ValueError(f"target column {target!r} of a regression holds an infinite value")
+        if values.size:
+            expected = (float(values.min()), float(values.max()))
     features = tuple(infer_feature(name, col) for name, col in columns.items() if name != target)
     if not features:
         raise ValueError("no feature columns besides the target")
-    return ModelSchema(features=features, outputs=(OutputSpec(name="probability"),), target=target)
+    output = OutputSpec.for_task(task, classes=len(classes), expected=expected)
+    return ModelSchema(
+        features=features, outputs=(output,), target=target, task=task.value, classes=tuple(classes)
+    )
+
+
+def class_names(values: np.ndarray) -> tuple[str, ...]:
+    """The distinct labels of a multi-class target, sorted (numerically when they are numbers), as text."""
+    distinct = np.unique(values)
+    if distinct.dtype.kind in "iuf":
+        return tuple(_number_text(v) for v in sorted(distinct.tolist()))
+    return tuple(sorted(str(v) for v in distinct))
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def check_classes(values: np.ndarray, *, target: str, classes: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The classes of a multi-class target: ``classes`` when given (every label must be one), else its
+    sorted distinct values; ValueError when fewer than 3 (a 2-class model is a binary one)."""
+    found = class_names(values)
+    if classes:
+        unknown = sorted(set(found) - set(classes))
+        if unknown:
+            raise ValueError(
+                f"target column {target!r} holds {unknown[:5]}, not among the classes {list(classes)}"
+            )
+        names = tuple(classes)
+    else:
+        names = found
+    if len(names) < 3:
+        raise ValueError(
+            f"a multi-class target needs at least 3 classes, {target!r} has {list(names)} "
+            "(two classes: use --task binary with 0/1 labels)"
+        )
+    if len(names) > MAX_CATEGORIES:
+        raise ValueError(f"target column {target!r} has {len(names)} classes (> {MAX_CATEGORIES})")
+    return names
+
+
+def label_codes(values: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
+    """A multi-class target's labels as class indexes (float64, NaN when missing or not a class)."""
+    index = {name: float(i) for i, name in enumerate(classes)}
+    missing = is_missing(values)
+    numeric = values.dtype.kind in "iuf"
+    out = np.full(len(values), np.nan)
+    for i, v in enumerate(values):
+        if not missing[i]:
+            out[i] = index.get(_number_text(v) if numeric else str(v), np.nan)
+    return out
