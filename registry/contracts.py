@@ -393,10 +393,9 @@ def check_vectors(spec: OutputSpec, rows: np.ndarray) -> list[Violation]:
         ]
     problems: list[Violation] = []
     with np.errstate(invalid="ignore"):
-        bad: np.ndarray = (
-            ~np.isfinite(matrix).all(axis=1) | (matrix < 0).any(axis=1) | (matrix > 1).any(axis=1)
-        )
-        off: np.ndarray = np.abs(matrix.sum(axis=1) - 1.0) > SUM_TOLERANCE
+        finite = np.isfinite(matrix).all(axis=1)
+        bad = np.asarray(~finite | (matrix < 0).any(axis=1) | (matrix > 1).any(axis=1))
+        off = np.asarray(np.abs(matrix.sum(axis=1) - 1.0) > SUM_TOLERANCE)
     for i in np.flatnonzero(bad | off)[:MAX_REPORTED]:
         row = matrix[i]
         if bad[i]:
