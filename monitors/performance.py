@@ -10,13 +10,37 @@ chance that row ``i`` is positive. The expected confusion matrix is then
 ``TPR(k) = sum_{j<=k} c_j / sum c`` and ``FPR(k) = sum_{j<=k} (1 - c_j) / sum (1 - c)`` over rows
 sorted by decreasing ``p``. It holds while ``P(y | x)`` is unchanged (covariate shift); a pure
 concept drift is invisible to it and shows only in realised metrics and the error stream.
+
+Multi-class (labels are class indexes ``0..K-1``, predictions ``[n, K]`` probability rows, the predicted
+class the row's argmax): realised accuracy, macro F1 (the mean of the per-class one-vs-rest F1 over the
+classes where it is defined), log loss (the true class's probability clipped at 1e-15) and per-class
+recall, flattened by :meth:`MulticlassMetrics.as_dict` as ``recall_0 .. recall_{K-1}`` (class index, in the
+model's output order). The label-free estimate is CBPE one-vs-rest: a monotone reliability table per class
+(:func:`fit_multiclass_calibration`), calibrated rows renormalised to sum to 1; expected accuracy is the
+mean calibrated probability of the predicted class, expected macro F1 comes from the expected per-class
+confusion counts as in the binary case. Renormalising one-vs-rest maps biases the predicted class's
+probability (low for an under-confident model), so a last top-label reliability table, fitted on the
+reference, maps it to the chance the prediction is right before accuracy averages it.
+
+Regression: MAE, RMSE and R^2. The label-free estimate is direct loss estimation (DLE, as in NannyML): a
+small "nanny" model fitted on the reference predicts each row's absolute and squared error from its
+inputs and the model's prediction (:func:`fit_loss_model`: an additive model, a piecewise-linear function
+of each numeric input and of the prediction on reference-quantile knots, one-hot categories, fitted by
+ridge least squares in numpy); the estimated MAE is the mean predicted absolute error of the window, the
+estimated RMSE the root of the mean predicted squared error. Like CBPE it holds under covariate shift
+only.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
+
+from core.tabular import CodedColumn
+from registry.schema import Task
 
 
 @dataclass(frozen=True)
@@ -42,6 +66,7 @@ class RegressionMetrics:
     rows: int
     mae: float
     rmse: float
+    r2: float = float("nan")
 
     def as_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in asdict(self).items()}
@@ -121,12 +146,15 @@ def classification_metrics(
 
 
 def regression_metrics(*, y_true: np.ndarray, y_pred: np.ndarray) -> RegressionMetrics:
-    """Mean absolute error and root mean squared error."""
-    err = np.asarray(y_pred, dtype=np.float64) - np.asarray(y_true, dtype=np.float64)
+    """Mean absolute error, root mean squared error and R^2 (``1 - SSE/SST``; NaN if SST is 0 or rows < 2)."""
+    y = np.asarray(y_true, dtype=np.float64)
+    err = np.asarray(y_pred, dtype=np.float64) - y
     if err.size == 0:
-        return RegressionMetrics(rows=0, mae=float("nan"), rmse=float("nan"))
+        return RegressionMetrics(rows=0, mae=float("nan"), rmse=float("nan"), r2=float("nan"))
     mae, rmse = float(np.abs(err).mean()), float(np.sqrt((err**2).mean()))
-    return RegressionMetrics(rows=int(err.size), mae=mae, rmse=rmse)
+    sst = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((err**2).sum()) / sst if err.size >= 2 and sst > 0 else float("nan")
+    return RegressionMetrics(rows=int(err.size), mae=mae, rmse=rmse, r2=r2)
 
 
 def calibrate(y_prob: np.ndarray, calibration: dict[str, list[float]] | None) -> np.ndarray:
@@ -225,3 +253,303 @@ def label_coverage(*, labels: np.ndarray) -> float:
         return 0.0
     missing = np.isnan(y.astype(np.float64)) if y.dtype.kind in "fiub" else np.array([v is None for v in y])
     return float(1.0 - missing.mean())
+
+
+# ---------------------------------------------------------------- multi-class
+
+MULTICLASS_CALIBRATION_BINS = 20
+"""Prediction-quantile bins of each class's one-vs-rest reliability table."""
+LOG_LOSS_EPS = 1e-15
+
+
+@dataclass(frozen=True)
+class MulticlassMetrics:
+    """Multi-class classification metrics of one window; ``recall[k]`` is class ``k``'s recall."""
+
+    rows: int
+    accuracy: float
+    macro_f1: float
+    log_loss: float
+    recall: tuple[float, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, float]:
+        """Flat dict: rows, accuracy, macro_f1, log_loss, then ``recall_<k>`` for class index ``k``."""
+        out = {"rows": float(self.rows), "accuracy": self.accuracy, "macro_f1": self.macro_f1}
+        out["log_loss"] = self.log_loss
+        out.update({f"recall_{k}": float(r) for k, r in enumerate(self.recall)})
+        return out
+
+
+def _macro_f1(true_pos: np.ndarray, false_pos: np.ndarray, false_neg: np.ndarray) -> float:
+    """Mean per-class F1 over the classes where it is defined (some support or some predictions)."""
+    den = 2 * true_pos + false_pos + false_neg
+    f1 = np.divide(2 * true_pos, den, out=np.full(den.shape, np.nan), where=den > 0)
+    return float(np.nanmean(f1)) if np.any(den > 0) else float("nan")
+
+
+def multiclass_metrics(*, y_true: np.ndarray, y_prob: np.ndarray) -> MulticlassMetrics:
+    """Accuracy, macro F1, log loss and per-class recall of labelled rows (labels: class indexes)."""
+    p = np.asarray(y_prob, dtype=np.float64)
+    p = p.reshape(-1, p.shape[-1]) if p.ndim else p.reshape(0, 0)
+    y = np.asarray(y_true, dtype=np.float64).reshape(-1).astype(np.int64)
+    n, k = p.shape
+    if n == 0:
+        nan = float("nan")
+        return MulticlassMetrics(rows=0, accuracy=nan, macro_f1=nan, log_loss=nan, recall=(nan,) * k)
+    if y.size != n or y.min() < 0 or y.max() >= k:
+        raise ValueError(f"labels must be {n} class indexes in 0..{k - 1}")
+    pred = np.argmax(p, axis=1)
+    hit = pred == y
+    support = np.bincount(y, minlength=k)[:k].astype(np.float64)
+    predicted = np.bincount(pred, minlength=k)[:k].astype(np.float64)
+    true_pos = np.bincount(y[hit], minlength=k)[:k].astype(np.float64)
+    recall = np.divide(true_pos, support, out=np.full(k, np.nan), where=support > 0)
+    truth = np.clip(p[np.arange(n), y], LOG_LOSS_EPS, 1.0)
+    return MulticlassMetrics(
+        rows=n,
+        accuracy=float(hit.mean()),
+        macro_f1=_macro_f1(true_pos, predicted - true_pos, support - true_pos),
+        log_loss=float(-np.log(truth).mean()),
+        recall=tuple(float(r) for r in recall),
+    )
+
+
+def reliability_table(y_prob: np.ndarray, y_true: np.ndarray, *, bins: int) -> dict[str, list[float]]:
+    """Isotonic reliability table (mean prediction, fitted mean label) on prediction-quantile bins."""
+    from scipy.optimize import isotonic_regression
+
+    order = np.argsort(y_prob, kind="stable")
+    p, y = y_prob[order], np.asarray(y_true, dtype=np.float64)[order]
+    chunks = [c for c in np.array_split(np.arange(p.size), min(bins, max(p.size, 1))) if c.size]
+    if not chunks:
+        return {"mean_prediction": [], "mean_label": []}
+    mean_y = [float(y[c].mean()) for c in chunks]
+    fitted = isotonic_regression(mean_y, weights=[float(c.size) for c in chunks]).x
+    return {"mean_prediction": [float(p[c].mean()) for c in chunks], "mean_label": [float(v) for v in fitted]}
+
+
+def fit_multiclass_calibration(
+    y_prob: np.ndarray, y_true: np.ndarray, *, bins: int = MULTICLASS_CALIBRATION_BINS
+) -> dict[str, Any]:
+    """Reliability tables: ``{"classes": K, "per_class": [table_0, ...], "confidence": table}``.
+
+    ``per_class[k]`` maps class ``k``'s probability to the chance of class ``k`` (one-vs-rest);
+    ``confidence`` maps the predicted class's calibrated, renormalised probability to the chance the
+    prediction is right. Each table has the binary format (``mean_prediction``, ``mean_label``) read by
+    :func:`calibrate`; rows with a NaN probability or label are left out.
+    """
+    p = np.asarray(y_prob, dtype=np.float64)
+    y = np.asarray(y_true, dtype=np.float64).reshape(-1)
+    ok = ~np.isnan(y) & ~np.isnan(p).any(axis=1)
+    p, y = p[ok], y[ok]
+    tables = [reliability_table(p[:, k], y == k, bins=bins) for k in range(p.shape[1])]
+    out: dict[str, Any] = {"classes": int(p.shape[1]), "per_class": tables}
+    pred = np.argmax(p, axis=1) if p.size else np.zeros(0, dtype=np.int64)
+    top = calibrate_multiclass(p, out)[np.arange(pred.size), pred]
+    out["confidence"] = reliability_table(top, pred == y, bins=bins)
+    return out
+
+
+def calibrate_multiclass(y_prob: np.ndarray, calibration: Mapping[str, Any] | None) -> np.ndarray:
+    """Calibrated probability rows: each class through its table, then renormalised to sum to 1."""
+    p = np.asarray(y_prob, dtype=np.float64)
+    tables = (calibration or {}).get("per_class") or [None] * p.shape[1]
+    if len(tables) != p.shape[1]:
+        raise ValueError(f"calibration has {len(tables)} classes, predictions have {p.shape[1]}")
+    c = np.column_stack([calibrate(p[:, k], t) for k, t in enumerate(tables)]) if p.shape[1] else p
+    total = c.sum(axis=1, keepdims=True)
+    return np.where(total > 0, c / np.where(total > 0, total, 1.0), np.clip(p, 0.0, 1.0))
+
+
+def estimate_multiclass_metrics(
+    *, y_prob: np.ndarray, calibration: Mapping[str, Any] | None
+) -> dict[str, float]:
+    """Confidence-based estimate without labels: ``{"rows", "accuracy", "macro_f1"}`` (module docstring)."""
+    p = np.asarray(y_prob, dtype=np.float64)
+    p = p[~np.isnan(p).any(axis=1)]
+    n = p.shape[0]
+    if n == 0:
+        return {"rows": 0.0, "accuracy": float("nan"), "macro_f1": float("nan")}
+    c = calibrate_multiclass(p, calibration)
+    pred = np.argmax(p, axis=1)
+    chosen = np.zeros(p.shape, dtype=bool)
+    chosen[np.arange(n), pred] = True
+    true_pos = np.where(chosen, c, 0.0).sum(axis=0)
+    false_pos = np.where(chosen, 1.0 - c, 0.0).sum(axis=0)
+    false_neg = np.where(chosen, 0.0, c).sum(axis=0)
+    accuracy = float(calibrate(c[np.arange(n), pred], (calibration or {}).get("confidence")).mean())
+    return {"rows": float(n), "accuracy": accuracy, "macro_f1": _macro_f1(true_pos, false_pos, false_neg)}
+
+
+# ---------------------------------------------------------------- any task
+
+
+def metrics_for(task: Task, *, y_true: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """Realised metrics of ``task`` as a flat dict with ``rows``; rows with a NaN label or prediction are
+    left out (binary: probabilities ``[n]``; multi-class: ``[n, K]``; regression: values ``[n]``)."""
+    y = np.asarray(y_true, dtype=np.float64).reshape(-1)
+    p = np.asarray(predictions, dtype=np.float64)
+    if task is Task.MULTICLASS:
+        p = p if p.ndim == 2 else p.reshape(y.size, -1)
+        if p.shape[0] != y.size:
+            raise ValueError(f"labels ({y.size}) and predictions ({p.shape[0]}) differ in length")
+        ok = ~np.isnan(y) & ~np.isnan(p).any(axis=1)
+        return multiclass_metrics(y_true=y[ok], y_prob=p[ok]).as_dict()
+    p = p.reshape(-1)
+    if p.shape != y.shape:
+        raise ValueError(f"labels {y.shape} and predictions {p.shape} differ in length")
+    ok = ~np.isnan(y) & ~np.isnan(p)
+    if task is Task.REGRESSION:
+        return regression_metrics(y_true=y[ok], y_pred=p[ok]).as_dict()
+    return classification_metrics(y_true=y[ok], y_prob=p[ok]).as_dict()
+
+
+# ---------------------------------------------------------------- regression: direct loss estimation
+
+LOSS_MODEL_FORMAT = "driftwarden.dle/1"
+LOSS_MODEL_KNOTS = (0.0, 0.01, 0.03, 0.07, 0.15, 0.3, 0.5, 0.7, 0.85, 0.93, 0.97, 0.99, 1.0)
+"""Reference quantiles used as knots of each numeric input and of the prediction (denser in the tails,
+where a covariate shift takes the window)."""
+LOSS_MODEL_CATEGORIES = 50  # most frequent categories of a categorical input kept as one-hot columns
+LOSS_MODEL_RIDGE = 1.0  # ridge penalty on every coefficient but the intercept
+
+
+def _knots(values: np.ndarray) -> list[float]:
+    """Distinct quantiles :data:`LOSS_MODEL_KNOTS` of the present values (at least two, else none)."""
+    x = values[~np.isnan(values)]
+    if x.size == 0:
+        return []
+    knots = np.unique(np.quantile(x, LOSS_MODEL_KNOTS))
+    return [float(v) for v in knots] if knots.size >= 2 else []
+
+
+def _hat_basis(values: np.ndarray, knots: Sequence[float]) -> np.ndarray:
+    """Piecewise-linear ("hat") basis on ``knots``, values clamped to their range; a last column flags NaN.
+
+    Returns ``[n, len(knots) + 1]``; a missing value is all zeros but the flag.
+    """
+    k = np.asarray(knots, dtype=np.float64)
+    missing = np.isnan(values)
+    out = np.zeros((values.size, k.size + 1))
+    out[:, -1] = missing
+    if k.size < 2:
+        return out
+    x = np.clip(np.where(missing, k[0], values), k[0], k[-1])
+    right = np.clip(np.searchsorted(k, x, side="right"), 1, k.size - 1)
+    frac = (x - k[right - 1]) / (k[right] - k[right - 1])
+    rows = np.flatnonzero(~missing)
+    out[rows, right[rows] - 1] = 1.0 - frac[rows]
+    out[rows, right[rows]] = frac[rows]
+    return out
+
+
+def _category_index(values: Any, categories: Sequence[str]) -> np.ndarray:
+    """Index of each row's category in ``categories`` (``str(value)``), -1 for missing or unseen."""
+    index = {c: i for i, c in enumerate(categories)}
+    if isinstance(values, CodedColumn):
+        lookup = np.array([index.get(str(c), -1) for c in values.categories.tolist()] + [-1], dtype=np.int64)
+        return np.asarray(lookup[values.codes.astype(np.int64)])
+    out = [index.get(str(v), -1) if v is not None else -1 for v in np.asarray(values).reshape(-1).tolist()]
+    return np.asarray(out, dtype=np.int64)
+
+
+def _top_categories(values: Any, limit: int = LOSS_MODEL_CATEGORIES) -> list[str]:
+    """The ``limit`` most frequent present categories (ties by name), as ``str``."""
+    from core.tabular import value_counts
+
+    counts: dict[str, int] = {}
+    for key, n in value_counts(values if isinstance(values, CodedColumn) else np.asarray(values)).items():
+        if key is None or key == "" or (isinstance(key, float) and np.isnan(key)):
+            continue
+        counts[str(key)] = counts.get(str(key), 0) + n
+    return [c for c, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]]
+
+
+def _as_numeric(values: Any) -> np.ndarray:
+    """A numeric column as float64 (NaN for missing)."""
+    from core.tabular import as_float
+
+    return as_float(values if isinstance(values, CodedColumn) else np.asarray(values))
+
+
+def _design(columns: Mapping[str, Any], predictions: np.ndarray, model: Mapping[str, Any]) -> np.ndarray:
+    """The loss model's design matrix: intercept, each input's columns in order, then the prediction's."""
+    blocks = [np.ones((predictions.size, 1))]
+    for spec in model["features"]:
+        if spec["kind"] == "categorical":
+            idx = _category_index(columns[spec["name"]], spec["categories"])
+            onehot = np.zeros((predictions.size, len(spec["categories"])))
+            seen = np.flatnonzero(idx >= 0)
+            onehot[seen, idx[seen]] = 1.0
+            blocks.append(onehot)
+        else:
+            blocks.append(_hat_basis(_as_numeric(columns[spec["name"]]), spec["knots"]))
+    blocks.append(_hat_basis(predictions, model["prediction_knots"]))
+    return np.hstack(blocks)
+
+
+def _ridge(x: np.ndarray, targets: np.ndarray, penalty: float) -> np.ndarray:
+    """Ridge least squares coefficients (one column per target), the intercept (column 0) unpenalised."""
+    gram = x.T @ x
+    reg = np.full(x.shape[1], penalty)
+    reg[0] = 0.0
+    gram[np.diag_indices_from(gram)] += reg
+    solved, *_ = np.linalg.lstsq(gram, x.T @ targets, rcond=None)
+    return np.asarray(solved)
+
+
+def fit_loss_model(
+    columns: Mapping[str, Any],
+    predictions: np.ndarray,
+    y_true: np.ndarray,
+    *,
+    features: Sequence[tuple[str, str]],
+    penalty: float = LOSS_MODEL_RIDGE,
+) -> dict[str, Any]:
+    """Fit the direct-loss-estimation model on reference rows (JSON-serialisable; see module docstring).
+
+    ``features`` are ``(name, kind)`` pairs, kind ``"numeric"`` or ``"categorical"``. Rows with a NaN
+    prediction or label are left out. The dict holds ``format``, ``features`` (per input its ``name``,
+    ``kind`` and ``knots`` or ``categories``), ``prediction_knots``, ``abs_error`` and ``squared_error``
+    (coefficients over the design columns: intercept, inputs in order, prediction) and ``rows``.
+    """
+    p = np.asarray(predictions, dtype=np.float64).reshape(-1)
+    y = np.asarray(y_true, dtype=np.float64).reshape(-1)
+    ok = np.flatnonzero(~np.isnan(p) & ~np.isnan(y))
+    specs: list[dict[str, Any]] = []
+    for name, kind in features:
+        col = columns[name]
+        sub = col[ok] if isinstance(col, CodedColumn) else np.asarray(col)[ok]
+        if kind == "categorical":
+            specs.append({"name": name, "kind": "categorical", "categories": _top_categories(sub)})
+        else:
+            specs.append({"name": name, "kind": "numeric", "knots": _knots(_as_numeric(sub))})
+    model: dict[str, Any] = {"format": LOSS_MODEL_FORMAT, "features": specs}
+    model["prediction_knots"] = _knots(p[ok])
+    sub_cols = {s["name"]: columns[s["name"]][ok] for s in specs}
+    x = _design(sub_cols, p[ok], model)
+    err = p[ok] - y[ok]
+    targets = np.column_stack([np.abs(err), err**2])
+    coef = _ridge(x, targets, penalty) if ok.size else np.zeros((x.shape[1], 2))
+    model.update(
+        abs_error=[float(v) for v in coef[:, 0]],
+        squared_error=[float(v) for v in coef[:, 1]],
+        rows=int(ok.size),
+    )
+    return model
+
+
+def estimate_regression_metrics(
+    *, columns: Mapping[str, Any], predictions: np.ndarray, model: Mapping[str, Any]
+) -> dict[str, float]:
+    """Direct loss estimate without labels: ``{"rows", "mae", "rmse"}`` of the window (NaN predictions left
+    out; predicted losses below 0 count as 0)."""
+    p = np.asarray(predictions, dtype=np.float64).reshape(-1)
+    ok = np.flatnonzero(~np.isnan(p))
+    if ok.size == 0:
+        return {"rows": 0.0, "mae": float("nan"), "rmse": float("nan")}
+    sub_cols = {s["name"]: columns[s["name"]][ok] for s in model["features"]}
+    x = _design(sub_cols, p[ok], model)
+    abs_err = np.clip(x @ np.asarray(model["abs_error"]), 0.0, None)
+    sq_err = np.clip(x @ np.asarray(model["squared_error"]), 0.0, None)
+    return {"rows": float(ok.size), "mae": float(abs_err.mean()), "rmse": float(np.sqrt(sq_err.mean()))}

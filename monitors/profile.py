@@ -7,6 +7,17 @@ exact counts on the grid of distinct quantiles (see :mod:`monitors.binning`) and
 by PSI and Jensen-Shannon. Per categorical feature it keeps the category counts. The model's
 held-out output probabilities are profiled like a numeric feature under ``"prediction"``; with
 labels, the reference performance and a calibration table for label-free estimation are kept too.
+
+Per task (``schema.task``): binary, one probability per row, as above. Multi-class, a probability row
+``[n, K]`` per row and labels as class indexes: ``"prediction"`` summarises the predicted class's
+probability (the confidence), ``"classes"`` holds ``names`` (the schema's classes), ``probabilities`` (per
+class name the numeric summary of its probability) and ``predicted`` (the categorical summary of the
+predicted class names); ``"performance"`` is :func:`monitors.performance.multiclass_metrics` and
+``"calibration"`` the one-vs-rest tables of :func:`monitors.performance.fit_multiclass_calibration`.
+Regression, one value per row: ``"prediction"`` summarises the values, ``"performance"`` is
+:func:`monitors.performance.regression_metrics` and ``"loss_model"`` the direct-loss-estimation model of
+:func:`monitors.performance.fit_loss_model`. Keys a task does not use are not written (binary profiles
+are unchanged).
 A PCA of the standardised numeric features (``"multivariate"``) lets joint shifts be detected.
 """
 
@@ -24,7 +35,7 @@ import numpy as np
 
 from core.tabular import CodedColumn, Column, as_float, value_counts
 from monitors.binning import count_sorted
-from registry.schema import FeatureKind, FeatureSpec, ModelSchema
+from registry.schema import FeatureKind, FeatureSpec, ModelSchema, Task
 
 PROFILE_FORMAT = "driftwarden.profile/1"
 N_QUANTILES = 1001  # quantile sketch size: F is known to within 1/1000 between grid points
@@ -129,9 +140,13 @@ class Profile:
     features: dict[str, FeatureProfile]
     prediction: NumericProfile | None = None
     performance: dict[str, float] | None = None
-    calibration: dict[str, list[float]] | None = None
+    calibration: dict[str, Any] | None = None  # binary: one reliability table; multi-class: "per_class"
     multivariate: PCAProfile | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # every other key of the dict, as stored
+    task: Task = Task.BINARY
+    class_probabilities: dict[str, NumericProfile] = field(default_factory=dict)  # multi-class, by name
+    predicted_class: CategoricalProfile | None = None  # multi-class: the predicted class names
+    loss_model: dict[str, Any] | None = None  # regression: the direct-loss-estimation model
 
 
 # ---------------------------------------------------------------- building
@@ -350,7 +365,11 @@ def build_reference_profile(
         "calibration": None,
         "multivariate": multivariate,
     }
-    if predictions is not None:
+    if predictions is not None and schema.kind is Task.MULTICLASS:
+        out.update(_multiclass_outputs(predictions, labels, schema.classes))
+    elif predictions is not None and schema.kind is Task.REGRESSION:
+        out.update(_regression_outputs(cols, schema, predictions, labels))
+    elif predictions is not None:
         p = np.asarray(predictions, dtype=np.float64).reshape(-1)
         out["prediction"] = numeric_summary(p, name=PREDICTION)
         if labels is not None:
@@ -362,6 +381,57 @@ def build_reference_profile(
             ok = ~np.isnan(p)
             out["performance"] = classification_metrics(y_true=y[ok], y_prob=p[ok]).as_dict()
             out["calibration"] = _calibration(p[ok], y[ok])
+    return out
+
+
+def _multiclass_outputs(
+    predictions: np.ndarray, labels: np.ndarray | None, classes: tuple[str, ...]
+) -> dict[str, Any]:
+    """The multi-class profile keys: confidence, per-class summaries, performance and calibration."""
+    from monitors.performance import fit_multiclass_calibration, metrics_for
+
+    p = np.asarray(predictions, dtype=np.float64)
+    if p.ndim != 2:
+        raise ValueError(f"multi-class predictions must be [rows, classes], got shape {p.shape}")
+    names = list(classes) or [str(k) for k in range(p.shape[1])]
+    if len(names) != p.shape[1]:
+        raise ValueError(f"predictions have {p.shape[1]} classes, the schema {len(names)}")
+    ok = np.asarray(~np.isnan(p).any(axis=1))
+    confidence = np.where(ok, np.max(np.where(ok[:, None], p, 0.0), axis=1), np.nan)
+    predicted = np.array(names, dtype=object)[np.argmax(np.where(ok[:, None], p, 0.0), axis=1)]
+    predicted[~ok] = None
+    out: dict[str, Any] = {
+        "prediction": numeric_summary(confidence, name=PREDICTION),
+        "classes": {
+            "names": names,
+            "probabilities": {
+                n: numeric_summary(p[:, k], name=f"{PREDICTION}[{n}]") for k, n in enumerate(names)
+            },
+            "predicted": categorical_summary(predicted, name="predicted_class"),
+        },
+    }
+    if labels is not None:
+        y = np.asarray(labels, dtype=np.float64).reshape(-1)
+        if y.size != p.shape[0]:
+            raise ValueError(f"labels ({y.size}) and predictions ({p.shape[0]}) differ in length")
+        out["performance"] = metrics_for(Task.MULTICLASS, y_true=y, predictions=p)
+        out["calibration"] = fit_multiclass_calibration(p, y)
+    return out
+
+
+def _regression_outputs(
+    cols: Mapping[str, Column], schema: ModelSchema, predictions: np.ndarray, labels: np.ndarray | None
+) -> dict[str, Any]:
+    """The regression profile keys: the predicted values, and with labels performance and the loss model."""
+    from monitors.performance import fit_loss_model, metrics_for
+
+    p = np.asarray(predictions, dtype=np.float64).reshape(-1)
+    out: dict[str, Any] = {"prediction": numeric_summary(p, name=PREDICTION)}
+    if labels is not None:
+        y = np.asarray(labels, dtype=np.float64).reshape(-1)
+        out["performance"] = metrics_for(Task.REGRESSION, y_true=y, predictions=p)
+        features = [(spec.name, spec.kind.value) for spec in schema.features]
+        out["loss_model"] = fit_loss_model(cols, p, y, features=features)
     return out
 
 
@@ -397,6 +467,10 @@ def _numeric_from_dict(d: Mapping[str, Any]) -> NumericProfile:
 def _feature_from_dict(d: Mapping[str, Any]) -> FeatureProfile:
     if FeatureKind(d["kind"]) is FeatureKind.NUMERIC:
         return _numeric_from_dict(d)
+    return _categorical_from_dict(d)
+
+
+def _categorical_from_dict(d: Mapping[str, Any]) -> CategoricalProfile:
     return CategoricalProfile(
         name=str(d["name"]),
         count=int(d["count"]),
@@ -422,6 +496,8 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
             error=_numeric_from_dict(mv["error"]),
         )
     known = {"format", "rows", "features", "prediction", "performance", "calibration", "multivariate"}
+    classes = data.get("classes") or {}
+    predicted = classes.get("predicted")
     return Profile(
         rows=int(data["rows"]),
         features={name: _feature_from_dict(d) for name, d in data["features"].items()},
@@ -430,6 +506,12 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
         calibration=data.get("calibration"),
         multivariate=pca,
         extra={k: v for k, v in data.items() if k not in known},
+        task=Task.parse(str(data.get("task") or Task.BINARY.value)),
+        class_probabilities={
+            n: _numeric_from_dict(d) for n, d in (classes.get("probabilities") or {}).items()
+        },
+        predicted_class=_categorical_from_dict(predicted) if predicted else None,
+        loss_model=data.get("loss_model"),
     )
 
 
