@@ -99,6 +99,9 @@ class PredictionLog(Base):
     layout: Mapped[int | None] = mapped_column(BigInteger, default=None)
     numbers: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
     categories: Mapped[str | None] = mapped_column(Text, default=None)
+    # the whole answer when it is more than one number (a multi-class model's probabilities; migration 0017);
+    # ``probability`` then holds the predicted class's probability
+    outputs: Mapped[list[Any] | None] = mapped_column(default=None)
 
 
 class PredictionLogLayout(Base):
@@ -162,6 +165,7 @@ LOG_COLUMNS: tuple[str, ...] = (
     "layout",
     "numbers",
     "categories",
+    "outputs",
 )
 
 # Column order of a feedback row where rows are copied between tables (partition maintenance).

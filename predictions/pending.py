@@ -46,6 +46,8 @@ class RequestRows:
     # the documents' values by feature (``columns[name][i]``: row i's value, None when absent), when the
     # request came as columns; None: taken from ``inputs``
     columns: Mapping[str, Sequence[Any]] | None = None
+    # each row's whole answer when it is more than one number (a multi-class vector); None: ``values`` is it
+    outputs: Sequence[list[float | None]] | None = None
 
     def __post_init__(self) -> None:
         # checked here, on the request path: building them in the writer thread can then not fail
@@ -55,6 +57,8 @@ class RequestRows:
                 f"{n} prediction ids for {len(self.inputs)} rows, {len(self.values)} outputs, "
                 f"{len(self.flags)} flag lists"
             )
+        if self.outputs is not None and len(self.outputs) != n:
+            raise ValueError(f"{n} prediction ids for {len(self.outputs)} output vectors")
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -69,6 +73,7 @@ class RequestRows:
         """The rows, with these typed copies (None: without)."""
         layout = None if copies is None or self.layout is None else self.layout.id
         typed = copies if copies is not None else [(None, None)] * len(self.ids)
+        vectors = self.outputs if self.outputs is not None else [None] * len(self.ids)
         return [
             LogRow(
                 pid,
@@ -85,9 +90,10 @@ class RequestRows:
                 layout,
                 numbers,
                 categories,
+                vector,
             )
-            for pid, row, value, row_flags, (numbers, categories) in zip(
-                self.ids, self.inputs, self.values, self.flags, typed, strict=True
+            for pid, row, value, row_flags, (numbers, categories), vector in zip(
+                self.ids, self.inputs, self.values, self.flags, typed, vectors, strict=True
             )
         ]
 

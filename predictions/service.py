@@ -46,6 +46,9 @@ class LogRow(NamedTuple):
     layout: int | None = None
     numbers: str | None = None
     categories: str | None = None
+    # the whole answer when it is more than one number (a multi-class vector); None otherwise (and for the
+    # spool's lines from before it)
+    outputs: list[float | None] | None = None
 
 
 assert LogRow._fields == LOG_COLUMNS
@@ -103,14 +106,15 @@ SQLITE_INSERT = (
     # RFC 3339 from orjson drops ".000000" when the microseconds are zero, so pad and cut to 26 chars
     "SELECT value->>0, value->>1, value->>2, value->>3, "
     "substr(replace(replace(value->>4, 'T', ' '), '+00:00', '') || '.000000', 1, 26), "
-    "value->5, value->>6, nullif(value->7, 'null'), value->>8, value->>9, value->>10, NULL, NULL, NULL "
+    "value->5, value->>6, nullif(value->7, 'null'), value->>8, value->>9, value->>10, NULL, NULL, NULL, "
+    "nullif(value->14, 'null') "
     "FROM json_each(?) WHERE true ORDER BY key ON CONFLICT DO NOTHING"
 )
 PG_INSERT = (
     f"INSERT INTO prediction_log ({_COLS}) "
     "SELECT e->>0, e->>1, e->>2, (e->>3)::int, (e->>4)::timestamptz, e->5, (e->>6)::float8, "
     "nullif(e->7, 'null'::jsonb), (e->>8)::float8, e->>9, e->>10, "
-    "(e->>11)::int8, decode(e->>12, 'hex'), e->>13 "
+    "(e->>11)::int8, decode(e->>12, 'hex'), e->>13, nullif(e->14, 'null'::jsonb) "
     "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n"
 )
 # the conflict target is the unique key (prediction_id, logged_at): on the partitioned PostgreSQL log a unique

@@ -108,3 +108,20 @@ def log_inputs(
     for lo in range(0, n, 5000):
         write_log_rows(engine=engine, rows=rows[lo : lo + 5000], idempotent=False)
     return rows
+
+
+def write_rows_as_they_were(engine: Engine, rows: list[LogRow]) -> None:
+    """Insert ``rows`` into whatever columns the log has at the database's revision (a database migrated to an
+    older revision than the code's writer knows: its rows as a server of that revision wrote them)."""
+    from sqlalchemy import MetaData, Table
+
+    table = Table("prediction_log", MetaData(), autoload_with=engine)
+    names = set(table.c.keys())
+    values = []
+    for row in rows:
+        doc = {k: v for k, v in row._asdict().items() if k in names}
+        if doc.get("numbers") is not None:
+            doc["numbers"] = bytes.fromhex(doc["numbers"])
+        values.append(doc)
+    with engine.begin() as conn:
+        conn.execute(table.insert(), values)

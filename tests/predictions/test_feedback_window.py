@@ -33,6 +33,7 @@ from predictions.aggregates import (
 from predictions.scheduled import purge_expired
 from predictions.service import LogRow, fill_feedback_copies, record_feedback, write_log_rows
 from predictions.windows import WindowSpec, WindowSummary, summarize_window
+from tests.predictions.logdata import write_rows_as_they_were
 from tests.predictions.test_prediction_log import make_rows
 from tests.support import database_at, postgres_schema
 
@@ -81,7 +82,7 @@ def _fill(engine: Engine) -> dict[str, list[LogRow]]:
         "replayed": _log(NOW - 5 * HOUR, 6, start=600),
     }
     for rows in groups.values():
-        write_log_rows(engine=engine, rows=rows, idempotent=False)
+        write_rows_as_they_were(engine, rows)
     return groups
 
 
