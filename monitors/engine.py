@@ -27,7 +27,7 @@ from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.quality import QualityCheck, good_turing_unseen, rate_check, violation_check
 from monitors.report import DatasetDrift, DriftReport, FeatureDrift, Histogram
 from monitors.window import WindowSketch, split_missing
-from registry.schema import FeatureKind
+from registry.schema import FeatureKind, Task
 
 CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
 """Rows per chunk of :func:`sketch_columns`: the log readers' chunk (``predictions.windows.CHUNK_ROWS``), not
@@ -319,6 +319,10 @@ def _prediction(
         missing=counts.missing,
         histogram=_numeric_histogram(ref, cur),
     )
+    if profile.task is not Task.BINARY:
+        # the one number of a regression (its value) or multi-class model (the predicted class's probability)
+        # drifts like any output; its task's realised and estimated performance are not read from the log yet
+        return PredictionFindings(drift=drift, estimated_performance={})
     points = cell_points(ref_profile.grid, cells=counts.cells, sums=counts.sums)
     estimated = estimate_classification_metrics(
         y_prob=points, weights=counts.cells, threshold=sketch.threshold, calibration=profile.calibration

@@ -8,7 +8,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,8 +22,15 @@ from predictions.pending import RequestRows
 from predictions.service import new_prediction_ids, record_feedback
 from predictions.typed import Layout, make_layout
 from predictions.writer import LogWriter
-from registry.contracts import Violation, check_inputs, check_outputs
-from registry.schema import FeatureKind, ModelSchema
+from registry.contracts import (
+    OUTPUT_FLAG,
+    Violation,
+    check_inputs,
+    check_outputs,
+    check_vectors,
+    output_flags,
+)
+from registry.schema import FeatureKind, ModelSchema, Task
 from service.serving.batcher import BatcherClosed
 from service.serving.codecs import BadRequest, Columns
 from service.serving.manager import ModelManager, NotServed
@@ -68,7 +75,7 @@ class Prediction:
     model_name: str
     version: int
     output_name: str
-    values: list[float]
+    values: list[Any]  # a number per row, or a probability vector per row (multi-class)
     prediction_ids: list[str]
 
 
@@ -111,11 +118,11 @@ async def predict(
         except BatcherClosed:  # the version was swapped out between resolve and submit: take the new one
             if attempt == 2:
                 raise NotServed(f"model '{model_name}' is being reloaded; retry") from None
-    spec = lv.schema.outputs[0]
-    values: list[float] = np.asarray(outputs[spec.name], dtype=np.float64).reshape(-1).tolist()
-    problems = check_outputs(spec, values)
+    answer = _answer(lv.schema, outputs, checked.flags)
+    problems = answer.problems
     latency_ms = (time.perf_counter() - started) * 1000.0
     ids = new_prediction_ids(checked.n)
+    values = answer.values
     floats = [v if math.isfinite(v) else None for v in values] if problems else values
     writer = state.writer
     if writer is not None:
@@ -132,9 +139,10 @@ async def predict(
             ids=ids,
             inputs=checked.rows,
             values=floats,
-            flags=checked.flags,
+            flags=answer.flags,
             layout=_layout(lv.schema),
             columns=columns.values if checked.rows is columns.rows else None,
+            outputs=answer.vectors,
         )
         if not writer.offer(rows):  # durable mode, or a full queue: wait for the commit or the spool
             await writer.submit(rows)
@@ -142,8 +150,44 @@ async def predict(
         state.metrics.output_violation(model_name, sorted({p.rule for p in problems}))
         log.error("output contract violated by %s:%d: %s", model_name, lv.version, problems[0].describe())
         raise OutputContractError(problems, lv.version)
-    state.metrics.predicted(model_name, lv.version, checked.n, checked.flags)
-    return Prediction(model_name, lv.version, spec.name, values, ids)
+    state.metrics.predicted(model_name, lv.version, checked.n, answer.flags)
+    shown: list[Any] = answer.vectors if answer.vectors is not None else values
+    return Prediction(model_name, lv.version, lv.schema.output.name, shown, ids)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A batch's outputs as served and logged: one number per row, the vectors (multi-class), flags."""
+
+    values: list[float]  # binary: probability; regression: value; multi-class: the predicted class's
+    vectors: list[list[float | None]] | None
+    flags: list[list[str] | None]
+    problems: list[Violation]
+
+
+def _answer(schema: ModelSchema, outputs: Mapping[str, Any], flags: list[list[str] | None]) -> Answer:
+    """Check the model's outputs against the contract of its task (a regression value outside its expected
+    range is flagged on its row)."""
+    spec = schema.output
+    raw = np.asarray(outputs[spec.name], dtype=np.float64)
+    if spec.width > 1:
+        problems = check_vectors(spec, raw)
+        if problems and (raw.ndim != 2 or raw.shape[1] != spec.width):
+            raw = np.full((len(flags), spec.width), np.nan)  # logged as an output violation, answered 500
+        with np.errstate(invalid="ignore"):
+            top = np.nanmax(np.where(np.isfinite(raw), raw, np.nan), axis=1, initial=-np.inf)
+        vectors: list[list[float | None]] = [
+            [v if math.isfinite(v) else None for v in row] for row in raw.tolist()
+        ]
+        return Answer(top.tolist(), vectors, flags, problems)
+    values: list[float] = raw.reshape(-1).tolist()
+    outside = output_flags(spec, values)
+    if outside:
+        flags = list(flags)
+        tag = f"{spec.name}:{OUTPUT_FLAG}"
+        for i in outside:
+            flags[i] = [*(flags[i] or []), tag]
+    return Answer(values, None, flags, check_outputs(spec, values))
 
 
 _LAYOUTS: dict[int, tuple[ModelSchema, Layout]] = {}
@@ -165,13 +209,18 @@ def _layout(schema: ModelSchema) -> Layout:
 UUID_TEXT = re.compile(r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$")
 
 
-def parse_feedback(payload: Any) -> list[tuple[str, float]]:
-    """``{"labels": [{"prediction_id": "...", "label": 0|1}]}`` -> pairs; errors name the item and rule.
+def parse_feedback(payload: Any, schema: ModelSchema | None = None) -> list[tuple[str, float]]:
+    """``{"labels": [{"prediction_id": "...", "label": ...}]}`` -> pairs; errors name the item and rule.
 
-    A UUID's hex digits are case-insensitive (RFC 9562): the ids this server hands out are lower case, and
-    an id sent in upper case is the same id."""
+    The label is the task's (``schema``'s; binary without one): 0 or 1; a class's index or name
+    (multi-class, stored as the index); a finite number (regression). A UUID's hex digits are
+    case-insensitive (RFC 9562): the ids this server hands out are lower case, and an id sent in upper case
+    is the same id."""
+    read = _label_reader(schema)
     if not isinstance(payload, Mapping) or not isinstance(payload.get("labels"), list):
-        raise BadRequest('the body must be {"labels": [{"prediction_id": "...", "label": 0 or 1}, ...]}')
+        raise BadRequest(
+            f'the body must be {{"labels": [{{"prediction_id": "...", "label": {read.hint}}}, ...]}}'
+        )
     items = payload["labels"]
     if not items:
         raise BadRequest('"labels" is empty', "empty")
@@ -183,21 +232,64 @@ def parse_feedback(payload: Any) -> list[tuple[str, float]]:
     for i, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise BadRequest(f"labels[{i}] must be an object", "format")
-        pid, label = item.get("prediction_id"), item.get("label")
+        pid = item.get("prediction_id")
         if not isinstance(pid, str) or not PREDICTION_ID.match(pid):
             raise BadRequest(
                 f"labels[{i}].prediction_id must be a prediction id string (1 to 36 printable ASCII "
                 "characters)",
                 "type",
             )
-        if isinstance(label, bool):
-            label = int(label)
-        if not isinstance(label, int | float) or label not in (0, 1):
-            raise BadRequest(
-                f"labels[{i}].label must be 0 or 1 (binary classification), got {label!r}", "label"
-            )
-        out.append((pid.lower() if UUID_TEXT.match(pid) else pid, float(label)))
+        label = read(item.get("label"))
+        if label is None:
+            raise BadRequest(f"labels[{i}].label must be {read.allowed}, got {item.get('label')!r}", "label")
+        out.append((pid.lower() if UUID_TEXT.match(pid) else pid, label))
     return out
+
+
+@dataclass(frozen=True)
+class _LabelReader:
+    """How one task's labels are read: the value stored for a label, or None when it is not one."""
+
+    read: Callable[[Any], float | None]
+    allowed: str  # what the error message says a label must be
+    hint: str  # the label in the body's shape
+
+    def __call__(self, value: Any) -> float | None:
+        return self.read(value)
+
+
+def _label_reader(schema: ModelSchema | None) -> _LabelReader:
+    task = schema.kind if schema is not None else Task.BINARY
+    if task is Task.REGRESSION:
+        return _LabelReader(_number, "a finite number (regression)", "a number")
+    if task is Task.MULTICLASS and schema is not None:
+        classes = schema.classes
+        index = {name: float(i) for i, name in enumerate(classes)}
+        shown = ", ".join(map(repr, classes[:10])) + (", ..." if len(classes) > 10 else "")
+
+        def read_class(value: Any) -> float | None:
+            if isinstance(value, str):
+                return index.get(value)
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(classes):
+                return float(value)
+            return None
+
+        allowed = f"a class name ({shown}) or its index 0 to {len(classes) - 1} (multi-class)"
+        return _LabelReader(read_class, allowed, "a class name or index")
+    return _LabelReader(_binary, "0 or 1 (binary classification)", "0 or 1")
+
+
+def _binary(value: Any) -> float | None:
+    if isinstance(value, bool):
+        value = int(value)
+    return float(value) if isinstance(value, int | float) and value in (0, 1) else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 async def feedback(*, state: AppState, model_name: str, labels: list[tuple[str, float]]) -> dict[str, Any]:

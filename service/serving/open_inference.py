@@ -33,15 +33,18 @@ def _v2_shape(result: Prediction, payload: Any) -> dict[str, Any]:
         "model_version": str(result.version),
         "id": rid if isinstance(rid, str) else "",
         "parameters": {"prediction_ids": ",".join(result.prediction_ids)},
-        "outputs": [
-            {
-                "name": result.output_name,
-                "shape": [len(result.values)],
-                "datatype": "FP32",
-                "data": result.values,
-            }
-        ],
+        "outputs": [_v2_output(result)],
     }
+
+
+def _v2_output(result: Prediction) -> dict[str, Any]:
+    """The one output tensor: ``[rows]`` values, or ``[rows, K]`` probabilities flattened row-major."""
+    values = result.values
+    if values and isinstance(values[0], list):
+        width = len(values[0])
+        flat = [v for row in values for v in row]
+        return {"name": result.output_name, "shape": [len(values), width], "datatype": "FP32", "data": flat}
+    return {"name": result.output_name, "shape": [len(values)], "datatype": "FP32", "data": values}
 
 
 PREDICT = [require_scope(Scope.PREDICT)]  # open unless predict_requires_token
@@ -83,7 +86,10 @@ def _v2_model(request: Request, name: str, version: str | None) -> Response:
         "inputs": [
             {"name": f.name, "datatype": _v2_dtype(f.kind), "shape": [-1]} for f in lv.schema.features
         ],
-        "outputs": [{"name": o.name, "datatype": "FP32", "shape": [-1]} for o in lv.schema.outputs],
+        "outputs": [
+            {"name": o.name, "datatype": "FP32", "shape": [-1] if o.width == 1 else [-1, o.width]}
+            for o in lv.schema.outputs
+        ],
     }
     return json_response(body, 200, rid)
 

@@ -128,13 +128,20 @@ def _metadata(request: Request, name: str, version: str | None, label: str | Non
         lv = app_state(request).manager.resolve(name, version=path_version(version), label=label)
     except NotServed as exc:
         return error_response(404, str(exc), rid)
-    dim = {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    rows = {"size": "-1", "name": ""}
+    dim: dict[str, Any] = {"dim": [rows], "unknown_rank": False}
     inputs = {
         f.name: {"dtype": _tf_dtype(f.kind), "tensor_shape": dim, "name": f"serving_default_{f.name}:0"}
         for f in lv.schema.features
     }
     outputs = {
-        o.name: {"dtype": "DT_FLOAT", "tensor_shape": dim, "name": "StatefulPartitionedCall:0"}
+        o.name: {
+            "dtype": "DT_FLOAT",
+            "tensor_shape": dim
+            if o.width == 1
+            else {"dim": [rows, {"size": str(o.width), "name": ""}], "unknown_rank": False},
+            "name": "StatefulPartitionedCall:0",
+        }
         for o in lv.schema.outputs
     }
     body = {
@@ -197,7 +204,8 @@ async def v1_feedback(request: Request, name: str) -> Response:
     state = app_state(request)
     rid = request_id_of(request)
     try:
-        labels = parse_feedback(parse_json(await read_body(request, state.settings.max_body_bytes)))
+        schema = state.manager.resolve(name, version=None, label=None).schema
+        labels = parse_feedback(parse_json(await read_body(request, state.settings.max_body_bytes)), schema)
         result = await feedback(state=state, model_name=name, labels=labels)
     except BadRequest as exc:
         return error_response(exc.status_code, str(exc), rid)
