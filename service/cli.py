@@ -107,7 +107,7 @@ def _settings_error(exc: BaseException) -> str | None:
 # root's help lists them (commands before groups, as typer lists them). tests/service/test_cli_root.py checks
 # it against what each ``register`` adds; a name missing here is still found, by importing every domain.
 DOMAINS: dict[str, tuple[str, ...]] = {
-    "registry.cli": ("models",),
+    "training.import_cli": ("models",),
     "training.cli": ("train", "worker", "data", "cluster", "jobs"),
     "service.serving.cli": ("serve",),
     "predictions.cli": ("predictions",),

@@ -1,0 +1,266 @@
+"""A team's own models (plain Keras / TensorFlow, one per task) imported, promoted and served for real.
+
+Answers equal calling the SavedModel directly (1e-5) on both protocols; OIP v2 read by the stock
+``tritonclient``; every row logged (the multi-class vector too, a regression value outside its expected
+range flagged); feedback takes each task's labels and names the allowed ones otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, text
+
+from core.database import open_database
+from core.tabular import write_table
+from registry.schema import Task
+from registry.service import promote
+from tests import own_models
+from tests.support import Server, serve_settings
+from training.importer import ImportSpec, import_saved_model
+
+MODELS = {"own_bin": "binary", "own_cls": "multiclass", "own_reg": "regression"}
+TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}
+
+
+@pytest.fixture(scope="module")
+def own_server(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict]]:
+    """One server per backend with the three imported models promoted."""
+    root = tmp_path_factory.mktemp("own-serve")
+    data = own_models.reference(1_500, seed=0)
+    write_table(data, root / "reference.csv")
+    writers = {
+        "binary": own_models.write_binary,
+        "multiclass": own_models.write_multiclass,
+        "regression": own_models.write_regression,
+    }
+    sources = {task: writers[task](root / task, data) for task in writers}
+    registry = root / "registry"
+    db = open_database(module_db_url, upgrade=True)
+    try:
+        for name, task in MODELS.items():
+            spec = ImportSpec(
+                model_name=name,
+                path=sources[task],
+                reference=root / "reference.csv",
+                target=TARGETS[task],
+                task=Task.parse(task),
+                features=("a", "b", "c") if task == "multiclass" else (),
+            )
+            import_saved_model(spec=spec, db=db, registry=registry)
+            with db.session() as s:
+                promote(session=s, model_name=name, version=1)
+    finally:
+        db.dispose()
+    settings = serve_settings(module_db_url, root / "spool", registry_path=registry, log_durability="durable")
+    with Server(settings) as srv:
+        yield srv, sources
+
+
+def _rows(n: int, seed: int) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
+    data = own_models.reference(n, seed=seed)
+    rows = [
+        {
+            "a": float(data["a"][i]),
+            "b": float(data["b"][i]),
+            "c": int(data["c"][i]),
+            "color": str(data["color"][i]),
+        }
+        for i in range(n)
+    ]
+    return data, rows
+
+
+def _instances(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keep = ("a", "b", "c", "color") if name == "own_bin" else ("a", "b", "c")
+    return [{k: r[k] for k in keep} for r in rows]
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_answers_equal_the_saved_model(own_server: tuple[Server, dict], name: str) -> None:
+    srv, sources = own_server
+    data, rows = _rows(40, seed=7)
+    want = own_models.direct(sources[MODELS[name]], data)
+    with srv.client() as c:
+        r = c.post(f"/v1/models/{name}:predict", json={"instances": _instances(name, rows)})
+        assert r.status_code == 200, r.text
+        got = np.asarray(r.json()["predictions"], dtype=np.float64)
+        v2 = c.post(
+            f"/v2/models/{name}/infer",
+            json={
+                "inputs": [
+                    {
+                        "name": k,
+                        "shape": [40],
+                        "datatype": "BYTES" if k == "color" else "FP32",
+                        "data": [r[k] for r in rows],
+                    }
+                    for k in _instances(name, rows[:1])[0]
+                ]
+            },
+        )
+        assert v2.status_code == 200, v2.text
+    out = v2.json()["outputs"][0]
+    if name == "own_cls":
+        assert got.shape == (40, 3) and out["shape"] == [40, 3] and out["name"] == "probabilities"
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        np.testing.assert_allclose(np.reshape(out["data"], (40, 3)), want, atol=1e-5)
+    else:
+        assert out["shape"] == [40] and out["name"] == ("probability" if name == "own_bin" else "value")
+        np.testing.assert_allclose(got, want.reshape(-1), atol=1e-5)
+        np.testing.assert_allclose(out["data"], want.reshape(-1), atol=1e-5)
+
+
+def test_tritonclient_reads_the_multiclass_vector(own_server: tuple[Server, dict]) -> None:
+    import tritonclient.http as httpclient
+
+    srv, sources = own_server
+    data, _ = _rows(16, seed=8)
+    headers = {"Authorization": f"Bearer {srv.settings.admin_token.get_secret_value()}"}
+    client = httpclient.InferenceServerClient(url=srv.url.removeprefix("http://"))
+    inputs = []
+    for k in ("a", "b", "c"):
+        tensor = httpclient.InferInput(k, [16], "FP32")
+        tensor.set_data_from_numpy(data[k].astype(np.float32), binary_data=False)
+        inputs.append(tensor)
+    result = client.infer(
+        "own_cls",
+        inputs,
+        outputs=[httpclient.InferRequestedOutput("probabilities", binary_data=False)],
+        headers=headers,
+    )
+    got = result.as_numpy("probabilities")
+    assert got.shape == (16, 3)
+    np.testing.assert_allclose(got, own_models.direct(sources["multiclass"], data), atol=1e-5)
+    meta = client.get_model_metadata("own_cls", headers=headers)
+    assert meta["outputs"] == [{"name": "probabilities", "datatype": "FP32", "shape": [-1, 3]}]
+    client.close()
+
+
+def _logged(url: str, model: str) -> list[tuple[Any, ...]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(
+                conn.execute(
+                    text(
+                        "select prediction_id, probability, outputs, flags from prediction_log where model_name = :m order by id"
+                    ),
+                    {"m": model},
+                )
+            )
+    finally:
+        engine.dispose()
+
+
+def test_every_row_logged_with_its_task_output(own_server: tuple[Server, dict], module_db_url: str) -> None:
+    srv, _ = own_server
+    _, rows = _rows(5, seed=9)
+    far = {"a": 10.0, "b": -3.0, "c": 10}  # a regression value far above the reference's
+    with srv.client() as c:
+        cls = c.post("/v1/models/own_cls:predict", json={"instances": _instances("own_cls", rows)}).json()
+        reg = c.post(
+            "/v1/models/own_reg:predict", json={"instances": [*_instances("own_reg", rows), far]}
+        ).json()
+    srv.state.flush_predictions(10)
+    logged = {pid: (p, out, flags) for pid, p, out, flags in _logged(module_db_url, "own_cls")}
+    for pid, vector in zip(cls["prediction_ids"], cls["predictions"], strict=True):
+        p, out, _ = logged[pid]
+        out = out if isinstance(out, list) else __import__("json").loads(out)
+        np.testing.assert_allclose(out, vector, atol=1e-6)
+        assert p == pytest.approx(max(vector))
+    logged = {pid: (p, out, flags) for pid, p, out, flags in _logged(module_db_url, "own_reg")}
+    for pid, value in zip(reg["prediction_ids"], reg["predictions"], strict=True):
+        p, out, _ = logged[pid]
+        assert out is None and p == pytest.approx(value)
+    flags = logged[reg["prediction_ids"][-1]][2]
+    flags = flags if isinstance(flags, list) else __import__("json").loads(flags)
+    assert "value:output_range" in flags, flags
+    assert not any("value:" in str(logged[pid][2]) for pid in reg["prediction_ids"][:-1])
+
+
+def test_feedback_takes_each_tasks_labels(own_server: tuple[Server, dict], module_db_url: str) -> None:
+    srv, _ = own_server
+    _, rows = _rows(3, seed=10)
+    with srv.client() as c:
+        ids = {
+            name: c.post(f"/v1/models/{name}:predict", json={"instances": _instances(name, rows)}).json()[
+                "prediction_ids"
+            ]
+            for name in MODELS
+        }
+        good = {
+            "own_bin": [1, 0, True],
+            "own_cls": ["low", 2, "high"],
+            "own_reg": [3.25, -1, 0.0],
+        }
+        for name, labels in good.items():
+            body = {
+                "labels": [{"prediction_id": p, "label": v} for p, v in zip(ids[name], labels, strict=True)]
+            }
+            r = c.post(f"/v1/models/{name}/feedback", json=body)
+            assert r.status_code == 200 and r.json()["stored"] == 3, r.text
+        bad = {
+            "own_bin": (2, "0 or 1"),
+            "own_cls": ("purple", "a class name ('high', 'low', 'mid') or its index 0 to 2"),
+            "own_reg": ("3.2", "a finite number"),
+        }
+        for name, (label, allowed) in bad.items():
+            body = {
+                "labels": [
+                    {"prediction_id": ids[name][0], "label": 1 if name == "own_reg" else 0},
+                    {"prediction_id": ids[name][1], "label": label},
+                ]
+            }
+            r = c.post(f"/v1/models/{name}/feedback", json=body)
+            assert r.status_code == 400, r.text
+            assert "labels[1].label must be" in r.json()["error"] and allowed in r.json()["error"], r.text
+        r = c.post(
+            "/v1/models/own_cls/feedback", json={"labels": [{"prediction_id": ids["own_cls"][0], "label": 3}]}
+        )
+        assert r.status_code == 400
+    engine = create_engine(module_db_url)
+    try:
+        with engine.connect() as conn:
+            stored = dict(
+                conn.execute(
+                    text("select prediction_id, label from prediction_feedback where model_name = 'own_cls'")
+                ).all()
+            )
+    finally:
+        engine.dispose()
+    assert [stored[p] for p in ids["own_cls"]] == [1.0, 2.0, 0.0]  # classes sorted: high, low, mid
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_monitor_runs_on_each_task(own_server: tuple[Server, dict], name: str) -> None:
+    """Input drift, quality and the output's drift on every task (a shifted window drifts on ``a``)."""
+    from monitors.flows import run_monitor
+
+    srv, _ = own_server
+    _, rows = _rows(400, seed=11)
+    shifted = [{**r, "a": r["a"] + 1.5} for r in rows]
+    with srv.client() as c:
+        for part in range(0, 400, 100):
+            r = c.post(
+                f"/v1/models/{name}:predict", json={"instances": _instances(name, shifted[part : part + 100])}
+            )
+            assert r.status_code == 200, r.text
+    srv.state.flush_predictions(10)
+    db = open_database(srv.settings.database_url.get_secret_value())
+    try:
+        outcome = run_monitor(
+            db=db, settings=srv.settings.model_copy(update={"monitor_min_rows": 100}), model_name=name
+        )
+    finally:
+        db.dispose()
+    report = outcome.report.as_dict()
+    drifted = {f["name"] for f in report["features"] if f["drifted"]}
+    assert "a" in drifted and "b" not in drifted, drifted
+    assert report["prediction"]["name"] == "prediction" and report["prediction"]["rows"] >= 400
+    if name == "own_bin":
+        assert report["estimated_performance"]["roc_auc"] > 0.5

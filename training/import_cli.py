@@ -1,0 +1,133 @@
+"""``driftwarden models import``: a SavedModel written by any TensorFlow or Keras code becomes a staged version.
+
+The registry's own commands (``models list|show|promote|...``, :mod:`registry.cli`) live below training; this
+module adds ``import`` to that group (it profiles the reference and calls TensorFlow, both above the
+registry) and registers the group on the root.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from core.errors import Invalid
+from registry.cli import models_app
+from registry.cli import register as register_models
+
+
+@models_app.command("import")
+def models_import(
+    name: Annotated[str, typer.Argument(help="Model name in the registry.")],
+    path: Annotated[Path, typer.Argument(help="The SavedModel folder (with saved_model.pb).")],
+    reference: Annotated[
+        Path,
+        typer.Option(
+            "--reference",
+            "-r",
+            help="CSV or Parquet rows the model was trained or validated on: the contract's ranges and "
+            "categories and the drift baseline come from them and the model's answers on them.",
+        ),
+    ],
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="The reference's label column: its metrics are measured on it."),
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task",
+            help="binary, multiclass or regression (default: inferred from the outputs and the target).",
+        ),
+    ] = None,
+    signature: Annotated[
+        str, typer.Option("--signature", help="The signature to serve.")
+    ] = "serving_default",
+    features: Annotated[
+        str | None,
+        typer.Option(
+            "--features",
+            help="For one dense [batch, D] input: the reference columns it holds, in order (a,b,...).",
+        ),
+    ] = None,
+    classes: Annotated[
+        str | None,
+        typer.Option(
+            "--classes",
+            help="Multi-class: the class names in the order of the output vector (default: the target's "
+            "sorted values, else 0..K-1).",
+        ),
+    ] = None,
+    model_fn: Annotated[
+        str | None,
+        typer.Option(
+            "--model-fn",
+            help="FILE.py:FUNC or package.module:FUNC that builds this model's network (see docs/training.md): "
+            "retraining jobs train it. Without it the version cannot be retrained.",
+        ),
+    ] = None,
+) -> None:
+    """Register the SavedModel at PATH as the next (staged) version of NAME.
+
+    The model keeps its graph and weights; driftwarden wraps its signature into one input per feature and
+    one output by task, checks it on the reference rows and records the source's path and content hash.
+    Promote it with `driftwarden models promote NAME VERSION`.
+    """
+    from core.config import get_settings
+    from core.database import open_database
+    from core.logs import quiet_tensorflow_banner
+    from registry.names import check_name
+    from registry.schema import Task
+    from training.importer import ImportSpec, import_saved_model
+
+    check_name(name)
+    if not reference.is_file():
+        raise Invalid(f"--reference {reference} is not a file (a CSV or Parquet table of reference rows)")
+    try:
+        kind = Task.parse(task) if task is not None else None
+    except ValueError as exc:
+        raise Invalid(f"--task: {exc}") from None
+    spec = ImportSpec(
+        model_name=name,
+        path=path,
+        reference=reference,
+        target=target,
+        task=kind,
+        signature=signature,
+        features=_names(features, "--features"),
+        classes=_names(classes, "--classes"),
+        model_fn=model_fn,
+    )
+    quiet_tensorflow_banner()
+    settings = get_settings()
+    db = open_database()
+    try:
+        done = import_saved_model(spec=spec, db=db, registry=settings.registry_path)
+    finally:
+        db.dispose()
+    schema = done.schema
+    measured = ""
+    if done.metrics:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in done.metrics.items() if k not in {"rows", "measured_on"})
+        measured = f"; on the reference: {shown}"
+    what = schema.kind.short + (f" ({len(schema.classes)} classes)" if schema.classes else "")
+    typer.echo(
+        f"registered {name}:{done.version.version} (staged, imported): {what}, {len(schema.features)} "
+        f"features, profile of {done.rows} reference rows{measured}"
+    )
+    typer.echo(f"promote it with `driftwarden models promote {name} {done.version.version}`")
+
+
+def _names(text: str | None, option: str) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    names = tuple(part.strip() for part in text.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise Invalid(f"{option} must be distinct, non-empty names separated by commas, got {text!r}")
+    return names
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``models ...`` (the registry's commands and ``import``) to the root CLI."""
+    register_models(app)

@@ -1,0 +1,588 @@
+"""Register a SavedModel written by any TensorFlow or Keras code as the next (staged) version of a model.
+
+``driftwarden models import NAME PATH --reference FILE``: the SavedModel's signature is read, checked and
+wrapped once into driftwarden's serving signature (one 1-D input per feature, float32 for numbers and
+string for categories; one output by task: ``probability``, ``probabilities`` ``[batch, K]`` or
+``value``), so that serving, the gate and the monitors call every version alike. The wrapper holds the
+source's graph and variables unchanged and is saved as a plain SavedModel (TF Serving loads it); the
+lineage records the source path and the SHA-256 of its files.
+
+Supported source signatures: one named input per feature (float or int for numbers, string for categories;
+shape ``[batch]`` or ``[batch, 1]``), or one dense ``[batch, D]`` numeric input whose columns ``--features``
+names in order. Supported outputs: one probability (binary), a ``[batch, K]`` probability vector
+(multi-class; ``[batch, 2]`` is read as binary, the second column the positive class) or one value
+(regression). The task is inferred from the outputs and the target where that is unambiguous.
+
+The contract is the signature's inputs described by the reference rows (ranges, categories, missing rates,
+as for trained versions). The reference profile is built from the reference rows and the model's own
+answers on them; with ``--target`` the reference metrics are computed too, marked as measured on the
+reference. Every refusal is a :class:`core.errors.Invalid` (one line, exit 2) raised before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.database import Database
+from core.errors import Invalid
+from core.tabular import Columns, read_table
+from registry.models import ModelVersion
+from registry.schema import (
+    OUTPUT_NAMES,
+    SUM_TOLERANCE,
+    FeatureKind,
+    FeatureSpec,
+    ModelSchema,
+    OutputSpec,
+    Task,
+    check_classes,
+    infer_feature,
+    is_missing,
+    label_codes,
+)
+from registry.service import META_DIR, latest_version, next_version, publish_files, register_version
+
+log = logging.getLogger("driftwarden.training.importer")
+
+SIGNATURE = "serving_default"
+BATCH = 4096  # reference rows per model call
+NUMERIC_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8"}
+STRING_DTYPES = {"string"}
+
+
+@dataclass(frozen=True)
+class ImportSpec:
+    """What ``driftwarden models import`` was asked to register."""
+
+    model_name: str
+    path: Path
+    reference: Path
+    target: str | None = None
+    task: Task | None = None
+    signature: str = SIGNATURE
+    features: tuple[str, ...] = ()  # the columns of a dense [batch, D] input, in order
+    classes: tuple[str, ...] = ()  # multi-class names in output order
+    model_fn: str | None = None  # FILE.py:FUNC or package.module:FUNC that builds its network (to retrain it)
+
+
+@dataclass(frozen=True)
+class SourceInput:
+    """One input of the source signature."""
+
+    name: str
+    dtype: str  # TensorFlow dtype name
+    shape: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the source signature takes the contract's features."""
+
+    inputs: tuple[SourceInput, ...]
+    features: tuple[str, ...]  # the contract's features, in order
+    dense: bool  # one [batch, D] input holding ``features`` in order
+
+
+@dataclass(frozen=True)
+class Imported:
+    """The registered version and what was measured on the reference."""
+
+    version: ModelVersion
+    schema: ModelSchema
+    metrics: dict[str, Any]
+    rows: int
+
+
+def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imported:
+    """Check, wrap and register ``spec.path`` as the next staged version of ``spec.model_name``."""
+    import tensorflow as tf
+
+    source = _load(spec.path)
+    fn = _signature(source, spec)
+    reference = read_table(spec.reference)
+    layout = _layout(fn, spec, reference)
+    output_name, output = _output(fn, spec)
+    columns = {name: _reference_column(reference[name], name, layout) for name in layout.features}
+    features = tuple(_feature(name, columns[name], layout) for name in layout.features)
+    width = output.shape[-1] if len(output.shape) == 2 else 1
+    module = _wrapper(tf, source, fn_name=spec.signature, layout=layout, output=output_name, width=width)
+    raw = _run(tf, module, columns, features)
+    task, answers = _task(spec, raw, reference)
+    labels, classes = _labels(spec, task, reference, width=raw.shape[1] if raw.ndim == 2 else 1)
+    module.finish(task)
+    schema = ModelSchema(
+        features=features,
+        outputs=(_output_spec(task, answers, classes),),
+        target=spec.target or "",
+        task=task.value,
+        classes=classes,
+    )
+    return _publish(
+        spec=spec,
+        db=db,
+        registry=registry,
+        module=module,
+        schema=schema,
+        columns=columns,
+        answers=answers,
+        labels=labels,
+        layout=layout,
+    )
+
+
+# ---------------------------------------------------------------- the source
+
+
+def _load(path: Path) -> Any:
+    """The loaded SavedModel at ``path`` (Invalid when it is none)."""
+    import tensorflow as tf
+
+    if not path.is_dir() or not any((path / f).is_file() for f in ("saved_model.pb", "saved_model.pbtxt")):
+        raise Invalid(
+            f"{path} is not a SavedModel (a folder with saved_model.pb): export it with "
+            "`model.export(PATH)` (Keras) or `tf.saved_model.save(module, PATH)`"
+        )
+    try:
+        return tf.saved_model.load(str(path))
+    except Exception as exc:  # TensorFlow raises many kinds for an unreadable model
+        raise Invalid(f"{path}: TensorFlow cannot load this SavedModel: {str(exc).splitlines()[0]}") from None
+
+
+def _signature(source: Any, spec: ImportSpec) -> Any:
+    """The signature the spec names (Invalid when the model has no such signature)."""
+    names = sorted(source.signatures)
+    if spec.signature not in source.signatures:
+        raise Invalid(
+            f"{spec.path} has no signature {spec.signature!r} (it has: {', '.join(names) or 'none'}): "
+            "choose one with --signature"
+        )
+    return source.signatures[spec.signature]
+
+
+def _layout(fn: Any, spec: ImportSpec, reference: Columns) -> Layout:
+    """The signature's inputs as the contract's features (Invalid for a shape or name it cannot take)."""
+    _, specs = fn.structured_input_signature
+    inputs = tuple(
+        SourceInput(name, tensor.dtype.name, tuple(tensor.shape.as_list())) for name, tensor in specs.items()
+    )
+    if not inputs:
+        raise Invalid(f"signature {spec.signature!r} of {spec.path} takes no inputs")
+    dense = len(inputs) == 1 and len(inputs[0].shape) == 2 and inputs[0].shape[1] not in (None, 1)
+    if spec.features and not dense:
+        raise Invalid(
+            "--features names the columns of one dense [batch, D] input; signature "
+            f"{spec.signature!r} takes {_shown(inputs)}: leave --features out"
+        )
+    if dense:
+        (source,) = inputs
+        width = source.shape[1]
+        if not spec.features:
+            raise Invalid(
+                f"signature input {source.name!r} is one [batch, {width}] matrix: name its columns in order "
+                "with --features a,b,..."
+            )
+        if len(spec.features) != width:
+            raise Invalid(f"--features names {len(spec.features)} columns, input {source.name!r} has {width}")
+        if source.dtype not in NUMERIC_DTYPES:
+            raise Invalid(
+                f"signature input {source.name!r} has dtype {source.dtype}: a dense input must be numeric"
+            )
+        names = spec.features
+    else:
+        for source in inputs:
+            if len(source.shape) > 2 or (len(source.shape) == 2 and source.shape[1] != 1):
+                raise Invalid(
+                    f"signature input {source.name!r} has shape {list(source.shape)}: driftwarden takes one "
+                    "feature per input, shape [batch] or [batch, 1], or one dense [batch, D] input "
+                    "(with --features)"
+                )
+            if source.dtype not in NUMERIC_DTYPES | STRING_DTYPES:
+                raise Invalid(
+                    f"signature input {source.name!r} has dtype {source.dtype}, which a contract cannot "
+                    "describe (numbers: float or int; categories: string)"
+                )
+        order = {name: i for i, name in enumerate(reference)}  # the reference's column order
+        names = tuple(sorted((s.name for s in inputs), key=lambda n: (order.get(n, len(order)), n)))
+    missing = [name for name in names if name not in reference]
+    if missing:
+        raise Invalid(
+            f"the reference {spec.reference} lacks the column(s) {', '.join(map(repr, missing))} that "
+            f"the model takes (its columns: {', '.join(sorted(reference))})"
+        )
+    if spec.target is not None and spec.target in names:
+        raise Invalid(f"the target {spec.target!r} is an input of the model: it cannot be both")
+    return Layout(inputs=inputs, features=tuple(names), dense=dense)
+
+
+def _shown(inputs: tuple[SourceInput, ...]) -> str:
+    return ", ".join(f"{s.name} {list(s.shape)} {s.dtype}" for s in inputs)
+
+
+def _output(fn: Any, spec: ImportSpec) -> tuple[str, Any]:
+    """The one float output of the signature: its name and spec (Invalid when it has none or several)."""
+    outputs = dict(fn.structured_outputs)
+    floats = {name: t for name, t in outputs.items() if t.dtype.is_floating}
+    if len(floats) != 1:
+        shown = ", ".join(f"{n} {t.shape.as_list()} {t.dtype.name}" for n, t in outputs.items())
+        raise Invalid(
+            f"signature {spec.signature!r} has {len(floats)} float outputs ({shown or 'none'}): driftwarden "
+            "monitors one output (a probability, a [batch, K] probability vector or a value); export a "
+            "signature with exactly one"
+        )
+    name, tensor = next(iter(floats.items()))
+    shape = tensor.shape.as_list()
+    if len(shape) > 2 or len(shape) == 0:
+        raise Invalid(
+            f"output {name!r} has shape {shape}, which fits no task (a probability or value [batch] or "
+            "[batch, 1], or a probability vector [batch, K])"
+        )
+    return name, tensor
+
+
+def _input_is_text(name: str, layout: Layout) -> bool:
+    return not layout.dense and next(s for s in layout.inputs if s.name == name).dtype in STRING_DTYPES
+
+
+def _reference_column(values: Any, name: str, layout: Layout) -> np.ndarray:
+    """A reference column as the contract reads it (text for a string input, numbers otherwise)."""
+    column = np.asarray(values)
+    if _input_is_text(name, layout):
+        if column.dtype.kind in "iuf":
+            return np.array([None if v != v else _text(v) for v in column.tolist()], dtype=object)
+        return column.astype(object)
+    if column.dtype.kind not in "iufb":
+        raise Invalid(
+            f"the model takes {name!r} as a number, the reference holds text in that column: convert it, "
+            "or export the model with a string input"
+        )
+    return column
+
+
+def _text(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _feature(name: str, column: np.ndarray, layout: Layout) -> FeatureSpec:
+    try:
+        spec = infer_feature(name, column)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    if _input_is_text(name, layout) and spec.kind is not FeatureKind.CATEGORICAL:  # pragma: no cover
+        raise Invalid(f"the model takes {name!r} as text, the reference's column is not categorical")
+    return spec
+
+
+# ---------------------------------------------------------------- the wrapper
+
+
+def _wrapper(tf: Any, source: Any, *, fn_name: str, layout: Layout, output: str, width: int) -> Any:
+    """A tf.Module with driftwarden's signature around the source's (its task set later by ``finish``)."""
+    numeric = {name for name in layout.features if not _input_is_text(name, layout)}
+
+    class ImportedModule(tf.Module):
+        def __init__(self) -> None:
+            super().__init__(name="driftwarden_imported")
+            self.source = source  # tracked: its variables and functions are saved with the wrapper
+            self.task = Task.REGRESSION
+            spec = {
+                name: tf.TensorSpec([None], tf.float32 if name in numeric else tf.string, name=name)
+                for name in layout.features
+            }
+            self.serve = tf.function(self._serve, input_signature=[spec])
+            self.raw = tf.function(self._raw, input_signature=[spec])
+
+        def _raw(self, features: dict[str, Any]) -> Any:
+            fn = self.source.signatures[fn_name]
+            if layout.dense:
+                (src,) = layout.inputs
+                x = tf.stack([features[name] for name in layout.features], axis=1)
+                feeds = {src.name: tf.cast(x, src.dtype)}
+            else:
+                feeds = {}
+                for src in layout.inputs:
+                    value = features[src.name]
+                    if src.dtype not in STRING_DTYPES:
+                        value = tf.cast(value, src.dtype)
+                    feeds[src.name] = tf.expand_dims(value, 1) if len(src.shape) == 2 else value
+            out = tf.cast(fn(**feeds)[output], tf.float32)
+            return out if width > 1 else tf.reshape(out, [-1])
+
+        def _serve(self, features: dict[str, Any]) -> dict[str, Any]:
+            out = self._raw(features)
+            if self.task is Task.BINARY and width == 2:
+                out = out[:, 1]
+            return {OUTPUT_NAMES[self.task]: out}
+
+        def finish(self, task: Task) -> None:
+            self.task = task
+            self.serve = tf.function(self._serve, input_signature=self.raw.input_signature)
+
+    return ImportedModule()
+
+
+def _run(tf: Any, module: Any, columns: Mapping[str, np.ndarray], features: tuple[FeatureSpec, ...]) -> Any:
+    """The source's raw answers on the reference rows, through the wrapper ([n] or [n, K] float64)."""
+    feeds = {spec.name: _feed(spec, columns[spec.name]) for spec in features}
+    n = len(next(iter(feeds.values())))
+    parts = []
+    try:
+        for start in range(0, n, BATCH):
+            batch = {k: tf.constant(v[start : start + BATCH]) for k, v in feeds.items()}
+            parts.append(module.raw(batch).numpy().astype(np.float64))
+    except Exception as exc:  # the model's own graph refused the reference rows
+        raise Invalid(f"the model failed on the reference rows: {str(exc).splitlines()[0]}") from None
+    if not parts:
+        raise Invalid("the reference has no rows")
+    return np.concatenate(parts)
+
+
+def _feed(spec: FeatureSpec, column: np.ndarray) -> np.ndarray:
+    """A reference column as the serving signature takes it (float32 with NaN; text with "" for missing)."""
+    if spec.kind is FeatureKind.NUMERIC:
+        return np.asarray(column, dtype=np.float64).astype(np.float32)
+    missing = is_missing(column)
+    return np.array(["" if m else str(v) for v, m in zip(column, missing, strict=True)], dtype=object)
+
+
+# ---------------------------------------------------------------- the task
+
+
+def _task(spec: ImportSpec, raw: np.ndarray, reference: Columns) -> tuple[Task, np.ndarray]:
+    """The task the outputs and target fit (``spec.task`` when given), and the answers it serves."""
+    if not np.isfinite(raw).all():
+        bad = int((~np.isfinite(raw)).any(axis=-1).sum()) if raw.ndim == 2 else int((~np.isfinite(raw)).sum())
+        raise Invalid(f"the model answered {bad} reference row(s) with a value that is not finite")
+    width = raw.shape[1] if raw.ndim == 2 else 1
+    probabilities = bool(((raw >= 0) & (raw <= 1)).all())
+    sums = bool(width > 1 and (np.abs(raw.sum(axis=1) - 1.0) <= SUM_TOLERANCE).all())
+    target = _target(spec, reference)
+    fits = _fitting(width=width, probabilities=probabilities, sums=sums)
+    if spec.task is not None:
+        if spec.task not in fits:
+            raise Invalid(_contradiction(spec.task, width=width, probabilities=probabilities, sums=sums))
+        task = spec.task
+    elif len(fits) == 1:
+        task = fits[0]
+    elif not fits:
+        raise Invalid(_no_task(width=width, probabilities=probabilities))
+    elif target is not None:  # a 0/1 target decides binary, other numbers regression
+        binary = set(np.unique(target[~is_missing(target)]).tolist()) <= {0, 1}
+        task = Task.BINARY if binary and Task.BINARY in fits else Task.REGRESSION
+    else:
+        raise Invalid(
+            "the outputs are values in [0, 1]: they could be probabilities (binary) or values "
+            "(regression); say which with --task binary or --task regression (or give --target)"
+        )
+    answers = raw[:, 1] if task is Task.BINARY and width == 2 else raw
+    return task, answers
+
+
+def _fitting(*, width: int, probabilities: bool, sums: bool) -> list[Task]:
+    if width == 1:
+        return [Task.BINARY, Task.REGRESSION] if probabilities else [Task.REGRESSION]
+    if not (probabilities and sums):
+        return []
+    return [Task.BINARY] if width == 2 else [Task.MULTICLASS]
+
+
+def _contradiction(task: Task, *, width: int, probabilities: bool, sums: bool) -> str:
+    shape = f"[batch, {width}]" if width > 1 else "one value per row"
+    if task is Task.BINARY and width == 1:
+        return (
+            "--task binary needs probabilities in [0, 1], the model answered values outside it on the "
+            "reference (a logit? export the sigmoid)"
+        )
+    if width > 1 and not (probabilities and sums):
+        return (
+            f"--task {task.short}: the model's {shape} outputs are not probability vectors (each row in [0, 1], "
+            "summing to 1): logits? export the softmax"
+        )
+    need = {
+        Task.BINARY: "one probability (or [batch, 2])",
+        Task.MULTICLASS: "a [batch, K] vector with K >= 3",
+        Task.REGRESSION: "one value per row",
+    }[task]
+    return f"--task {task.short} contradicts the outputs: the model answers {shape}, the task needs {need}"
+
+
+def _no_task(*, width: int, probabilities: bool) -> str:
+    return (
+        f"the outputs fit no task: [batch, {width}] rows that are not probability vectors (each in [0, 1] and "
+        "summing to 1); export the softmax for a multi-class model"
+    )
+
+
+def _target(spec: ImportSpec, reference: Columns) -> np.ndarray | None:
+    if spec.target is None:
+        return None
+    if spec.target not in reference:
+        raise Invalid(
+            f"--target {spec.target!r} is not a column of the reference {spec.reference} (its columns: "
+            f"{', '.join(sorted(reference))})"
+        )
+    return np.asarray(reference[spec.target])
+
+
+def _labels(
+    spec: ImportSpec, task: Task, reference: Columns, *, width: int
+) -> tuple[np.ndarray | None, tuple[str, ...]]:
+    """The target as the task's labels (0/1, class indexes, values) and the class names (multi-class)."""
+    target = _target(spec, reference)
+    if task is Task.MULTICLASS:
+        classes = spec.classes
+        if target is not None:
+            try:
+                classes = check_classes(
+                    target[~is_missing(target)], target=spec.target or "", classes=classes
+                )
+            except ValueError as exc:
+                raise Invalid(str(exc)) from None
+        classes = classes or tuple(str(i) for i in range(width))
+        if len(classes) != width:
+            raise Invalid(
+                f"the model answers {width} class probabilities, "
+                + (
+                    f"--classes names {len(classes)}"
+                    if spec.classes
+                    else f"the target has {len(classes)} classes"
+                )
+            )
+        return (None if target is None else label_codes(target, classes)), classes
+    if spec.classes:
+        raise Invalid(f"--classes names the classes of a multi-class model; this one is {task.short}")
+    if target is None:
+        return None, ()
+    present = target[~is_missing(target)]
+    if task is Task.BINARY:
+        found = set(np.unique(present).tolist()) if present.dtype.kind in "iufb" else {"text"}
+        if not found <= {0, 1}:
+            raise Invalid(
+                f"target {spec.target!r} must hold 0/1 labels for a binary model, found "
+                f"{sorted(map(str, found))[:5]}"
+            )
+    elif present.dtype.kind not in "iuf" or not np.isfinite(present.astype(np.float64)).all():
+        raise Invalid(f"target {spec.target!r} of a regression must hold finite numbers")
+    return np.asarray(target, dtype=np.float64), ()
+
+
+def _output_spec(task: Task, answers: np.ndarray, classes: tuple[str, ...]) -> OutputSpec:
+    if task is Task.REGRESSION:
+        return OutputSpec.for_task(task, expected=(float(answers.min()), float(answers.max())))
+    return OutputSpec.for_task(task, classes=len(classes))
+
+
+# ---------------------------------------------------------------- publishing
+
+
+def _publish(
+    *,
+    spec: ImportSpec,
+    db: Database,
+    registry: Path,
+    module: Any,
+    schema: ModelSchema,
+    columns: Mapping[str, np.ndarray],
+    answers: np.ndarray,
+    labels: np.ndarray | None,
+    layout: Layout,
+) -> Imported:
+    """Profile the reference, write the wrapped SavedModel and its documents, record the staged version."""
+    import tensorflow as tf
+
+    from monitors.performance import metrics_for
+    from monitors.profile import build_reference_profile
+
+    task = schema.kind
+    profile = build_reference_profile(columns, schema, predictions=answers, labels=labels)
+    metrics: dict[str, Any] = {}
+    if labels is not None:
+        metrics.update(metrics_for(task, y_true=labels, predictions=answers))
+        metrics["rows"] = int(metrics["rows"])
+        metrics["measured_on"] = "reference"
+    lineage: dict[str, Any] = {
+        "source": "import",
+        "source_path": str(spec.path.resolve()),
+        "source_sha256": content_hash(spec.path),
+        "signature": spec.signature,
+        "input_layout": "dense" if layout.dense else "per_feature",
+        "reference": str(spec.reference.resolve()),
+        "reference_rows": int(len(answers)),
+        "task": task.short,
+        "model_fn": _model_fn(spec.model_fn, schema, columns),
+    }
+    registry.mkdir(parents=True, exist_ok=True)
+    staging = registry / spec.model_name / f".staging-{uuid.uuid4().hex}"
+    with db.session() as session:
+        prev = latest_version(session=session, model_name=spec.model_name)
+        version = next_version(session=session, registry=registry, model_name=spec.model_name)
+        lineage.update(model=spec.model_name, version=version)
+        try:
+            staging.parent.mkdir(parents=True, exist_ok=True)
+            tf.saved_model.save(module, str(staging), signatures={SIGNATURE: module.serve})
+            meta = staging / META_DIR
+            meta.mkdir()
+            docs = {"schema": schema.to_dict(), "metrics": metrics, "lineage": lineage, "profile": profile}
+            for name, doc in docs.items():
+                (meta / f"{name}.json").write_text(json.dumps(doc, indent=2, default=_json_default))
+            path = publish_files(
+                staging=staging, registry=registry, model_name=spec.model_name, version=version
+            )
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        registered = register_version(
+            session=session,
+            model_name=spec.model_name,
+            version=version,
+            path=path,
+            metrics=metrics,
+            lineage=lineage,
+            parent_version=prev.version if prev else None,
+            actor="import",
+        )
+    return Imported(version=registered, schema=schema, metrics=metrics, rows=int(len(answers)))
+
+
+def _model_fn(
+    ref: str | None, schema: ModelSchema, columns: Mapping[str, np.ndarray]
+) -> dict[str, Any] | None:
+    """The builder's lineage entry, probed on this contract's encoded width (None without one)."""
+    if ref is None:
+        return None
+    from training.builders import output_width, probe
+    from training.features import fit_preprocessing
+
+    width = fit_preprocessing(columns, schema).width
+    return probe(
+        ref, input_dim=width, outputs=output_width(schema.kind, len(schema.classes)), task=schema.kind
+    )
+
+
+def content_hash(path: Path) -> str:
+    """SHA-256 over a folder's files (relative paths and contents, in sorted order)."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serializable: {type(value)!r}")
