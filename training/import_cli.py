@@ -1,4 +1,4 @@
-"""``driftwarden models import``: a SavedModel written by any TensorFlow or Keras code becomes a staged version.
+"""``driftwarden models import``: a SavedModel from any TensorFlow or Keras code becomes a staged version.
 
 The registry's own commands (``models list|show|promote|...``, :mod:`registry.cli`) live below training; this
 module adds ``import`` to that group (it profiles the reference and calls TensorFlow, both above the
@@ -63,8 +63,8 @@ def models_import(
         str | None,
         typer.Option(
             "--model-fn",
-            help="FILE.py:FUNC or package.module:FUNC that builds this model's network (see docs/training.md): "
-            "retraining jobs train it. Without it the version cannot be retrained.",
+            help="FILE.py:FUNC or package.module:FUNC that builds this model's network (see "
+            "docs/training.md): retraining jobs train it. Without it the version cannot be retrained.",
         ),
     ] = None,
 ) -> None:

@@ -405,8 +405,8 @@ def _contradiction(task: Task, *, width: int, probabilities: bool, sums: bool) -
         )
     if width > 1 and not (probabilities and sums):
         return (
-            f"--task {task.short}: the model's {shape} outputs are not probability vectors (each row in [0, 1], "
-            "summing to 1): logits? export the softmax"
+            f"--task {task.short}: the model's {shape} outputs are not probability vectors (each row in "
+            "[0, 1], summing to 1): logits? export the softmax"
         )
     need = {
         Task.BINARY: "one probability (or [batch, 2])",
@@ -418,8 +418,8 @@ def _contradiction(task: Task, *, width: int, probabilities: bool, sums: bool) -
 
 def _no_task(*, width: int, probabilities: bool) -> str:
     return (
-        f"the outputs fit no task: [batch, {width}] rows that are not probability vectors (each in [0, 1] and "
-        "summing to 1); export the softmax for a multi-class model"
+        f"the outputs fit no task: [batch, {width}] rows that are not probability vectors (each in [0, 1] "
+        "and summing to 1); export the softmax for a multi-class model"
     )
 
 

@@ -8,7 +8,6 @@ range flagged); feedback takes each task's labels and names the allowed ones oth
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -148,7 +147,8 @@ def _logged(url: str, model: str) -> list[tuple[Any, ...]]:
             return list(
                 conn.execute(
                     text(
-                        "select prediction_id, probability, outputs, flags from prediction_log where model_name = :m order by id"
+                        "select prediction_id, probability, outputs, flags from prediction_log "
+                        "where model_name = :m order by id"
                     ),
                     {"m": model},
                 )
