@@ -107,6 +107,9 @@ def test_import_each_task(
     assert lineage["model_fn"] is None and lineage["task"] == task
     assert metrics["measured_on"] == "reference" and metrics["rows"] == 2_000
     assert profile["prediction"]["count"] == 2_000
+    shown = _run("models", "show", "own:1")
+    assert shown.exit_code == 0 and 'measured_on: "reference"' in shown.stdout, shown.output
+    assert _run("models", "list", "--model", "own").exit_code == 0
     data = own_models.reference(300, seed=5)
     runner_ = load(cli / "own" / "1")  # the registry's copy, through the serving loader
     names = [f["name"] for f in schema["features"]]
