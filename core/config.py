@@ -348,8 +348,12 @@ class Settings(BaseSettings):
         default=True,
         description="A candidate that passes the gate is promoted (off: held for `models promote`).",
     )
-    gate_metric: Literal["roc_auc", "accuracy", "f1", "precision", "recall"] = Field(
-        default="roc_auc", description="The gate's quality metric, compared with the serving version's."
+    gate_metric: Literal["roc_auc", "accuracy", "f1", "precision", "recall", "macro_f1", "rmse", "mae"] = (
+        Field(
+            default="roc_auc",
+            description="The gate's quality metric, compared with the serving version's; the default stands for "
+            "each task's own (binary roc_auc, multi-class macro_f1, regression rmse).",
+        )
     )
     gate_metric_tolerance: float = Field(
         default=0.02, ge=0, description="The candidate may be worse than the serving version by this much."

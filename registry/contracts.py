@@ -359,7 +359,7 @@ def check_outputs(spec: OutputSpec, values: Sequence[float]) -> list[Violation]:
     hi = spec.max if spec.max is not None else math.inf
     problems: list[Violation] = []
     for i, v in enumerate(values):
-        if lo <= v <= hi:
+        if lo <= v <= hi and math.isfinite(v):  # unbounded (a regression): still finite
             continue
         if not math.isfinite(v):
             problems.append(
