@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,11 +22,18 @@ from monitors.drift import catalog
 from monitors.drift.base import DriftTest, Measurement, TestResult, adjust_p_values
 from monitors.drift.categorical import CategoricalCounts, aligned, shown_category
 from monitors.drift.numeric import NumericCounts, NumericDefault
-from monitors.performance import estimate_classification_metrics, metrics_from_counts
+from monitors.performance import (
+    estimate_classification_metrics,
+    estimate_regression_from_design,
+    mean_design,
+    metrics_from_counts,
+    multiclass_estimate_from_counts,
+    multiclass_from_counts,
+)
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.quality import QualityCheck, good_turing_unseen, rate_check, violation_check
 from monitors.report import DatasetDrift, DriftReport, FeatureDrift, Histogram
-from monitors.window import WindowSketch, split_missing
+from monitors.window import MulticlassCounts, WindowSketch, split_missing
 from registry.schema import FeatureKind, Task
 
 CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
@@ -43,13 +50,22 @@ def sketch_columns(
     threshold: float = 0.5,
     chunk_rows: int = CHUNK_ROWS,
 ) -> WindowSketch:
-    """Sketch in-memory columns chunk by chunk (memory bounded by ``chunk_rows``); text may be codes."""
+    """Sketch in-memory columns chunk by chunk (memory bounded by ``chunk_rows``); text may be codes.
+
+    A multi-class model's ``predictions`` are its ``[rows, K]`` vectors (``labels``: class indexes): the
+    sketch counts the predicted class's probability as the prediction, and the vectors apart."""
     sketch = WindowSketch(threshold=threshold)
     n = len(next(iter(columns.values()))) if columns else (0 if predictions is None else len(predictions))
+    vectors = predictions is not None and np.ndim(predictions) == 2
+    if vectors and predictions is not None:
+        sketch.multiclass = MulticlassCounts(int(np.shape(predictions)[1]))
     for start in range(0, max(n, 1), chunk_rows):
         part = {k: v[start : start + chunk_rows] for k, v in columns.items()}
         p = None if predictions is None else predictions[start : start + chunk_rows]
         y = None if labels is None else labels[start : start + chunk_rows]
+        if vectors and p is not None and sketch.multiclass is not None:
+            sketch.multiclass.add(profile, p, np.full(len(p), np.nan) if y is None else y, sketch.errors)
+            p = np.max(p, axis=1) if len(p) else np.zeros(0)
         sketch.update(profile, part, predictions=p, labels=y)
     return sketch
 
@@ -282,6 +298,7 @@ def evaluate(*, profile: Profile, sketch: WindowSketch, config: MonitorConfig | 
         report.estimated_performance = prediction.estimated_performance
         report.performance = prediction.performance
         report.concept_drift = prediction.concept_drift
+        report.outputs = prediction.outputs
     report.multivariate = _multivariate(profile=profile, sketch=sketch, config=config)
     return report
 
@@ -299,6 +316,7 @@ class PredictionFindings:
     estimated_performance: dict[str, Any]
     performance: dict[str, Any] | None = None
     concept_drift: dict[str, Any] | None = None
+    outputs: list[FeatureDrift] = field(default_factory=list)  # multi-class: per class, predicted classes
 
 
 def _prediction(
@@ -319,10 +337,10 @@ def _prediction(
         missing=counts.missing,
         histogram=_numeric_histogram(ref, cur),
     )
-    if profile.task is not Task.BINARY:
-        # the one number of a regression (its value) or multi-class model (the predicted class's probability)
-        # drifts like any output; its task's realised and estimated performance are not read from the log yet
-        return PredictionFindings(drift=drift, estimated_performance={})
+    if profile.task is Task.REGRESSION:
+        return _regression(profile=profile, sketch=sketch, drift=drift)
+    if profile.task is Task.MULTICLASS:
+        return _multiclass(profile=profile, sketch=sketch, drift=drift, config=config)
     points = cell_points(ref_profile.grid, cells=counts.cells, sums=counts.sums)
     estimated = estimate_classification_metrics(
         y_prob=points, weights=counts.cells, threshold=sketch.threshold, calibration=profile.calibration
@@ -342,14 +360,112 @@ def _prediction(
         drift=drift,
         estimated_performance=estimated.as_dict(),
         performance={**realised.as_dict(), "label_coverage": lab.rows / max(counts.count, 1)},
-        concept_drift={
-            "detector": "page_hinkley",
-            "drifted": sketch.errors.drifted,
-            "alarms": sketch.errors.alarms[:20],
-            "observed": sketch.errors.seen,
-            "delta": sketch.errors.delta,
-            "threshold": sketch.errors.threshold,
-        },
+        concept_drift=_concept(sketch),
+    )
+
+
+def _concept(sketch: WindowSketch) -> dict[str, Any]:
+    """The error stream's detector: its verdict, alarms and settings."""
+    return {
+        "detector": "page_hinkley",
+        "drifted": sketch.errors.drifted,
+        "alarms": sketch.errors.alarms[:20],
+        "observed": sketch.errors.seen,
+        "delta": sketch.errors.delta,
+        "threshold": sketch.errors.threshold,
+    }
+
+
+def _regression(*, profile: Profile, sketch: WindowSketch, drift: FeatureDrift) -> PredictionFindings:
+    """A regression's value drift, its direct loss estimate (from the window's histograms) and, with labels,
+    its MAE, RMSE and R² and the error stream."""
+    estimated: dict[str, Any] = {}
+    model, counts = profile.loss_model, sketch.prediction
+    if model is not None and counts is not None and profile.prediction is not None:
+        design = mean_design(
+            model,
+            rows=sketch.rows,
+            numeric={
+                name: _cells(profile.features[name], g)
+                for name, g in sketch.numeric.items()
+                if isinstance(profile.features.get(name), NumericProfile)
+            },
+            categorical={name: {str(k): v for k, v in c.items()} for name, c in sketch.categorical.items()},
+            prediction=_cells(profile.prediction, counts),
+        )
+        estimated = estimate_regression_from_design(model, design, rows=sketch.rows)
+    sums = sketch.regression
+    if not sums.rows:
+        return PredictionFindings(drift=drift, estimated_performance=estimated)
+    coverage = sums.rows / max(drift.rows, 1)
+    return PredictionFindings(
+        drift=drift,
+        estimated_performance=estimated,
+        performance={**sums.metrics(), "label_coverage": coverage},
+        concept_drift=_concept(sketch),
+    )
+
+
+def _cells(reference: Any, counts: GridCounts) -> tuple[np.ndarray, np.ndarray, int]:
+    """A numeric histogram as representative points, their counts and the missing count."""
+    points = cell_points(reference.grid, cells=counts.cells, sums=counts.sums)
+    return points, counts.cells, counts.missing
+
+
+def _multiclass(
+    *, profile: Profile, sketch: WindowSketch, drift: FeatureDrift, config: MonitorConfig
+) -> PredictionFindings:
+    """A multi-class model's confidence drift, each class probability's and the predicted classes' drift,
+    the confidence-based estimate and, with labels, its realised metrics and the error stream."""
+    mc = sketch.multiclass
+    if mc is None:
+        return PredictionFindings(drift=drift, estimated_performance={})
+    names = list(profile.class_probabilities)
+    measured: list[FeatureMeasurement] = []
+    for k, name in enumerate(names):
+        counts = mc.probabilities[k] if k < len(mc.probabilities) else None
+        if counts is not None:
+            measured.append(
+                _numeric_feature(
+                    name=f"prediction[{name}]",
+                    ref_profile=profile.class_probabilities[name],
+                    counts=counts,
+                    override=config.prediction,
+                    config=config,
+                )
+            )
+    if profile.predicted_class is not None:
+        predicted: Counter[str | None] = Counter(
+            {names[k]: int(n) for k, n in enumerate(mc.predicted) if n and k < len(names)}
+        )
+        measured.append(
+            _categorical_feature(
+                name="predicted_class",
+                ref_profile=profile.predicted_class,
+                counts=predicted,
+                override=None,
+                config=config,
+            )
+        )
+    raw = np.array([np.nan if m.measurement.p_value is None else m.measurement.p_value for m in measured])
+    adjusted = adjust_p_values(raw, method=config.correction) if raw.size else raw
+    outputs = [m.verdict(None if np.isnan(a) else float(a)) for m, a in zip(measured, adjusted, strict=True)]
+    estimated = multiclass_estimate_from_counts(
+        rows=mc.rows,
+        expected_correct=mc.expected_correct,
+        true_pos=mc.expected_true_pos,
+        false_pos=mc.expected_false_pos,
+        false_neg=mc.expected_false_neg,
+    )
+    if not mc.labelled:
+        return PredictionFindings(drift=drift, estimated_performance=estimated, outputs=outputs)
+    realised = multiclass_from_counts(confusion=mc.confusion, log_loss_sum=mc.log_loss)
+    return PredictionFindings(
+        drift=drift,
+        estimated_performance=estimated,
+        performance={**realised, "label_coverage": mc.labelled / max(mc.rows, 1)},
+        concept_drift=_concept(sketch),
+        outputs=outputs,
     )
 
 

@@ -103,10 +103,10 @@ def render_html(report: DriftReport, *, title: str = "Drift report", summary: He
         for q in report.quality
         if q.flagged
     )
-    extra = [x for x in (report.prediction, report.multivariate) if x is not None]
+    extra = [x for x in (report.prediction, *report.outputs, report.multivariate) if x is not None]
     perf = ""
     if report.performance or report.estimated_performance:
-        keys = ("accuracy", "precision", "recall", "f1", "roc_auc")
+        keys = performance_keys(report)
         cells = "".join(
             f"<tr><td>{k}</td><td>{_fmt((report.reference_performance or {}).get(k))}</td>"
             f"<td>{_fmt((report.performance or {}).get(k))}</td>"
@@ -115,7 +115,8 @@ def render_html(report: DriftReport, *, title: str = "Drift report", summary: He
         )
         perf = (
             '<div class="card"><h2>Performance</h2><table><tr><th>metric</th><th>reference</th>'
-            f"<th>realised (labels)</th><th>estimated (CBPE)</th></tr>{cells}</table></div>"
+            f"<th>realised (labels)</th><th>estimated ({estimate_method(report)})</th></tr>{cells}"
+            "</table></div>"
         )
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
@@ -134,3 +135,28 @@ def render_html(report: DriftReport, *, title: str = "Drift report", summary: He
         + "".join(_card(f) for f in report.features)
         + "</body></html>"
     )
+
+
+BINARY_KEYS = ("accuracy", "precision", "recall", "f1", "roc_auc")
+MULTICLASS_KEYS = ("accuracy", "macro_f1", "log_loss")
+REGRESSION_KEYS = ("mae", "rmse", "r2")
+
+
+def performance_keys(report: DriftReport) -> tuple[str, ...]:
+    """The metrics a report's performance table shows: its task's (read from the metrics it holds)."""
+    known = {
+        **(report.reference_performance or {}),
+        **(report.performance or {}),
+        **(report.estimated_performance or {}),
+    }
+    if "rmse" in known:
+        return REGRESSION_KEYS
+    if "macro_f1" in known:
+        recalls = tuple(sorted((k for k in known if k.startswith("recall_")), key=lambda k: int(k[7:])))
+        return (*MULTICLASS_KEYS, *recalls)
+    return BINARY_KEYS
+
+
+def estimate_method(report: DriftReport) -> str:
+    """How the label-free figures were estimated."""
+    return "DLE" if "rmse" in (report.estimated_performance or report.performance or {}) else "CBPE"

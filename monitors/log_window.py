@@ -44,7 +44,14 @@ from monitors.service import (
     prune_blocks,
     store_blocks,
 )
-from monitors.window import LabelCounts, WindowSketch, decode_counts, encode_counts, fingerprint
+from monitors.window import (
+    LabelCounts,
+    MulticlassCounts,
+    WindowSketch,
+    decode_counts,
+    encode_counts,
+    fingerprint,
+)
 from predictions import aggregates
 from predictions.windows import (
     CHUNK_ROWS,
@@ -58,9 +65,11 @@ from predictions.windows import (
     narrow,
     newest_id,
     read_chunks,
+    read_vectors,
     summarize_blocks,
     summarize_window,
 )
+from registry.schema import Task
 
 _FETCH_BLOCKS = 16  # stored blocks read or written per query (about 0.5 MB each: 25 features, fine grids)
 _BLOCKS_AHEAD = 1  # blocks fetched ahead of the counting (each also prefetches its ranges: two queries)
@@ -132,7 +141,60 @@ def read_window(
     cache: SketchCache | None = None,
 ) -> Window:
     """Read one model's window from the prediction log in chunks and sketch it on ``profile``'s grids
-    (``cache``: with the PostgreSQL row readers, merge the stored counts of sealed blocks)."""
+    (``cache``: with the PostgreSQL row readers, merge the stored counts of sealed blocks); a multi-class
+    model's probability vectors and their labels are read apart, in id order (:func:`_add_vectors`)."""
+    window = _read_window(
+        engine=engine,
+        profile=profile,
+        model_name=model_name,
+        spec=spec,
+        threshold=threshold,
+        chunk_rows=chunk_rows,
+        reader=reader,
+        now=now,
+        cache=cache,
+    )
+    if profile.task is Task.MULTICLASS:
+        _add_vectors(engine=engine, profile=profile, window=window, chunk_rows=chunk_rows)
+    return window
+
+
+def _add_vectors(*, engine: Engine, profile: Profile, window: Window, chunk_rows: int) -> None:
+    """Count a multi-class window's vectors and labels into its sketch (``MulticlassCounts``)."""
+    width = len(profile.class_probabilities)
+    if window.first_id is None or window.last_id is None or not window.rows or width == 0:
+        return
+    # the window's rows: its id range, answered, of its model (and version), logged since its first row
+    summary = WindowSummary(
+        model_name=window.model_name,
+        spec=window.spec,
+        rows=window.rows,
+        start=window.start,
+        end=window.end,
+        first_id=window.first_id,
+        last_id=window.last_id,
+        since=window.start,
+    )
+    counts = MulticlassCounts(width)
+    sketch = window.sketch
+    for vectors, labels in read_vectors(engine=engine, summary=summary, width=width, chunk_rows=chunk_rows):
+        counts.add(profile, vectors, labels, sketch.errors)
+    sketch.multiclass = counts
+    window.labelled = counts.labelled
+
+
+def _read_window(
+    *,
+    engine: Engine,
+    profile: Profile,
+    model_name: str,
+    spec: WindowSpec,
+    threshold: float,
+    chunk_rows: int,
+    reader: Reader | str,
+    now: datetime | None,
+    cache: SketchCache | None,
+) -> Window:
     chosen = choose_reader(engine=engine, reader=reader)
     sketch = WindowSketch(threshold=threshold)
     cached = cache if cache is not None and chosen in (Reader.TYPED, Reader.BLOCKS) else None
@@ -586,7 +648,10 @@ def sketch_aggregate(
         sketch.prediction = GridCounts(
             cells=pred.cells, sums=pred.sums, missing=pred.missing, outside=pred.outside
         )
-    if agg.labelled:
+    if agg.labelled and profile.task is not Task.BINARY:  # a regression's sums (multi-class: read apart)
+        for prob, label in aggregates.labelled_rows(engine=engine, summary=summary, chunk_rows=chunk_rows):
+            sketch.add_labels(profile, prob, label)
+    elif agg.labelled:
         tp, fp, fn, tn = agg.confusion
         sketch.labels = LabelCounts(
             rows=agg.labelled,

@@ -553,3 +553,87 @@ def estimate_regression_metrics(
     abs_err = np.clip(x @ np.asarray(model["abs_error"]), 0.0, None)
     sq_err = np.clip(x @ np.asarray(model["squared_error"]), 0.0, None)
     return {"rows": float(ok.size), "mae": float(abs_err.mean()), "rmse": float(np.sqrt(sq_err.mean()))}
+
+
+def mean_design(
+    model: Mapping[str, Any],
+    *,
+    rows: int,
+    numeric: Mapping[str, tuple[np.ndarray, np.ndarray, int]],
+    categorical: Mapping[str, Mapping[Any, int]],
+    prediction: tuple[np.ndarray, np.ndarray, int],
+) -> np.ndarray:
+    """The loss model's design row averaged over a window known only by its histograms.
+
+    The model is additive in its inputs, so the window's mean design row needs each input's own
+    distribution, not the rows: a numeric input (and the prediction) as ``(points, counts, missing)``, a
+    representative value per histogram cell with its count; a categorical input as counts per value.
+    """
+    n = float(max(rows, 1))
+    blocks = [np.ones(1)]
+
+    def hat_mean(cells: tuple[np.ndarray, np.ndarray, int], knots: Sequence[float]) -> np.ndarray:
+        points, counts, missing = cells
+        basis = _hat_basis(np.asarray(points, dtype=np.float64), knots)
+        out = np.asarray(counts, dtype=np.float64) @ basis
+        out[-1] = missing
+        return out / n
+
+    for spec in model["features"]:
+        if spec["kind"] == "categorical":
+            counts = categorical.get(spec["name"], {})
+            blocks.append(np.array([counts.get(c, 0) for c in spec["categories"]], dtype=np.float64) / n)
+        else:
+            knots = spec["knots"]
+            blocks.append(hat_mean(numeric.get(spec["name"], (np.zeros(0), np.zeros(0), 0)), knots))
+    blocks.append(hat_mean(prediction, model["prediction_knots"]))
+    return np.concatenate(blocks)
+
+
+def estimate_regression_from_design(
+    model: Mapping[str, Any], design: np.ndarray, *, rows: int
+) -> dict[str, float]:
+    """Direct loss estimate of a window from its mean design row (:func:`mean_design`): ``{"rows", "mae",
+    "rmse"}``; the same as :func:`estimate_regression_metrics` on the rows while no row's predicted loss
+    is below 0 (the rows' clip at 0 cannot be applied to a mean)."""
+    if rows == 0:
+        return {"rows": 0.0, "mae": float("nan"), "rmse": float("nan")}
+    mae = max(float(design @ np.asarray(model["abs_error"])), 0.0)
+    squared = max(float(design @ np.asarray(model["squared_error"])), 0.0)
+    return {"rows": float(rows), "mae": mae, "rmse": float(np.sqrt(squared))}
+
+
+def multiclass_from_counts(*, confusion: np.ndarray, log_loss_sum: float) -> dict[str, float]:
+    """Realised multi-class metrics of labelled rows summarised by their confusion matrix ``[label,
+    predicted]`` and summed log loss (the keys of :meth:`MulticlassMetrics.as_dict`)."""
+    m = np.asarray(confusion, dtype=np.float64)
+    n = float(m.sum())
+    k = m.shape[0]
+    if n == 0:
+        nan = float("nan")
+        return MulticlassMetrics(
+            rows=0, accuracy=nan, macro_f1=nan, log_loss=nan, recall=(nan,) * k
+        ).as_dict()
+    true_pos = np.diag(m)
+    support, predicted = m.sum(axis=1), m.sum(axis=0)
+    recall = np.divide(true_pos, support, out=np.full(k, np.nan), where=support > 0)
+    return MulticlassMetrics(
+        rows=int(n),
+        accuracy=float(true_pos.sum() / n),
+        macro_f1=_macro_f1(true_pos, predicted - true_pos, support - true_pos),
+        log_loss=log_loss_sum / n,
+        recall=tuple(float(r) for r in recall),
+    ).as_dict()
+
+
+def multiclass_estimate_from_counts(
+    *, rows: int, expected_correct: float, true_pos: np.ndarray, false_pos: np.ndarray, false_neg: np.ndarray
+) -> dict[str, float]:
+    """The confidence-based estimate (:func:`estimate_multiclass_metrics`) from its sums over a window."""
+    if rows == 0:
+        return {"rows": 0.0, "accuracy": float("nan"), "macro_f1": float("nan")}
+    return {
+        "rows": float(rows),
+        "accuracy": expected_correct / rows,
+        "macro_f1": _macro_f1(np.asarray(true_pos), np.asarray(false_pos), np.asarray(false_neg)),
+    }

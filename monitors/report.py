@@ -77,6 +77,8 @@ class DriftReport:
     estimated_performance: dict[str, Any] | None = None
     reference_performance: dict[str, Any] | None = None
     concept_drift: dict[str, Any] | None = None
+    outputs: list[FeatureDrift] = field(default_factory=list)  # multi-class: each class's probability, the
+    # predicted-class distribution
 
     @property
     def drifted(self) -> bool:
@@ -96,6 +98,8 @@ class DriftReport:
             "reference_performance": self.reference_performance,
             "concept_drift": self.concept_drift,
         }
+        if self.outputs:
+            out["outputs"] = [f.as_dict() for f in self.outputs]
         return dict(_json_number(out))
 
 
@@ -157,4 +161,5 @@ def report_from_dict(data: dict[str, Any]) -> DriftReport:
         estimated_performance=data.get("estimated_performance"),
         reference_performance=data.get("reference_performance"),
         concept_drift=data.get("concept_drift"),
+        outputs=[_feature_from_dict(f) for f in data.get("outputs") or []],
     )

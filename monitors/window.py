@@ -23,6 +23,11 @@ from monitors.binning import GridCounts, count_on_grid
 from monitors.drift.multivariate import pca_error_counts
 from monitors.drift.streaming import PageHinkley
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
+from registry.schema import Task
+
+REGRESSION_ERROR_SCALE = 4.0
+"""A regression's error stream is ``|y - value| / (4 x the reference MAE)``, capped at 1: on the scale of a
+classifier's ``|y - p|`` (mean about a quarter), so the Page-Hinkley detector's defaults fit both."""
 
 
 @dataclass
@@ -53,6 +58,118 @@ class LabelCounts:
 
 
 @dataclass
+class RegressionSums:
+    """Labelled rows of a regression: sums of the errors, their magnitudes and squares, and of the labels."""
+
+    rows: int = 0
+    error: float = 0.0
+    absolute: float = 0.0
+    squared: float = 0.0
+    label: float = 0.0
+    label_squared: float = 0.0
+
+    @classmethod
+    def of(cls, values: np.ndarray, labels: np.ndarray) -> RegressionSums:
+        err = values - labels
+        return cls(
+            rows=int(err.size),
+            error=float(err.sum()),
+            absolute=float(np.abs(err).sum()),
+            squared=float((err**2).sum()),
+            label=float(labels.sum()),
+            label_squared=float((labels**2).sum()),
+        )
+
+    def merge(self, other: RegressionSums) -> RegressionSums:
+        return RegressionSums(
+            rows=self.rows + other.rows,
+            error=self.error + other.error,
+            absolute=self.absolute + other.absolute,
+            squared=self.squared + other.squared,
+            label=self.label + other.label,
+            label_squared=self.label_squared + other.label_squared,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """MAE, RMSE and R² of the rows summed (NaN without rows; R² NaN without spread in the labels)."""
+        n = self.rows
+        if n == 0:
+            return {"rows": 0.0, "mae": float("nan"), "rmse": float("nan"), "r2": float("nan")}
+        total = self.label_squared - self.label**2 / n  # the labels' sum of squares about their mean
+        r2 = (
+            1.0 - self.squared / total
+            if n > 1 and total > 1e-12 * max(self.label_squared, 1.0)
+            else float("nan")
+        )
+        return {
+            "rows": float(n),
+            "mae": self.absolute / n,
+            "rmse": float(np.sqrt(self.squared / n)),
+            "r2": r2,
+        }
+
+
+class MulticlassCounts:
+    """A multi-class window's outputs: each class's probability on its reference grid, the predicted classes,
+    the confidence-based expected confusion (label-free) and, of labelled rows, the confusion matrix
+    ``[label, predicted]``, the summed log loss and the soft error ``1 - p[label]`` streamed in order."""
+
+    def __init__(self, classes: int) -> None:
+        k = classes
+        self.classes = k
+        self.rows = 0
+        self.probabilities: list[GridCounts | None] = [None] * k
+        self.predicted = np.zeros(k, dtype=np.int64)
+        self.expected_true_pos = np.zeros(k)
+        self.expected_false_pos = np.zeros(k)
+        self.expected_false_neg = np.zeros(k)
+        self.expected_correct = 0.0  # the summed calibrated confidence
+        self.confusion = np.zeros((k, k), dtype=np.int64)
+        self.log_loss = 0.0
+
+    @property
+    def labelled(self) -> int:
+        return int(self.confusion.sum())
+
+    def add(self, profile: Profile, vectors: np.ndarray, labels: np.ndarray, errors: PageHinkley) -> None:
+        """Count one chunk of answered rows (``[n, K]`` probabilities, labels as class indexes or NaN), in
+        id order (the labelled rows' soft errors go to ``errors``)."""
+        from monitors.performance import LOG_LOSS_EPS, calibrate, calibrate_multiclass
+
+        p = np.asarray(vectors, dtype=np.float64).reshape(-1, self.classes)
+        y = np.asarray(labels, dtype=np.float64).reshape(-1)
+        keep = ~np.isnan(p).any(axis=1)
+        p, y = p[keep], y[keep]
+        n = p.shape[0]
+        if n == 0:
+            return
+        self.rows += n
+        for k, reference in enumerate(list(profile.class_probabilities.values())[: self.classes]):
+            if reference is not None:
+                counts = count_on_grid(p[:, k], reference.grid)
+                prev = self.probabilities[k]
+                self.probabilities[k] = counts if prev is None else prev.merge(counts)
+        pred = np.argmax(p, axis=1)
+        self.predicted += np.bincount(pred, minlength=self.classes)[: self.classes]
+        calibration = profile.calibration
+        c = calibrate_multiclass(p, calibration)
+        chosen = np.zeros(p.shape, dtype=bool)
+        chosen[np.arange(n), pred] = True
+        self.expected_true_pos += np.where(chosen, c, 0.0).sum(axis=0)
+        self.expected_false_pos += np.where(chosen, 1.0 - c, 0.0).sum(axis=0)
+        self.expected_false_neg += np.where(chosen, 0.0, c).sum(axis=0)
+        top = c[np.arange(n), pred]
+        self.expected_correct += float(calibrate(top, (calibration or {}).get("confidence")).sum())
+        known = ~np.isnan(y) & (y >= 0) & (y < self.classes)
+        if known.any():
+            truth = y[known].astype(np.int64)
+            np.add.at(self.confusion, (truth, pred[known]), 1)
+            chance = p[known][np.arange(truth.size), truth]
+            self.log_loss += float(-np.log(np.clip(chance, LOG_LOSS_EPS, 1.0)).sum())
+            errors.update(1.0 - chance)
+
+
+@dataclass
 class WindowSketch:
     """Mergeable summary of one window of traffic, counted on the reference profile's grids."""
 
@@ -64,6 +181,8 @@ class WindowSketch:
     pca_error: GridCounts | None = None
     errors: PageHinkley = field(default_factory=PageHinkley)
     threshold: float = 0.5
+    regression: RegressionSums = field(default_factory=RegressionSums)  # a regression's labelled rows
+    multiclass: MulticlassCounts | None = None  # a multi-class model's vectors (read apart: log_window)
 
     def update(
         self,
@@ -99,21 +218,30 @@ class WindowSketch:
             counts = count_on_grid(p, profile.prediction.grid)
             self.prediction = counts if self.prediction is None else self.prediction.merge(counts)
             if labels is not None:
-                self._update_labels(
-                    profile.prediction.grid, p, np.asarray(labels, dtype=np.float64).reshape(-1)
-                )
+                self._update_labels(profile, p, np.asarray(labels, dtype=np.float64).reshape(-1))
         return self
 
     def add_labels(self, profile: Profile, predictions: np.ndarray, labels: np.ndarray) -> WindowSketch:
         """Count labelled rows (in time order) into the label counts and the error stream; returns self."""
         if profile.prediction is not None:
             p = np.asarray(predictions, dtype=np.float64).reshape(-1)
-            self._update_labels(profile.prediction.grid, p, np.asarray(labels, dtype=np.float64).reshape(-1))
+            self._update_labels(profile, p, np.asarray(labels, dtype=np.float64).reshape(-1))
         return self
 
-    def _update_labels(self, grid: np.ndarray, p: np.ndarray, y: np.ndarray) -> None:
-        ok = ~np.isnan(y) & ~np.isnan(p)
-        p, y = p[ok], y[ok].astype(bool)
+    def _update_labels(self, profile: Profile, p: np.ndarray, labels: np.ndarray) -> None:
+        ok = ~np.isnan(labels) & ~np.isnan(p)
+        if profile.task is Task.MULTICLASS:
+            return  # a multi-class model's labels are counted with its vectors (MulticlassCounts)
+        if profile.task is Task.REGRESSION:
+            values, truth = p[ok], labels[ok]
+            self.regression = self.regression.merge(RegressionSums.of(values, truth))
+            mae = float((profile.performance or {}).get("mae") or 0.0)
+            scale = REGRESSION_ERROR_SCALE * mae if mae > 0 else 1.0
+            self.errors.update(np.minimum(np.abs(values - truth) / scale, 1.0))
+            return
+        assert profile.prediction is not None
+        grid = profile.prediction.grid
+        p, y = p[ok], labels[ok].astype(bool)
         pred = p >= self.threshold
         chunk = LabelCounts(
             rows=int(y.size),
@@ -141,6 +269,8 @@ class WindowSketch:
             a, b = getattr(self, attr), getattr(other, attr)
             setattr(out, attr, b if a is None else a if b is None else a.merge(b))
         out.labels = self.labels.merge(other.labels)
+        out.regression = self.regression.merge(other.regression)
+        out.multiclass = self.multiclass if other.multiclass is None else other.multiclass
         return out
 
 

@@ -754,3 +754,31 @@ def read_chunks(
         chunk_rows=chunk_rows,
         span=(summary.start, summary.end),
     )
+
+
+def read_vectors(
+    *, engine: Engine, summary: WindowSummary, width: int, chunk_rows: int = CHUNK_ROWS
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """A summarized window's whole answers (``outputs``: a multi-class model's ``[rows, width]`` vectors) and
+    labels (NaN without one), in id order, chunk by chunk; a row without a vector of that width is NaN.
+
+    One generic query on both backends (the vectors are JSON): read where the model is multi-class."""
+    fb = PredictionFeedback
+    bounds = _Bounds(low=summary.first_id, high=summary.last_id, since=summary.since)
+    where = _window_where(model_name=summary.model_name, spec=summary.spec, bounds=bounds)
+    labels_on = feedback_join(engine.dialect.name, since=summary.start, until=summary.end)
+    stmt = (
+        select(PredictionLog.outputs, fb.label)
+        .select_from(PredictionLog)
+        .outerjoin(fb, labels_on)
+        .where(where)
+        .order_by(PredictionLog.id)
+    )
+    with engine.connect() as conn:
+        result = conn.execution_options(stream_results=True, yield_per=chunk_rows).execute(stmt)
+        for part in result.partitions():
+            vectors = np.full((len(part), width), np.nan)
+            for i, (row, _) in enumerate(part):
+                if isinstance(row, list) and len(row) == width:
+                    vectors[i] = [np.nan if v is None else v for v in row]
+            yield vectors, _as_floats([label for _, label in part])

@@ -59,7 +59,7 @@ def write_binary(path: Path, data: dict[str, np.ndarray]) -> Path:
         "color": data["color"].astype(str)[:, None],
     }
     rows = tf.data.Dataset.from_tensor_slices((feeds, data["y_bin"].astype("float32"))).batch(64)
-    model.fit(rows, epochs=3, verbose=0)
+    model.fit(rows.shuffle(len(data["a"]), seed=1), epochs=3, verbose=0, shuffle=False)
     model.export(str(path), verbose=False)
     return path
 

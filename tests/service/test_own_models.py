@@ -236,31 +236,77 @@ def test_feedback_takes_each_tasks_labels(own_server: tuple[Server, dict], modul
     assert [stored[p] for p in ids["own_cls"]] == [1.0, 2.0, 0.0]  # classes sorted: high, low, mid
 
 
+LABELS = {
+    "own_bin": lambda d, i: int(d["y_bin"][i]),
+    "own_cls": lambda d, i: str(d["y_cls"][i]),
+    "own_reg": lambda d, i: float(d["y_reg"][i]),
+}
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_monitor_runs_on_each_task(own_server: tuple[Server, dict], name: str) -> None:
-    """Input drift, quality and the output's drift on every task (a shifted window drifts on ``a``)."""
+    """Input drift, quality, the output's drift and the task's realised and estimated metrics on every task (a
+    covariate-shifted window: ``a`` moves, P(y | x) stays)."""
     from monitors.flows import run_monitor
+    from monitors.performance import metrics_for
 
     srv, _ = own_server
-    _, rows = _rows(400, seed=11)
-    shifted = [{**r, "a": r["a"] + 1.5} for r in rows]
+    data = own_models.reference(600, seed=11, shift=1.5)
+    rows = [
+        {
+            "a": float(data["a"][i]),
+            "b": float(data["b"][i]),
+            "c": int(data["c"][i]),
+            "color": str(data["color"][i]),
+        }
+        for i in range(600)
+    ]
+    ids: list[str] = []
+    answers: list[Any] = []
     with srv.client() as c:
-        for part in range(0, 400, 100):
+        for part in range(0, 600, 200):
             r = c.post(
-                f"/v1/models/{name}:predict", json={"instances": _instances(name, shifted[part : part + 100])}
+                f"/v1/models/{name}:predict", json={"instances": _instances(name, rows[part : part + 200])}
             )
             assert r.status_code == 200, r.text
+            ids += r.json()["prediction_ids"]
+            answers += r.json()["predictions"]
+        labelled = [
+            {"prediction_id": p, "label": LABELS[name](data, i)} for i, p in enumerate(ids) if i % 2 == 0
+        ]
+        r = c.post(f"/v1/models/{name}/feedback", json={"labels": labelled})
+        assert r.status_code == 200 and r.json()["stored"] == 300, r.text
     srv.state.flush_predictions(10)
     db = open_database(srv.settings.database_url.get_secret_value())
     try:
-        outcome = run_monitor(
-            db=db, settings=srv.settings.model_copy(update={"monitor_min_rows": 100}), model_name=name
-        )
+        settings = srv.settings.model_copy(update={"monitor_min_rows": 100, "monitor_window_rows": 600})
+        outcome = run_monitor(db=db, settings=settings, model_name=name)
     finally:
         db.dispose()
     report = outcome.report.as_dict()
     drifted = {f["name"] for f in report["features"] if f["drifted"]}
     assert "a" in drifted and "b" not in drifted, drifted
-    assert report["prediction"]["name"] == "prediction" and report["prediction"]["rows"] >= 400
+    assert report["prediction"]["name"] == "prediction" and report["prediction"]["rows"] == 600
+    realised, estimated = report["performance"], report["estimated_performance"]
+    assert realised["rows"] == 300 and realised["label_coverage"] == pytest.approx(0.5)
+    assert report["concept_drift"]["observed"] == 300
+    task = Task.parse(MODELS[name])
+    codes = {"own_cls": lambda v: float(own_models.CLASSES.index(v))}.get(name, float)
+    want = metrics_for(
+        task,
+        y_true=np.array([codes(item["label"]) for item in labelled]),
+        predictions=np.array(answers[::2], dtype=np.float64),
+    )
+    exact = {"own_bin": ("accuracy", "f1"), "own_cls": ("accuracy", "macro_f1", "log_loss", "recall_1")}
+    for key in exact.get(name, ("mae", "rmse", "r2")):
+        assert realised[key] == pytest.approx(want[key], rel=1e-6), key
     if name == "own_bin":
-        assert report["estimated_performance"]["roc_auc"] > 0.5
+        assert set(realised) >= {"roc_auc", "accuracy", "f1"} and estimated["roc_auc"] > 0.5
+    elif name == "own_cls":
+        assert set(realised) >= {"accuracy", "macro_f1", "log_loss", "recall_0", "recall_1", "recall_2"}
+        assert set(estimated) >= {"accuracy", "macro_f1"}
+        outputs = {f["name"]: f for f in report["outputs"]}
+        assert set(outputs) == {"prediction[high]", "prediction[low]", "prediction[mid]", "predicted_class"}
+    else:
+        assert set(realised) >= {"mae", "rmse", "r2"} and set(estimated) >= {"mae", "rmse"}
+        assert realised["mae"] > 0 and estimated["mae"] > 0
