@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from alerts.specs import PARAMS, Kind, RuleSpec
+from alerts.specs import LOWER_IS_BETTER, PARAMS, Kind, RuleSpec
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,8 @@ def _performance(
     if not current:
         return None
     metric = str(params.get("metric", "roc_auc"))
+    if metric == "roc_auc" and metric not in current:  # the default on a model of another task: its own
+        metric = next((m for m in TASK_METRICS if m in current), metric)
     value = _num(current.get(metric))
     if value is None:
         return None
@@ -146,15 +148,25 @@ def _performance(
     }
     if "label_coverage" in current:
         evidence["label_coverage"] = current.get("label_coverage")
-    below = _num(params.get("below"))
+    below, above = _num(params.get("below")), _num(params.get("above"))
     if below is not None:
         evidence["below"] = below
         return [Finding(value < below, value, evidence)]
+    if above is not None:
+        evidence["above"] = above
+        return [Finding(value > above, value, evidence)]
     margin = _num(params.get("margin"))
     if ref is None or margin is None:
         return None
     evidence["margin"] = margin
+    if metric in LOWER_IS_BETTER:  # worse is higher; the margin is a share of the reference's value
+        evidence["drop"] = ref - value
+        return [Finding(value - ref > margin * abs(ref), value, evidence)]
     return [Finding(ref - value > margin, value, evidence)]
+
+
+TASK_METRICS = ("macro_f1", "rmse")
+"""What the default ``roc_auc`` stands for on a multi-class or regression model (the first its report has)."""
 
 
 def _quality(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Finding] | None:
@@ -253,11 +265,14 @@ def default_summary(spec: RuleSpec, model_name: str, finding: Finding) -> str:
             return f"{model_name}: the predictions drifted ({e.get('test')} {_g(e.get('statistic'))})"
         case Kind.PERFORMANCE | Kind.ESTIMATED_PERFORMANCE:
             which = "realized" if spec.kind is Kind.PERFORMANCE else "estimated"
-            bound = (
-                f"below {_g(e.get('below'))}"
-                if "below" in e
-                else f"{_g(e.get('drop'), '.3f')} below the reference {_g(e.get('reference'), '.3f')}"
-            )
+            if "below" in e or "above" in e:
+                side = "below" if "below" in e else "above"
+                bound = f"{side} {_g(e.get(side))}"
+            elif e.get("metric") in LOWER_IS_BETTER:
+                rise = -(_num(e.get("drop")) or 0.0)
+                bound = f"{_g(rise, '.3g')} above the reference {_g(e.get('reference'), '.4g')}"
+            else:
+                bound = f"{_g(e.get('drop'), '.3f')} below the reference {_g(e.get('reference'), '.3f')}"
             return f"{model_name}: {which} {e.get('metric')} {_g(e.get('value'), '.3f')}, {bound}"
         case Kind.DATA_QUALITY:
             return (

@@ -56,7 +56,12 @@ Severity = Literal["info", "warning", "critical"]
 RULE_SEVERITIES: tuple[str, ...] = get_args(Severity)
 Action = Literal["notify", "retrain"]
 Event = Literal["alert.firing", "alert.resolved", "job.finished", "job.rejected"]
-Metric = Literal["roc_auc", "accuracy", "f1", "precision", "recall"]
+Metric = Literal[
+    "roc_auc", "accuracy", "f1", "precision", "recall", "macro_f1", "log_loss", "mae", "rmse", "r2"
+]
+LOWER_IS_BETTER = frozenset({"log_loss", "mae", "rmse"})
+"""Metrics that grow when the model gets worse: a rule on one fires when it rises (``above``, or ``margin``
+as a share of the reference's value)."""
 
 
 def _path(prefix: str, loc: tuple[int | str, ...]) -> str:
@@ -95,19 +100,38 @@ class FeatureParams(_Params):
 
 
 class PerformanceParams(_Params):
-    """``metric`` below an absolute bound (``below``) or below the reference by more than ``margin``."""
+    """``metric`` worse than an absolute bound or than the reference by more than ``margin``.
+
+    A metric that falls when the model gets worse (ROC AUC, accuracy, F1, macro-F1, R², ...): ``below`` a
+    bound, or lower than the reference by more than ``margin`` (absolute). One that grows (``rmse``, ``mae``,
+    ``log_loss``): ``above`` a bound, or higher than the reference by more than ``margin`` x the reference's
+    value (0.05: 5 % worse). ``roc_auc``, the default, stands for the model's task's own metric on a model of
+    another task (multi-class ``macro_f1``, regression ``rmse``).
+    """
 
     metric: Metric = "roc_auc"
     below: float | None = Field(default=None, ge=0, le=1)
+    above: float | None = Field(default=None, ge=0, le=1e12, allow_inf_nan=False)
     margin: float | None = Field(default=None, ge=0, le=1)
 
     @model_validator(mode="after")
     def _one_bound(self) -> PerformanceParams:
-        if self.below is not None and self.margin is not None:
+        given = [k for k in ("below", "above", "margin") if getattr(self, k) is not None]
+        if len(given) > 1:
             raise ValueError(
-                "give either 'below' (an absolute bound) or 'margin' (below the reference), not both"
+                "give one of 'below' or 'above' (an absolute bound) or 'margin' (worse than the reference), "
+                f"not {' and '.join(given)}"
             )
-        if self.below is None and self.margin is None:
+        grows = self.metric in LOWER_IS_BETTER
+        if self.above is not None and not grows:
+            raise ValueError(
+                f"'{self.metric}' falls when the model gets worse: bound it with 'below', not 'above'"
+            )
+        if self.below is not None and grows:
+            raise ValueError(
+                f"'{self.metric}' grows when the model gets worse: bound it with 'above', not 'below'"
+            )
+        if not given:
             self.margin = 0.05
         return self
 

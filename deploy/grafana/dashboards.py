@@ -513,7 +513,7 @@ def model_drift_quality() -> dash.Dashboard:
             "driftwarden-drift",
             "driftwarden / Model drift & quality",
             "The latest stored monitor run of each model: data drift per feature, prediction drift, data "
-            "quality, estimated (CBPE) and realized performance, label coverage; its open alerts and "
+            "quality, estimated (CBPE / DLE) and realized performance, label coverage; its open alerts and "
             "retraining jobs.",
         )
         .with_variable(_variable("model", "Model", "label_values(driftwarden_dataset_drift_share, model)"))
@@ -683,8 +683,9 @@ def model_drift_quality() -> dash.Dashboard:
             _series(
                 ids,
                 "Estimated vs realized performance",
-                "Performance estimated without labels (CBPE), realized on the labels received, and the "
-                "reference measured on held-out training data.",
+                "Performance estimated without labels (CBPE for a classifier, direct loss estimation for a "
+                "regression), realized on the labels received, and the reference measured on held-out "
+                "training data: each task's metrics (roc_auc..., macro_f1 and log_loss, mae and rmse).",
                 [
                     Query(
                         'max by (model, metric, source) (driftwarden_model_performance{model="$model", '

@@ -80,10 +80,47 @@ def test_performance_margin_and_below(reports: dict[str, dict[str, Any]]) -> Non
     assert evaluate(margin, unlabelled) is None  # no labels yet: the rule cannot say
 
 
+def test_performance_of_a_regression_fires_when_rmse_grows() -> None:
+    ref = {"rows": 2000.0, "mae": 1.0, "rmse": 1.3, "r2": 0.8}
+    quiet = {
+        "performance": {"rows": 500, "mae": 1.02, "rmse": 1.32, "r2": 0.79},
+        "reference_performance": ref,
+    }
+    worse = {"performance": {"rows": 500, "mae": 1.6, "rmse": 2.1, "r2": 0.5}, "reference_performance": ref}
+    rmse = rule("performance", params={"metric": "rmse", "margin": 0.1})  # 10 % above the reference's RMSE
+    assert not active(evaluate(rmse, quiet))
+    (fired,) = active(evaluate(rmse, worse))
+    assert (
+        fired.value == 2.1
+        and fired.evidence["reference"] == 1.3
+        and fired.evidence["drop"] == pytest.approx(-0.8)
+    )
+    assert "above the reference" in render_annotations(rmse, "m", fired)["summary"]
+    above = rule("performance", params={"metric": "mae", "above": 1.5})
+    assert not active(evaluate(above, quiet)) and active(evaluate(above, worse))
+    # the default rules' roc_auc stands for the task's own metric: rmse here, macro_f1 on a multi-class model
+    default = next(r for r in DEFAULT_RULES if r.name == "performance_drop")
+    (found,) = active(evaluate(default, worse))
+    assert found.evidence["metric"] == "rmse"
+    multi = {
+        "performance": {"rows": 400, "accuracy": 0.6, "macro_f1": 0.5},
+        "reference_performance": {"macro_f1": 0.7},
+    }
+    (found,) = active(evaluate(default, multi))
+    assert found.evidence["metric"] == "macro_f1" and found.evidence["drop"] == pytest.approx(0.2)
+    for params, part in [
+        ({"metric": "rmse", "below": 1.0}, "bound it with 'above'"),
+        ({"metric": "macro_f1", "above": 0.5}, "bound it with 'below'"),
+        ({"metric": "rmse", "above": 1.0, "margin": 0.1}, "not above and margin"),
+    ]:
+        with pytest.raises(Invalid, match=part):
+            rule("performance", params=params)
+
+
 def test_estimated_performance_misses_concept_drift(reports: dict[str, dict[str, Any]]) -> None:
     """CBPE assumes P(y|x) is fixed: the estimated rule stays quiet where the realised one fires."""
     est = rule("estimated_performance", params={"margin": 0.05})
-    assert est.params == {"metric": "roc_auc", "below": None, "margin": 0.05}
+    assert est.params == {"metric": "roc_auc", "below": None, "above": None, "margin": 0.05}
     assert not active(evaluate(est, reports["concept_drift"]))
     assert active(evaluate(rule("performance"), reports["concept_drift"]))  # default margin 0.05
     strict = rule("estimated_performance", params={"below": 0.999})
