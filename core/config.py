@@ -351,8 +351,8 @@ class Settings(BaseSettings):
     gate_metric: Literal["roc_auc", "accuracy", "f1", "precision", "recall", "macro_f1", "rmse", "mae"] = (
         Field(
             default="roc_auc",
-            description="The gate's quality metric, compared with the serving version's; the default stands for "
-            "each task's own (binary roc_auc, multi-class macro_f1, regression rmse).",
+            description="The gate's quality metric, compared with the serving version's; the default stands "
+            "for each task's own (binary roc_auc, multi-class macro_f1, regression rmse).",
         )
     )
     gate_metric_tolerance: float = Field(
