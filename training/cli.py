@@ -7,14 +7,18 @@ TensorFlow loads inside the commands only, never at import.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
+import numpy as np
 import typer
 
 from core.errors import DomainError, Invalid
 from training.datagen import Scenario
 from training.jobs import Mode
 from training.jobs_cli import register as register_jobs
+
+if TYPE_CHECKING:
+    from registry.schema import Task
 
 data_app = typer.Typer(help="Synthetic data sets with planted drift.", no_args_is_help=True)
 cluster_app = typer.Typer(help="TensorFlow cluster nodes.", no_args_is_help=True)
@@ -67,10 +71,22 @@ def data_generate(
     ] = Scenario.BASELINE,
     seed: Annotated[int, typer.Option("--seed", help="Random seed; same seed, same table.")] = 0,
     severity: Annotated[float, typer.Option("--severity", min=0.0, help="Scale of the planted drift.")] = 1.0,
+    task: Annotated[
+        str,
+        typer.Option(
+            "--task",
+            help="The target to generate: binary (column `default`, 0/1), multiclass (column `risk_band`: "
+            "low, medium, high) or regression (column `loss_amount`: the loss in thousands).",
+        ),
+    ] = "binary",
 ) -> None:
-    """Generate a credit-risk table (target column `default`) under a drift scenario."""
+    """Generate a credit-risk table under a drift scenario, with the --task's target column: `default`
+    (binary), `risk_band` (multiclass) or `loss_amount` (regression), all from the same latent risk."""
     from core.tabular import SUFFIXES, write_table
-    from training.datagen import TARGET, generate
+    from registry.schema import Task
+    from training.datagen import TARGETS, generate
+
+    kind = _task(task)
 
     if out.suffix.lower() not in SUFFIXES:
         raise Invalid(
@@ -84,11 +100,17 @@ def data_generate(
         raise Invalid(f"--out {out}: the folder {folder} does not exist; create it first (mkdir -p {folder})")
     if out.is_dir():
         raise Invalid(f"--out {out} is a folder: give a file name ending in .csv or .parquet")
-    cols = generate(rows, scenario=scenario, seed=seed, severity=severity)
+    cols = generate(rows, scenario=scenario, seed=seed, severity=severity, task=kind)
     write_table(cols, out)
-    typer.echo(
-        f"wrote {rows} rows ({scenario.value}, seed {seed}, default rate {cols[TARGET].mean():.3f}) to {out}"
-    )
+    y = cols[TARGETS[kind]]
+    if kind is Task.MULTICLASS:
+        names, counts = np.unique(y.astype(str), return_counts=True)
+        summary = "risk_band " + ", ".join(f"{n} {c / rows:.3f}" for n, c in zip(names, counts, strict=True))
+    elif kind is Task.REGRESSION:
+        summary = f"mean loss_amount {float(np.mean(y)):.3f}"
+    else:
+        summary = f"default rate {y.mean():.3f}"
+    typer.echo(f"wrote {rows} rows ({scenario.value}, seed {seed}, {summary}) to {out}")
 
 
 @cluster_app.command("chief")
@@ -120,10 +142,22 @@ def cluster_sync_worker(
     run_worker(job, index)
 
 
+def _task(text: str) -> Task:
+    from registry.schema import Task
+
+    try:
+        return Task.parse(text)
+    except ValueError as exc:
+        raise Invalid(f"--task {text}: {exc}") from None
+
+
 def train(
     model: Annotated[str, typer.Option("--model", "-m", help="Model name in the registry.")],
     data: Annotated[
-        Path, typer.Option("--data", "-d", help="Training data: .csv or .parquet with a 0/1 target.")
+        Path,
+        typer.Option(
+            "--data", "-d", help="Training data: .csv or .parquet with the target column (see --task)."
+        ),
     ],
     mode: Annotated[
         Mode, typer.Option("--mode", help="async: parameter servers; sync: all-reduce; local: one process.")
@@ -140,7 +174,34 @@ def train(
     learning_rate: Annotated[
         float, typer.Option("--learning-rate", min=0.0, help="Adam learning rate.")
     ] = 0.003,
-    target: Annotated[str, typer.Option("--target", help="Name of the 0/1 label column.")] = "default",
+    task: Annotated[
+        str,
+        typer.Option(
+            "--task",
+            help="What the model predicts: binary (0/1 target, output `probability`), multiclass (a class "
+            "label target, at least 3 classes; output `probabilities`, one per class in sorted order) or "
+            "regression (a numeric target; output `value`).",
+        ),
+    ] = "binary",
+    model_fn: Annotated[
+        str | None,
+        typer.Option(
+            "--model-fn",
+            help="Your own Keras network: FILE.py:FUNC or package.module:FUNC, called as "
+            "FUNC(input_dim=D, outputs=K, task=T) and returning an uncompiled keras.Model from the "
+            "encoded (batch, D) float32 matrix to (batch, K) logits (K = classes for multiclass, else 1) "
+            "or values (regression). It is loaded and tried on a zero batch before anything starts; "
+            "default: the built-in MLP (see docs/training.md).",
+        ),
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="Name of the target column (default: default for binary, risk_band for multiclass, "
+            "loss_amount for regression, as `driftwarden data generate --task` writes them).",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the split, init and shuffling.")] = 0,
     checkpoint_every: Annotated[
         int | None,
@@ -162,16 +223,25 @@ def train(
     stopped. async: parameter servers hold the variables, each worker's gradient is applied on arrival.
     sync: every step waits for all workers (all-reduce). Rerunning the same command after a crash resumes
     from the latest checkpoint.
+
+    --task picks the target and the loss (binary: sigmoid cross-entropy; multiclass: softmax
+    cross-entropy; regression: squared error); --model-fn trains your own Keras network instead of the
+    built-in MLP, in every mode, and the version's lineage records it (reference and file SHA-256), so
+    retraining jobs rebuild it.
     """
     from core.config import get_settings
     from core.database import open_database
     from core.logs import quiet_tensorflow_banner, setup_logging
     from registry.names import check_name
+    from training.builders import normalize
+    from training.datagen import TARGETS
     from training.jobs import TrainJob, prepare
     from training.progress import Progress
 
     check_name(model, given_as="--model")  # fails before any data is read or any process started
     _check_cluster_options(mode=mode, ps=ps, workers=workers, cluster=cluster)
+    kind = _task(task)
+    fn_ref = normalize(model_fn)  # a file's path made absolute: the cluster processes load it too
     setup_logging()
     quiet_tensorflow_banner()  # before TensorFlow loads here or in the cluster processes started below
     settings = get_settings()
@@ -184,16 +254,27 @@ def train(
         epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
-        target=target,
+        target=target or TARGETS[kind],
         seed=seed,
         steps_per_closure=settings.steps_per_closure,
         checkpoint_every=checkpoint_every or settings.checkpoint_every_steps,
+        task=kind.short,
+        model_fn=fn_ref,
     )
     if not data.exists():
         raise Invalid(f"--data {data} does not exist (make one with `driftwarden data generate`)")
     prepared = prepare(job)  # bad data ends here, before a database is opened or any process started
+    from training.builders import output_width, probe
     from training.cluster import ClusterSpec, NodeLost
-    from training.flows import run_training
+    from training.flows import metrics_line, run_training
+
+    # a broken builder ends here in one line (exit 2), before any cluster process starts
+    probe(
+        fn_ref,
+        input_dim=prepared.prep.width,
+        outputs=output_width(kind, len(prepared.schema.classes)),
+        task=kind,
+    )
 
     external = None
     if cluster is not None:
@@ -228,8 +309,7 @@ def train(
     m = result.metrics
     typer.echo(
         f"registered {model}:{result.version.version} (staged) in {result.seconds:.1f}s: "
-        f"held-out accuracy {m['accuracy']:.4f}, ROC AUC {m['roc_auc']:.4f} (held-out rows {m['rows']}); "
-        f"training rows {prepared.train_rows}"
+        f"{metrics_line(kind, m)} (held-out rows {m['rows']}); training rows {prepared.train_rows}"
     )
 
 

@@ -8,6 +8,11 @@ scenarios change one thing each, so a monitor's verdict can be checked against w
 - ``new_category``: ``loan_purpose`` gains the unseen category ``crypto`` (15 % of rows).
 - ``prior_shift``: the default rate rises (P(y) changes, P(x | y) does not).
 - ``concept_drift``: same inputs, a different P(y | x): debt stops mattering, age starts to.
+
+The same applicants and the same latent risk give the other tasks' targets (``task``): multi-class
+``risk_band`` (``low``, ``medium``, ``high``: the default log-odds plus logistic noise, cut in three) and
+regression ``loss_amount`` (the expected loss in thousands: loan amount x P(default) x 60 % loss given
+default, plus noise, never below 0). Their ``prior_shift`` draws more of the riskier outcomes.
 """
 
 from __future__ import annotations
@@ -17,8 +22,15 @@ import enum
 import numpy as np
 
 from core.tabular import Columns
+from registry.schema import Task
 
 TARGET = "default"
+TARGETS = {Task.BINARY: TARGET, Task.MULTICLASS: "risk_band", Task.REGRESSION: "loss_amount"}
+"""The target column of each task's table."""
+BANDS = ("low", "medium", "high")
+BAND_CUTS = (-5.0, 0.0)  # latent risk (log-odds + logistic noise) below -5: low, below 0: medium, else high
+LOSS_GIVEN_DEFAULT = 0.6
+LOSS_NOISE = 0.5  # thousands
 HOME = ("RENT", "MORTGAGE", "OWN")
 HOME_P = (0.4, 0.4, 0.2)
 PURPOSE = ("debt_consolidation", "credit_card", "home_improvement", "car", "education", "medical", "business")
@@ -88,13 +100,22 @@ def default_logit(cols: Columns, *, concept: bool = False) -> np.ndarray:
 
 
 def generate(
-    rows: int, *, scenario: Scenario | str = Scenario.BASELINE, seed: int = 0, severity: float = 1.0
+    rows: int,
+    *,
+    scenario: Scenario | str = Scenario.BASELINE,
+    seed: int = 0,
+    severity: float = 1.0,
+    task: Task | str = Task.BINARY,
 ) -> Columns:
-    """Generate ``rows`` applications under ``scenario``; the same seed gives the same table."""
+    """Generate ``rows`` applications under ``scenario`` with the ``task``'s target (:data:`TARGETS`);
+    the same seed gives the same table."""
     scenario = Scenario(scenario)
+    task = task if isinstance(task, Task) else Task.parse(task)
     if rows <= 0:
         raise ValueError("rows must be positive")
     rng = np.random.default_rng(seed)
+    if task is not Task.BINARY:
+        return _generate_other(rng, rows, scenario=scenario, severity=severity, task=task)
     if scenario is Scenario.PRIOR_SHIFT:
         pool = _features(rng, rows * 4, scenario, severity)
         y = (rng.random(rows * 4) < _sigmoid(default_logit(pool))).astype(np.int64)
@@ -111,6 +132,31 @@ def generate(
     cols = _features(rng, rows, scenario, severity)
     logit = default_logit(cols, concept=scenario is Scenario.CONCEPT_DRIFT)
     cols[TARGET] = (rng.random(rows) < _sigmoid(logit)).astype(np.int64)
+    return cols
+
+
+def _generate_other(
+    rng: np.random.Generator, rows: int, *, scenario: Scenario, severity: float, task: Task
+) -> Columns:
+    """The multi-class and regression tables: the same applicants and latent risk as the binary one."""
+    prior = scenario is Scenario.PRIOR_SHIFT
+    n = rows * 4 if prior else rows
+    cols = _features(rng, n, scenario, severity)
+    logit = default_logit(cols, concept=scenario is Scenario.CONCEPT_DRIFT)
+    y: np.ndarray
+    if task is Task.MULTICLASS:
+        risk = logit + rng.logistic(size=n)
+        y = np.array(BANDS, dtype=object)[np.searchsorted(BAND_CUTS, risk, side="right")]
+        weight = np.select([y == "high", y == "medium"], [1.0 + 2.0 * severity, 1.0 + 0.5 * severity], 1.0)
+    else:
+        loss = cols["loan_amount"] / 1000.0 * LOSS_GIVEN_DEFAULT * _sigmoid(logit)
+        y = np.round(np.maximum(0.0, loss + rng.normal(0.0, LOSS_NOISE, n)), 3)
+        weight = 1.0 + 2.0 * severity * (y > np.quantile(y, 0.7))
+    if prior:  # P(y) moves towards the riskier outcomes, P(x | y) does not
+        idx = rng.choice(n, rows, replace=False, p=weight / weight.sum())
+        cols = {k: v[idx] for k, v in cols.items()}
+        y = y[idx]
+    cols[TARGETS[task]] = y
     return cols
 
 

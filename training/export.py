@@ -1,9 +1,12 @@
 """Export trained weights as a TF Serving-loadable SavedModel and publish it into the registry.
 
-The SavedModel holds the preprocessing (``training.features.encode``), the MLP and the Platt scaling of
-its logit (``training.calibration``) as plain TF ops with a fixed ``serving_default`` signature: one 1-D
-input per feature (float32 for numeric, string for categorical; NaN / "" mean missing) and one output
-``probability``.
+The SavedModel holds the preprocessing (``training.features.encode``), the network (rebuilt here from its
+builder, :mod:`training.builders`, with the trained weights set, and traced into the graph: loading it
+needs neither the builder's file nor Keras) and the task's head as plain TF ops, with a fixed
+``serving_default`` signature: one 1-D input per feature (float32 for numeric, string for categorical;
+NaN / "" mean missing) and one output named by the task (``registry.schema.OUTPUT_NAMES``): binary
+``probability`` (the sigmoid of the logit after its Platt scaling, ``training.calibration``), multi-class
+``probabilities`` (softmax, ``[batch, K]``), regression ``value`` (``[batch]``).
 """
 
 from __future__ import annotations
@@ -20,28 +23,36 @@ import tensorflow as tf
 from sqlalchemy.orm import Session
 
 from registry.models import ModelVersion
-from registry.schema import FeatureKind, ModelSchema
+from registry.schema import OUTPUT_NAMES, FeatureKind, ModelSchema, Task
 from registry.service import META_DIR, next_version, publish_files, register_version
+from training.builders import build_model, output_width
 from training.features import Preprocessing, encode
+from training.net import set_model_weights
 
 
 class ServingModule(tf.Module):
-    """Raw features -> encoded matrix -> MLP -> probability of the positive class."""
+    """Raw features -> encoded matrix -> network -> the task's output (probability, probabilities, value)."""
 
     def __init__(
-        self, weights: list[tuple[np.ndarray, np.ndarray]], prep: Preprocessing, schema: ModelSchema
+        self,
+        weights: list[np.ndarray],
+        prep: Preprocessing,
+        schema: ModelSchema,
+        *,
+        model_fn: str | None = None,
     ):
         super().__init__(name="driftwarden_model")
         self.prep = prep
-        self.kernels = [
-            tf.Variable(k.astype(np.float32), trainable=False, name=f"kernel_{i}")
-            for i, (k, _) in enumerate(weights)
-        ]
-        self.biases = [
-            tf.Variable(b.astype(np.float32), trainable=False, name=f"bias_{i}")
-            for i, (_, b) in enumerate(weights)
-        ]
-        # Platt scaling of the logit (training.calibration), fitted after training: (1, 0) until then
+        self.task = schema.kind
+        self.output_name = OUTPUT_NAMES[self.task]
+        self.net = build_model(
+            model_fn,
+            input_dim=prep.width,
+            outputs=output_width(self.task, len(schema.classes)),
+            task=self.task,
+        )
+        set_model_weights(self.net, weights)
+        # Platt scaling of the logit (training.calibration, binary only): (1, 0) until fitted
         self.calib_scale = tf.Variable(1.0, trainable=False, name="calibration_scale")
         self.calib_shift = tf.Variable(0.0, trainable=False, name="calibration_shift")
         spec = {
@@ -54,29 +65,38 @@ class ServingModule(tf.Module):
 
     def _serve(self, features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         x = encode(features, self.prep)
-        last = len(self.kernels) - 1
-        for i, (k, b) in enumerate(zip(self.kernels, self.biases, strict=True)):
-            x = tf.matmul(x, k) + b
-            if i < last:
-                x = tf.nn.relu(x)
-        return {"probability": tf.sigmoid(self.calib_scale * x[:, 0] + self.calib_shift)}
+        out = tf.cast(self.net(x, training=False), tf.float32)
+        if self.task is Task.MULTICLASS:
+            value = tf.nn.softmax(out, axis=-1)
+        elif self.task is Task.REGRESSION:
+            value = out[:, 0]
+        else:
+            value = tf.sigmoid(self.calib_scale * out[:, 0] + self.calib_shift)
+        return {self.output_name: value}
 
     def calibrate(self, *, scale: float, shift: float) -> None:
-        """Set the Platt scaling of the output: ``sigmoid(scale * logit + shift)``."""
+        """Set the Platt scaling of the output: ``sigmoid(scale * logit + shift)`` (binary only)."""
         self.calib_scale.assign(scale)
         self.calib_shift.assign(shift)
+
+
+def predict(module: ServingModule, inputs: Mapping[str, np.ndarray], *, batch: int = 4096) -> np.ndarray:
+    """Run the serving function over raw input columns in batches: ``[n]`` or ``[n, K]`` (multi-class)."""
+    n = len(next(iter(inputs.values())))
+    out = []
+    for start in range(0, n, batch):
+        part = {k: tf.constant(v[start : start + batch]) for k, v in inputs.items()}
+        out.append(module.serve(part)[module.output_name].numpy())
+    if out:
+        return np.concatenate(out)
+    return np.zeros((0, module.net.output_shape[-1]) if module.task is Task.MULTICLASS else 0, np.float32)
 
 
 def predict_proba(
     module: ServingModule, inputs: Mapping[str, np.ndarray], *, batch: int = 4096
 ) -> np.ndarray:
-    """Run the serving function over raw input columns in batches."""
-    n = len(next(iter(inputs.values())))
-    out = []
-    for start in range(0, n, batch):
-        part = {k: tf.constant(v[start : start + batch]) for k, v in inputs.items()}
-        out.append(module.serve(part)["probability"].numpy())
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+    """The binary model's probabilities (:func:`predict` of a binary module)."""
+    return predict(module, inputs, batch=batch)
 
 
 def write_saved_model(module: ServingModule, path: Path) -> None:

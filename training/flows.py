@@ -1,4 +1,5 @@
-"""Training: prepare -> train (async | sync | local) -> calibrate -> evaluate -> profile -> publish."""
+"""Training: prepare -> probe the builder -> train (async | sync | local) -> calibrate (binary) -> evaluate
+-> profile -> publish."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from core.config import Settings, get_settings
 from core.database import Database
-from monitors.performance import classification_metrics
+from monitors.performance import metrics_for
 from monitors.profile import build_reference_profile
 from registry.models import ModelVersion
+from registry.schema import Task
 from registry.service import latest_version
+from training.builders import output_width, probe
 from training.calibration import fit_platt, logits_of
 from training.cluster import ClusterSpec
 from training.jobs import Mode, PreparedData, RunFiles, TrainJob, prepare
@@ -44,14 +49,17 @@ def run_training(
     lineage: Mapping[str, Any] | None = None,
     settings: Settings | None = None,
 ) -> TrainResult:
-    """Train ``job`` on its cluster, calibrate its probabilities (Platt scaling) and evaluate on the
-    held-out split, and register a new staged version.
+    """Train ``job`` on its cluster, calibrate its probabilities (binary: Platt scaling) and evaluate on
+    the held-out split, and register a new staged version.
+
+    The job's builder (``job.model_fn``) is loaded and probed first: a broken one raises
+    :class:`training.builders.ModelFnError` (one line) before any cluster process starts.
 
     ``prepared``: the job's data as :func:`training.jobs.prepare` returned it (read here when not given).
     ``lineage``: more facts for the version's lineage (a retraining job adds its id, trigger and window).
     ``settings``: the cluster settings (default: the process's).
     """
-    from training.export import ServingModule, predict_proba, publish
+    from training.export import ServingModule, predict, publish
 
     t0 = time.monotonic()
     data = prepared or prepare(job)
@@ -63,6 +71,13 @@ def run_training(
         len(data.schema.features),
         data.prep.width,
     )
+    task = data.schema.kind
+    model_fn = probe(
+        job.model_fn,
+        input_dim=data.prep.width,
+        outputs=output_width(task, len(data.schema.classes)),
+        task=task,
+    )
     files = RunFiles(checkpoint_root / job.key)
     if job.mode is Mode.LOCAL:
         from training.trainers import local
@@ -72,15 +87,17 @@ def run_training(
         weights, cluster_shape = train_on_cluster(
             job=job, files=files, progress=progress, settings=settings or get_settings(), external=cluster
         )
-    module = ServingModule(weights, data.prep, data.schema)
-    raw = predict_proba(module, data.holdout_inputs)
-    scale, shift = fit_platt(logits_of(raw), data.holdout_y)
-    module.calibrate(scale=scale, shift=shift)
-    proba = predict_proba(module, data.holdout_inputs)
-    metrics = classification_metrics(y_true=data.holdout_y, y_prob=proba).as_dict()
-    metrics["rows"] = int(metrics["rows"])
+    module = ServingModule(weights, data.prep, data.schema, model_fn=job.model_fn)
+    calibration: dict[str, Any] = {}
+    if task is Task.BINARY:
+        raw = predict(module, data.holdout_inputs)
+        scale, shift = fit_platt(logits_of(raw), data.holdout_y)
+        module.calibrate(scale=scale, shift=shift)
+        calibration = {"calibration": {"method": "platt", "scale": round(scale, 6), "shift": round(shift, 6)}}
+    outputs = predict(module, data.holdout_inputs)
+    metrics = evaluate(task, y_true=data.holdout_y, predictions=outputs)
     profile = build_reference_profile(
-        data.train_columns, data.schema, predictions=proba, labels=data.holdout_y
+        data.train_columns, data.schema, predictions=outputs, labels=data.holdout_y
     )
     seconds = time.monotonic() - t0
     with db.session() as session:
@@ -102,7 +119,9 @@ def run_training(
             "duration_s": round(seconds, 3),
             "parent_version": parent,
             "job_key": job.key,
-            "calibration": {"method": "platt", "scale": round(scale, 6), "shift": round(shift, 6)},
+            "task": task.short,
+            "model_fn": model_fn,
+            **calibration,
             **(lineage or {}),
         }
         version = publish(
@@ -120,3 +139,27 @@ def run_training(
     shutil.rmtree(files.checkpoints, ignore_errors=True)
     files.weights.unlink(missing_ok=True)
     return TrainResult(version=version, metrics=metrics, seconds=seconds)
+
+
+def evaluate(task: Task, *, y_true: np.ndarray, predictions: np.ndarray) -> dict[str, Any]:
+    """The held-out metrics of the task (``monitors.performance.metrics_for``), ``rows`` as an int."""
+    metrics: dict[str, Any] = dict(metrics_for(task, y_true=y_true, predictions=predictions))
+    metrics["rows"] = int(metrics["rows"])
+    return metrics
+
+
+SUMMARY_METRICS = {
+    Task.BINARY: (("accuracy", "held-out accuracy"), ("roc_auc", "ROC AUC")),
+    Task.MULTICLASS: (("accuracy", "held-out accuracy"), ("macro_f1", "macro F1"), ("log_loss", "log loss")),
+    Task.REGRESSION: (("mae", "held-out MAE"), ("rmse", "RMSE"), ("r2", "R²")),
+}
+
+
+def metrics_line(task: Task, metrics: Mapping[str, Any]) -> str:
+    """The task's headline metrics in one phrase, e.g. ``held-out accuracy 0.9012, ROC AUC 0.9433``."""
+    parts = []
+    for key, label in SUMMARY_METRICS[task]:
+        value = metrics.get(key)
+        if isinstance(value, int | float):
+            parts.append(f"{label} {float(value):.4f}")
+    return ", ".join(parts)

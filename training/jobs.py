@@ -14,7 +14,8 @@ import numpy as np
 
 from core.errors import Invalid
 from core.tabular import Columns, read_table
-from registry.schema import ModelSchema, infer_schema
+from registry.schema import ModelSchema, Task, check_classes, infer_schema, label_codes
+from training.builders import file_sha256
 from training.datagen import TARGET
 from training.features import Preprocessing, fit_preprocessing, raw_inputs
 
@@ -44,17 +45,39 @@ class TrainJob:
     checkpoint_every: int = 50
     parent_version: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    task: str = "binary"  # binary | multiclass | regression (Task.parse)
+    model_fn: str | None = None  # the builder: FILE.py:FUNC or package.module:FUNC; None = the built-in MLP
+    classes: tuple[str, ...] = ()  # multi-class: the class names in output order (default: sorted labels)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task", Task.parse(self.task).short)
+        object.__setattr__(self, "classes", tuple(self.classes))
+
+    @property
+    def kind(self) -> Task:
+        """The task as an enum."""
+        return Task.parse(self.task)
 
     @property
     def key(self) -> str:
-        """Stable id of the run: same data file and same settings give the same key (so reruns resume)."""
+        """Stable id of the run: same data file and same settings give the same key (so reruns resume);
+        another task, builder or builder file is another run."""
         stat = self.data.stat()
+        skip = {"extra", "parent_version", "task", "model_fn", "classes"}
         ident = {
-            **{k: str(v) for k, v in asdict(self).items() if k not in {"extra", "parent_version"}},
+            **{k: str(v) for k, v in asdict(self).items() if k not in skip},
             "data": str(self.data.resolve()),
             "size": stat.st_size,
             "mtime": int(stat.st_mtime),
         }
+        # the built-in binary run keeps the key it had before tasks and builders existed
+        if self.kind is not Task.BINARY:
+            ident["task"] = self.task
+        if self.classes:
+            ident["classes"] = list(self.classes)
+        if self.model_fn is not None:
+            ident["model_fn"] = self.model_fn
+            ident["model_fn_sha256"] = file_sha256(self.model_fn) or ""
         digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:12]
         return f"{self.model_name}-{self.mode.value}-{digest}"
 
@@ -119,16 +142,36 @@ def check_labels(path: Path, target: str, y: np.ndarray) -> None:
         )
 
 
+def check_task_labels(path: Path, target: str, y: np.ndarray, task: Task) -> None:
+    """The target holds the task's labels, none missing: 0/1 (binary), classes (multi-class), numbers."""
+    where = f"--data {path}: target column {target!r}"
+    if task is Task.BINARY:
+        check_labels(path, target, y)
+        return
+    if y.dtype.kind == "O":
+        missing = np.array([v is None or (isinstance(v, float) and v != v) or v == "" for v in y])
+    else:
+        missing = np.isnan(y.astype(np.float64)) if y.dtype.kind == "f" else np.zeros(len(y), bool)
+    if missing.any():
+        raise TrainingDataError(f"{where} has {int(missing.sum())} missing label(s): fill or drop those rows")
+    if task is Task.REGRESSION and y.dtype.kind not in "iuf":
+        raise TrainingDataError(f"{where} holds text: a regression (--task regression) needs numbers")
+
+
 def prepare(job: TrainJob) -> PreparedData:
     """Read the data, check it, split off the held-out rows (seeded), infer the contract, fit preprocessing.
 
     Data that cannot train a model raises :class:`TrainingDataError` (an ``Invalid``: exit 2 in the CLI).
+    Targets: binary 0/1; multi-class: class indexes into the classes (``job.classes``, else the sorted
+    labels); regression: the numbers.
     """
+    task = job.kind
     columns = read_table(job.data)
     if job.target not in columns:
+        what = {Task.BINARY: "0/1 label", Task.MULTICLASS: "class label", Task.REGRESSION: "numeric target"}
         raise TrainingDataError(
             f"--data {job.data} has no target column {job.target!r} (columns: {', '.join(columns)}): "
-            "name the 0/1 label column with --target"
+            f"name the {what[task]} column with --target"
         )
     if len(columns) < 2:
         raise TrainingDataError(f"--data {job.data} has no feature columns besides the target {job.target!r}")
@@ -138,24 +181,37 @@ def prepare(job: TrainJob) -> PreparedData:
         raise TrainingDataError(
             f"--data {job.data} has {n} rows, too few to train and hold out 20 % (need at least {MIN_ROWS})"
         )
-    check_labels(job.data, job.target, y_all)
+    check_task_labels(job.data, job.target, y_all, task)
+    classes: tuple[str, ...] = ()
+    if task is Task.MULTICLASS:
+        try:  # from all rows: a class seen in the held-out rows only is still a class of the model
+            classes = check_classes(y_all, target=job.target, classes=job.classes)
+        except ValueError as exc:
+            raise TrainingDataError(f"--data {job.data}: {exc}") from None
     order = np.random.default_rng(job.seed).permutation(n)
     n_hold = max(1, int(round(n * job.holdout)))
     hold, train = order[:n_hold], order[n_hold:]
     train_cols = {k: v[train] for k, v in columns.items()}
     try:
-        schema = infer_schema(train_cols, target=job.target)
+        schema = infer_schema(train_cols, target=job.target, task=task, classes=classes)
         prep = fit_preprocessing(train_cols, schema)
     except ValueError as exc:  # a column the contract cannot describe (e.g. an id column of free text)
         raise TrainingDataError(f"--data {job.data}: {exc}") from None
     hold_cols = {k: v[hold] for k, v in columns.items()}
+    train_y, holdout_y = train_cols[job.target], hold_cols[job.target]
+    if task is Task.MULTICLASS:
+        train_y, holdout_y = label_codes(train_y, classes), label_codes(holdout_y, classes).astype(np.int64)
+    elif task is Task.REGRESSION:
+        holdout_y = holdout_y.astype(np.float64)
+    else:
+        holdout_y = holdout_y.astype(np.int64)
     return PreparedData(
         schema=schema,
         prep=prep,
         train_columns={k: v for k, v in train_cols.items() if k != job.target},
-        train_y=train_cols[job.target].astype(np.float32),
+        train_y=train_y.astype(np.float32),
         holdout_inputs=raw_inputs(hold_cols, schema),
-        holdout_y=hold_cols[job.target].astype(np.int64),
+        holdout_y=holdout_y,
     )
 
 
@@ -198,22 +254,20 @@ def read_job(path: Path) -> tuple[TrainJob, dict[str, list[str]], RunFiles]:
     """The job, its cluster and its files, as written by :func:`write_job`."""
     doc = json.loads(path.read_text())
     cluster = doc.pop("cluster")
+    doc["classes"] = tuple(doc.get("classes") or ())
     job = TrainJob(**{**doc, "data": Path(doc["data"]), "mode": Mode(doc["mode"])})
     return job, cluster, RunFiles(path.parent)
 
 
-def save_weights(weights: list[tuple[np.ndarray, np.ndarray]], path: Path) -> None:
-    """Final Dense weights as ``k0, b0, k1, b1, ...`` (written atomically)."""
-    arrays = {}
-    for i, (k, b) in enumerate(weights):
-        arrays[f"k{i}"], arrays[f"b{i}"] = k, b
+def save_weights(weights: list[np.ndarray], path: Path) -> None:
+    """The model's final weights, in ``net.weights`` order, as ``w0, w1, ...`` (written atomically)."""
+    arrays = {f"w{i}": np.asarray(w) for i, w in enumerate(weights)}
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, **arrays)  # type: ignore[arg-type]
     tmp.replace(path)
 
 
-def load_weights(path: Path) -> list[tuple[np.ndarray, np.ndarray]]:
+def load_weights(path: Path) -> list[np.ndarray]:
     """Inverse of :func:`save_weights`."""
     with np.load(path) as z:
-        n = len(z.files) // 2
-        return [(z[f"k{i}"], z[f"b{i}"]) for i in range(n)]
+        return [z[f"w{i}"] for i in range(len(z.files))]

@@ -189,7 +189,9 @@ def jobs_submit(
     The job reads the newest labelled predictions, holds out the newest share for the validation gate,
     trains a candidate, and promotes it only when the gate passes (or holds it when
     DRIFTWARDEN_RETRAIN_AUTO_PROMOTE is off, or when the holdout is too small for the gate to decide). An
-    active job of the model is answered instead of a second one.
+    active job of the model is answered instead of a second one. The job trains the base version's own
+    network (the builder function its lineage records, `driftwarden train --model-fn`); a version imported
+    without --model-fn cannot be retrained (exit 2, naming the fix).
     """
     import getpass
 

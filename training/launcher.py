@@ -30,7 +30,7 @@ from training.cluster import (
 from training.jobs import Mode, RunFiles, TrainJob, load_weights, write_job
 from training.progress import Progress, follow
 
-Weights = list[tuple[np.ndarray, np.ndarray]]
+Weights = list[np.ndarray]  # the model's weights in ``net.weights`` order
 POLL_S = 0.2
 PS_LOST_EXIT = 3  # the chief's exit code when a parameter server is gone
 

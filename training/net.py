@@ -1,4 +1,4 @@
-"""The classifier network (Keras 3 layers) and its weights as plain arrays."""
+"""The network's weights as plain arrays (the network itself comes from a builder: training.builders)."""
 
 from __future__ import annotations
 
@@ -9,26 +9,19 @@ import numpy as np
 if TYPE_CHECKING:
     import keras
 
-HIDDEN = (64, 32)
+
+def model_weights(net: keras.Model) -> list[np.ndarray]:
+    """Every weight of the model in its order (``net.weights``), read back as numpy (from ps tasks if
+    distributed); :func:`set_model_weights` puts them into a model built by the same builder."""
+    return [np.asarray(v.numpy()) for v in net.weights]
 
 
-def build_net(width: int, *, seed: int = 0) -> keras.Model:
-    """An MLP from the encoded matrix to one logit; create it under a strategy's scope to distribute it."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    inputs = keras.Input(shape=(width,), dtype="float32", name="encoded")
-    x = inputs
-    for i, units in enumerate(HIDDEN):
-        x = keras.layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
-    logit = keras.layers.Dense(1, name="logit")(x)
-    return keras.Model(inputs, logit, name="driftwarden_mlp")
-
-
-def dense_weights(net: keras.Model) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(kernel, bias) of each Dense layer in order, read back as numpy (from ps tasks if distributed)."""
-    pairs = []
-    for layer in net.layers:
-        if hasattr(layer, "kernel"):
-            pairs.append((np.asarray(layer.kernel.numpy()), np.asarray(layer.bias.numpy())))
-    return pairs
+def set_model_weights(net: keras.Model, weights: list[np.ndarray]) -> None:
+    """Load :func:`model_weights` into a model of the same builder (the shapes must match, in order)."""
+    variables = net.weights
+    if len(variables) != len(weights):
+        raise ValueError(f"the model has {len(variables)} weights, {len(weights)} were trained")
+    for var, value in zip(variables, weights, strict=True):
+        if tuple(var.shape) != tuple(value.shape):
+            raise ValueError(f"weight {var.path}: shape {tuple(var.shape)} != trained {tuple(value.shape)}")
+        var.assign(value)

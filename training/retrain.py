@@ -44,8 +44,9 @@ from core.errors import Conflict, DomainError
 from core.tabular import Columns, read_table, write_table
 from predictions.service import labelled_rows
 from registry.models import ModelVersion, VersionState
-from registry.schema import FeatureKind, ModelSchema
+from registry.schema import FeatureKind, ModelSchema, Task, label_codes
 from registry.service import get_version, latest_version, promote, read_schema, reject, serving_version
+from training.builders import lineage_ref, require_retrainable
 from training.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
 from training.jobs import Mode, TrainJob, prepare
 from training.models import JobState
@@ -205,6 +206,11 @@ class Plan:
     ps: int
     workers: int
     epochs: float
+    model_fn: str | None = None  # the parent's builder (its lineage's model_fn; None = the built-in MLP)
+
+    @property
+    def task(self) -> Task:
+        return self.schema.kind
 
 
 @dataclass(frozen=True)
@@ -309,8 +315,9 @@ def make_plan(control: JobControl, snap: Snapshot) -> Plan:
         base: ModelVersion | None = serving or latest_version(session=session, model_name=snap.model_name)
     if base is None:
         raise Conflict(f"model {snap.model_name!r} has no registered version to retrain")
-    schema = read_schema(path=Path(base.path))
     lineage = dict(base.lineage or {})
+    require_retrainable(lineage, model_name=snap.model_name, version=base.version)
+    schema = read_schema(path=Path(base.path))
     params = snap.params
     shape = lineage.get("cluster")
     cluster: dict[str, Any] = shape if isinstance(shape, dict) else {}
@@ -334,6 +341,7 @@ def make_plan(control: JobControl, snap: Snapshot) -> Plan:
         ps=ps,
         workers=workers,
         epochs=epochs,
+        model_fn=lineage_ref(lineage),
     )
 
 
@@ -411,14 +419,15 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
         labelled=n, fraction=settings.retrain_holdout_fraction, min_rows=settings.retrain_holdout_min_rows
     )
     cut = n - n_hold
-    labels = rows.labels.astype(np.int64)
+    labels = _labels(plan, rows.labels)
     train_y = labels[:cut].copy()
-    present = sorted({int(v) for v in np.unique(train_y)})
-    if present != [0, 1]:
-        raise NotEnoughData(
-            f"the {cut} labelled predictions of model {snap.model_name} to train on hold only label "
-            f"{present[0]}: a model needs both classes; send feedback for predictions of both outcomes"
-        )
+    if plan.task is Task.BINARY:
+        present = sorted({int(v) for v in np.unique(train_y)})
+        if present != [0, 1]:
+            raise NotEnoughData(
+                f"the {cut} labelled predictions of model {snap.model_name} to train on hold only label "
+                f"{present[0]}: a model needs both classes; send feedback for predictions of both outcomes"
+            )
     dtype = {f.name: f.dtype for f in schema.features}
 
     def part(lo: int, hi: int) -> Columns:
@@ -487,6 +496,23 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
     return data
 
 
+def _labels(plan: Plan, values: np.ndarray) -> np.ndarray:
+    """The feedback labels as the task's target column: 0/1 (binary), class names (multi-class: feedback
+    labels are class indexes into the contract's classes), numbers (regression)."""
+    if plan.task is Task.REGRESSION:
+        return values.astype(np.float64)
+    if plan.task is Task.MULTICLASS:
+        classes = plan.schema.classes
+        index = values.astype(np.int64)
+        if values.size and (np.any(index < 0) or np.any(index >= len(classes)) or np.any(index != values)):
+            raise NotEnoughData(
+                f"the feedback labels of model {plan.model_name} must be class indexes 0..{len(classes) - 1} "
+                f"(classes {list(classes)})"
+            )
+        return np.array(classes, dtype=object)[index]
+    return values.astype(np.int64)
+
+
 def _previous_data(control: JobControl, plan: Plan) -> tuple[Columns, str] | None:
     """The serving version's training data (its lineage's ``data_source``): features and target only."""
     source = plan.base_lineage.get("data_source")
@@ -505,7 +531,7 @@ def _previous_data(control: JobControl, plan: Plan) -> tuple[Columns, str] | Non
 
 def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int:
     """Train the candidate on the job's training set; returns its (staged) version number."""
-    from training.flows import run_training
+    from training.flows import metrics_line, run_training
 
     settings = control.settings
     base = plan.base_lineage
@@ -523,13 +549,17 @@ def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int
         steps_per_closure=settings.steps_per_closure,
         checkpoint_every=settings.checkpoint_every_steps,
         parent_version=plan.parent,
+        task=plan.task.short,
+        model_fn=plan.model_fn,
+        classes=plan.schema.classes,
     )
     shape = {Mode.ASYNC: f", {plan.ps} ps, {plan.workers} workers", Mode.SYNC: f", {plan.workers} workers"}
+    builder = f", model function {plan.model_fn}" if plan.model_fn else ""
     _record(
         control,
         lines=[
             f"training {plan.model_name} ({plan.mode.value}{shape.get(plan.mode, '')}, "
-            f"{plan.epochs:g} epochs) from version {plan.parent}"
+            f"{plan.epochs:g} epochs{builder}) from version {plan.parent}"
         ],
     )
     prepared = prepare(job)
@@ -559,26 +589,29 @@ def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int
         control,
         lines=[
             f"registered {plan.model_name}:{result.version.version} (staged) in {result.seconds:.1f}s: "
-            f"held-out accuracy {m['accuracy']:.4f}, ROC AUC {m['roc_auc']:.4f}"
+            f"{metrics_line(plan.task, m)}"
         ],
     )
     return result.version.version
 
 
 def _score(path: Path, schema: ModelSchema, columns: Columns) -> np.ndarray:
+    """The version's output (``schema.output.name``) on the rows: ``[n]``, or ``[n, K]`` (multi-class)."""
     from registry.saved_model import load
     from training.features import raw_inputs
 
     runner = load(path)
     inputs = raw_inputs(columns, schema)
     n = len(next(iter(inputs.values())))
-    out = [
-        np.asarray(runner({k: v[lo : lo + SCORE_BATCH] for k, v in inputs.items()})["probability"]).reshape(
-            -1
-        )
-        for lo in range(0, n, SCORE_BATCH)
-    ]
-    return np.concatenate(out).astype(np.float64) if out else np.zeros(0)
+    width = schema.output.width if schema.kind is Task.MULTICLASS else 0
+    name = schema.output.name
+    out = []
+    for lo in range(0, n, SCORE_BATCH):
+        answer = np.asarray(runner({k: v[lo : lo + SCORE_BATCH] for k, v in inputs.items()})[name])
+        out.append(answer.reshape(-1, width) if width else answer.reshape(-1))
+    if not out:
+        return np.zeros((0, width) if width else 0)
+    return np.concatenate(out).astype(np.float64)
 
 
 def validate(control: JobControl, plan: Plan, candidate: int, data: JobData) -> GateResult:
@@ -594,7 +627,11 @@ def validate(control: JobControl, plan: Plan, candidate: int, data: JobData) -> 
         )
     cand_schema = read_schema(path=Path(row.path))
     columns = read_table(data.holdout)
-    labels = np.asarray(columns.pop(cand_schema.target), dtype=np.float64)
+    target = columns.pop(cand_schema.target)
+    if cand_schema.kind is Task.MULTICLASS:  # class names -> class indexes in the output's order
+        labels = label_codes(target, cand_schema.classes)
+    else:
+        labels = np.asarray(target, dtype=np.float64)
     cand = _score(Path(row.path), cand_schema, columns)
     serving = None
     if current is not None and current.version != candidate:

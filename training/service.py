@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session
 
 from core.errors import Conflict, Invalid, NotFound
 from registry.names import check_name
-from registry.service import require_model
+from registry.service import latest_version, require_model, serving_version
+from training.builders import require_retrainable
 from training.models import ACTIVE_STATES, JobState, RetrainRequest, TrainingJob, Trigger, utcnow
 
 LOG_TAIL_LINES = 50
@@ -91,8 +92,17 @@ def enqueue(
     params: Mapping[str, Any] | None = None,
     cooldown_s: float = 0.0,
 ) -> Enqueued:
-    """Queue a retraining job of ``model_name``, or answer with the job that makes a new one unneeded."""
+    """Queue a retraining job of ``model_name``, or answer with the job that makes a new one unneeded.
+
+    A model whose base version (serving, else the latest) cannot be retrained (imported without its builder
+    function) raises :class:`core.errors.Conflict` naming the fix.
+    """
     require_model(session=session, model_name=model_name)
+    base = serving_version(session=session, model_name=model_name) or latest_version(
+        session=session, model_name=model_name
+    )
+    if base is not None:
+        require_retrainable(base.lineage, model_name=model_name, version=base.version)
     try:
         how = Trigger(trigger)
     except ValueError:

@@ -1,4 +1,4 @@
-"""The TensorFlow pieces every trainer shares: the encoded matrix, the loss and the replica step."""
+"""What every trainer shares: the encoded matrix, the network, the loss and the replica step."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from registry.schema import Task
+from training.builders import build_model, output_width
 from training.features import encode, raw_inputs
-from training.jobs import PreparedData
+from training.jobs import PreparedData, TrainJob
 
 
 def encoded_matrix(data: PreparedData) -> np.ndarray:
@@ -19,15 +21,42 @@ def encoded_matrix(data: PreparedData) -> np.ndarray:
     return encode({k: tf.constant(v) for k, v in raw.items()}, data.prep).numpy()
 
 
+def build_net(job: TrainJob, data: PreparedData) -> keras.Model:
+    """The job's network from its builder (``job.model_fn``, else the built-in MLP), seeded; create it under
+    a strategy's scope to distribute it."""
+    task = data.schema.kind
+    return build_model(
+        job.model_fn,
+        input_dim=data.prep.width,
+        outputs=output_width(task, len(data.schema.classes)),
+        task=task,
+        seed=job.seed,
+    )
+
+
+def per_example_loss(task: Task, y: tf.Tensor, out: tf.Tensor) -> tf.Tensor:
+    """binary: sigmoid cross-entropy on ``out[:, 0]``; multi-class: sparse softmax cross-entropy on the
+    ``[batch, K]`` logits with class-index labels; regression: squared error of ``out[:, 0]``."""
+    out = tf.cast(out, tf.float32)
+    if task is Task.MULTICLASS:
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(y, tf.int32), logits=out)
+    if task is Task.REGRESSION:
+        return tf.square(out[:, 0] - y)
+    return tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=out[:, 0])
+
+
 def make_replica_step(
-    net: keras.Model, optimizer: keras.optimizers.Optimizer, *, global_batch: int
+    net: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    *,
+    global_batch: int,
+    task: Task = Task.BINARY,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """One gradient step on one replica's batch; the loss is averaged over the global batch."""
+    """One gradient step on one replica's batch; the task's loss is averaged over the global batch."""
 
     def replica_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
-            logits = net(x, training=True)[:, 0]
-            per_example = tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits)
+            per_example = per_example_loss(task, y, net(x, training=True))
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         grads = tape.gradient(loss, net.trainable_variables)
         optimizer.apply_gradients(zip(grads, net.trainable_variables, strict=True))

@@ -93,7 +93,8 @@ async def retrain(
 
     Body (optional): `reason`, `mode` (async | sync | local), `epochs`, `workers`, `ps`, `drill`
     (`shuffled_labels`: a fire drill the validation gate must reject). An active job of the model, or the job
-    of the same `Idempotency-Key`, is answered instead of a new one (`created: false`).
+    of the same `Idempotency-Key`, is answered instead of a new one (`created: false`). A model whose version
+    was imported without its builder function (`--model-fn`) cannot be retrained: 409, naming the fix.
     """
     state = _state(request)
     params = await _params(request)

@@ -18,11 +18,11 @@ import tensorflow as tf
 from core.network import is_listening
 from training.cluster import ClusterSpec
 from training.jobs import PreparedData, TrainJob, prepare, read_job, save_weights
-from training.net import build_net, dense_weights
+from training.net import model_weights
 from training.progress import Progress, ProgressFile
-from training.steps import encoded_matrix, make_optimizer, make_replica_step
+from training.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
 
-Weights = list[tuple[np.ndarray, np.ndarray]]
+Weights = list[np.ndarray]
 
 
 def run_chief(job_path: Path) -> None:
@@ -73,12 +73,12 @@ def coordinate(
     n_closures = planned // k
     x, y = encoded_matrix(data), data.train_y
     with strategy.scope():
-        net = build_net(data.prep.width, seed=job.seed)
+        net = build_net(job, data)
         optimizer = make_optimizer(job.learning_rate)
         optimizer.build(net.trainable_variables)
         global_step = tf.Variable(0, dtype=tf.int64, name="global_step")
         closure_steps = tf.Variable(tf.zeros([n_closures], tf.int64), name="closure_steps")
-    replica_step = make_replica_step(net, optimizer, global_batch=job.batch_size)
+    replica_step = make_replica_step(net, optimizer, global_batch=job.batch_size, task=data.schema.kind)
     workers, batch, seed = job.workers, job.batch_size, job.seed
 
     def dataset_fn(_ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -146,4 +146,4 @@ def coordinate(
     if final != planned:
         raise RuntimeError(f"global step {final} != planned {planned}: closure accounting is broken")
     progress.event("training done: global_step=%d planned=%d", final, planned)
-    return dense_weights(net)
+    return model_weights(net)

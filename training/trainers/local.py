@@ -6,17 +6,17 @@ import numpy as np
 import tensorflow as tf
 
 from training.jobs import PreparedData, TrainJob
-from training.net import build_net, dense_weights
+from training.net import model_weights
 from training.progress import Progress
-from training.steps import dataset, encoded_matrix, make_optimizer, make_replica_step
+from training.steps import build_net, dataset, encoded_matrix, make_optimizer, make_replica_step
 
 
-def train(job: TrainJob, data: PreparedData, progress: Progress) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Plain loop over the planned steps; returns the Dense weights."""
+def train(job: TrainJob, data: PreparedData, progress: Progress) -> list[np.ndarray]:
+    """Plain loop over the planned steps; returns the model's weights (in ``net.weights`` order)."""
     x = encoded_matrix(data)
-    net = build_net(data.prep.width, seed=job.seed)
+    net = build_net(job, data)
     optimizer = make_optimizer(job.learning_rate)
-    step_fn = make_replica_step(net, optimizer, global_batch=job.batch_size)
+    step_fn = make_replica_step(net, optimizer, global_batch=job.batch_size, task=data.schema.kind)
     iterator = iter(dataset(x, data.train_y, batch=job.batch_size, seed=job.seed))
 
     @tf.function
@@ -35,4 +35,4 @@ def train(job: TrainJob, data: PreparedData, progress: Progress) -> list[tuple[n
         loss = float(run(tf.constant(n)))
         done += n
         progress.update(done, loss=loss, examples=n * job.batch_size)
-    return dense_weights(net)
+    return model_weights(net)

@@ -18,9 +18,9 @@ import tensorflow as tf
 
 from training.cluster import ClusterSpec
 from training.jobs import prepare, read_job, save_weights
-from training.net import build_net, dense_weights
+from training.net import model_weights
 from training.progress import ProgressFile
-from training.steps import encoded_matrix, make_optimizer, make_replica_step
+from training.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
 
 
 def run_worker(job_path: Path, index: int) -> None:
@@ -38,11 +38,11 @@ def run_worker(job_path: Path, index: int) -> None:
     x, y = encoded_matrix(data), data.train_y
     global_batch = max(n_workers, job.batch_size // n_workers * n_workers)
     with strategy.scope():
-        net = build_net(data.prep.width, seed=job.seed)
+        net = build_net(job, data)
         optimizer = make_optimizer(job.learning_rate)
         optimizer.build(net.trainable_variables)
         global_step = tf.Variable(0, dtype=tf.int64, name="global_step")
-    replica_step = make_replica_step(net, optimizer, global_batch=global_batch)
+    replica_step = make_replica_step(net, optimizer, global_batch=global_batch, task=data.schema.kind)
     seed = job.seed
 
     def dataset_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -89,6 +89,6 @@ def run_worker(job_path: Path, index: int) -> None:
         return
     assert progress is not None
     progress.event("training done: global_step=%d planned=%d", int(global_step.numpy()), planned)
-    save_weights(dense_weights(net), files.weights)
+    save_weights(model_weights(net), files.weights)
     progress.event("chief wrote final weights to %s", files.weights)
     progress.close()
