@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, text
 
+from alerts.rules import DEFAULT_RULES
 from core.database import open_database
 from core.tabular import write_table
 from registry.schema import Task
@@ -261,6 +262,20 @@ def test_monitor_runs_on_each_task(own_server: tuple[Server, dict], name: str) -
         }
         for i in range(600)
     ]
+    if name == "own_reg":  # a rule of its own on the task's metric, beside the defaults
+        from alerts.service import replace_rules
+        from alerts.specs import parse_rule
+
+        rule = parse_rule(
+            {"name": "rmse_up", "kind": "performance", "params": {"metric": "rmse", "margin": 0.1}},
+            path="rule",
+        )
+        db = open_database(srv.settings.database_url.get_secret_value())
+        try:
+            with db.session() as s:
+                replace_rules(session=s, model_name=name, rules=[*DEFAULT_RULES, rule], source="test")
+        finally:
+            db.dispose()
     ids: list[str] = []
     answers: list[Any] = []
     with srv.client() as c:
@@ -310,3 +325,14 @@ def test_monitor_runs_on_each_task(own_server: tuple[Server, dict], name: str) -
     else:
         assert set(realised) >= {"mae", "rmse", "r2"} and set(estimated) >= {"mae", "rmse"}
         assert realised["mae"] > 0 and estimated["mae"] > 0
+        # the noise grows with |a|: on the shifted window the RMSE rises well above the reference's, and the
+        # rule on it fires (the run's alerts are raised by the server's handlers, in this process)
+        assert realised["rmse"] > 1.1 * report["reference_performance"]["rmse"]
+        from alerts.flows import firing_findings
+
+        db = open_database(srv.settings.database_url.get_secret_value())
+        try:
+            firing = {f["name"]: f for f in firing_findings(db=db, model_name=name)}
+        finally:
+            db.dispose()
+        assert "rmse_up" in firing and "performance_drop" in firing, sorted(firing)
