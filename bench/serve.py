@@ -725,35 +725,38 @@ def naive_server(model: Path, port: int) -> None:
 
 
 # -- orchestration --------------------------------------------------------------------------------
-def train_model(root: Path, n_rows: int) -> tuple[Path, list[dict[str, Any]]]:
+def train_model(root: Path, n_rows: int, task: str = "binary") -> tuple[Path, list[dict[str, Any]]]:
+    """The bench's model (the built-in MLP of ``task``: binary, multiclass or regression) and request rows."""
     from core.database import open_database
     from core.tabular import write_table
-    from training.datagen import generate
+    from registry.schema import Task
+    from training.datagen import TARGETS, generate
     from training.flows import run_training
     from training.jobs import Mode, TrainJob
     from training.progress import Progress
 
     data = root / "train.parquet"
-    write_table(generate(3000, seed=0), data)
+    write_table(generate(3000, seed=0, task=task), data)
     db = open_database(f"sqlite:///{root / 'train.db'}")
+    target = TARGETS[Task.parse(task)]
     result = run_training(
-        job=TrainJob(model_name="bench", data=data, mode=Mode.LOCAL, epochs=1.0),
+        job=TrainJob(model_name="bench", data=data, mode=Mode.LOCAL, epochs=1.0, task=task, target=target),
         db=db,
         registry=root / "models",
         checkpoint_root=root / "ckpt",
         progress=Progress("t", show_bar=False),
     )
     db.dispose()
-    return Path(result.version.path), request_rows(generate(max(64, n_rows), seed=3))
+    return Path(result.version.path), request_rows(generate(max(64, n_rows), seed=3, task=task), target)
 
 
-def request_rows(columns: dict[str, Any]) -> list[dict[str, Any]]:
+def request_rows(columns: dict[str, Any], target: str = "default") -> list[dict[str, Any]]:
     """Columns of ``training.datagen.generate`` as request rows (JSON values, no target, NaN as null)."""
     rows = []
     for values in zip(*columns.values(), strict=True):
         row = {}
         for k, v in zip(columns, values, strict=True):
-            if k == "default":
+            if k == target:
                 continue
             v = v.item() if hasattr(v, "item") else v
             row[k] = None if isinstance(v, float) and v != v else v
@@ -917,6 +920,12 @@ def main() -> None:
         "--max-requests", type=int, default=40_000, help="Python driver: request cap per level."
     )
     parser.add_argument("--json", type=Path, help="Also write every result here.")
+    parser.add_argument(
+        "--task",
+        choices=("binary", "multiclass", "regression"),
+        default="binary",
+        help="The served model's task (the built-in MLP trained on `data generate --task`).",
+    )
     args = parser.parse_args()
     if args.cmd == "naive-server":
         naive_server(args.model, args.port)
@@ -938,8 +947,8 @@ def main() -> None:
         driver = Driver(args.driver, root, args.timeout, args.max_requests)
         if args.driver == "wrk":
             driver.wrk = ensure_wrk()
-        print("training a model ...", flush=True)
-        model_path, sample = train_model(root, max(args.rows))
+        print(f"training a {args.task} model ...", flush=True)
+        model_path, sample = train_model(root, max(args.rows), args.task)
         gc.collect()
         gc.freeze()
         for rows in args.rows:
