@@ -164,8 +164,11 @@ def test_local_mode_trains_the_team_network_for_each_task(
 
 
 @pytest.mark.cluster
-def test_async_cluster_trains_a_multiclass_team_network(workspace: Workspace, files: dict[str, Path]) -> None:
-    task = Task.MULTICLASS
+@pytest.mark.parametrize("task", [Task.MULTICLASS, Task.REGRESSION], ids=["multiclass", "regression"])
+def test_async_cluster_trains_the_team_network(
+    workspace: Workspace, files: dict[str, Path], task: Task
+) -> None:
+    """Parameter servers (1 ps, 2 workers); binary: the killed-worker test below."""
     extra = ("--mode", "async", "--ps", "1", "--workers", "2")
     rc, out = workspace.run(*_train(workspace, files, task, *extra), log_name="train.log")
     assert rc == 0, out[-4000:]
@@ -177,8 +180,11 @@ def test_async_cluster_trains_a_multiclass_team_network(workspace: Workspace, fi
 
 
 @pytest.mark.cluster
-def test_sync_cluster_trains_a_regression_team_network(workspace: Workspace, files: dict[str, Path]) -> None:
-    task = Task.REGRESSION
+@pytest.mark.parametrize("task", list(Task), ids=[t.short for t in Task])
+def test_sync_cluster_trains_the_team_network(
+    workspace: Workspace, files: dict[str, Path], task: Task
+) -> None:
+    """All-reduce over 2 workers, each task."""
     rc, out = workspace.run(
         *_train(workspace, files, task, "--mode", "sync", "--workers", "2"), log_name="t.log"
     )
