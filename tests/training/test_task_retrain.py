@@ -106,5 +106,7 @@ def test_a_multiclass_team_version_is_retrained_with_its_own_builder(tmp_path: P
         checks = {c["name"]: c for c in gate.get("checks", [])}
         assert "metric" in checks, gate
         assert np.isfinite(checks["metric"]["figures"]["candidate"])
+        assert checks["metric"]["message"].startswith("macro_f1 "), checks["metric"]["message"]
+        assert checks["metric"]["verdict"] in {"passed", "failed", "undecided"}
     finally:
         db.dispose()
