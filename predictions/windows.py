@@ -363,6 +363,24 @@ def _as_floats(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
         return as_float(np.array(values, dtype=object))
 
 
+def _labelled_rows(
+    engine: Engine,
+    columns: Sequence[ColumnElement[Any] | Any],
+    where: ColumnElement[bool],
+    span: tuple[datetime | None, datetime | None],
+) -> Any:
+    """``columns`` of the window's rows and each one's label (NULL without one), in id order."""
+    fb = PredictionFeedback
+    labels_on = feedback_join(engine.dialect.name, since=span[0], until=span[1])
+    return (
+        select(*columns, fb.label)
+        .select_from(PredictionLog)
+        .outerjoin(fb, labels_on)
+        .where(where)
+        .order_by(PredictionLog.id)
+    )
+
+
 def _generic_chunks(
     *,
     engine: Engine,
@@ -372,15 +390,9 @@ def _generic_chunks(
     chunk_rows: int,
     span: tuple[datetime | None, datetime | None] = (None, None),
 ) -> Iterator[Chunk]:
-    fb = PredictionFeedback
     names = [*numeric, *categorical]
-    labels_on = feedback_join(engine.dialect.name, since=span[0], until=span[1])
-    stmt = (
-        select(*[_feature_expr(engine, n) for n in names], PredictionLog.probability, fb.label)
-        .select_from(PredictionLog)
-        .outerjoin(fb, labels_on)
-        .where(where)
-        .order_by(PredictionLog.id)
+    stmt = _labelled_rows(
+        engine, [*[_feature_expr(engine, n) for n in names], PredictionLog.probability], where, span
     )
     with engine.connect() as conn:
         result = conn.execution_options(stream_results=True, yield_per=chunk_rows).execute(stmt)
@@ -763,17 +775,9 @@ def read_vectors(
     labels (NaN without one), in id order, chunk by chunk; a row without a vector of that width is NaN.
 
     One generic query on both backends (the vectors are JSON): read where the model is multi-class."""
-    fb = PredictionFeedback
     bounds = _Bounds(low=summary.first_id, high=summary.last_id, since=summary.since)
     where = _window_where(model_name=summary.model_name, spec=summary.spec, bounds=bounds)
-    labels_on = feedback_join(engine.dialect.name, since=summary.start, until=summary.end)
-    stmt = (
-        select(PredictionLog.outputs, fb.label)
-        .select_from(PredictionLog)
-        .outerjoin(fb, labels_on)
-        .where(where)
-        .order_by(PredictionLog.id)
-    )
+    stmt = _labelled_rows(engine, [PredictionLog.outputs], where, (summary.start, summary.end))
     with engine.connect() as conn:
         result = conn.execution_options(stream_results=True, yield_per=chunk_rows).execute(stmt)
         for part in result.partitions():

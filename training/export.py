@@ -16,7 +16,7 @@ import shutil
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -99,7 +99,14 @@ def predict_proba(
     return predict(module, inputs, batch=batch)
 
 
-def write_saved_model(module: ServingModule, path: Path) -> None:
+class Servable(Protocol):
+    """A tf.Module whose ``serve`` is driftwarden's serving signature (trained here, or an imported model's
+    wrapper: ``training.importer``)."""
+
+    serve: Any
+
+
+def write_saved_model(module: Servable, path: Path) -> None:
     """Save with ``serving_default`` as the only signature."""
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
 
@@ -109,12 +116,13 @@ def publish(
     session: Session,
     registry: Path,
     model_name: str,
-    module: ServingModule,
+    module: Servable,
     schema: ModelSchema,
     documents: Mapping[str, Any],
     metrics: dict[str, Any],
     lineage: dict[str, Any],
     parent_version: int | None = None,
+    actor: str = "training",
 ) -> ModelVersion:
     """Write SavedModel + metadata to a staging folder, move it into place, record the version."""
     registry.mkdir(parents=True, exist_ok=True)
@@ -140,6 +148,7 @@ def publish(
         metrics=metrics,
         lineage=lineage,
         parent_version=parent_version,
+        actor=actor,
     )
 
 

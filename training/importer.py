@@ -23,10 +23,7 @@ written.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import shutil
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +48,7 @@ from registry.schema import (
     is_missing,
     label_codes,
 )
-from registry.service import META_DIR, latest_version, next_version, publish_files, register_version
+from registry.service import latest_version
 
 log = logging.getLogger("driftwarden.training.importer")
 
@@ -498,10 +495,9 @@ def _publish(
     layout: Layout,
 ) -> Imported:
     """Profile the reference, write the wrapped SavedModel and its documents, record the staged version."""
-    import tensorflow as tf
-
     from monitors.performance import metrics_for
     from monitors.profile import build_reference_profile
+    from training.export import publish
 
     task = schema.kind
     profile = build_reference_profile(columns, schema, predictions=answers, labels=labels)
@@ -521,31 +517,15 @@ def _publish(
         "task": task.short,
         "model_fn": _model_fn(spec.model_fn, schema, columns),
     }
-    registry.mkdir(parents=True, exist_ok=True)
-    staging = registry / spec.model_name / f".staging-{uuid.uuid4().hex}"
     with db.session() as session:
         prev = latest_version(session=session, model_name=spec.model_name)
-        version = next_version(session=session, registry=registry, model_name=spec.model_name)
-        lineage.update(model=spec.model_name, version=version)
-        try:
-            staging.parent.mkdir(parents=True, exist_ok=True)
-            tf.saved_model.save(module, str(staging), signatures={SIGNATURE: module.serve})
-            meta = staging / META_DIR
-            meta.mkdir()
-            docs = {"schema": schema.to_dict(), "metrics": metrics, "lineage": lineage, "profile": profile}
-            for name, doc in docs.items():
-                (meta / f"{name}.json").write_text(json.dumps(doc, indent=2, default=_json_default))
-            path = publish_files(
-                staging=staging, registry=registry, model_name=spec.model_name, version=version
-            )
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-        registered = register_version(
+        registered = publish(
             session=session,
+            registry=registry,
             model_name=spec.model_name,
-            version=version,
-            path=path,
+            module=module,
+            schema=schema,
+            documents={"profile": profile},
             metrics=metrics,
             lineage=lineage,
             parent_version=prev.version if prev else None,
@@ -578,11 +558,3 @@ def content_hash(path: Path) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serializable: {type(value)!r}")
