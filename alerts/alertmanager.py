@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -84,16 +85,27 @@ class AlertmanagerPayload(BaseModel):
     alerts: list[AlertmanagerAlert] = Field(max_length=MAX_ALERTS)
 
 
+def _json_value(value: Any) -> str:
+    """``value`` as the JSON body held it: ``the number 4``, ``the boolean true``, ``null``, ``[4]``."""
+    text = json.dumps(value)[:40]
+    if isinstance(value, bool):
+        return f"the boolean {text}"
+    return f"the number {text}" if isinstance(value, int | float) else text
+
+
 def parse_payload(data: Any) -> AlertmanagerPayload:
     """The notification, or Invalid naming the field (``version`` first: only "4" is understood)."""
     if not isinstance(data, dict):
         raise Invalid(
             f"the body must be an Alertmanager webhook payload (a JSON object), got {type(data).__name__}"
         )
+    if "version" in data and not isinstance(data["version"], str):  # e.g. 4: the right version, wrong type
+        given = _json_value(data["version"])
+        raise Invalid(f'version: must be the string "{VERSION}", as Alertmanager sends it, not {given}')
     if "version" in data and data["version"] != VERSION:
         raise Invalid(
-            f"version: Alertmanager webhook payload version {data['version']!r} is not supported; this "
-            f'receiver understands version "{VERSION}" (Alertmanager webhook_config)'
+            f"version: Alertmanager webhook payload version {json.dumps(data['version'])} is not supported; "
+            f'this receiver understands version "{VERSION}" (Alertmanager webhook_config)'
         )
     try:
         payload = AlertmanagerPayload.model_validate(data)

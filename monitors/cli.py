@@ -441,7 +441,7 @@ def report_link_cmd(
     ] = "7d",
 ) -> None:
     """Print a signed URL of MODEL's HTML drift report that opens in a browser without a token."""
-    from core.config import get_settings
+    from core.config import base_url, get_settings
     from core.database import open_database
     from core.durations import require_duration
     from core.terminal import make_console
@@ -462,6 +462,12 @@ def report_link_cmd(
     make_console(stderr=True).print(
         f"report of {model}, opens without a token until {expires.isoformat(timespec='seconds')}"
     )
+    if settings.public_url is None:  # the address is a guess: say so, or the link silently leads nowhere
+        typer.echo(
+            f"note: DRIFTWARDEN_PUBLIC_URL is unset: the link assumes the server at {base_url(settings)}; "
+            "set it to the address your browser reaches",
+            err=True,
+        )
     typer.echo(url)  # alone on stdout: URL=$(driftwarden reports link MODEL)
 
 

@@ -11,14 +11,17 @@ them all.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, MutableMapping
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 import typer.main
+from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors its own click
 from typer.core import TyperGroup
 
 from core.config import get_settings
@@ -29,13 +32,30 @@ from core.logs import quiet_tensorflow_banner, setup_logging
 class _Root(TyperGroup):
     """The root command: any error ends a command with one line on stderr and exit code 2.
 
-    A domain error (bad input, a missing model, an old schema) says what is wrong and how to fix it. Anything
+    A usage error (a missing or unknown option, a bad value) is click's message and where the help is. A
+    domain error (bad input, a missing model, an old schema) says what is wrong and how to fix it. Anything
     else is a bug: one line naming it, still exit 2, so that a CI gate never reads a crash as `drift`'s 1
-    ("drifted"). ``driftwarden --debug ...`` re-raises either, with its traceback.
+    ("drifted"). ``driftwarden --debug ...`` re-raises the last two, with their traceback.
+
+    The help of every command is tidied here, once (:func:`_tidy`), rather than in each domain's ``cli``.
     """
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except NoArgsIsHelpError:
+            raise  # `driftwarden` alone: the help
+        except UsageError as exc:  # `driftwarden --bogus`
+            _usage_error(exc)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _tidy(self, ctx, recurse=False)  # the commands it lists show their first sentence only
+        super().format_help(ctx, formatter)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            _tidy(command, ctx)
         if name in PUBLISHING:
             _install_alerts()  # only for these: importing the alerts (ORM, models) costs ~0.45 s of start-up
         return name, command, rest
@@ -43,8 +63,12 @@ class _Root(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer vendors its own click: its Context type is private
         try:
             return super().invoke(ctx)
+        except NoArgsIsHelpError:
+            raise  # a group without its subcommand (`driftwarden models`): its help
+        except UsageError as exc:
+            _usage_error(exc)
         except (typer.Exit, typer.Abort, typer.TyperException):
-            raise  # exits, aborts and usage errors: click answers them itself
+            raise  # exits, aborts and click's other errors: click answers them itself
         except BrokenPipeError:
             # the reader went away (`driftwarden jobs --help | head`): stop quietly, as SIGPIPE would
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -68,6 +92,50 @@ class _Root(TyperGroup):
                 err=True,
             )
             raise typer.Exit(2) from None
+
+
+def _usage_error(exc: UsageError) -> NoReturn:
+    """Print ``exc`` as one line naming the command's help (not click's usage box) and exit with its code."""
+    message = " ".join(exc.format_message().split("\n")).removesuffix(".")  # "Missing option '--x'."
+    where = exc.ctx
+    if where is not None and where.command.get_help_option(where) is not None:
+        message += f" (see `{where.command_path} {where.help_option_names[0]}`)"
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(exc.exit_code) from None
+
+
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+
+
+def _reflow(text: str) -> str:
+    """``text`` with each paragraph on one line: the terminal wraps it, not the source's line breaks.
+
+    Blank lines still separate paragraphs; a paragraph starting with ``\\b`` keeps its lines (click's
+    mark for preformatted text), and what follows ``\\f`` (hidden from the help) is left as it is.
+    """
+    shown, cut, hidden = inspect.cleandoc(text).partition("\f")
+    paragraphs = [
+        part if part.startswith("\b") else " ".join(line.strip() for line in part.splitlines())
+        for part in _PARAGRAPH_BREAK.split(shown.strip("\n"))
+    ]
+    return "\n\n".join(paragraphs) + cut + hidden
+
+
+def _tidy(command: Any, ctx: Any, *, recurse: bool = True) -> None:
+    """Make ``command``'s help (and its subcommands') read well at any terminal width.
+
+    Typer's rich help keeps the newlines of a docstring's later paragraphs, so a paragraph broke where the
+    source did (`...and always` / `stopped.`) at every width: its paragraphs are reflowed. It also shows a
+    value type for flags, which take none (`--help <bool>`): a flag's type column is left empty.
+    """
+    if command.help:
+        command.help = _reflow(command.help)
+    for param in command.get_params(ctx):  # with the help option (made for a context, on first use)
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""  # what typer shows instead of the type
+    if recurse:
+        for sub in getattr(command, "commands", {}).values():
+            _tidy(sub, ctx)
 
 
 def _database_error(exc: BaseException) -> str | None:
@@ -98,8 +166,17 @@ def _settings_error(exc: BaseException) -> str | None:
         return None
     lines = []
     for err in exc.errors(include_input=False, include_url=False):
-        name = "DRIFTWARDEN_" + "_".join(str(part) for part in err["loc"]).upper()
-        lines.append(f"error: invalid setting {name}: {err['msg']} (fix or unset that environment variable)")
+        message = err["msg"].removeprefix("Value error, ")  # pydantic's prefix of a validator's ValueError
+        if err["loc"]:
+            name = "DRIFTWARDEN_" + "_".join(str(part) for part in err["loc"]).upper()
+            lines.append(f"error: invalid setting {name}: {message} (fix or unset that environment variable)")
+            continue
+        # a check of the whole settings (a model validator) has no field: name the variables its message does
+        names = list(dict.fromkeys(re.findall(r"\bDRIFTWARDEN_[A-Z0-9_]*[A-Z0-9]", message)))
+        fix = (
+            f"fix or unset {' or '.join(names)}" if names else "check the DRIFTWARDEN_* environment variables"
+        )
+        lines.append(f"error: invalid setting{'s' if len(names) != 1 else ''}: {message} ({fix})")
     return "\n".join(lines)
 
 

@@ -162,6 +162,9 @@ def test_another_payload_version_or_a_bad_field_is_400_and_stores_nothing(
     r = client.post("/v1/alerts/alertmanager", json=am_payload(version="3"), headers=auth)
     assert r.status_code == 400 and r.json()["error"].startswith("version: ")
     assert '"4"' in r.json()["error"]
+    r = client.post("/v1/alerts/alertmanager", json=am_payload(version=4), headers=auth)  # a number, not "4"
+    assert r.status_code == 400
+    assert r.json()["error"] == 'version: must be the string "4", as Alertmanager sends it, not the number 4'
     two = am_payload()
     two["alerts"] = [two["alerts"][0], {**two["alerts"][0], "status": "flapping", "fingerprint": "x"}]
     r = client.post("/v1/alerts/alertmanager", json=two, headers=auth)
@@ -169,6 +172,26 @@ def test_another_payload_version_or_a_bad_field_is_400_and_stores_nothing(
     r = client.post("/v1/alerts/alertmanager", content=b"{not json", headers=auth)
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]
     assert counts(db) == before  # the valid first alert of the bad payload was not stored either
+
+
+def test_a_version_of_another_type_is_told_apart_from_another_version() -> None:
+    """Not 'version 4 is not supported; this receiver understands version "4"' for the number 4."""
+    from alerts.alertmanager import parse_payload
+    from core.errors import Invalid
+
+    for version, words in (
+        (4, 'version: must be the string "4", as Alertmanager sends it, not the number 4'),
+        (True, 'version: must be the string "4", as Alertmanager sends it, not the boolean true'),
+        (None, 'version: must be the string "4", as Alertmanager sends it, not null'),
+        (
+            "3",
+            'version: Alertmanager webhook payload version "3" is not supported; this receiver understands',
+        ),
+    ):
+        with pytest.raises(Invalid) as caught:
+            parse_payload(am_payload(version=version))
+        assert str(caught.value).startswith(words), version
+    assert parse_payload(am_payload(version="4")).version == "4"
 
 
 def test_unknown_model_is_recorded_but_not_actionable(api: tuple[Server, httpx.Client], db: Database) -> None:

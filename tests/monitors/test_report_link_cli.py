@@ -70,9 +70,25 @@ def test_link_prints_a_signed_url_alone_on_stdout() -> None:
     assert abs(expires - (time.time() + 86400)) < 60
     assert refusal(url, the_key()) is None
     assert "credit" in err and "opens without a token until" in err
+    assert "DRIFTWARDEN_PUBLIC_URL" not in err  # set: the address is the operator's, no note
     code, out, _ = run("reports", "link", "credit")  # default: 7 days
     expires = int(parse_qs(urlsplit(out.strip()).query)["expires"][0])
     assert code == 0 and abs(expires - (time.time() + 7 * 86400)) < 60
+
+
+def test_link_without_a_public_url_says_which_address_it_assumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DRIFTWARDEN_PUBLIC_URL")
+    monkeypatch.setenv("DRIFTWARDEN_API_PORT", "9123")
+    get_settings.cache_clear()
+    code, out, err = run("reports", "link", "credit")
+    assert code == 0, err
+    assert (
+        out.startswith("http://") and ":9123/reports/credit/drift?expires=" in out and "\n" not in out.strip()
+    )
+    assert err.splitlines()[-1] == (
+        f"note: DRIFTWARDEN_PUBLIC_URL is unset: the link assumes the server at {out.split('/reports/')[0]}; "
+        "set it to the address your browser reaches"
+    )
 
 
 def test_link_with_a_configured_key(monkeypatch: pytest.MonkeyPatch) -> None:

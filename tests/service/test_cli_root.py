@@ -60,6 +60,52 @@ def test_a_mistyped_command_gets_a_suggestion() -> None:
     assert result.exit_code == 2 and "No such command 'drfit'" in result.output and "'drift'" in result.output
 
 
+def _command_paths(command: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    found = [(path, command)]
+    for name, sub in getattr(command, "commands", {}).items():
+        found.extend(_command_paths(sub, (*path, name)))
+    return found
+
+
+def test_help_reflows_paragraphs_and_shows_no_type_for_flags() -> None:
+    """A docstring's paragraph is one line on a wide terminal (not broken where the source is); a flag has
+    no `<bool>` type; at 60 columns no line of the help text is a lone word left by the source's breaks."""
+    eager = _eager()
+    paths = _command_paths(eager)
+    assert len(paths) > 40
+    for path, command in paths:
+        wide = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "1000"})
+        assert wide.exit_code == 0, (path, wide.output)
+        lines = {line.strip() for line in wide.output.splitlines()}
+        for paragraph in (command.help or "").partition("\f")[0].split("\n\n"):
+            text = " ".join(paragraph.split())
+            if text and "[" not in text and not paragraph.startswith("\b"):  # [rich markup] renders apart
+                assert text in lines, (path, text)
+        assert "<bool>" not in wide.output, path
+        assert "Show this message and exit." in wide.output, path
+    narrow = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "60"}).output
+    assert "is started for the run and always stopped. async: parameter" in " ".join(narrow.split())
+    assert not [line for line in narrow.splitlines() if line.strip() in ("stopped.", "and", "(with")]
+
+
+def test_a_usage_error_is_one_line_naming_the_help_and_exit_2() -> None:
+    for args, message, where in (
+        (["train", "--bogus"], "No such option: --bogus", "driftwarden train"),
+        (["train", "--data", "x.csv"], "Missing option '--model' / '-m'", "driftwarden train"),
+        (
+            ["predictions", "purge", "--days", "soon"],
+            "Invalid value for '--days': Input should be a valid number, unable to parse string as a number",
+            "driftwarden predictions purge",
+        ),
+        (["--bogus"], "No such option: --bogus", "driftwarden"),
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stdout == "" and result.stderr == f"error: {message} (see `{where} --help`)\n", args
+    result = CliRunner().invoke(app, ["models"])  # a group without its command still shows its help
+    assert "Usage: driftwarden models" in result.output and "error" not in result.output
+
+
 def test_drift_loads_neither_other_domains_nor_the_orm_nor_scipy_stats(tmp_path: Path) -> None:
     """`driftwarden drift` on files large enough for the asymptotic KS law (en > 10,000)."""
     rng = np.random.default_rng(3)
@@ -97,6 +143,37 @@ def test_an_invalid_setting_is_named_with_its_variable_not_called_a_bug() -> Non
         "unset that environment variable)",
     ]
     assert "bogus" not in result.output and "eighty" not in result.output  # values stay out of the message
+
+
+def test_a_check_of_the_whole_settings_names_the_variables_it_checks() -> None:
+    """A model validator's error has no field: the variable is named from its message, not cut off."""
+    from pydantic import BaseModel, ValidationError, model_validator
+
+    from core.config import get_settings
+    from service.cli import _settings_error
+
+    get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["config"], env={"DRIFTWARDEN_LINK_SIGNING_KEY": "short-s3cret"})
+    get_settings.cache_clear()
+    assert result.exit_code == 2
+    assert result.output == (
+        "error: invalid setting: DRIFTWARDEN_LINK_SIGNING_KEY has 12 characters; it needs at least 32 (e.g. "
+        "`openssl rand -base64 32`) (fix or unset DRIFTWARDEN_LINK_SIGNING_KEY)\n"
+    )
+
+    class Settings(BaseModel):  # the title _settings_error recognizes
+        @model_validator(mode="after")
+        def _check(self) -> Settings:
+            raise ValueError("these two disagree")
+
+    try:
+        Settings()
+    except ValidationError as exc:
+        assert _settings_error(exc) == (
+            "error: invalid settings: these two disagree (check the DRIFTWARDEN_* environment variables)"
+        )
+    else:
+        raise AssertionError("the validator did not refuse")
 
 
 def test_a_port_out_of_range_is_a_usage_error_naming_its_range() -> None:
