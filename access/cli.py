@@ -56,9 +56,9 @@ def list_(
     """Every token with its scopes, expiry and state (never a secret)."""
     import json
 
-    from access.models import TokenRead, utcnow
+    from access.models import TokenRead
     from access.service import list_tokens
-    from core.database import open_database
+    from core.database import open_database, utcnow
 
     db = open_database()
     try:

@@ -3,22 +3,13 @@ the ``link_signing_key`` table (the one key of the signed report links when no k
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import CheckConstraint, DateTime, Integer, String
+from sqlalchemy import CheckConstraint, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from core.database import Base
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def aware(value: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes: they are UTC."""
-    return value if value is None or value.tzinfo is not None else value.replace(tzinfo=UTC)
+from core.database import Base, UTCDateTime, utcnow
 
 
 class ApiToken(Base):
@@ -30,9 +21,9 @@ class ApiToken(Base):
     name: Mapped[str] = mapped_column(String(100))
     scopes: Mapped[str] = mapped_column(String(100))  # comma-separated, sorted
     token_hash: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
     def scope_set(self) -> frozenset[str]:
         return frozenset(s for s in self.scopes.split(",") if s)
@@ -48,7 +39,7 @@ class LinkKey(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     secret: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class TokenRead(BaseModel):
@@ -66,13 +57,13 @@ class TokenRead(BaseModel):
 
     @classmethod
     def of(cls, row: ApiToken, *, now: datetime) -> TokenRead:
-        expires, revoked = aware(row.expires_at), aware(row.revoked_at)
+        expires, revoked = row.expires_at, row.revoked_at
         state = "revoked" if revoked else ("expired" if expires is not None and expires <= now else "active")
         return cls(
             id=row.id,
             name=row.name,
             scopes=sorted(row.scope_set()),
-            created_at=aware(row.created_at) or now,
+            created_at=row.created_at or now,
             expires_at=expires,
             revoked_at=revoked,
             state=state,

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from access.models import ApiToken, LinkKey, aware, utcnow
+from access.models import ApiToken, LinkKey
 from core.auth import (
     SCOPES,
     TOKEN_PREFIX,
@@ -22,6 +22,7 @@ from core.auth import (
     token_id_of,
 )
 from core.config import MAX_LINK_TTL_S, Settings
+from core.database import utcnow
 from core.errors import Invalid, NotFound
 
 MAX_NAME = 100
@@ -97,7 +98,7 @@ def verify_token(*, session: Session, token: str, now: datetime | None = None) -
     row = session.get(ApiToken, token_id)
     if row is None or not same_secret(token_digest(token), row.token_hash) or row.revoked_at is not None:
         return None
-    grant = Grant(token_id=row.id, name=row.name, scopes=row.scope_set(), expires_at=aware(row.expires_at))
+    grant = Grant(token_id=row.id, name=row.name, scopes=row.scope_set(), expires_at=row.expires_at)
     return None if grant.expired(now) else grant
 
 

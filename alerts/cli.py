@@ -328,7 +328,7 @@ def webhooks_deliveries(
 def webhooks_redeliver(delivery_id: Annotated[str, typer.Argument(help="Delivery id (msg_...).")]) -> None:
     """Send a delivery again: due now, attempts reset, same webhook-id and body."""
     from alerts import service
-    from alerts.models import utcnow
+    from core.database import utcnow
 
     _with_session(lambda s: service.redeliver(session=s, delivery_id=delivery_id, now=utcnow()))
     typer.echo(f"delivery {delivery_id} is due again")

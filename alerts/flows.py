@@ -54,8 +54,6 @@ from alerts.models import (
     Silence,
     SilenceRead,
     WebhookCreated,
-    aware,
-    utcnow,
 )
 from alerts.specs import (
     HEALTH_KINDS,
@@ -67,7 +65,7 @@ from alerts.specs import (
     parse_rules,
 )
 from core.config import Settings
-from core.database import Database
+from core.database import Database, utcnow
 from core.errors import Invalid
 from core.events import HEALTH_PASS, JOB_FINISHED, MONITOR_RUN, subscribe
 from registry.names import InvalidName, check_name
@@ -446,7 +444,7 @@ def firing_findings(*, db: Database, model_name: str) -> list[dict[str, Any]]:
                 "summary": (a.annotations or {}).get("summary", a.rule_name),
                 "labels": dict(a.labels or {}),
                 "value": a.value,
-                "fired_at": (aware(a.fired_at) or aware(a.started_at) or utcnow()).isoformat(),
+                "fired_at": (a.fired_at or a.started_at or utcnow()).isoformat(),
                 "silenced": a.silenced,
             }
             for a in service.firing_alerts(session=session, model_name=model_name)

@@ -13,10 +13,11 @@ from access.service import link_key
 from alerts import rules, service, webhooks
 from alerts.labels import fingerprint
 from alerts.lifecycle import Ctx, Evaluation, Notice, alert_labels, apply_silences, record, resolve
-from alerts.models import AlertSource, AlertState, utcnow
+from alerts.models import AlertSource, AlertState
 from alerts.rules import Finding
 from alerts.specs import Kind, RuleSpec, WebhookFilter
 from core.config import Settings
+from core.database import utcnow
 from registry.models import EventAction
 from registry.service import history
 from training.gate import Verdict, check_verdict

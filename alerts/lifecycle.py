@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from access.service import link_key
 from alerts import rules, service, webhooks
 from alerts.labels import fingerprint
-from alerts.models import Alert, AlertSource, AlertState, Silence, aware
+from alerts.models import Alert, AlertSource, AlertState, Silence
 from alerts.rules import Finding
 from alerts.specs import PERFORMANCE_KINDS, RuleSpec, WebhookFilter
 from core.config import Settings
@@ -159,8 +159,7 @@ def rollback_if_watched(ctx: Ctx, alert: Alert) -> None:
     if not entered:
         return
     last = entered[-1]
-    promoted_at = aware(last.at)
-    assert promoted_at is not None
+    promoted_at = last.at
     if last.action != EventAction.PROMOTE or not last.actor.startswith("job:"):
         return
     if (ctx.now - promoted_at).total_seconds() > ctx.settings.rollback_watch_s:
@@ -191,7 +190,7 @@ def act(ctx: Ctx, spec: RuleSpec, alert: Alert) -> None:
     if spec.kind in PERFORMANCE_KINDS:
         rollback_if_watched(ctx, alert)
     if "retrain" in spec.actions and alert.model_name:
-        fired = aware(alert.fired_at) or ctx.now
+        fired = alert.fired_at or ctx.now
         retrain(
             ctx,
             alert,
@@ -247,7 +246,7 @@ def activate(
             ctx.ev.fired.append(alert.id)
     apply_silences(ctx, alert)
     if alert.state == AlertState.FIRING.value and not alert.silenced:
-        notified = aware(alert.last_notified_at)
+        notified = alert.last_notified_at
         if notified is None:
             ctx.ev.notices.append(Notice(alert, "firing", "notify" in spec.actions))
             act(ctx, spec, alert)

@@ -4,13 +4,12 @@ and the pydantic schemas the API and the CLI show them with."""
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import (
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -22,19 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from core.database import Base
-
-
-def utcnow() -> datetime:
-    """Timezone-aware now, UTC."""
-    return datetime.now(UTC)
-
-
-def aware(value: datetime | None) -> datetime | None:
-    """``value`` with UTC attached when the database handed it back naive (SQLite keeps no zone)."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
+from core.database import Base, UTCDateTime, utcnow
 
 
 class AlertState(enum.StrEnum):
@@ -82,7 +69,7 @@ class AlertRule(Base):
     actions: Mapped[list[Any]] = mapped_column(default=list)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     source: Mapped[str] = mapped_column(String(16))  # default | file | api
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Alert(Base):
@@ -112,11 +99,11 @@ class Alert(Base):
     evidence: Mapped[dict[str, Any]] = mapped_column(default=dict)
     value: Mapped[float | None] = mapped_column(Float, nullable=True)
     consecutive: Mapped[int] = mapped_column(Integer, default=0)
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    last_evaluated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_notified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_evaluated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_notified_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     silenced: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
@@ -128,7 +115,7 @@ class AlertEvent(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"))
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     from_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_state: Mapped[str] = mapped_column(String(16))
     detail: Mapped[str] = mapped_column(Text, default="")
@@ -141,12 +128,12 @@ class Silence(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     matchers: Mapped[list[Any]] = mapped_column()
-    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    ends_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    starts_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ends_at: Mapped[datetime] = mapped_column(UTCDateTime())
     created_by: Mapped[str] = mapped_column(String(128))
     comment: Mapped[str] = mapped_column(Text, default="")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class WebhookSubscription(Base):
@@ -160,7 +147,7 @@ class WebhookSubscription(Base):
     filter: Mapped[dict[str, Any]] = mapped_column(default=dict)
     description: Mapped[str] = mapped_column(Text, default="")
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class WebhookDelivery(Base):
@@ -178,23 +165,18 @@ class WebhookDelivery(Base):
     payload: Mapped[str] = mapped_column(Text)  # the exact JSON body, sent unchanged on every attempt
     state: Mapped[str] = mapped_column(String(16), default=DeliveryState.PENDING.value)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     last_status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 # --- what the API and the CLI show -------------------------------------------------------------------------
 
 
 class _Read(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _utc(cls, value: Any) -> Any:
-        return aware(value) if isinstance(value, datetime) else value
+    model_config = ConfigDict(from_attributes=True)  # the times come from UTCDateTime columns: aware UTC
 
 
 class AlertEventRead(_Read):

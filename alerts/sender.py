@@ -37,11 +37,10 @@ from datetime import datetime, timedelta
 import httpx
 
 from alerts import service
-from alerts.models import utcnow
 from alerts.urls import RefusedURL, check_url
 from alerts.webhooks import headers
 from core.config import Settings
-from core.database import Database
+from core.database import Database, utcnow
 
 log = logging.getLogger("driftwarden.alerts.sender")
 

@@ -27,11 +27,10 @@ from alerts.models import (
     Silence,
     WebhookDelivery,
     WebhookSubscription,
-    aware,
-    utcnow,
 )
 from alerts.rules import DEFAULT_RULES
 from alerts.specs import Kind, RuleSpec
+from core.database import begin_sqlite, utcnow
 from core.errors import NotFound
 
 WILDCARD = "*"  # the model name of the rules every model without rules of its own follows
@@ -44,10 +43,8 @@ def write_lock(*, session: Session, key: str) -> None:
     if connection.dialect.name == "postgresql":
         lock_id = zlib.crc32(f"driftwarden.alerts:{key}".encode())
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_id})
-    elif connection.dialect.name == "sqlite":
-        raw = connection.connection.dbapi_connection
-        if raw is not None and not raw.in_transaction:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        begin_sqlite(session, immediate=True)
 
 
 # --- rules --------------------------------------------------------------------------------------------------
@@ -335,9 +332,7 @@ def list_silences(*, session: Session, limit: int = 200) -> list[Silence]:
 
 def is_active(silence: Silence, now: datetime) -> bool:
     """Whether a silence mutes alerts at ``now``."""
-    starts, ends = aware(silence.starts_at), aware(silence.ends_at)
-    assert starts is not None and ends is not None
-    return silence.expired_at is None and starts <= now < ends
+    return silence.expired_at is None and silence.starts_at <= now < silence.ends_at
 
 
 def active_silences(*, session: Session, now: datetime) -> list[Silence]:
@@ -487,7 +482,7 @@ def oldest_pending_delivery(*, session: Session) -> datetime | None:
             WebhookDelivery.state == DeliveryState.PENDING.value
         )
     )
-    return aware(oldest)
+    return oldest
 
 
 def purge_deliveries(*, session: Session, before: datetime, chunk: int = 5000) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from standardwebhooks import Webhook
 
-from alerts.models import Alert, aware
+from alerts.models import Alert
 from core.auth import signed_path
 from core.config import Settings
 from core.config import base_url as base_url
@@ -113,8 +113,7 @@ def links(
 
 
 def _iso(value: datetime | None) -> str | None:
-    v = aware(value)
-    return None if v is None else v.isoformat()
+    return None if value is None else value.isoformat()
 
 
 def alert_item(alert: Alert, *, settings: Settings) -> dict[str, Any]:

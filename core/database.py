@@ -7,12 +7,14 @@ import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-from sqlalchemy import JSON, Engine, MetaData, create_engine, event, make_url, text
+from sqlalchemy import JSON, DateTime, Dialect, Engine, MetaData, create_engine, event, make_url, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.types import TypeDecorator
 
 from core import migrate
 from core.config import Settings, get_settings
@@ -27,6 +29,50 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, UTC."""
+    return datetime.now(UTC)
+
+
+@overload
+def aware(value: datetime | str) -> datetime: ...
+@overload
+def aware(value: None) -> None: ...
+@overload
+def aware(value: datetime | str | None) -> datetime | None: ...
+def aware(value: datetime | str | None) -> datetime | None:
+    """A stored time as timezone-aware UTC (None stays None).
+
+    SQLite keeps no zone: it hands stored times back naive (they are UTC), and a raw query's aggregate as
+    the stored text. A :class:`UTCDateTime` column does this itself; this is for the values no column type
+    processes (raw SQL, untyped expressions) and for times given from outside.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp column whose values come back timezone-aware UTC on every backend.
+
+    The DDL is ``DateTime(timezone=True)`` (``timestamptz`` on PostgreSQL), so migrations see no change;
+    SQLite stores no zone and returns naive UTC, which this type makes aware. Aware values are stored as UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None or value.tzinfo is None:
+            return value
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return aware(value)
 
 
 class Base(DeclarativeBase):
@@ -64,6 +110,30 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def begin_sqlite(session: Session, *, immediate: bool = False) -> None:
+    """On SQLite, begin the session's transaction now if the driver has not yet (no-op elsewhere).
+
+    The SQLite driver (``pysqlite``, Python 3.11) opens a transaction only before the first write: the reads
+    before it run outside any transaction, and a savepoint taken before any write would become the outermost
+    transaction, committed on release. ``immediate`` also takes the database's write lock at once: a deferred
+    transaction that read before another writer committed can no longer write ("database is locked", with no
+    wait), while writers that lock first queue on the busy timeout, so a read-then-write never fails halfway.
+
+    This is a helper for the sessions that need it, not SQLAlchemy's engine-wide pysqlite recipe
+    (``isolation_level = None`` on connect, ``BEGIN`` on every ``begin``): that recipe begins every
+    transaction deferred before its first read, so every read-then-write of every session (not only these)
+    could fail with "database is locked" under concurrent writers, and a transaction could no longer be
+    begun ``IMMEDIATE`` once it had read; making every ``BEGIN`` immediate instead would let each read-only
+    session (a monitor reading a window of the log) hold the write lock that the prediction writer waits on.
+    """
+    connection = session.connection()
+    if connection.dialect.name != "sqlite":
+        return
+    raw = connection.connection.dbapi_connection
+    if raw is not None and not raw.in_transaction:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

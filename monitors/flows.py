@@ -245,8 +245,7 @@ def is_due(*, db: Database, model_name: str, interval_s: float, now: datetime | 
         run = latest_run(session=session, model_name=model_name)
         if run is None:
             return True
-        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
-        started = created - timedelta(seconds=run.duration_s or 0.0)
+        started = run.created_at - timedelta(seconds=run.duration_s or 0.0)
     return now - started >= timedelta(seconds=interval_s * 0.9)
 
 

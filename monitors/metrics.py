@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -53,8 +53,7 @@ class RunView:
 
     @classmethod
     def of(cls, run: MonitorRun) -> RunView:
-        created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
-        return cls(run.id, run.model_name, created, run.duration_s, run.rows, dict(run.report))
+        return cls(run.id, run.model_name, run.created_at, run.duration_s, run.rows, dict(run.report))
 
 
 def read_latest(*, db: Database, only: list[str] | None = None) -> list[RunView]:

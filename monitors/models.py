@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -20,12 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from core.database import Base
-
-
-def utcnow() -> datetime:
-    """Timezone-aware now, UTC."""
-    return datetime.now(UTC)
+from core.database import Base, UTCDateTime, utcnow
 
 
 class MonitorRun(Base):
@@ -37,9 +31,9 @@ class MonitorRun(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model_name: Mapped[str] = mapped_column(String(128))
     model_version: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    window_start: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    window_end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    window_start: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    window_end: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     rows: Mapped[int] = mapped_column(Integer)
     duration_s: Mapped[float | None] = mapped_column(
         Float, nullable=True
@@ -92,6 +86,6 @@ class WindowSketchBlock(Base):
     block_ids: Mapped[int] = mapped_column(Integer, primary_key=True)  # ids per block
     block: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # id // block_ids
     rows: Mapped[int] = mapped_column(BigInteger)
-    oldest: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    oldest: Mapped[datetime] = mapped_column(UTCDateTime())
     sketch: Mapped[bytes] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

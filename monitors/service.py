@@ -12,7 +12,8 @@ from sqlalchemy import and_, delete, func, not_, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from monitors.models import FeatureResult, MonitorRun, WindowSketchBlock, utcnow
+from core.database import utcnow
+from monitors.models import FeatureResult, MonitorRun, WindowSketchBlock
 from monitors.report import DriftReport, FeatureDrift
 
 

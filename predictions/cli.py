@@ -37,8 +37,8 @@ def purge(
     from datetime import timedelta
 
     from core.config import get_settings
-    from core.database import open_database
-    from predictions.service import apply_retention, count_before, expired_partitions, utcnow
+    from core.database import open_database, utcnow
+    from predictions.service import apply_retention, count_before, expired_partitions
 
     settings = get_settings()
     window = settings.retention_days if days is None else days

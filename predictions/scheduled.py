@@ -19,10 +19,11 @@ import asyncio
 import logging
 from datetime import timedelta
 
+from core.database import utcnow
 from core.errors import Unavailable
 from core.runtime import Runtime
 from core.scheduling import every
-from predictions.service import Retention, apply_retention, fill_feedback_copies, utcnow
+from predictions.service import Retention, apply_retention, fill_feedback_copies
 
 log = logging.getLogger("driftwarden.predictions")
 

@@ -9,7 +9,7 @@ import sqlite3
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from core.database import Database
+from core.database import Database, utcnow
 from predictions import partitions, typed
 from predictions.models import LOG_COLUMNS, PredictionFeedback, PredictionLog, PredictionStatus
 
@@ -88,11 +88,6 @@ def new_prediction_ids(n: int) -> list[str]:
         low = _random.randrange(4096 - k + 1)
         out += [head + tail for tail in _HEX3[low : low + k]]
     return out
-
-
-def utcnow() -> datetime:
-    """Timezone-aware now, UTC."""
-    return datetime.now(UTC)
 
 
 # One statement per batch: the whole batch travels as one JSON array (serialized by orjson in C) and the

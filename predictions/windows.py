@@ -60,6 +60,7 @@ from sqlalchemy import Engine, and_, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from core.config import Settings
+from core.database import aware
 from core.tabular import as_float
 from predictions import typed
 from predictions.models import PredictionFeedback, PredictionLog, PredictionLogLayout, PredictionStatus
@@ -211,8 +212,8 @@ def summarize_window(
         model_name=model_name,
         spec=spec,
         rows=int(n),
-        start=_as_utc(start),
-        end=_as_utc(end),
+        start=aware(start),
+        end=aware(end),
         first_id=int(low),
         last_id=int(high),
         since=since,
@@ -268,7 +269,7 @@ def block_stats(*, engine: Engine, summary: WindowSummary, block_ids: int) -> li
         raw.commit()
     finally:
         raw.close()
-    return [BlockStat(int(b), int(n), _as_utc(at) or datetime.min.replace(tzinfo=UTC)) for b, n, at in found]
+    return [BlockStat(int(b), int(n), aware(at) or datetime.min.replace(tzinfo=UTC)) for b, n, at in found]
 
 
 def summarize_blocks(
@@ -309,14 +310,14 @@ def summarize_blocks(
     if not found:
         return None, []
     stats = [
-        BlockStat(int(b), int(n), _as_utc(low) or datetime.min.replace(tzinfo=UTC)) for b, n, low, *_ in found
+        BlockStat(int(b), int(n), aware(low) or datetime.min.replace(tzinfo=UTC)) for b, n, low, *_ in found
     ]
     summary = WindowSummary(
         model_name=model_name,
         spec=spec,
         rows=sum(st.rows for st in stats),
         start=min(st.oldest for st in stats),
-        end=max(_as_utc(row[3]) or datetime.min.replace(tzinfo=UTC) for row in found),
+        end=max(aware(row[3]) or datetime.min.replace(tzinfo=UTC) for row in found),
         first_id=int(found[0][4]),
         last_id=int(found[-1][5]),
         since=None,
@@ -337,14 +338,6 @@ def _window_where(*, model_name: str, spec: WindowSpec, bounds: _Bounds) -> Colu
     where.append(PredictionLog.id <= bounds.high)
     where.append(PredictionLog.id >= bounds.low)
     return and_(*where)
-
-
-def _as_utc(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):  # SQLite aggregates return the stored text
-        value = datetime.fromisoformat(value)
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _feature_expr(engine: Engine, name: str) -> ColumnElement[Any]:

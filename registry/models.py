@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import DateTime, Enum, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import Enum, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from core.database import Base
-
-
-def utcnow() -> datetime:
-    """Timezone-aware now, UTC."""
-    return datetime.now(UTC)
+from core.database import Base, UTCDateTime, utcnow
 
 
 class VersionState(enum.StrEnum):
@@ -58,8 +53,8 @@ class ModelVersion(Base):
     parent_version: Mapped[int | None] = mapped_column(Integer, default=None)
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     lineage: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
 
 class EventAction(enum.StrEnum):
@@ -94,7 +89,7 @@ class VersionEvent(Base):
     previous_version: Mapped[int | None] = mapped_column(Integer, default=None)
     reason: Mapped[str | None] = mapped_column(Text, default=None)
     actor: Mapped[str] = mapped_column(String(128))
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class VersionLabel(Base):
@@ -105,7 +100,7 @@ class VersionLabel(Base):
     model_name: Mapped[str] = mapped_column(String(128), primary_key=True)
     label: Mapped[str] = mapped_column(String(64), primary_key=True)
     version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id", ondelete="CASCADE"))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
 
 class ModelVersionRead(BaseModel):

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, SessionTransaction
 
+from core.database import begin_sqlite, utcnow
 from core.errors import Conflict, Invalid, NotFound
 from registry.models import (
     EventAction,
@@ -31,7 +32,6 @@ from registry.models import (
     VersionEventRead,
     VersionLabel,
     VersionState,
-    utcnow,
 )
 from registry.names import check_label, check_name, check_version
 from registry.schema import ModelSchema
@@ -254,11 +254,7 @@ def _savepoint(session: Session) -> SessionTransaction:
     write would become the outermost transaction, committed on release, and a later rollback of the session
     would not undo it. So on SQLite a transaction is begun first when none is open.
     """
-    connection = session.connection()
-    if connection.dialect.name == "sqlite":
-        raw = connection.connection.dbapi_connection
-        if raw is not None and not raw.in_transaction:
-            connection.exec_driver_sql("BEGIN")
+    begin_sqlite(session)
     return session.begin_nested()
 
 

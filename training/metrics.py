@@ -31,10 +31,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from core.cached_metrics import CachedCollector
 from core.config import Settings
-from core.database import Database
+from core.database import Database, utcnow
 from registry.service import serving_model_names
 from training import service
-from training.models import FINAL_STATES, JobState, utcnow
+from training.models import FINAL_STATES, JobState
 
 log = logging.getLogger("driftwarden.training.metrics")
 

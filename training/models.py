@@ -15,19 +15,14 @@ per model, whatever runs at the same time; another makes an idempotency key uniq
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Boolean, DateTime, Enum, Index, Integer, String, Text, text
+from sqlalchemy import Boolean, Enum, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from core.database import Base
-
-
-def utcnow() -> datetime:
-    """Timezone-aware now, UTC."""
-    return datetime.now(UTC)
+from core.database import Base, UTCDateTime, utcnow
 
 
 class JobState(enum.StrEnum):
@@ -106,12 +101,12 @@ class TrainingJob(Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     lease_owner: Mapped[str | None] = mapped_column(String(255), default=None)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
 
 
 Mode = Literal["async", "sync", "local"]

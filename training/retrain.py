@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from core.config import Settings
-from core.database import Database
+from core.database import Database, aware
 from core.errors import Conflict, DomainError
 from core.tabular import Columns, read_table, write_table
 from predictions.service import labelled_rows
@@ -377,7 +377,7 @@ def _concat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _iso(moment: datetime) -> str:
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+    return aware(moment).isoformat()
 
 
 def holdout_rows(*, labelled: int, fraction: float, min_rows: int) -> tuple[int, bool]:

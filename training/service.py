@@ -20,11 +20,12 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from core.database import begin_sqlite, utcnow
 from core.errors import Conflict, Invalid, NotFound
 from registry.names import check_name
 from registry.service import latest_version, require_model, serving_version
 from training.builders import require_retrainable
-from training.models import ACTIVE_STATES, JobState, RetrainRequest, TrainingJob, Trigger, utcnow
+from training.models import ACTIVE_STATES, JobState, RetrainRequest, TrainingJob, Trigger
 
 LOG_TAIL_LINES = 50
 DEFAULT_MAX_ATTEMPTS = 4  # the worker passes settings.max_restarts + 1
@@ -40,13 +41,6 @@ class Enqueued:
     reason: str
 
 
-def aware(value: datetime | None) -> datetime | None:
-    """A stored time as timezone-aware UTC (SQLite hands back naive UTC times)."""
-    if value is None:
-        return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _write_lock(session: Session) -> None:
     """On SQLite, take the write lock before reading (``BEGIN IMMEDIATE``): writers queue instead of failing.
 
@@ -54,12 +48,7 @@ def _write_lock(session: Session) -> None:
     is locked"); taking the lock first serializes the read-then-write of enqueue, claim and the worker's
     updates. PostgreSQL needs nothing here (row locks and the unique indexes do the work).
     """
-    connection = session.connection()
-    if connection.dialect.name != "sqlite":
-        return
-    raw = connection.connection.dbapi_connection
-    if raw is not None and not raw.in_transaction:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    begin_sqlite(session, immediate=True)
 
 
 def check_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -135,7 +124,7 @@ def enqueue(
             .order_by(TrainingJob.finished_at.desc())
             .limit(1)
         )
-        ended = aware(last.finished_at) if last is not None else None
+        ended = last.finished_at if last is not None else None
         if last is not None and ended is not None:
             ago = (utcnow() - ended).total_seconds()
             if ago < cooldown_s:
@@ -495,7 +484,7 @@ def running_since(*, session: Session) -> dict[str, datetime]:
     ).all()
     out: dict[str, datetime] = {}
     for model, started, created in rows:
-        moment = aware(started or created)
+        moment = started or created
         if moment is not None:
             out[str(model)] = moment
     return out
@@ -510,15 +499,13 @@ def last_finished(*, session: Session) -> dict[tuple[str, JobState], datetime]:
     ).all()
     out: dict[tuple[str, JobState], datetime] = {}
     for model, state, ended in rows:
-        moment = aware(ended)
-        if moment is not None:
-            out[(str(model), JobState(state))] = moment
+        if ended is not None:
+            out[(str(model), JobState(state))] = ended
     return out
 
 
 def _iso(value: datetime | None) -> str | None:
-    moment = aware(value)
-    return moment.isoformat() if moment is not None else None
+    return value.isoformat() if value is not None else None
 
 
 def job_document(job: TrainingJob) -> dict[str, Any]:

@@ -8,10 +8,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from access.models import utcnow
 from access.service import create_token, list_tokens, revoke_token, verify_token
 from core.auth import Grant, token_id_of
-from core.database import Database
+from core.database import Database, utcnow
 from core.errors import Invalid, NotFound
 
 

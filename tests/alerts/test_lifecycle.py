@@ -14,12 +14,12 @@ from sqlalchemy.exc import IntegrityError
 
 from access.service import link_key
 from alerts import flows, service
-from alerts.models import Alert, AlertEvent, AlertRead, WebhookDelivery, utcnow
+from alerts.models import Alert, AlertEvent, AlertRead, WebhookDelivery
 from alerts.specs import MatcherSpec, SilenceSpec, WebhookSpec
 from alerts.webhooks import parse_body
 from core.auth import link_refusal
 from core.config import Settings
-from core.database import Database
+from core.database import Database, utcnow
 from core.health import CheckResult
 from training import service as jobs
 

@@ -12,10 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from alerts import service
 from alerts.flows import create_silence
 from alerts.metrics import MAX_MODELS_CHECKED, AlertsCollector, families, read_snapshot
-from alerts.models import utcnow
 from alerts.specs import MatcherSpec, SilenceSpec
 from core.config import Settings
-from core.database import Database, make_engine, make_session_factory
+from core.database import Database, make_engine, make_session_factory, utcnow
 from registry.service import register_version
 from tests.deploy.promql import tool
 

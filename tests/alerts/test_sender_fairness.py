@@ -11,11 +11,10 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from alerts.models import aware, utcnow
 from alerts.scheduled import start_sender
 from alerts.sender import BREAKER_FAILURES, PER_ENDPOINT, Sender, send_due
 from alerts.webhooks import new_secret
-from core.database import Database
+from core.database import Database, aware, utcnow
 from core.runtime import Runtime
 from tests.alerts.receiver import Receiver
 from tests.alerts.test_webhooks import deliveries, queue_messages, settings_for, subscribe

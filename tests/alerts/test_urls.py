@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from alerts.models import utcnow
 from alerts.sender import send_due
 from alerts.urls import RefusedURL, check_url
 from alerts.webhooks import new_secret
-from core.database import Database
+from core.database import Database, utcnow
 from tests.alerts.receiver import Receiver
 from tests.alerts.test_webhooks import deliveries, queue_messages, settings_for, subscribe
 from tests.support import Server, auth, serve_settings

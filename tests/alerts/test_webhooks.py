@@ -14,12 +14,11 @@ import pytest
 from standardwebhooks import Webhook
 
 from alerts import flows, service
-from alerts.models import aware, utcnow
 from alerts.sender import backoff_s, send_due
 from alerts.specs import WebhookSpec
 from alerts.webhooks import headers, new_secret, normalize_secret, sign
 from core.config import Settings
-from core.database import Database
+from core.database import Database, aware, utcnow
 from core.errors import Invalid
 from tests.alerts.receiver import Receiver, expected_signature
 

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from alerts import flows, service
-from alerts.models import utcnow
 from alerts.specs import WebhookSpec
 from alerts.webhooks import new_secret
-from core.database import Database
+from core.database import Database, utcnow
 from tests.alerts.receiver import Receiver
 from tests.faults.conftest import Load, wait_until
 from tests.support import Server, TrainedModels, postgres_schema, seed_registry, serve_settings

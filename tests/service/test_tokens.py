@@ -17,9 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from access.models import utcnow
 from access.service import create_token, revoke_token
-from core.database import Database
+from core.database import Database, utcnow
 from tests.support import NO_AUTH, Server, auth, serve_settings
 
 ADMIN = "bootstrap-admin-token"

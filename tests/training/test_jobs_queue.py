@@ -17,11 +17,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.exc import IntegrityError
 
-from core.database import Base, Database, open_database
+from core.database import Base, Database, aware, open_database, utcnow
 from core.errors import Conflict, Invalid, NotFound
 from registry.service import register_version
 from training import service
-from training.models import JobState, TrainingJob, utcnow
+from training.models import JobState, TrainingJob
 
 LEASE = 30.0
 
@@ -219,7 +219,7 @@ def test_claim_takes_the_oldest_queued_job_and_holds_a_lease(db: Database) -> No
     job = _claim(db, "host:1:1")
     assert job is not None and job.id == a.job_id
     assert job.state is JobState.RUNNING and job.attempts == 1 and job.lease_owner == "host:1:1"
-    expires = service.aware(job.lease_expires_at)
+    expires = aware(job.lease_expires_at)
     assert expires is not None and expires > utcnow() + timedelta(seconds=LEASE - 5)
     nxt = _claim(db, "host:2:1")
     assert nxt is not None and nxt.id == b.job_id

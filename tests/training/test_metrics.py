@@ -13,12 +13,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from core.config import Settings
-from core.database import Database, make_engine, make_session_factory, open_database
+from core.database import Database, make_engine, make_session_factory, open_database, utcnow
 from registry.service import promote, register_version
 from tests.deploy.promql import tool
 from training import service
 from training.metrics import FINAL_WINDOW, TrainingJobsCollector, families, read_snapshot
-from training.models import JobState, utcnow
+from training.models import JobState
 
 Labels = tuple[tuple[str, str], ...]
 STATES = (

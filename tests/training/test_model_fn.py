@@ -348,7 +348,8 @@ def test_retrain_of_an_imported_version_is_refused_by_route_cli_and_alert(
 
 def test_the_alert_retrain_action_records_why_it_did_nothing(imported_db: tuple[Database, str]) -> None:
     from alerts import lifecycle
-    from alerts.models import Alert, AlertEvent, utcnow
+    from alerts.models import Alert, AlertEvent
+    from core.database import utcnow
 
     db, url = imported_db
     settings = Settings(database_url=SecretStr(url), retrain_cooldown_s=0)
