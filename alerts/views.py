@@ -13,21 +13,20 @@ import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
-import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from alerts import flows, service
 from alerts.alertmanager import AlertmanagerPayload, auth_denied, parse_payload
-from alerts.models import AlertRead, DeliveryRead, WebhookRead, utcnow
+from alerts.models import AlertRead, DeliveryRead, WebhookRead
 from alerts.specs import RULE_SEVERITIES, RuleSpec, SilenceSpec, WebhookSpec, errors_at
 from alerts.urls import check_url
 from core.auth import Scope
+from core.database import utcnow
 from core.errors import Invalid
-from core.http import holds_nul, json_response, read_body, request_id_of, require_scope
+from core.http import JsonBody, json_response, request_id_of, require_scope, runtime
 from core.openapi import AUTH, errors, json_body, model_body, model_schema
-from core.runtime import Runtime
 from registry.names import check_name
 
 router = APIRouter(tags=["Alerts and webhooks"])
@@ -51,42 +50,19 @@ RULES_BODY = json_body(
     }
 )
 T = TypeVar("T")
-M = TypeVar("M", bound=BaseModel)
 
 
-def _state(request: Request) -> Runtime:
-    state: Runtime = request.app.state.dw
-    return state
+def _described(exc: ValidationError) -> str:
+    return "; ".join(errors_at(exc))
 
 
-async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> Any:
-    body = await read_body(
-        request, limit, rule="alerts body limit" if limit == MAX_BODY_BYTES else "max_body_bytes"
-    )
-    try:
-        data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
-    except orjson.JSONDecodeError as exc:
-        raise Invalid(f"the body is not valid JSON ({exc})") from None
-    return data
-
-
-def _object(data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
-    if holds_nul(data):  # every field of these bodies is stored, and no text column stores a NUL
-        raise Invalid("the body holds a NUL character (\\u0000), which text fields cannot store")
-    return data
-
-
-def _validated(model: type[M], data: Any) -> M:
-    try:
-        return model.model_validate(_object(data))
-    except ValidationError as exc:
-        raise Invalid("; ".join(errors_at(exc))) from None
+BODY = JsonBody(limit=MAX_BODY_BYTES, rule="alerts body limit", nul="text fields", describe=_described)
+# up to max_body_bytes (a notification of many alerts); any JSON value: parse_payload checks it
+ALERTMANAGER_BODY = JsonBody()
 
 
 async def _in_session(request: Request, fn: Callable[[Session], T]) -> T:
-    state = _state(request)
+    state = runtime(request)
 
     def run() -> T:
         with state.db.session() as session:
@@ -123,7 +99,7 @@ async def get_rules(request: Request, name: str) -> Response:
 )
 async def put_rules(request: Request, name: str) -> Response:
     check_name(name)
-    data = _object(await _json(request))
+    data = await BODY.object(request)
     if set(data) != {"rules"}:
         raise Invalid(
             f'the body must be {{"rules": [...]}} (an empty list: back to the defaults); found fields '
@@ -191,10 +167,10 @@ async def get_alert(request: Request, alert_id: Annotated[int, Path(ge=1, le=MAX
     openapi_extra=model_body(AlertmanagerPayload),
 )
 async def alertmanager(request: Request) -> Response:
-    state = _state(request)
+    state = runtime(request)
     if (denied := await auth_denied(request, state.settings)) is not None:
         return denied
-    payload = parse_payload(await _json(request, state.settings.max_body_bytes))
+    payload = parse_payload(await ALERTMANAGER_BODY.value(request))
     doc = await _in_session(
         request, lambda s: flows.receive_alertmanager(session=s, settings=state.settings, payload=payload)
     )
@@ -213,7 +189,7 @@ async def alertmanager(request: Request) -> Response:
     openapi_extra=model_body(SilenceSpec),
 )
 async def create_silence(request: Request) -> Response:
-    spec = _validated(SilenceSpec, await _json(request))
+    spec = await BODY.model(request, SilenceSpec)
     read = await _in_session(request, lambda s: flows.create_silence(session=s, spec=spec))
     return _ok(request, read.model_dump(mode="json"), 201)
 
@@ -252,8 +228,8 @@ async def delete_silence(request: Request, silence_id: str) -> Response:
     dependencies=ADMIN,
 )
 async def create_webhook(request: Request) -> Response:
-    spec = _validated(WebhookSpec, await _json(request))
-    check_url(spec.url, allow_private=_state(request).settings.webhook_allow_private_urls, resolve=False)
+    spec = await BODY.model(request, WebhookSpec)
+    check_url(spec.url, allow_private=runtime(request).settings.webhook_allow_private_urls, resolve=False)
     created = await _in_session(request, lambda s: flows.add_webhook(session=s, spec=spec))
     return _ok(request, created.model_dump(mode="json"), 201)
 

@@ -1,6 +1,7 @@
-"""The HTTP edge every domain's routes share: bounded bodies, the ``{"error": ...}`` shape, request ids,
-the scope check of bearer tokens (:func:`require_scope`) and of signed links
-(:func:`require_scope_or_signed_link`)."""
+"""The HTTP edge every domain's routes share: the process's :class:`~core.runtime.Runtime` of a request
+(:func:`runtime`), bounded bodies (:func:`read_body`) and JSON object bodies (:class:`JsonBody`), the
+``{"error": ...}`` shape, request ids, the scope check of bearer tokens (:func:`require_scope`) and of signed
+links (:func:`require_scope_or_signed_link`)."""
 
 from __future__ import annotations
 
@@ -8,38 +9,78 @@ import os
 import random
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import Depends, Query
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from core.auth import BOOTSTRAP, Grant, LinkKeySource, Scope, TokenVerifier, link_refusal, same_secret
-from core.errors import DomainError
+from core.errors import DomainError, Invalid
+from core.runtime import Runtime
 
 _random = random.Random(int.from_bytes(os.urandom(32), "big"))  # ids without a syscall per request
 REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 
 
-class BodyTooLarge(DomainError):
+M = TypeVar("M", bound=BaseModel)
+GZIP_MAGIC = b"\x1f\x8b"
+ENCODING_RULE = "content_encoding"
+
+
+def runtime(request: Request) -> Runtime:
+    """The process's handles (``request.app.state.dw``): a :class:`Runtime`, or the API process's subclass
+    of it. A plain function, also usable as a route dependency (``Depends(runtime)``)."""
+    state: Runtime = request.app.state.dw
+    return state
+
+
+class BodyRefused(DomainError):
+    """A request body refused before it is parsed; the message names the rule (``rule``) refusing it."""
+
+    def __init__(self, message: str, rule: str) -> None:
+        self.rule = rule
+        super().__init__(f"{message} (rule: {rule})")
+
+
+class BodyTooLarge(BodyRefused):
     """A request body over its limit (413 Content Too Large); the message names the rule setting the limit."""
 
     status_code = 413
 
     def __init__(self, message: str, rule: str = "max_body_bytes") -> None:
-        self.rule = rule
-        super().__init__(f"{message} (rule: {rule})")
+        super().__init__(message, rule)
+
+
+class BodyEncoded(BodyRefused):
+    """A compressed request body (415 Unsupported Media Type): bodies are read as sent, never decompressed."""
+
+    status_code = 415
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ENCODING_RULE)
 
 
 async def read_body(request: Request, limit: int, *, rule: str = "max_body_bytes") -> bytes:
     """The whole body, read as a stream and refused with :class:`BodyTooLarge` as soon as it passes ``limit``.
 
     A declared ``Content-Length`` over the limit is refused before reading anything; a body without one (or
-    lying about it) is cut off while streaming, so memory never holds more than ``limit`` bytes of it.
+    lying about it) is cut off while streaming, so memory never holds more than ``limit`` bytes of it. A
+    compressed body (a ``Content-Encoding`` other than identity, or gzip's magic bytes without one) is
+    refused with :class:`BodyEncoded` (415), rather than parsed as text it is not.
     """
+    encoding = request.headers.get("content-encoding", "").strip()
+    if encoding and encoding.lower() != "identity":
+        raise BodyEncoded(
+            f"Content-Encoding: {encoding[:64]} is not supported: send the body uncompressed, without that "
+            "header"
+        )
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"the body has {declared} bytes, more than the limit of {limit}", rule)
@@ -50,7 +91,76 @@ async def read_body(request: Request, limit: int, *, rule: str = "max_body_bytes
         if size > limit:
             raise BodyTooLarge(f"the body exceeds the limit of {limit} bytes", rule)
         chunks.append(chunk)
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    if body.startswith(GZIP_MAGIC):  # never JSON (nor any text): 0x1f is a control character
+        raise BodyEncoded(
+            "the body is gzip-compressed (gzip's magic bytes): gzip is not supported, send it uncompressed"
+        )
+    return body
+
+
+def pydantic_errors(exc: ValidationError) -> str:
+    """``path: message`` of each error of a pydantic validation, joined by ``; ``."""
+    return "; ".join(
+        f"{'.'.join(str(x) for x in e.get('loc', ())) or 'body'}: {e.get('msg', 'invalid')}"
+        for e in exc.errors()
+    )
+
+
+@dataclass(frozen=True)
+class JsonBody:
+    """How a route reads its JSON body: read (bounded), parse, check that it is an object, validate, each
+    refusal a :class:`core.errors.Invalid` (400) naming what is wrong. One per route family, e.g.
+    ``BODY = JsonBody(limit=64 * 1024, rule="admin body limit", example='{"version": 3}')``, then in a route
+    ``data = await BODY.object(request)`` or ``spec = await BODY.model(request, Spec)``.
+
+    ``limit``: the bytes allowed (None: the ``max_body_bytes`` setting) under ``rule``; ``example``: an
+    object to show in the answer to an empty body or one that is not an object (None: no example);
+    ``optional``: an empty body is ``{}`` rather than refused; ``nul``: what cannot store a NUL character
+    (e.g. "text fields"), refusing a body holding one (None: allowed); ``not_json`` and ``not_object``: the
+    words of those refusals (``{error}``: the parser's, ``{type}``: the JSON value's Python type, and
+    ``{example}``); ``describe``: the words of a pydantic validation's errors (:meth:`model`).
+    """
+
+    limit: int | None = None
+    rule: str = "max_body_bytes"
+    example: str | None = None
+    optional: bool = False
+    nul: str | None = None
+    not_json: str = "the body is not valid JSON ({error})"
+    not_object: str = "the body must be a JSON object, got {type}"
+    describe: Callable[[ValidationError], str] = pydantic_errors
+
+    async def value(self, request: Request) -> Any:
+        """The body's JSON value (``{}`` for an empty optional body); refuses an empty or malformed one."""
+        limit = runtime(request).settings.max_body_bytes if self.limit is None else self.limit
+        body = await read_body(request, limit, rule=self.rule)
+        if not body.strip():
+            if self.optional:
+                return {}
+            example = f", e.g. {self.example}" if self.example else ""
+            raise Invalid(f"the body is empty: send a JSON object{example}")
+        try:
+            return orjson.loads(body)  # refuses lone surrogates, which no text column can store
+        except orjson.JSONDecodeError as exc:
+            raise Invalid(self.not_json.format(error=exc, example=self.example)) from None
+
+    async def object(self, request: Request) -> dict[str, Any]:
+        """The body's JSON object; refuses any other value, and a NUL character when ``nul`` says so."""
+        data = await self.value(request)
+        if not isinstance(data, dict):
+            raise Invalid(self.not_object.format(type=type(data).__name__, example=self.example))
+        if self.nul is not None and holds_nul(data):
+            raise Invalid(f"the body holds a NUL character (\\u0000), which {self.nul} cannot store")
+        return data
+
+    async def model(self, request: Request, model: type[M]) -> M:
+        """The body's object validated as ``model``; a validation error: Invalid, in ``describe``'s words."""
+        data = await self.object(request)
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise Invalid(self.describe(exc)) from None
 
 
 def json_response(body: Any, status: int = 200, request_id: str | None = None) -> Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+from functools import cache
 from pathlib import Path
 
 from alembic import command
@@ -10,7 +12,6 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, make_url
 
-import migrations
 from core.errors import Unavailable
 
 
@@ -18,10 +19,21 @@ class SchemaOutdated(Unavailable):
     """The database's schema is older (or other) than the code's; the message says how to fix it."""
 
 
+@cache
+def migrations_folder() -> Path:
+    """The folder of the top-level ``migrations`` package, found without importing it: it sits above every
+    domain (its ``env.py`` imports their models), and core imports nothing of the project."""
+    spec = importlib.util.find_spec("migrations")
+    locations = None if spec is None else spec.submodule_search_locations
+    if not locations:
+        raise Unavailable("the 'migrations' package is not installed beside core: reinstall driftwarden")
+    return Path(next(iter(locations)))
+
+
 def alembic_config(url: str) -> Config:
     """An alembic config for ``url`` that needs no ini file."""
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    cfg.set_main_option("script_location", str(migrations_folder()))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 

@@ -14,9 +14,8 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from core.auth import Scope
-from core.http import json_response, request_id_of, require_scope, require_scope_or_signed_link
+from core.http import json_response, request_id_of, require_scope, require_scope_or_signed_link, runtime
 from core.openapi import AUTH, errors
-from core.runtime import Runtime
 from monitors import flows
 from monitors.findings import finding_from_dict, headline
 from monitors.links import REPORT_PATH
@@ -28,11 +27,6 @@ READ_OR_LINK = [require_scope_or_signed_link(Scope.READ)]  # the HTML report: a 
 PAGE_HEADERS = {"Cache-Control": "private, no-store", "Referrer-Policy": "no-referrer"}
 
 
-def _state(request: Request) -> Runtime:
-    state: Runtime = request.app.state.dw
-    return state
-
-
 NO_REPORT = errors(
     *AUTH, 404, 409, e404="Unknown model", e409="No monitor run yet (or no serving version, no profile)"
 )
@@ -42,7 +36,7 @@ NO_REPORT = errors(
     "/v1/models/{name}/drift", summary="Latest drift report (JSON)", responses=NO_REPORT, dependencies=READ
 )
 async def latest(request: Request, name: str) -> Response:
-    state = _state(request)
+    state = runtime(request)
     extra = await asyncio.to_thread(state.extra_findings, name)
     doc = await asyncio.to_thread(flows.latest_document, db=state.db, model_name=name, extra=extra)
     return json_response(doc, request_id=request_id_of(request))
@@ -57,7 +51,7 @@ async def latest(request: Request, name: str) -> Response:
 async def run_history(
     request: Request, name: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> Response:
-    state = _state(request)
+    state = runtime(request)
     doc = await asyncio.to_thread(flows.history, db=state.db, model_name=name, limit=limit)
     return json_response(doc, request_id=request_id_of(request))
 
@@ -70,7 +64,7 @@ async def run_history(
     dependencies=ADMIN,
 )
 async def run_now(request: Request, name: str) -> Response:
-    state = _state(request)
+    state = runtime(request)
     # predictions answered moments ago may still be on their way to the table
     await asyncio.to_thread(state.flush_predictions, 5.0)
     outcome = await asyncio.to_thread(
@@ -110,7 +104,7 @@ async def run_now(request: Request, name: str) -> Response:
     dependencies=READ_OR_LINK,
 )
 async def html_report(request: Request, name: str) -> Response:
-    state = _state(request)
+    state = runtime(request)
     extra = await asyncio.to_thread(state.extra_findings, name)
     page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name, extra=extra)
     return HTMLResponse(page, headers=PAGE_HEADERS)

@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request, Response
 
 from core.auth import Scope
 from core.errors import Invalid
-from core.http import json_response, read_body, request_id_of, require_scope
+from core.http import JsonBody, json_response, request_id_of, require_scope, runtime
 from core.openapi import AUTH, errors, json_body
-from core.runtime import Runtime
 from registry.models import ModelVersionRead
 from registry.names import MAX_VERSION, check_label, check_name, parse_version
 from registry.service import labels_of, promote, reject, rollback, serving_version, set_label, show
@@ -49,20 +47,8 @@ def _body_doc(field: str, schema: dict[str, Any]) -> dict[str, Any]:
     return json_body({"type": "object", "required": [field], "properties": {field: schema}})
 
 
-def _state(request: Request) -> Runtime:
-    state: Runtime = request.app.state.dw
-    return state
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    body = await read_body(request, MAX_BODY_BYTES, rule="admin body limit")
-    try:
-        data = orjson.loads(body or b"null")  # refuses lone surrogates, which no text column can store
-    except orjson.JSONDecodeError as exc:
-        raise Invalid(f"the body is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise Invalid(f"the body must be a JSON object, got {type(data).__name__}")
-    return data
+VERSION_BODY = JsonBody(limit=MAX_BODY_BYTES, rule="admin body limit", example='{"version": 3}')
+REASON_BODY = JsonBody(limit=MAX_BODY_BYTES, rule="admin body limit", example='{"reason": "why"}')
 
 
 def _body_version(data: dict[str, Any]) -> int:
@@ -98,7 +84,7 @@ def _ok(request: Request, body: Any) -> Response:
 async def versions(request: Request, name: str) -> Response:
     """Every registered version of a model (newest first) with its labels, and the history of its states."""
     check_name(name)
-    state = _state(request)
+    state = runtime(request)
 
     def run() -> dict[str, Any]:
         with state.db.session() as session:
@@ -116,7 +102,7 @@ async def versions(request: Request, name: str) -> Response:
 )
 async def promote_version(request: Request, name: str, version: str) -> Response:
     """Make the version the serving one; the one serving so far is archived. Already serving: no change."""
-    state = _state(request)
+    state = runtime(request)
     check_name(name)
     number = parse_version(version)
 
@@ -142,7 +128,7 @@ async def promote_version(request: Request, name: str, version: str) -> Response
 )
 async def rollback_model(request: Request, name: str) -> Response:
     """Serve the version that served before the current one; the current one is archived."""
-    state = _state(request)
+    state = runtime(request)
     check_name(name)
 
     def run() -> dict[str, Any]:
@@ -166,10 +152,10 @@ async def rollback_model(request: Request, name: str) -> Response:
 )
 async def put_label(request: Request, name: str, label: str) -> Response:
     """Point ``label`` at the version given as ``{"version": N}`` (a label cannot point at a rejected one)."""
-    state = _state(request)
+    state = runtime(request)
     check_name(name)
     check_label(label)
-    number = _body_version(await _json_object(request))
+    number = _body_version(await VERSION_BODY.object(request))
 
     def run() -> dict[str, Any]:
         with state.db.session() as session:
@@ -189,10 +175,10 @@ async def put_label(request: Request, name: str, label: str) -> Response:
 )
 async def reject_version(request: Request, name: str, version: str) -> Response:
     """Mark the version rejected (``{"reason": "..."}``); the serving version must be replaced first."""
-    state = _state(request)
+    state = runtime(request)
     check_name(name)
     number = parse_version(version)
-    reason = _body_reason(await _json_object(request))
+    reason = _body_reason(await REASON_BODY.object(request))
 
     def run() -> dict[str, Any]:
         with state.db.session() as session:

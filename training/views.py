@@ -12,15 +12,13 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from core.auth import Scope
-from core.errors import Conflict, Invalid
+from core.errors import Conflict
 from core.events import JOB_FINISHED, publish
-from core.http import holds_nul, json_response, read_body, request_id_of, require_scope
+from core.http import JsonBody, json_response, request_id_of, require_scope, runtime
 from core.openapi import AUTH, errors, model_body
-from core.runtime import Runtime
 from training import service
 from training.models import JobState, RetrainRequest, Trigger
 
@@ -41,31 +39,19 @@ RETRAIN_RULES = [  # service.check_params: ps only with mode async, workers not 
 JobId = Annotated[int, Path(ge=1, le=2**31 - 1)]  # a 32-bit id column: a larger id is a 400, not a 500
 
 
-def _state(request: Request) -> Runtime:
-    state: Runtime = request.app.state.dw
-    return state
-
-
 def _requester(request: Request) -> str:
     client = request.client.host if request.client is not None else "unknown"
     return f"api:{client}"
 
 
-async def _params(request: Request) -> dict[str, Any]:
-    body = await read_body(request, MAX_BODY)
-    if not body.strip():
-        return {}
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise Invalid(
-            f'the body is not JSON ({exc}): send an object like {{"epochs": 2}} or nothing'
-        ) from None
-    if not isinstance(payload, dict):
-        raise Invalid('the body must be a JSON object, e.g. {"reason": "drift on income", "epochs": 2}')
-    if holds_nul(payload):
-        raise Invalid("the body holds a NUL character (\\u0000), which the job's parameters cannot store")
-    return service.check_params(payload)
+BODY = JsonBody(  # optional: no body is a job with the defaults
+    limit=MAX_BODY,
+    optional=True,
+    example='{"reason": "drift on income", "epochs": 2}',
+    not_json='the body is not JSON ({error}): send an object like {{"epochs": 2}} or nothing',
+    not_object="the body must be a JSON object, e.g. {example}",
+    nul="the job's parameters",
+)
 
 
 @router.post(
@@ -96,8 +82,8 @@ async def retrain(
     of the same `Idempotency-Key`, is answered instead of a new one (`created: false`). A model whose version
     was imported without its builder function (`--model-fn`) cannot be retrained: 409, naming the fix.
     """
-    state = _state(request)
-    params = await _params(request)
+    state = runtime(request)
+    params = service.check_params(await BODY.object(request))
 
     def _enqueue() -> dict[str, Any]:
         with state.db.session() as session:
@@ -132,10 +118,10 @@ async def jobs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=service.MAX_LIST)] = 50,
 ) -> Response:
-    runtime = _state(request)
+    rt = runtime(request)
 
     def _list() -> list[dict[str, Any]]:
-        with runtime.db.session() as session:
+        with rt.db.session() as session:
             found = service.list_jobs(session=session, model_name=model, state=state, limit=limit)
             return [service.job_document(job) for job in found]
 
@@ -150,10 +136,10 @@ async def jobs(
     dependencies=READ,
 )
 async def job(request: Request, job_id: JobId) -> Response:
-    runtime = _state(request)
+    rt = runtime(request)
 
     def _get() -> dict[str, Any]:
-        with runtime.db.session() as session:
+        with rt.db.session() as session:
             return service.job_document(service.get_job(session=session, job_id=job_id))
 
     return json_response(await asyncio.to_thread(_get), request_id=request_id_of(request))
@@ -168,13 +154,13 @@ async def job(request: Request, job_id: JobId) -> Response:
 )
 async def cancel(request: Request, job_id: JobId) -> Response:
     """A queued job is cancelled at once; a running one stops at its worker's next heartbeat (202)."""
-    runtime = _state(request)
+    rt = runtime(request)
 
     def _cancel() -> dict[str, Any]:
-        with runtime.db.session() as session:
+        with rt.db.session() as session:
             doc = service.job_document(service.request_cancel(session=session, job_id=job_id))
         if doc["state"] == JobState.CANCELLED.value:  # ended at once (it was queued): announce it
-            publish(JOB_FINISHED, db=runtime.db, settings=runtime.settings, job_id=job_id)
+            publish(JOB_FINISHED, db=rt.db, settings=rt.settings, job_id=job_id)
         return doc
 
     doc = await asyncio.to_thread(_cancel)

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import Request, Response
 
 from core.auth import Scope
-from core.http import BodyTooLarge, authorize, error_response, json_response, read_body, request_id_of
+from core.http import BodyRefused, authorize, error_response, json_response, read_body, request_id_of
 from predictions.writer import LogUnavailable
 from registry.contracts import ContractViolation
 from registry.names import InvalidVersion, parse_version
@@ -71,7 +71,7 @@ async def predict_route(
             code = 400
             metrics.violation(model, [(v.feature, v.rule) for v in exc.violations])
             return error_response(400, str(exc), rid, violations=[v.to_dict() for v in exc.violations])
-        except (BadRequest, BodyTooLarge) as exc:
+        except (BadRequest, BodyRefused) as exc:  # too large (413), compressed (415), malformed
             code = exc.status_code
             metrics.violation(model, [(None, exc.rule)])
             return error_response(exc.status_code, str(exc), rid)

@@ -1,8 +1,11 @@
-"""The HTTP edge: duplicate feedback ids said, 413 for big bodies, 400 for a bad version, 405 with Allow,
-/docs served without a CDN, and the spool under the configured data folder."""
+"""The HTTP edge: duplicate feedback ids said, 413 for big bodies, 415 for compressed ones, 400 naming an
+empty body, 400 for a bad version, 405 with Allow, /docs served without a CDN, and the spool under the
+configured data folder."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +62,36 @@ def test_a_body_over_the_limit_answers_413(server: Server) -> None:
                 r = c.post(path, content=body)
                 assert r.status_code == 413, (path, r.status_code, r.text)
                 assert "rule: max_body_bytes" in r.json()["error"] and str(limit) in r.json()["error"]
+
+
+def test_a_compressed_body_answers_415_naming_content_encoding(
+    server: Server, trained: TrainedModels
+) -> None:
+    packed = gzip.compress(json.dumps({"instances": trained.rows[:1]}).encode())
+    with server.client() as c:
+        for method, path in [
+            ("POST", "/v1/models/credit:predict"),
+            ("POST", "/v2/models/credit/infer"),
+            ("POST", "/v1/models/credit/feedback"),
+            ("PUT", "/v1/models/credit/labels/canary"),
+            ("POST", "/v1/silences"),
+            ("POST", "/v1/models/credit/retrain"),
+        ]:
+            for headers, said in (({"Content-Encoding": "gzip"}, "Content-Encoding: gzip"), ({}, "gzip")):
+                r = c.request(method, path, content=packed, headers=headers)
+                assert r.status_code == 415, (path, headers, r.status_code, r.text)
+                error = r.json()["error"]
+                assert said in error and "uncompressed" in error and "rule: content_encoding" in error
+                assert "UTF-8" not in error and "utf-8" not in error, error
+
+
+def test_an_empty_body_is_said_to_be_empty(server: Server) -> None:
+    with server.client() as c:
+        label = c.put("/v1/models/credit/labels/canary", content=b"")
+        silence = c.post("/v1/silences", content=b"")
+    assert label.status_code == 400 and silence.status_code == 400, (label.text, silence.text)
+    assert label.json()["error"] == 'the body is empty: send a JSON object, e.g. {"version": 3}'
+    assert silence.json()["error"] == "the body is empty: send a JSON object"
 
 
 def test_a_non_numeric_version_answers_400(server: Server, trained: TrainedModels) -> None:
