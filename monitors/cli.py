@@ -46,13 +46,6 @@ MONITOR_EXIT_CODES = (
 )
 
 
-def _infer_schema(columns: dict[str, np.ndarray], *, exclude: set[str], target: str | None) -> ModelSchema:
-    from registry.schema import ModelSchema, OutputSpec, infer_feature
-
-    features = tuple(infer_feature(name, col) for name, col in columns.items() if name not in exclude)
-    return ModelSchema(features=features, outputs=(OutputSpec(name="probability"),), target=target or "")
-
-
 def _read_json(path: Path, *, option: str) -> Any:
     import json
 
