@@ -58,8 +58,7 @@ def print_report(
         console.print(f"performance (labels): {perf}", soft_wrap=not wrap)
     if report.estimated_performance:
         est = {k: round(v, 4) for k, v in report.estimated_performance.items()}
-        method = "DLE" if "rmse" in report.estimated_performance else "CBPE"
-        console.print(f"performance (estimated, {method}): {est}", soft_wrap=not wrap)
+        console.print(f"performance (estimated, {report.estimate_method}): {est}", soft_wrap=not wrap)
     d = report.dataset
     verdict = "[bold red]DATASET DRIFTED[/]" if d.drifted else "[green]dataset stable[/]"
     console.print(

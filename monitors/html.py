@@ -115,7 +115,7 @@ def render_html(report: DriftReport, *, title: str = "Drift report", summary: He
         )
         perf = (
             '<div class="card"><h2>Performance</h2><table><tr><th>metric</th><th>reference</th>'
-            f"<th>realised (labels)</th><th>estimated ({estimate_method(report)})</th></tr>{cells}"
+            f"<th>realised (labels)</th><th>estimated ({report.estimate_method})</th></tr>{cells}"
             "</table></div>"
         )
     return (
@@ -155,8 +155,3 @@ def performance_keys(report: DriftReport) -> tuple[str, ...]:
         recalls = tuple(sorted((k for k in known if k.startswith("recall_")), key=lambda k: int(k[7:])))
         return (*MULTICLASS_KEYS, *recalls)
     return BINARY_KEYS
-
-
-def estimate_method(report: DriftReport) -> str:
-    """How the label-free figures were estimated."""
-    return "DLE" if "rmse" in (report.estimated_performance or report.performance or {}) else "CBPE"

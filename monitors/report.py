@@ -81,6 +81,11 @@ class DriftReport:
     # predicted-class distribution
 
     @property
+    def estimate_method(self) -> str:
+        """How the label-free figures were estimated: DLE for a regression, CBPE for a classifier."""
+        return "DLE" if "rmse" in (self.estimated_performance or self.performance or {}) else "CBPE"
+
+    @property
     def drifted(self) -> bool:
         return self.dataset.drifted
 
