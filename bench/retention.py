@@ -1,23 +1,30 @@
 """Retention benchmark: one day off a large prediction log, partitioned (a drop) vs unpartitioned (DELETE).
 
-Run: ``.venv/bin/python bench/retention.py [--rows 10000000] [--days 10] [--compare-rows N] [--passes 3]
-[--admin-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres] [--keep]``.
+Run: ``.venv/bin/python bench/retention.py [--rows 10000000] [--days 10] [--request-rows 1] [--compare-rows N]
+[--passes 3] [--admin-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres] [--keep]``.
 
 A scratch database (dropped at the end unless ``--keep``) gets two schemas:
 
-- ``part``: migrated to head (the log and feedback partitioned by day), the partitions of the ``--days``
-  days made, then ``--rows`` rows spread evenly over those days (four models, JSONB inputs like a served
-  row's) and a label for every tenth row, all generated in SQL (``generate_series``, one statement per day),
-  then ``VACUUM ANALYZE`` (as autovacuum leaves a day-old partition). Each timed pass is what the retention
-  job does with a cutoff one day later than the previous one (``apply_retention(whole_partitions=True)``):
-  create partitions ahead (nothing left to create), drop the oldest day's log and feedback partitions (with
-  the exact count of what they held), delete rows of the DEFAULT partition older than the cutoff (none).
-- ``flat``: migrated to 0008 (the unpartitioned log and its feedback with the foreign key), filled the same
-  way with ``--compare-rows`` rows (default: ``--rows``); each timed pass is the previous retention code,
-  the chunked DELETE (5000 rows per transaction: the ids per model through ``(model_name, logged_at)``, the
-  feedback by ``prediction_id``, then the log rows) of the oldest day; then the ``VACUUM`` that reclaims
-  the dead rows, timed on its own. With fewer ``--compare-rows``, the per-row rate is also extrapolated to
-  one day of the partitioned log (said so in the output).
+- ``part``: migrated to head (``prediction_batches``, one row per request, and the feedback, partitioned by
+  day), the partitions of the ``--days`` days made, then ``--rows`` predictions spread evenly over those days
+  as requests of ``--request-rows`` predictions each (four models; each batch row with a typed copy of 5
+  features per prediction and its outputs, as the server writes them) and a label for every tenth
+  prediction (with the copies of its prediction ``record_feedback`` stores), all generated in SQL
+  (``generate_series``, one statement per day), then ``VACUUM ANALYZE`` (as autovacuum leaves a day-old
+  partition). Each timed pass is what the retention job does with a cutoff one day later than the previous
+  one (``apply_retention(whole_partitions=True)``): create partitions ahead (nothing left to create), drop
+  the oldest day's log and feedback partitions (with the exact count of the predictions they held), delete
+  rows of the DEFAULT partition older than the cutoff (none).
+- ``flat``: migrated to 0008 (the unpartitioned log of one row per prediction, ``prediction_log``, and its
+  feedback with the foreign key), filled the same way with ``--compare-rows`` predictions (default:
+  ``--rows``); each timed pass is the retention code of that time, the chunked DELETE (5000 rows per
+  transaction: the ids per model through ``(model_name, logged_at)``, the feedback by ``prediction_id``,
+  then the log rows) of the oldest day; then the ``VACUUM`` that reclaims the dead rows, timed on its own.
+  With fewer ``--compare-rows``, the per-row rate is also extrapolated to one day of the partitioned log
+  (said so in the output).
+
+A writer beside the passes logs a 1-prediction request every 10 ms through ``write_log_rows`` (the
+slowest write during a pass shows whether the pass stalls the write path).
 
 Figures are wall seconds per pass and their median; the machine is shared, so run it more than once.
 """
@@ -32,14 +39,15 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, create_engine, text
 
 from core import migrate
 from core.database import Database, make_engine, make_session_factory
+from predictions.pending import RequestRows, build
 from predictions.service import (
-    LogRow,
     drop_partitions_before,
-    new_prediction_id,
+    new_prediction_ids,
     prepare_partitions,
     purge_all_before,
     retention_cutoff,
@@ -49,8 +57,34 @@ from predictions.service import (
 DAY = timedelta(days=1)
 MODELS = 4
 CHUNK = 5000
+WIDTH = 5  # float64 per prediction in a batch's typed copy (numbers)
 
+# one batch row per request: ``g`` numbers the batches; each holds {size} predictions (numbers and outputs:
+# md5 bytes, as little compressible as measured floats)
 FILL = """
+INSERT INTO prediction_batches (id_prefix, id_low, size, request_id, model_name, model_version, logged_at,
+                                latency_ms, status, protocol, source, layout, numbers, categories, outputs)
+SELECT substr(md5(g::text)::uuid::text, 1, 33), 0, {size}, md5((-g)::text), 'model_' || (g % {models}), 1,
+       timestamptz '{start}' + g * interval '1 microsecond' * {step}, 1.5 + random(), 'ok', 'v2', 'serve',
+       1234567,
+       substr(decode((SELECT string_agg(md5(g || '.' || k), '') FROM generate_series(1, {numbers_md5}) AS k),
+                     'hex'), 1, {numbers_bytes}),
+       NULL,
+       substr(decode((SELECT string_agg(md5(g || ',' || k), '') FROM generate_series(1, {outputs_md5}) AS k),
+                     'hex'), 1, {outputs_bytes})
+FROM generate_series({first}, {last}) AS g
+"""
+# a label for every tenth prediction, as record_feedback stores it (the copies of its prediction)
+LABELS_PARTITIONED = """
+INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at,
+                                 log_id, position, probability, model_version, status)
+SELECT b.id_prefix || lpad(to_hex(b.id_low + pos), 3, '0'), b.logged_at, b.model_name, (random() < 0.5)::int,
+       b.logged_at + interval '1 hour', b.id, pos, random(), b.model_version, b.status
+FROM prediction_batches b CROSS JOIN LATERAL generate_series(0, b.size - 1) AS pos
+WHERE (b.id * b.size + pos) % 10 = 0
+"""
+# the log before migration 0018 (and before partitions: 0008), one row per prediction
+FILL_FLAT = """
 INSERT INTO prediction_log (prediction_id, request_id, model_name, model_version, logged_at, inputs,
                             probability, flags, latency_ms, status, protocol)
 SELECT md5(g::text)::uuid::text, 'req-' || g, 'model_' || (g % {models}), 1,
@@ -61,13 +95,6 @@ SELECT md5(g::text)::uuid::text, 'req-' || g, 'model_' || (g % {models}), 1,
        random(), NULL, 1.5 + random(), 'ok', 'v1'
 FROM generate_series({first}, {last}) AS g
 """
-LABELS_PARTITIONED = """
-INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at,
-                                 log_id, probability, model_version, status)
-SELECT prediction_id, logged_at, model_name, (random() < 0.5)::int, logged_at + interval '1 hour',
-       id, probability, model_version, status
-FROM prediction_log WHERE id % 10 = 0
-"""
 LABELS_FLAT = """
 INSERT INTO prediction_feedback (prediction_id, model_name, label, received_at)
 SELECT prediction_id, model_name, (random() < 0.5)::int, logged_at + interval '1 hour'
@@ -75,26 +102,48 @@ FROM prediction_log WHERE id % 10 = 0
 """
 
 
-def fill(engine: Engine, *, rows: int, days: int, start: datetime, labels_sql: str) -> float:
-    """``rows`` rows evenly over ``days`` days from ``start`` (one statement per day), labels, VACUUM."""
-    step = int(days * DAY / timedelta(microseconds=1)) // rows  # microseconds between two rows
-    per_day = -(-rows // days)
+def fill(
+    engine: Engine,
+    *,
+    rows: int,
+    days: int,
+    start: datetime,
+    fill_sql: str,
+    labels_sql: str,
+    table: str,
+    size: int = 1,
+) -> float:
+    """``rows`` predictions in rows of ``size`` predictions evenly over ``days`` days from ``start`` (one
+    statement per day), labels, VACUUM ANALYZE."""
+    batches = -(-rows // size)
+    step = int(days * DAY / timedelta(microseconds=1)) // batches  # microseconds between two rows
+    per_day = -(-batches // days)
+    shape = {
+        "size": size,
+        "numbers_bytes": 8 * WIDTH * size,
+        "numbers_md5": -(-8 * WIDTH * size // 16),
+        "outputs_bytes": 8 * size,
+        "outputs_md5": -(-8 * size // 16),
+    }
     began = time.perf_counter()
     for day in range(days):
-        first, last = day * per_day, min(rows, (day + 1) * per_day) - 1
+        first, last = day * per_day, min(batches, (day + 1) * per_day) - 1
         if first > last:
             break
-        sql = FILL.format(models=MODELS, start=start.isoformat(), first=first, last=last, step=step)
+        sql = fill_sql.format(
+            models=MODELS, start=start.isoformat(), first=first, last=last, step=step, **shape
+        )
         with engine.begin() as conn:
             conn.execute(text(sql))
         print(
-            f"  filled day {day + 1}/{days} ({last + 1:,} rows, {time.perf_counter() - began:.0f} s)",
+            f"  filled day {day + 1}/{days} ({(last + 1) * size:,} predictions, {last + 1:,} rows, "
+            f"{time.perf_counter() - began:.0f} s)",
             flush=True,
         )
     with engine.begin() as conn:
         conn.execute(text(labels_sql))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE prediction_log"))
+        conn.execute(text(f"VACUUM ANALYZE {table}"))
         conn.execute(text("VACUUM ANALYZE prediction_feedback"))
     return time.perf_counter() - began
 
@@ -138,12 +187,24 @@ def old_purge(engine: Engine, before: datetime) -> int:
         total += len(ids)
 
 
-class Probe:
-    """A writer beside the passes: one row per ``write_log_rows`` call every 10 ms, each call's latency
-    kept, so that a pass's stall of the write path shows (a partition change takes the table's lock)."""
+# the write of the log at 0008 (one row per prediction), for the probe beside the unpartitioned passes
+FLAT_INSERT = (
+    "INSERT INTO prediction_log (prediction_id, request_id, model_name, model_version, logged_at, inputs, "
+    "probability, flags, latency_ms, status, protocol) "
+    "SELECT e->>0, e->>1, e->>2, (e->>3)::int, (e->>4)::timestamptz, e->5, (e->>6)::float8, "
+    "nullif(e->7, 'null'::jsonb), (e->>8)::float8, e->>9, e->>10 "
+    "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n"
+)
 
-    def __init__(self, url: str) -> None:
+
+class Probe:
+    """A writer beside the passes: a 1-prediction request (one batch row) per ``write_log_rows`` call every
+    10 ms, each call's latency kept, so that a pass's stall of the write path shows (a partition change takes
+    the table's lock); ``flat``: the same request as one row of the log at 0008, by that code's insert."""
+
+    def __init__(self, url: str, *, flat: bool = False) -> None:
         self.engine = make_engine(url)
+        self.flat = flat
         self.samples: list[tuple[float, float]] = []  # (start, seconds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -152,23 +213,38 @@ class Probe:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._n += 1
-            row = LogRow(
-                new_prediction_id(),
-                f"probe-{self._n}",
-                "probe",
-                1,
-                datetime.now(UTC),
-                {"amount": 1.0},
-                0.5,
-                None,
-                1.0,
-                "ok",
-                "v1",
+            request = RequestRows(
+                model_name="probe",
+                model_version=1,
+                logged_at=datetime.now(UTC),
+                request_id=f"probe-{self._n}",
+                protocol="v2",
+                latency_ms=1.0,
+                status="ok",
+                ids=new_prediction_ids(1),
+                inputs=[{"amount": 1.0}],
+                values=[0.5],
+                flags=[None],
+                layout=None,
             )
+            (rows,) = build([request])
             began = time.perf_counter()
-            write_log_rows(engine=self.engine, rows=[row], idempotent=False)
+            if self.flat:
+                self._write_flat(request)
+            else:
+                write_log_rows(engine=self.engine, rows=rows, idempotent=False)
             self.samples.append((began, time.perf_counter() - began))
             self._stop.wait(0.01)
+
+    def _write_flat(self, r: RequestRows) -> None:
+        row = (r.ids[0], r.request_id, r.model_name, 1, r.logged_at, r.inputs[0], 0.5, None, 1.0, "ok", "v1")
+        raw = self.engine.raw_connection()
+        try:
+            pg: Any = raw.driver_connection
+            pg.execute(FLAT_INSERT, (orjson.dumps([row]).decode(),))
+            raw.commit()
+        finally:
+            raw.close()
 
     def __enter__(self) -> Probe:
         self._thread.start()
@@ -205,8 +281,21 @@ def bench_partitioned(scratch: Engine, base: str, args: argparse.Namespace, star
     while moment < datetime.now(UTC):
         prepare_partitions(db=db, now=moment, days=1)
         moment += 7 * DAY
-    print(f"partitioned: filling {args.rows:,} rows over {args.days} days", flush=True)
-    seconds = fill(engine, rows=args.rows, days=args.days, start=start, labels_sql=LABELS_PARTITIONED)
+    print(
+        f"partitioned: filling {args.rows:,} predictions over {args.days} days, "
+        f"{args.request_rows} per request",
+        flush=True,
+    )
+    seconds = fill(
+        engine,
+        rows=args.rows,
+        days=args.days,
+        start=start,
+        fill_sql=FILL,
+        labels_sql=LABELS_PARTITIONED,
+        table="prediction_batches",
+        size=args.request_rows,
+    )
     print(f"  fill + labels + VACUUM ANALYZE: {seconds:.0f} s", flush=True)
     prepare_partitions(db=db, now=datetime.now(UTC), days=1)  # as after the job's first pass
     passes: list[float] = []
@@ -225,8 +314,9 @@ def bench_partitioned(scratch: Engine, base: str, args: argparse.Namespace, star
             passes.append(t3 - t0)
             print(
                 f"  pass {k}: {t3 - t0:.3f} s = create ahead {t1 - t0:.3f} s ({len(created)} made) + drop "
-                f"{t2 - t1:.3f} s ({dropped}, log + feedback, rows counted first) + DEFAULT-partition delete "
-                f"{t3 - t2:.3f} s ({deleted} rows); slowest write meanwhile {probe.worst(t0, t3):.3f} s",
+                f"{t2 - t1:.3f} s ({dropped}, log + feedback, predictions counted first) + DEFAULT-partition "
+                f"delete {t3 - t2:.3f} s ({deleted} predictions); slowest write meanwhile "
+                f"{probe.worst(t0, t3):.3f} s",
                 flush=True,
             )
             time.sleep(1)
@@ -242,11 +332,19 @@ def bench_flat(
     url = schema_url(scratch, base, "flat")
     migrate.upgrade(url, "0008_alerts")
     flat = make_engine(url)
-    print(f"unpartitioned (0008): filling {rows:,} rows over {args.days} days", flush=True)
-    seconds = fill(flat, rows=rows, days=args.days, start=start, labels_sql=LABELS_FLAT)
+    print(f"unpartitioned (0008, one row per prediction): filling {rows:,} over {args.days} days", flush=True)
+    seconds = fill(
+        flat,
+        rows=rows,
+        days=args.days,
+        start=start,
+        fill_sql=FILL_FLAT,
+        labels_sql=LABELS_FLAT,
+        table="prediction_log",
+    )
     print(f"  fill + labels + VACUUM ANALYZE: {seconds:.0f} s", flush=True)
     out: dict[str, Any] = {"delete": [], "vacuum": [], "rows": [], "worst": []}
-    with Probe(url) as probe:
+    with Probe(url, flat=True) as probe:
         time.sleep(1)
         for k in range(1, args.passes + 1):
             t0 = time.perf_counter()
@@ -272,10 +370,16 @@ def bench_flat(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the partitioned log")
-    parser.add_argument("--days", type=int, default=10, help="days the rows are spread over")
+    parser.add_argument("--rows", type=int, default=10_000_000, help="predictions of the partitioned log")
+    parser.add_argument("--days", type=int, default=10, help="days the predictions are spread over")
     parser.add_argument(
-        "--compare-rows", type=int, default=None, help="rows of the unpartitioned copy (0: skip it)"
+        "--request-rows",
+        type=int,
+        default=1,
+        help="predictions per request (per row of prediction_batches; 1: the most rows, the worst case)",
+    )
+    parser.add_argument(
+        "--compare-rows", type=int, default=None, help="predictions of the unpartitioned copy (0: skip it)"
     )
     parser.add_argument("--passes", type=int, default=3, help="retention passes (one day each) per layout")
     parser.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -296,7 +400,10 @@ def main() -> None:
         passes = bench_partitioned(scratch, base, args, start)
         flat = bench_flat(scratch, base, args, start, compare_rows) if compare_rows else None
         print()
-        print(f"one day = {day_rows:,} rows of a {args.rows:,}-row log ({args.days} days), passes:")
+        print(
+            f"one day = {day_rows:,} predictions of a {args.rows:,}-prediction log ({args.days} days, "
+            f"{args.request_rows} per request), passes:"
+        )
         median = statistics.median(passes)
         print(f"  partitioned, retention pass (partition drop): median {median:.3f} s {fmt(passes)}")
         if flat is not None:
@@ -310,7 +417,7 @@ def main() -> None:
             print(f"  unpartitioned, {what}: median {statistics.median(deletes):.1f} s {fmt(deletes)}")
             if compare_rows != args.rows:
                 rate = f"{per_row * 1e6:.1f} us/row"
-                print(f"    extrapolated to {day_rows:,} rows at {rate}: {per_row * day_rows:.1f} s")
+                print(f"    extrapolated to {day_rows:,} predictions at {rate}: {per_row * day_rows:.1f} s")
             print(f"  unpartitioned, VACUUM after it: median {statistics.median(flat['vacuum']):.1f} s")
     finally:
         scratch.dispose()

@@ -795,11 +795,12 @@ def prepare_db(url: str, model_path: Path) -> None:
 
 
 def count_log(url: str) -> int:
+    """Predictions in the log (one row of ``prediction_batches`` per request: their sizes summed)."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(url)
     with engine.connect() as conn:
-        n = int(conn.execute(text("select count(*) from prediction_log")).scalar_one())
+        n = int(conn.execute(text("select coalesce(sum(size), 0) from prediction_batches")).scalar_one())
     engine.dispose()
     return n
 

@@ -15,9 +15,10 @@ signed webhook deliveries received.
 
 At the end the server is stopped gracefully and the bench prints:
 
-- rows logged (``prediction_log``) against rows answered (the server's ``driftwarden_predictions_total``)
-  and the rows of the requests ``wrk`` read answers to and sent (it abandons the requests in flight when
-  its time is up), and the rows the log dropped: ``0 dropped`` and logged == answered, else LOST ROWS;
+- rows logged (the predictions of ``prediction_batches``, one row per request) against rows answered (the
+  server's ``driftwarden_predictions_total``) and the rows of the requests ``wrk`` read answers to and sent
+  (it abandons the requests in flight when its time is up), and the rows the log dropped: ``0 dropped`` and
+  logged == answered, else LOST ROWS;
 - monitor runs done, alerts fired (reached ``firing``) by rule, webhook deliveries (stored and received);
 - the RSS trend, for the server and for each of its processes: the slope of a least-squares line through
   the RSS of the second half of the run (MB/min; the first half is warm-up: TensorFlow's, the allocator's

@@ -31,7 +31,7 @@ from monitors.models import MonitorRun
 from monitors.profile import Profile, profile_from_dict
 from monitors.report import DriftReport, report_from_dict
 from monitors.service import latest_run, list_runs, prune_models, record_run
-from predictions.windows import Reader, WindowSpec
+from predictions.windows import WindowSpec
 from registry.models import ModelVersion
 from registry.service import count_versions, read_meta, serving_model_names, serving_version
 
@@ -126,7 +126,7 @@ def window_engine(*, db: Database, settings: Settings) -> Engine:
 
 def sketch_cache(*, db: Database, settings: Settings) -> SketchCache | None:
     """The sketch cache of the monitor runs (on the database runs are stored in), None when switched off or
-    on SQLite (the cache serves the PostgreSQL row readers only)."""
+    on SQLite (an embedded log is read whole: the cache pays on PostgreSQL's large logs)."""
     if not settings.monitor_sketch_cache or db.engine.dialect.name != "postgresql":
         return None
     return SketchCache(engine=db.engine, block_ids=settings.monitor_sketch_block_ids)
@@ -160,7 +160,6 @@ def run_monitor(
     settings: Settings,
     model_name: str,
     now: datetime | None = None,
-    reader: Reader | str = Reader.AUTO,
 ) -> Outcome:
     """Evaluate the serving version of ``model_name`` on its window and store the run."""
     started = time.perf_counter()
@@ -190,7 +189,6 @@ def run_monitor(
         spec=spec,
         threshold=config.classification_threshold,
         chunk_rows=settings.monitor_chunk_rows,
-        reader=reader,
         now=now,
         cache=sketch_cache(db=db, settings=settings),
     )

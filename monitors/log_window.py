@@ -1,6 +1,6 @@
 """A model's window of the prediction log, read in chunks and folded into a :class:`WindowSketch`.
 
-The reading (which rows, both readers, their performance design) belongs to the log's owner:
+The reading (which rows, the reader's performance design) belongs to the log's owner:
 :mod:`predictions.windows`. Here each chunk is counted on the reference profile's grids and dropped, so
 memory is bounded by the chunk size plus the profile, never by the window.
 
@@ -14,9 +14,6 @@ new or changed blocks and the window's edges are read; the labels (feedback arri
 error stream are read on every run from the labelled rows of the whole window. See docs/monitoring.md,
 "The sketch cache".
 
-With the ``aggregate`` reader (PostgreSQL) the counts come from the database instead
-(:mod:`predictions.aggregates`) and are put into the same sketch (:func:`sketch_aggregate`); only the
-PCA error (a sample of rows) and the labelled error stream (streamed in id order) read rows.
 """
 
 from __future__ import annotations
@@ -33,8 +30,6 @@ import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from monitors.binning import GridCounts
-from monitors.drift.multivariate import pca_error_counts
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.service import (
     CachedBlock,
@@ -45,23 +40,21 @@ from monitors.service import (
     store_blocks,
 )
 from monitors.window import (
-    LabelCounts,
     MulticlassCounts,
     WindowSketch,
     decode_counts,
     encode_counts,
     fingerprint,
 )
-from predictions import aggregates
 from predictions.windows import (
     CHUNK_ROWS,
+    READER,
     BlockStat,
     Chunk,
-    Reader,
     WindowSpec,
     WindowSummary,
     block_stats,
-    choose_reader,
+    labelled_arrays,
     narrow,
     newest_id,
     read_chunks,
@@ -99,6 +92,8 @@ class Window:
     labelled: int
     sketch: WindowSketch
     reader: str
+    since: datetime | None = None  # the time bound of a window of the last minutes
+    skip: int = 0  # the oldest predictions of the first batch left out (predictions.windows.WindowSummary)
     chunks: int = 0
     cached_blocks: int | None = None  # with the sketch cache: blocks taken from it
     counted_blocks: int | None = None  # with the sketch cache: blocks read (the edges, new or changed ones)
@@ -136,12 +131,11 @@ def read_window(
     spec: WindowSpec,
     threshold: float = 0.5,
     chunk_rows: int = CHUNK_ROWS,
-    reader: Reader | str = Reader.AUTO,
     now: datetime | None = None,
     cache: SketchCache | None = None,
 ) -> Window:
     """Read one model's window from the prediction log in chunks and sketch it on ``profile``'s grids
-    (``cache``: with the PostgreSQL row readers, merge the stored counts of sealed blocks); a multi-class
+    (``cache``: merge the stored counts of sealed blocks); a multi-class
     model's probability vectors and their labels are read apart, in id order (:func:`_add_vectors`)."""
     window = _read_window(
         engine=engine,
@@ -150,7 +144,6 @@ def read_window(
         spec=spec,
         threshold=threshold,
         chunk_rows=chunk_rows,
-        reader=reader,
         now=now,
         cache=cache,
     )
@@ -173,7 +166,8 @@ def _add_vectors(*, engine: Engine, profile: Profile, window: Window, chunk_rows
         end=window.end,
         first_id=window.first_id,
         last_id=window.last_id,
-        since=window.start,
+        since=window.since,
+        skip=window.skip,
     )
     counts = MulticlassCounts(width)
     sketch = window.sketch
@@ -191,59 +185,46 @@ def _read_window(
     spec: WindowSpec,
     threshold: float,
     chunk_rows: int,
-    reader: Reader | str,
     now: datetime | None,
     cache: SketchCache | None,
 ) -> Window:
-    chosen = choose_reader(engine=engine, reader=reader)
     sketch = WindowSketch(threshold=threshold)
-    cached = cache if cache is not None and chosen in (Reader.TYPED, Reader.BLOCKS) else None
-    if cached is not None:
+    if cache is not None:
         return _read_cached(
             engine=engine,
-            cache=cached,
+            cache=cache,
             profile=profile,
             model_name=model_name,
             spec=spec,
             threshold=threshold,
             chunk_rows=chunk_rows,
-            reader=chosen,
             now=now,
         )
     summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
     if summary is None:
-        return Window(model_name, spec, 0, None, None, None, None, 0, sketch, chosen.value)
+        return Window(model_name, spec, 0, None, None, None, None, 0, sketch, READER)
     count = 0
-    if chosen is Reader.AGGREGATE:  # counted inside the database: no chunks
-        sketch = sketch_aggregate(
-            engine=engine, profile=profile, summary=summary, threshold=threshold, chunk_rows=chunk_rows
-        )
-    else:
-        # PostgreSQL's row readers leave the labels to one query of their own (labels joined per range
-        # cost a scan of the window's labels each); the generic reader (SQLite) joins them row by row
-        apart = chosen in (Reader.TYPED, Reader.BLOCKS)
-        numeric, categorical = _feature_names(profile)
-        chunks = read_chunks(
-            engine=engine,
-            summary=summary,
-            numeric=numeric,
-            categorical=categorical,
-            chunk_rows=chunk_rows,
-            reader=chosen,
-            labels=not apart,
-        )
-        for chunk in chunks:
-            add_chunk(sketch=sketch, profile=profile, chunk=chunk, labels=not apart)
-            count += 1
-        if apart:
-            _add_labels(sketch=sketch, engine=engine, profile=profile, summary=summary, chunk_rows=chunk_rows)
-    return _window(summary, sketch, chosen, count)
+    # the labels are read apart, from the feedback alone, in one query (labels joined per range cost a
+    # read of the range's labels each)
+    numeric, categorical = _feature_names(profile)
+    chunks = read_chunks(
+        engine=engine,
+        summary=summary,
+        numeric=numeric,
+        categorical=categorical,
+        chunk_rows=chunk_rows,
+        labels=False,
+    )
+    for chunk in chunks:
+        add_chunk(sketch=sketch, profile=profile, chunk=chunk, labels=False)
+        count += 1
+    _add_labels(sketch=sketch, engine=engine, profile=profile, summary=summary, chunk_rows=chunk_rows)
+    return _window(summary, sketch, count)
 
 
 def _window(
     summary: WindowSummary,
     sketch: WindowSketch,
-    reader: Reader,
     chunks: int,
     blocks: tuple[int, int, dict[str, float]] | None = None,
 ) -> Window:
@@ -257,7 +238,9 @@ def _window(
         last_id=summary.last_id,
         labelled=sketch.labels.rows,
         sketch=sketch,
-        reader=reader.value,
+        reader=READER,
+        since=summary.since,
+        skip=summary.skip,
         chunks=chunks,
         cached_blocks=None if blocks is None else blocks[0],
         counted_blocks=None if blocks is None else blocks[1],
@@ -279,7 +262,6 @@ def _read_cached(
     spec: WindowSpec,
     threshold: float,
     chunk_rows: int,
-    reader: Reader,
     now: datetime | None,
 ) -> Window:
     """:func:`read_window` with the sketch cache. The summary's index scan (a quarter of a second for a
@@ -306,7 +288,6 @@ def _read_cached(
                 numeric=numeric,
                 categorical=categorical,
                 chunk_rows=chunk_rows,
-                reader=reader,
             )
         summary, stats = summarize_blocks(
             engine=engine, model_name=model_name, spec=spec, block_ids=cache.block_ids, now=now, upto=top
@@ -316,7 +297,7 @@ def _read_cached(
             for _, _, future in early.values():
                 future.cancel()
             empty = WindowSketch(threshold=threshold)
-            return Window(model_name, spec, 0, None, None, None, None, 0, empty, reader.value)
+            return Window(model_name, spec, 0, None, None, None, None, 0, empty, READER)
         sketch, count, blocks = _sketch_blocks(
             engine=engine,
             cache=cache,
@@ -326,12 +307,11 @@ def _read_cached(
             summary=summary,
             threshold=threshold,
             chunk_rows=chunk_rows,
-            reader=reader,
             pool=pool,
             early=early,
         )
     blocks[2]["summary_and_block_stats"] = round(summarized, 4)
-    return _window(summary, sketch, reader, count, blocks)
+    return _window(summary, sketch, count, blocks)
 
 
 def _key(model_name: str, spec: WindowSpec, profile: Profile, threshold: float, block_ids: int) -> SketchKey:
@@ -359,7 +339,6 @@ def _read_block(
     numeric: list[str],
     categorical: list[str],
     chunk_rows: int,
-    reader: Reader,
 ) -> list[Chunk]:
     """The window's rows between two ids of one block, without labels."""
     return list(
@@ -369,7 +348,6 @@ def _read_block(
             numeric=numeric,
             categorical=categorical,
             chunk_rows=chunk_rows,
-            reader=reader,
             labels=False,
         )
     )
@@ -397,7 +375,6 @@ def _read_early(
     numeric: list[str],
     categorical: list[str],
     chunk_rows: int,
-    reader: Reader,
 ) -> _Early:
     """Start reading and counting, newest first, those of the last :data:`_EARLY_BLOCKS` blocks up to
     ``top`` that the cache does not hold and that lie wholly inside the window whatever its first id turns
@@ -432,7 +409,6 @@ def _read_early(
                 numeric=numeric,
                 categorical=categorical,
                 chunk_rows=chunk_rows,
-                reader=reader,
             )
             return (rows, *_counted(chunks, profile=profile, threshold=threshold))
 
@@ -450,7 +426,6 @@ def _sketch_blocks(
     summary: WindowSummary,
     threshold: float,
     chunk_rows: int,
-    reader: Reader,
     pool: ThreadPoolExecutor,
     early: _Early,
 ) -> tuple[WindowSketch, int, tuple[int, int, dict[str, float]]]:
@@ -470,7 +445,8 @@ def _sketch_blocks(
 
     def sealed(st: BlockStat) -> bool:  # wholly inside the window: its every row is in it
         low, high = st.block * size, st.block * size + size - 1
-        inside = summary.first_id <= low and high <= summary.last_id
+        starts = summary.first_id < low or (summary.first_id == low and not summary.skip)
+        inside = starts and high <= summary.last_id
         return inside and (summary.since is None or st.oldest >= summary.since)
 
     with Session(cache.engine) as session:
@@ -513,7 +489,6 @@ def _sketch_blocks(
             numeric=numeric,
             categorical=categorical,
             chunk_rows=chunk_rows,
-            reader=reader,
         )
 
     unread = [st for st in stats if st.block not in valid_set]
@@ -593,7 +568,7 @@ def _add_labels(
     """Count the window's labelled rows (PostgreSQL: one query, in id order) into ``sketch``."""
     if profile.prediction is None:
         return
-    prob, label = aggregates.labelled_arrays(engine=engine, summary=summary)
+    prob, label = labelled_arrays(engine=engine, summary=summary)
     for lo in range(0, prob.size, chunk_rows):
         sketch.add_labels(profile, prob[lo : lo + chunk_rows], label[lo : lo + chunk_rows])
 
@@ -607,75 +582,4 @@ def add_chunk(*, sketch: WindowSketch, profile: Profile, chunk: Chunk, labels: b
     for name, counts in chunk.category_counts.items():
         if isinstance(profile.features.get(name), CategoricalProfile):
             sketch.categorical.setdefault(name, Counter()).update(counts)
-    return sketch
-
-
-def _grid(feature: NumericProfile) -> aggregates.Grid:
-    return aggregates.Grid(points=feature.grid, low=feature.allowed_min, high=feature.allowed_max)
-
-
-def sketch_aggregate(
-    *,
-    engine: Engine,
-    profile: Profile,
-    summary: WindowSummary,
-    threshold: float = 0.5,
-    chunk_rows: int = CHUNK_ROWS,
-    sample_rows: int = aggregates.SAMPLE_ROWS,
-) -> WindowSketch:
-    """A window's sketch from counts aggregated in PostgreSQL, plus the PCA error of a sample of rows
-    (at most about ``sample_rows``) and the labelled error stream read in id order."""
-    numeric = {n: _grid(f) for n, f in profile.features.items() if isinstance(f, NumericProfile)}
-    categorical = [n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)]
-    agg = aggregates.aggregate_window(
-        engine=engine,
-        summary=summary,
-        numeric=numeric,
-        categorical=categorical,
-        prediction=_grid(profile.prediction) if profile.prediction is not None else None,
-        threshold=threshold,
-        labels=profile.prediction is not None,
-    )
-    sketch = WindowSketch(rows=agg.rows, threshold=threshold)
-    for name, cells in agg.numeric.items():
-        sketch.numeric[name] = GridCounts(
-            cells=cells.cells, sums=cells.sums, missing=cells.missing, outside=cells.outside
-        )
-    for name, counts in agg.categorical.items():
-        sketch.categorical[name] = counts
-    if agg.prediction is not None:
-        pred = agg.prediction
-        sketch.prediction = GridCounts(
-            cells=pred.cells, sums=pred.sums, missing=pred.missing, outside=pred.outside
-        )
-    if agg.labelled and profile.task is not Task.BINARY:  # a regression's sums (multi-class: read apart)
-        for prob, label in aggregates.labelled_rows(engine=engine, summary=summary, chunk_rows=chunk_rows):
-            sketch.add_labels(profile, prob, label)
-    elif agg.labelled:
-        tp, fp, fn, tn = agg.confusion
-        sketch.labels = LabelCounts(
-            rows=agg.labelled,
-            true_pos=tp,
-            false_pos=fp,
-            false_neg=fn,
-            true_neg=tn,
-            positive_cells=agg.positive,
-            negative_cells=agg.negative,
-        )
-        stream = aggregates.labelled_rows(engine=engine, summary=summary, chunk_rows=chunk_rows)
-        for prob, label in stream:
-            ok = ~np.isnan(label) & ~np.isnan(prob)
-            sketch.errors.update(np.abs(label[ok].astype(bool).astype(np.float64) - prob[ok]))
-    pca = profile.multivariate
-    if pca is not None and all(f in numeric for f in pca.features):
-        sample = aggregates.sample_chunks(
-            engine=engine,
-            summary=summary,
-            numeric=list(pca.features),
-            sample_rows=sample_rows,
-            chunk_rows=chunk_rows,
-        )
-        for chunk in sample:
-            err = pca_error_counts(chunk.columns, pca)
-            sketch.pca_error = err if sketch.pca_error is None else sketch.pca_error.merge(err)
     return sketch

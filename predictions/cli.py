@@ -113,22 +113,25 @@ def rejected(
                     written, refused = DeadLetter(file.parent, name=file.name).reimport(engine=db.engine)
                 except ValueError as exc:
                     raise Invalid(str(exc)) from exc
-                typer.echo(f"{file}: {written} rows written to the log, {refused} refused again (kept)")
+                typer.echo(
+                    f"{file}: {written} predictions written to the log, {refused} refused again (kept)"
+                )
         finally:
             db.dispose()
         return
     total = 0
     for file in files:
         rows = list(DeadLetter(file.parent, name=file.name).read())
-        total += len(rows)
+        held = sum(r.row.size for r in rows)
+        total += held
         for r in rows:
             error = r.error.splitlines()[0] if r.error else ""
             typer.echo(
-                f"{r.rejected_at.isoformat(timespec='seconds')}  {r.row.prediction_id}  "
+                f"{r.rejected_at.isoformat(timespec='seconds')}  {r.row.ids()[0]} (+{r.row.size - 1})  "
                 f"{r.row.model_name} v{r.row.model_version}  {r.source}  {error}"
             )
-        typer.echo(f"{file}: {len(rows)} rows")
-    typer.echo(f"{total} refused rows in {len(files)} files")
+        typer.echo(f"{file}: {len(rows)} requests, {held} predictions")
+    typer.echo(f"{total} refused predictions in {len(files)} files")
 
 
 def _report(done: Retention) -> None:

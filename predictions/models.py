@@ -1,39 +1,37 @@
 """Prediction log tables.
 
-``prediction_log`` holds one row per served prediction. The monitors read "the last N rows" or "the last
-T minutes" of one model, so the table carries two composite indexes led by ``model_name``:
-``(model_name, logged_at)`` for time windows and ``(model_name, id)`` for last-N reads (``id`` grows with
-insertion order, so ``ORDER BY id DESC LIMIT N`` is an index scan); the chunked retention DELETE finds rows
-per model through the first one, so no further index slows the inserts. The output probability and the
-latency are real columns (aggregations never parse JSON); the raw inputs are one JSON document per row
-(JSONB on PostgreSQL), because the feature set differs per model and version. ``prediction_id`` is a
-time-ordered UUID (v7 layout), so its unique index is appended to at the right edge like ``id``.
+``prediction_batches`` holds one row per request (or ingested batch) of one model version: the model, the
+version, the time, the source, the request's id, protocol, status and latency, its predictions' ids as a
+shared prefix with a counted tail (``id_prefix``, ``id_low``, ``size``: :mod:`predictions.batch`), and the
+predictions column by column: the inputs' typed copy (``numbers``: one little-endian float64 per feature and
+prediction in a recorded layout, :mod:`predictions.typed`; ``categories``: the texts of the rows holding a
+category outside the layout), the outputs (``outputs``: one float64 per prediction; ``vectors``: a
+multi-class model's probabilities), the flags, and the row documents only where the typed copy cannot hold
+them exactly (``inputs``). A prediction is a position in its batch; its time is the batch's ``logged_at``.
+
+The monitors read "the last N predictions" or "the last T minutes" of one model, so the table carries two
+composite indexes led by ``model_name``: ``(model_name, logged_at)`` for time windows and ``(model_name,
+id)``, which carries ``size`` and the filters, for last-N reads (``id`` grows with insertion order). A
+prediction id is found through the unique key ``(id_prefix, id_low, logged_at)`` (the conflict target of the
+writer's idempotent replay: a replayed batch carries its original time).
 
 ``prediction_feedback`` holds the ground-truth label of a prediction (one per prediction; a resent label
 replaces the previous one), with a copy of what a window reads of its prediction, filled by
-``record_feedback`` from the log row (migration 0015 backfilled older labels): ``logged_at`` (the partition
-key, beside ``prediction_id`` the key), the log's ``id`` as ``log_id``, ``probability``, ``model_version``
-and ``status``. A log row never changes once written, so the copies stay true; with them the labelled rows
-of a window are read from the feedback alone (``predictions.aggregates.labelled_arrays``: an index-only scan
-of ``(model_name, log_id)``, which includes the rest), never joined with the wide log rows. The copies are
-nullable (a label of a prediction the log no longer had when 0015 ran keeps NULL there, which no window
-reads, as no join found it).
+``record_feedback``: ``logged_at`` (the partition key, beside ``prediction_id`` the key), the batch's ``id``
+as ``log_id`` and the prediction's ``position`` in it, its output as ``probability``, ``model_version`` and
+``status``. A batch never changes once written, so the copies stay true; with them the labelled predictions
+of a window are read from the feedback alone (an index-only scan of ``(model_name, log_id)``, which includes
+the rest), never joined with the batches.
 
-On PostgreSQL both tables are range-partitioned by ``logged_at`` with the same ranges (migration 0009,
-:mod:`predictions.partitions`): retention drops the partitions of a span of time that has wholly expired,
-log and feedback in one transaction, instead of deleting rows. A partitioned table's primary and unique
-keys must contain the partition key, so there the log's primary key is ``(id, logged_at)`` (``id`` still
-comes from one sequence and stays unique), its unique key ``(prediction_id, logged_at)`` (the conflict
-target of the writer's idempotent replay: a replayed row carries its original ``logged_at``) and the
-feedback's key ``(prediction_id, logged_at)``; the feedback has no foreign key to the log there (why: see
-:mod:`predictions.partitions`). SQLite keeps single tables, the log's keys of migration 0002 (primary key
-``id``, SQLite's autoincrementing rowid; unique ``prediction_id``) and the feedback's foreign key with
-``ON DELETE CASCADE``; its feedback has the ``logged_at`` column and key too, so one model and one upsert
-serve both backends. These models describe the PostgreSQL layout (the ORM's primary key of the log is
-``id``, which is unique on both); on SQLite the log's unique key and the feedback's foreign key differ from
-them, as ``tests/predictions/test_partitions.py`` pins.
+On PostgreSQL both tables are range-partitioned by ``logged_at`` with the same ranges
+(:mod:`predictions.partitions`): retention drops the partitions of a span of time that has wholly expired,
+batches and feedback in one transaction, instead of deleting rows. A partitioned table's primary and unique
+keys must contain the partition key, so there the batches' primary key is ``(id, logged_at)`` (``id`` still
+comes from one sequence and stays unique) and the feedback's key ``(prediction_id, logged_at)``; the feedback
+has no foreign key to the batches. SQLite keeps single tables (primary key ``id``, SQLite's autoincrementing
+rowid). These models describe the PostgreSQL layout.
 
-``status`` is ``ok`` for an answered prediction and ``output_violation`` when the model's output broke its
+``status`` is ``ok`` for answered predictions and ``output_violation`` when the model's output broke its
 contract (the caller got an error, the event is kept for the on-call engineer); monitors read ``ok`` rows.
 """
 
@@ -56,7 +54,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from core.database import Base
+from core.database import Base, UTCDateTime
 
 BigId = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only
 
@@ -66,42 +64,49 @@ class PredictionStatus(enum.StrEnum):
     OUTPUT_VIOLATION = "output_violation"
 
 
-class PredictionLog(Base):
-    """One served prediction."""
+class PredictionBatch(Base):
+    """The predictions of one request (or one ingested batch), column by column."""
 
-    __tablename__ = "prediction_log"
+    __tablename__ = "prediction_batches"
     __table_args__ = (
-        UniqueConstraint("prediction_id", "logged_at", name="uq_prediction_log_prediction_id"),
-        Index("ix_prediction_log_model_name_logged_at", "model_name", "logged_at"),
-        # covering: the window summary is an index-only scan (migration 0011)
+        UniqueConstraint("id_prefix", "id_low", "logged_at", name="uq_prediction_batches_ids"),
+        Index("ix_prediction_batches_model_name_logged_at", "model_name", "logged_at"),
+        # covering: a window's summary and its block statistics are index-only scans
         Index(
-            "ix_prediction_log_model_name_id",
+            "ix_prediction_batches_model_name_id",
             "model_name",
             "id",
-            postgresql_include=["status", "logged_at", "model_version"],
+            postgresql_include=["status", "logged_at", "model_version", "size"],
         ),
         {"postgresql_partition_by": "RANGE (logged_at)"},
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    prediction_id: Mapped[str] = mapped_column(String(36))
-    request_id: Mapped[str] = mapped_column(String(128))
     model_name: Mapped[str] = mapped_column(String(128))
     model_version: Mapped[int] = mapped_column(Integer)
-    logged_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    inputs: Mapped[dict[str, Any]] = mapped_column()
-    probability: Mapped[float | None] = mapped_column(Float, default=None)
-    flags: Mapped[list[Any] | None] = mapped_column(default=None)
-    latency_ms: Mapped[float] = mapped_column(Float)
-    status: Mapped[str] = mapped_column(String(24), default=PredictionStatus.OK.value)
+    logged_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    source: Mapped[str] = mapped_column(String(16), default="serve")
+    request_id: Mapped[str] = mapped_column(String(128))
     protocol: Mapped[str] = mapped_column(String(8))
-    # the typed copy of the inputs (predictions/typed.py); NULL for older rows and rows that cannot be typed
+    status: Mapped[str] = mapped_column(String(24), default=PredictionStatus.OK.value)
+    latency_ms: Mapped[float] = mapped_column(Float)
+    # the predictions' ids: id_prefix, then three hex digits counting up from id_low (predictions/batch.py)
+    id_prefix: Mapped[str] = mapped_column(String(33))
+    id_low: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    # the inputs' typed copy (predictions/typed.py): size x width little-endian float64, row by row
     layout: Mapped[int | None] = mapped_column(BigInteger, default=None)
     numbers: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
     categories: Mapped[str | None] = mapped_column(Text, default=None)
-    # the whole answer when it is more than one number (a multi-class model's probabilities; migration 0017);
-    # ``probability`` then holds the predicted class's probability
-    outputs: Mapped[list[Any] | None] = mapped_column(default=None)
+    # one little-endian float64 per prediction: the probability (binary), the predicted class's probability
+    # (multi-class) or the value (regression); NaN for none
+    outputs: Mapped[bytes] = mapped_column(LargeBinary)
+    # a multi-class model's probability vectors: size x K little-endian float64; NULL otherwise
+    vectors: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    flags: Mapped[list[Any] | None] = mapped_column(default=None)  # one list (or null) per prediction
+    # the row documents, when the typed copy cannot hold them exactly (no layout, a value of another type,
+    # a key outside the layout); NULL otherwise
+    inputs: Mapped[list[Any] | None] = mapped_column(default=None)
 
 
 class PredictionLogLayout(Base):
@@ -115,7 +120,14 @@ class PredictionLogLayout(Base):
     categories: Mapped[str] = mapped_column(Text)  # JSON array: each categorical's known categories
 
 
-FEEDBACK_WINDOW_INCLUDE: tuple[str, ...] = ("logged_at", "status", "model_version", "probability", "label")
+FEEDBACK_WINDOW_INCLUDE: tuple[str, ...] = (
+    "position",
+    "logged_at",
+    "status",
+    "model_version",
+    "probability",
+    "label",
+)
 """What the feedback's ``(model_name, log_id)`` index carries beside its keys on PostgreSQL: every column a
 window's label read filters on or returns, so the read never visits the table."""
 
@@ -141,31 +153,35 @@ class PredictionFeedback(Base):
     model_name: Mapped[str] = mapped_column(String(128))
     label: Mapped[float] = mapped_column(Float)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    # copies of the prediction's log row (what a window filters on and reads; migration 0015)
-    log_id: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    # copies of the prediction's batch (what a window filters on and reads)
+    log_id: Mapped[int | None] = mapped_column(BigInteger, default=None)  # the batch's id
+    position: Mapped[int | None] = mapped_column(Integer, default=None)  # the prediction's place in it
     probability: Mapped[float | None] = mapped_column(Float, default=None)
     model_version: Mapped[int | None] = mapped_column(Integer, default=None)
     status: Mapped[str | None] = mapped_column(String(24), default=None)
 
 
-# Column order of a log row as the writer and the spool carry it (tuples, not ORM objects: the write path
-# is hot). ``id`` is assigned by the database.
+# Column order of a batch as the writer and the spool carry it (tuples, not ORM objects: the write path is
+# hot; predictions.batch.LogBatch). ``id`` is assigned by the database.
 LOG_COLUMNS: tuple[str, ...] = (
-    "prediction_id",
+    "id_prefix",
+    "id_low",
+    "size",
     "request_id",
     "model_name",
     "model_version",
     "logged_at",
-    "inputs",
-    "probability",
-    "flags",
     "latency_ms",
     "status",
     "protocol",
+    "source",
     "layout",
     "numbers",
     "categories",
     "outputs",
+    "vectors",
+    "flags",
+    "inputs",
 )
 
 # Column order of a feedback row where rows are copied between tables (partition maintenance).
@@ -176,6 +192,7 @@ FEEDBACK_COLUMNS: tuple[str, ...] = (
     "label",
     "received_at",
     "log_id",
+    "position",
     "probability",
     "model_version",
     "status",

@@ -1,7 +1,7 @@
 """Time partitions of the prediction log on PostgreSQL: naming, planning, the DDL that adds and drops them.
 
 Why partitions: retention used to delete expired rows one chunk at a time (an index scan, a DELETE of the
-feedback and of the log rows per chunk, dead tuples for VACUUM to reclaim). ``prediction_log`` and
+feedback and of the log rows per chunk, dead tuples for VACUUM to reclaim). ``prediction_batches`` and
 ``prediction_feedback`` are both ``PARTITION BY RANGE (logged_at)`` on PostgreSQL (migration 0009), with the
 same ranges, so a span of time that has wholly expired leaves as two ``DROP TABLE`` in one transaction: a
 catalog change whatever the number of rows. SQLite keeps its single tables (an embedded log is small).
@@ -10,20 +10,20 @@ Layout:
 
 - A partition covers ``log_partition_days`` days (one by default), aligned to whole multiples of that length
   since 1970-01-01 UTC so that every process plans the same boundaries, and is named by its start
-  (``prediction_log_p20261130``; its feedback twin ``prediction_feedback_p20261130``). A range next to an
+  (``prediction_batches_p20261130``; its feedback twin ``prediction_feedback_p20261130``). A range next to an
   existing partition is clipped to it, so changing the setting never overlaps old partitions: existing ones
   keep their range, new ones get the new length.
-- Each table has a ``DEFAULT`` partition (``prediction_log_default``, ``prediction_feedback_default``) for a
-  row whose time no partition covers (clock skew, an old spool replayed, the job not run for a week), so
+- Each table has a ``DEFAULT`` partition (``prediction_batches_default``, ``prediction_feedback_default``)
+  for a row whose time no partition covers (clock skew, an old spool replayed, the job not run for a week), so
   no insert is ever refused. Creating a partition whose range holds rows of the default moves those rows
   into it in the same transaction (PostgreSQL refuses the partition otherwise); retention deletes expired
   default rows with the chunked DELETE.
 - Indexes are declared once on the parent (PostgreSQL builds them per partition): the primary key
-  ``(id, logged_at)``, the unique ``(prediction_id, logged_at)`` (a partitioned table's unique keys must
+  ``(id, logged_at)``, the unique ``(id_prefix, id_low, logged_at)`` (a partitioned table's unique keys must
   hold the partition key), ``(model_name, logged_at)`` and ``(model_name, id)``.
 - There is no foreign key from the feedback to the log on PostgreSQL: a referenced partition cannot be
   dropped, only detached first, and detaching checks every row of the partition against the feedback
-  while it holds an ACCESS EXCLUSIVE lock on ``prediction_log`` (measured: 0.4-0.9 s per million rows, in
+  while it holds an ACCESS EXCLUSIVE lock on ``prediction_batches`` (measured: 0.4-0.9 s per million rows, in
   which no prediction is written and no window read). ``record_feedback`` refuses labels of unknown
   predictions and retention removes the feedback with its predictions, which is what the key did.
 
@@ -48,7 +48,7 @@ from sqlalchemy.exc import OperationalError
 from core.errors import Unavailable
 from predictions.models import FEEDBACK_COLUMNS, LOG_COLUMNS
 
-LOG = "prediction_log"
+LOG = "prediction_batches"
 FEEDBACK = "prediction_feedback"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 AHEAD = timedelta(days=7)
@@ -140,7 +140,7 @@ def missing(existing: Sequence[Span], start: datetime, end: datetime, days: int)
 
 
 def is_partitioned(conn: Connection) -> bool:
-    """Whether this database's ``prediction_log`` is partitioned (PostgreSQL from migration 0009 on)."""
+    """Whether this database's ``prediction_batches`` is partitioned (PostgreSQL)."""
     if conn.dialect.name != "postgresql":
         return False
     kind = conn.execute(text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:t)"), {"t": LOG}).scalar()
@@ -159,7 +159,7 @@ def _literal(moment: datetime) -> str:
 def create(conn: Connection, span: Span) -> int:
     """Add the log and feedback partitions of ``span``; rows of the default partitions in it move along.
 
-    Returns the number of log rows moved out of the default partition.
+    Returns the number of batches moved out of the default partition.
     """
     where = f"logged_at >= {_literal(span.start)} AND logged_at < {_literal(span.end)}"
     bounds = f"FOR VALUES FROM ({_literal(span.start)}) TO ({_literal(span.end)})"
@@ -190,7 +190,7 @@ def drop(conn: Connection, span: Span) -> int:
     has_feedback = conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": feedback_name}).scalar()
     locked = f"{log_name}, {feedback_name}" if has_feedback else log_name
     conn.execute(text(f"LOCK TABLE {locked} IN SHARE MODE"))
-    rows = int(conn.execute(text(f"SELECT count(*) FROM {log_name}")).scalar_one())
+    rows = int(conn.execute(text(f"SELECT coalesce(sum(size), 0) FROM {log_name}")).scalar_one())
     conn.execute(text(f"DROP TABLE IF EXISTS {feedback_name}"))
     conn.execute(text(f"DROP TABLE {log_name}"))
     return rows
@@ -211,7 +211,7 @@ def change(engine: Engine, step: Callable[[Connection], T]) -> T:
                 raise
             if attempt == ATTEMPTS:
                 raise Unavailable(
-                    f"prediction_log is busy: no table lock within {LOCK_TIMEOUT_MS} ms in {ATTEMPTS} "
+                    f"prediction_batches is busy: no table lock within {LOCK_TIMEOUT_MS} ms in {ATTEMPTS} "
                     "attempts (a long window read?); partitions unchanged, retry later"
                 ) from exc
             time.sleep(0.5 * attempt)

@@ -1,15 +1,15 @@
 """The dead-letter file of the prediction log: rows the database refused for their values.
 
-A row PostgreSQL (or SQLite) cannot store (a NUL character inside an ``inputs`` string, a number out of
-range, ...) fails every write of its batch, whatever the database's health; the writer splits such a batch
-until each refused row is alone (:mod:`predictions.writer`) and appends the row here, with the error, so
-the rows around it are written and the log keeps flowing. The file is ``<spool slot>/rejected.jsonl``
-(beside the spool's segments, which it is never mixed with): one JSON object per line, ``rejected_at``
-(RFC 3339), ``error`` (the database's message), ``source`` (``direct`` or ``spool``: the row came from a
-request or from a spool replay) and ``row`` (the row as a spool line holds it). Nothing replays it
-automatically: the same row would be refused again. An operator reads it, fixes or drops the rows, and
-re-imports them (``driftwarden predictions rejected PATH --import``: :meth:`DeadLetter.reimport`; see
-docs/operations.md, "Faults").
+A row (a log batch: one request's predictions) PostgreSQL (or SQLite) cannot store (a NUL character inside a
+text, a number out of range, ...) fails every write it is part of, whatever the database's health; the
+writer splits such a write until each refused row is alone (:mod:`predictions.writer`) and appends the row
+here, with the error, so the rows around it are written and the log keeps flowing. The file is ``<spool
+slot>/rejected.jsonl`` (beside the spool's segments, which it is never mixed with): one JSON object per
+line, ``rejected_at`` (RFC 3339), ``error`` (the database's message), ``source`` (``direct`` or ``spool``:
+the row came from a request or from a spool replay) and ``row`` (the row as a spool line holds it). Nothing
+replays it automatically: the same row would be refused again. An operator reads it, fixes or drops the
+rows, and re-imports them (``driftwarden predictions rejected PATH --import``: :meth:`DeadLetter.reimport`;
+see docs/operations.md, "Faults").
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import orjson
 from sqlalchemy import Engine
 
-from predictions.service import LogRow, classify_write_error, write_log_rows
+from predictions.batch import LogBatch, from_line, to_line
+from predictions.service import classify_write_error, write_log_rows
 
 FILE_NAME = "rejected.jsonl"
 
@@ -36,29 +36,23 @@ FILE_NAME = "rejected.jsonl"
 class Rejected:
     """One row of the dead-letter file."""
 
-    row: LogRow
+    row: LogBatch
     error: str
     source: str
     rejected_at: datetime
 
 
-def _row_values(row: LogRow) -> list[Any]:
-    return [*row[:4], row.logged_at.isoformat(), *row[5:]]
-
-
-def encode(row: LogRow, *, error: str, source: str, now: datetime) -> bytes:
+def encode(row: LogBatch, *, error: str, source: str, now: datetime) -> bytes:
     """One dead-letter line (a value orjson cannot encode is written as its ``repr``: the line must exist)."""
-    record = {"rejected_at": now.isoformat(), "error": error, "source": source, "row": _row_values(row)}
+    record = {"rejected_at": now.isoformat(), "error": error, "source": source, "row": to_line(row)}
     return orjson.dumps(record, default=repr, option=orjson.OPT_NON_STR_KEYS) + b"\n"
 
 
 def decode(line: bytes) -> Rejected:
     """Parse one dead-letter line."""
     record = orjson.loads(line)
-    values = record["row"]
-    values[4] = datetime.fromisoformat(values[4])
     return Rejected(
-        row=LogRow(*values),
+        row=from_line(record["row"]),
         error=str(record["error"]),
         source=str(record["source"]),
         rejected_at=datetime.fromisoformat(record["rejected_at"]),
@@ -72,7 +66,7 @@ class DeadLetter:
         self.path = directory / name
         self._lock = threading.Lock()
 
-    def append(self, rejected: Sequence[tuple[LogRow, str]], *, source: str) -> None:
+    def append(self, rejected: Sequence[tuple[LogBatch, str]], *, source: str) -> None:
         """Append ``(row, error)`` pairs and fsync; raises the disk's ``OSError`` (the file is then cut back
         to its previous size, so a torn line never glues onto the next append)."""
         if not rejected:
@@ -95,7 +89,8 @@ class DeadLetter:
                     raise
 
     def reimport(self, *, engine: Engine) -> tuple[int, int]:
-        """Write the file's rows to the database, one by one; returns (rows written, rows refused again).
+        """Write the file's rows to the database, one by one; returns (predictions written, predictions refused
+        again).
 
         A written row leaves the file (a prediction id the log already has counts as written: it is skipped);
         a row refused again stays, with the new error. The file is rewritten in place under its lock (the
@@ -114,6 +109,7 @@ class DeadLetter:
                     raise ValueError(f"{self.path}:{number}: not a dead-letter row ({exc})") from exc
             now = datetime.now(UTC)
             kept: list[bytes] = []
+            refused_again: list[tuple[Rejected, str]] = []
             for entry in entries:
                 try:
                     write_log_rows(engine=engine, rows=[entry.row], idempotent=True)
@@ -122,12 +118,15 @@ class DeadLetter:
                         raise
                     error = f"{type(exc).__name__}: {exc}"[:2000]
                     kept.append(encode(entry.row, error=error, source=entry.source, now=now))
+                    refused_again.append((entry, error))
             fh.seek(0)
             fh.truncate()
             fh.write(b"".join(kept))
             fh.flush()
             os.fsync(fh.fileno())
-        return len(entries) - len(kept), len(kept)
+        total = sum(entry.row.size for entry in entries)
+        again = sum(entry.row.size for entry, _ in refused_again)
+        return total - again, again
 
     def read(self) -> Iterator[Rejected]:
         """Every row of the file, oldest first (a torn last line is skipped)."""

@@ -7,10 +7,6 @@ partition (rows no partition covered) and, on SQLite, in the one table. The job 
 the cutoff whole until all of it has expired (a row stays at most ``log_partition_days`` longer than
 ``retention_days``): deleting its older rows every hour would bring back the row-by-row DELETE that
 partitions exist to avoid. ``driftwarden predictions purge`` cuts at the exact time instead.
-
-Each pass also fills the copies of the log row into labels stored without them
-(:func:`predictions.service.fill_feedback_copies`: labels an old replica stored during a rolling upgrade
-across migration 0015), so the monitors count them from the next pass on.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from core.database import utcnow
 from core.errors import Unavailable
 from core.runtime import Runtime
 from core.scheduling import every
-from predictions.service import Retention, apply_retention, fill_feedback_copies
+from predictions.service import Retention, apply_retention
 
 log = logging.getLogger("driftwarden.predictions")
 
@@ -44,10 +40,6 @@ def purge_expired(runtime: Runtime) -> int:
         log.warning("retention: %s", exc)
         return 0
     _report(done, days)
-    with runtime.db.session() as session:
-        filled = fill_feedback_copies(session=session)
-    if filled:
-        log.info("retention: copied the log rows into %d labels stored without them", filled)
     return done.removed
 
 

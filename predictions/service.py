@@ -1,4 +1,4 @@
-"""Prediction log operations: build rows, write batches, join feedback, read windows, purge."""
+"""Prediction log operations: ids, batch writes, feedback, retention, the labelled rows of training."""
 
 from __future__ import annotations
 
@@ -9,50 +9,27 @@ import sqlite3
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import orjson
 import psycopg
-from sqlalchemy import Connection, Engine, and_, delete, func, select, tuple_, update
+from sqlalchemy import Connection, Engine, delete, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
-from core.database import Database, utcnow
+from core.database import Database, aware, utcnow
 from predictions import partitions, typed
-from predictions.models import LOG_COLUMNS, PredictionFeedback, PredictionLog, PredictionStatus
-
-
-class LogRow(NamedTuple):
-    """A prediction as the writer and the spool carry it (field order = ``LOG_COLUMNS``)."""
-
-    prediction_id: str
-    request_id: str
-    model_name: str
-    model_version: int
-    logged_at: datetime
-    inputs: dict[str, Any]
-    probability: float | None
-    flags: list[Any] | None
-    latency_ms: float
-    status: str
-    protocol: str
-    # the typed copy of ``inputs`` (predictions/typed.py): layout id, numbers as hex, texts outside the
-    # layout's categories as JSON;
-    # None for a row without one (the spool's lines from before the typed columns decode with these defaults)
-    layout: int | None = None
-    numbers: str | None = None
-    categories: str | None = None
-    # the whole answer when it is more than one number (a multi-class vector); None otherwise (and for the
-    # spool's lines from before it)
-    outputs: list[float | None] | None = None
-
-
-assert LogRow._fields == LOG_COLUMNS
-
+from predictions.batch import LogBatch, as_bytes, floats, ids_of, split_id
+from predictions.models import (
+    LOG_COLUMNS,
+    PredictionBatch,
+    PredictionFeedback,
+    PredictionLogLayout,
+    PredictionStatus,
+)
 
 _random = random.Random(int.from_bytes(os.urandom(32), "big"))
 # a forked child (a worker of a server started with fork) must not repeat its parent's ids
@@ -90,80 +67,123 @@ def new_prediction_ids(n: int) -> list[str]:
     return out
 
 
-# One statement per batch: the whole batch travels as one JSON array (serialized by orjson in C) and the
-# database unpacks it, so the writer thread holds the GIL for well under a microsecond per row.
+# One statement per write: the whole write travels as one JSON array (serialized by orjson in C) and the
+# database unpacks it, so the writer thread holds the GIL for well under a microsecond per batch row.
 _COLS = ", ".join(LOG_COLUMNS)
-# ``ON CONFLICT DO NOTHING`` (SQLite 3.35+) skips only a prediction id the table has; ``INSERT OR IGNORE``
-# would also skip a row breaking NOT NULL, silently: such a row must be refused (the writer sets it aside)
-SQLITE_INSERT = (
-    f"INSERT INTO prediction_log ({_COLS}) "
-    # timestamps as SQLAlchemy stores them on SQLite ("YYYY-MM-DD HH:MM:SS.ffffff", compared as text):
-    # RFC 3339 from orjson drops ".000000" when the microseconds are zero, so pad and cut to 26 chars
-    "SELECT value->>0, value->>1, value->>2, value->>3, "
-    "substr(replace(replace(value->>4, 'T', ' '), '+00:00', '') || '.000000', 1, 26), "
-    "value->5, value->>6, nullif(value->7, 'null'), value->>8, value->>9, value->>10, NULL, NULL, NULL, "
-    "nullif(value->14, 'null') "
-    "FROM json_each(?) WHERE true ORDER BY key ON CONFLICT DO NOTHING"
-)
 PG_INSERT = (
-    f"INSERT INTO prediction_log ({_COLS}) "
-    "SELECT e->>0, e->>1, e->>2, (e->>3)::int, (e->>4)::timestamptz, e->5, (e->>6)::float8, "
-    "nullif(e->7, 'null'::jsonb), (e->>8)::float8, e->>9, e->>10, "
-    "(e->>11)::int8, decode(e->>12, 'hex'), e->>13, nullif(e->14, 'null'::jsonb) "
+    f"INSERT INTO prediction_batches ({_COLS}) "
+    "SELECT e->>0, (e->>1)::int, (e->>2)::int, e->>3, e->>4, (e->>5)::int, (e->>6)::timestamptz, "
+    "(e->>7)::float8, e->>8, e->>9, e->>10, (e->>11)::int8, decode(e->>12, 'hex'), e->>13, "
+    "decode(e->>14, 'hex'), decode(e->>15, 'hex'), nullif(e->16, 'null'::jsonb), "
+    "nullif(e->17, 'null'::jsonb) "
     "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n"
 )
-# the conflict target is the unique key (prediction_id, logged_at): on the partitioned PostgreSQL log a unique
-# key must hold the partition key; a replayed row carries its original logged_at, so it still conflicts
-PG_INSERT_IDEMPOTENT = PG_INSERT + " ON CONFLICT (prediction_id, logged_at) DO NOTHING"
+# the conflict target is the unique key (id_prefix, id_low, logged_at): on the partitioned PostgreSQL log a
+# unique key must hold the partition key; a replayed batch carries its original logged_at, so it conflicts
+# A replay also skips a batch whose first prediction a stored batch already holds (an older version's spool
+# line of one prediction whose request migration 0018 stored as one batch): the unique key serves the probe
+PG_INSERT_IDEMPOTENT = (
+    PG_INSERT.replace(
+        " ORDER BY n",
+        " WHERE NOT EXISTS (SELECT 1 FROM prediction_batches b WHERE b.id_prefix = e->>0 "
+        "AND b.logged_at = (e->>6)::timestamptz AND b.id_low <= (e->>1)::int "
+        "AND (e->>1)::int < b.id_low + b.size) ORDER BY n",
+    )
+    + " ON CONFLICT (id_prefix, id_low, logged_at) DO NOTHING"
+)
+# ``ON CONFLICT DO NOTHING`` skips only a batch the table has; ``INSERT OR IGNORE`` would also skip a row
+# breaking NOT NULL, silently: such a row must be refused (the writer sets it aside)
+SQLITE_INSERT = (
+    f"INSERT INTO prediction_batches ({_COLS}) VALUES ({', '.join('?' * len(LOG_COLUMNS))}) "
+    "ON CONFLICT DO NOTHING"
+)
+SQLITE_INSERT_IDEMPOTENT = (
+    f"INSERT INTO prediction_batches ({_COLS}) "
+    f"SELECT {', '.join(f'?{i}' for i in range(1, len(LOG_COLUMNS) + 1))} "
+    "WHERE NOT EXISTS (SELECT 1 FROM prediction_batches b WHERE b.id_prefix = ?1 AND b.logged_at = ?7 "
+    "AND b.id_low <= ?2 AND ?2 < b.id_low + b.size) ON CONFLICT DO NOTHING"
+)
 PG_LAYOUT = (
     "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT DO NOTHING"
+)
+SQLITE_LAYOUT = (
+    "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) VALUES (?, ?, ?, ?) "
     "ON CONFLICT DO NOTHING"
 )
 _recorded: weakref.WeakKeyDictionary[Engine, set[int]] = weakref.WeakKeyDictionary()
 
 
-def _new_layouts(engine: Engine, rows: Sequence[LogRow]) -> list[tuple[int, str, str, str]]:
-    """The layouts of ``rows`` not yet recorded in ``engine``'s database by this process: (id, names...)."""
+def _new_layouts(engine: Engine, batches: Sequence[LogBatch]) -> list[tuple[int, str, str, str]]:
+    """The layouts of ``batches`` this process has not yet recorded in ``engine``'s database: (id, names)."""
     done = _recorded.setdefault(engine, set())
-    fresh = {r.layout for r in rows if r.layout is not None} - done
+    fresh = {b.layout for b in batches if b.layout is not None} - done
     return [(i, *typed.KNOWN[i].as_json()) for i in fresh if i in typed.KNOWN]
 
 
-def batch_json(rows: Sequence[LogRow]) -> str:
-    """A batch as one JSON array of row arrays (UTC timestamps in RFC 3339)."""
-    return orjson.dumps([tuple(r) for r in rows]).decode()
+def batch_json(batches: Sequence[LogBatch]) -> str:
+    """A write as one JSON array of batch arrays (UTC timestamps in RFC 3339)."""
+    return orjson.dumps([tuple(b) for b in batches]).decode()
 
 
-def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) -> int:
-    """Insert ``rows`` in one transaction and one statement, in order (PostgreSQL: one round trip).
+def _sqlite_time(moment: datetime) -> str:
+    """A timestamp as SQLAlchemy stores it on SQLite (naive UTC text, compared as text)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
-    ``idempotent`` (replays from the spool) skips prediction ids the table already has; SQLite always does
-    (``ON CONFLICT DO NOTHING``), PostgreSQL with ``ON CONFLICT DO NOTHING`` (a fresh batch skips that check).
+
+def _sqlite_values(batch: LogBatch) -> tuple[Any, ...]:
+    dumps = orjson.dumps
+    return (
+        *batch[:6],
+        _sqlite_time(batch.logged_at),
+        *batch[7:12],
+        as_bytes(batch.numbers),
+        batch.categories,
+        as_bytes(batch.outputs),
+        as_bytes(batch.vectors),
+        None if batch.flags is None else dumps(batch.flags).decode(),
+        None if batch.inputs is None else dumps(batch.inputs).decode(),
+    )
+
+
+def write_log_rows(*, engine: Engine, rows: Sequence[LogBatch], idempotent: bool) -> int:
+    """Insert the batch rows ``rows`` in one transaction and one statement, in order (PostgreSQL: one round
+    trip); returns the predictions they hold.
+
+    ``idempotent`` (replays from the spool) skips batches the table already has, and batches whose first
+    prediction a stored batch holds; a fresh write skips only a batch of the same key on SQLite (``ON
+    CONFLICT DO NOTHING``) and none on PostgreSQL (no check: a duplicate key is an error the writer turns into
+    an idempotent write).
     A failure raises the driver's error: :func:`classify_write_error` tells a refused value from an outage.
     """
     if not rows:
         return 0
-    payload = batch_json(rows)  # a row orjson cannot encode raises here (classified as its data's fault)
     raw = engine.raw_connection()
     try:
+        layouts = _new_layouts(engine, rows)
         if engine.dialect.name == "postgresql":
+            payload = batch_json(
+                rows
+            )  # a row orjson cannot encode raises here (classified as its data's fault)
             # one statement is its own transaction: in autocommit mode it is one round trip instead of three
             # (BEGIN, INSERT, COMMIT): a durable request waits for them, the writer needs the GIL after each
             pg: Any = raw.driver_connection
             pg.autocommit = True
             try:
-                layouts = _new_layouts(engine, rows)
                 for values in layouts:  # once per layout and process, before the rows using it
                     pg.execute(PG_LAYOUT, values)
-                _recorded[engine].update(values[0] for values in layouts)
                 pg.execute(PG_INSERT_IDEMPOTENT if idempotent else PG_INSERT, (payload,))
             finally:
                 pg.autocommit = False  # the pooled connection goes back as the pool handed it out
         else:
+            values_list = [_sqlite_values(b) for b in rows]
             cur = raw.cursor()
-            cur.execute(SQLITE_INSERT, (payload,))
+            if layouts:
+                cur.executemany(SQLITE_LAYOUT, layouts)
+            cur.executemany(SQLITE_INSERT_IDEMPOTENT if idempotent else SQLITE_INSERT, values_list)
             cur.close()
             raw.commit()
+        _recorded[engine].update(values[0] for values in layouts)
     except BaseException as exc:
         with contextlib.suppress(Exception):  # the connection may be gone
             raw.rollback()
@@ -172,7 +192,7 @@ def write_log_rows(*, engine: Engine, rows: Sequence[LogRow], idempotent: bool) 
         raise
     finally:
         raw.close()
-    return len(rows)
+    return sum(b.size for b in rows)
 
 
 WriteFailure = Literal["data", "duplicate", "unavailable"]
@@ -202,10 +222,11 @@ def classify_write_error(exc: BaseException) -> WriteFailure:
 
 
 class LoggedPrediction(NamedTuple):
-    """What a label copies of its prediction's log row (the feedback's columns of the same names)."""
+    """What a label copies of its prediction (the feedback's columns of the same names)."""
 
     logged_at: datetime
     log_id: int
+    position: int
     probability: float | None
     model_version: int
     status: str
@@ -214,25 +235,45 @@ class LoggedPrediction(NamedTuple):
 def logged_predictions(
     *, session: Session, model_name: str, ids: Iterable[str]
 ) -> dict[str, LoggedPrediction]:
-    """The log row of each of ``ids`` that is a logged prediction of ``model_name`` (what a label copies)."""
-    log = PredictionLog
-    wanted = list(dict.fromkeys(ids))
+    """Each of ``ids`` that is a logged prediction of ``model_name``, found by its batch's id prefix."""
+    batch = PredictionBatch
+    tails: dict[str, list[tuple[str, int]]] = {}
+    for pid in dict.fromkeys(ids):
+        parts = split_id(pid)
+        if parts is not None:
+            tails.setdefault(parts[0], []).append((pid, parts[1]))
+    prefixes = list(tails)
     found: dict[str, LoggedPrediction] = {}
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
+    for start in range(0, len(prefixes), 500):
+        chunk = prefixes[start : start + 500]
         stmt = select(
-            log.prediction_id, log.logged_at, log.id, log.probability, log.model_version, log.status
-        ).where(log.model_name == model_name, log.prediction_id.in_(chunk))
-        found.update(
-            (pid, LoggedPrediction(when, log_id, probability, version, status))
-            for pid, when, log_id, probability, version, status in session.execute(stmt)
-        )
+            batch.id_prefix,
+            batch.id_low,
+            batch.size,
+            batch.logged_at,
+            batch.id,
+            batch.outputs,
+            batch.model_version,
+            batch.status,
+        ).where(batch.model_name == model_name, batch.id_prefix.in_(chunk))
+        for prefix, low, size, when, log_id, outputs, version, status in session.execute(stmt):
+            values = floats(as_bytes(outputs), size)
+            for pid, tail in tails[prefix]:
+                if low <= tail < low + size:
+                    value = float(values[tail - low])
+                    found[pid] = LoggedPrediction(
+                        aware(when) or when,
+                        log_id,
+                        tail - low,
+                        None if np.isnan(value) else value,
+                        version,
+                        status,
+                    )
     return found
 
 
-# what a resent label replaces (the copies of the log row too: the same values, unless a label of 0015's
-# backfill found no log row then)
-_FEEDBACK_UPDATED = ("label", "received_at", "log_id", "probability", "model_version", "status")
+# what a resent label replaces (with the copies of its prediction: the same values)
+_FEEDBACK_UPDATED = ("label", "received_at", "log_id", "position", "probability", "model_version", "status")
 
 
 def record_feedback(
@@ -251,7 +292,7 @@ def record_feedback(
                 "label": label,
                 "received_at": now,
                 # the feedback lives in the partition of its prediction (logged_at) and carries what a
-                # window reads of it, so a window's labels are read without the log
+                # window reads of it, so a window's labels are read without the batches
                 **known[pid]._asdict(),
             }
             for pid, label in latest.items()
@@ -267,48 +308,103 @@ def record_feedback(
     return len(latest), unknown
 
 
-def fill_feedback_copies(*, session: Session) -> int:
-    """Copy the log row into labels stored without it (by a process older than migration 0015); how many."""
-    # A process of the version before 0015 (an old replica during a rolling upgrade) stores labels without
-    # the copies that window reads filter on, so no window would count them; the retention job fills them.
-    # Per model through the (model_name, log_id) index (NULLs are indexed): a few index pages when none is
-    # missing. A label whose prediction the log no longer has stays NULL (read by no window, as no join
-    # found it). PostgreSQL: on both keys, one partition each; SQLite: on prediction_id, its log's key.
-    fb, log = PredictionFeedback, PredictionLog
-    on = [log.prediction_id == fb.prediction_id]
-    if session.get_bind().dialect.name == "postgresql":
-        on.append(log.logged_at == fb.logged_at)
-    filled = 0
-    for model in logged_models(session=session):
-        stmt = (
-            update(fb)
-            .where(fb.model_name == model, fb.log_id.is_(None), *on)
-            .values(
-                log_id=log.id, probability=log.probability, model_version=log.model_version, status=log.status
-            )
-        )
-        filled += int(session.execute(stmt).rowcount or 0)  # type: ignore[attr-defined]
-    return filled
+def load_layouts(conn: Connection | Session) -> dict[int, typed.Layout]:
+    """Every layout recorded in the database, by id."""
+    table = PredictionLogLayout
+    found = conn.execute(select(table.id, table.numeric, table.categorical, table.categories)).all()
+    return {int(i): typed.layout_from_json(int(i), num, cat, known) for i, num, cat, known in found}
+
+
+class Logged(NamedTuple):
+    """One logged prediction, decoded (what :func:`recent_predictions` returns)."""
+
+    prediction_id: str
+    request_id: str
+    model_name: str
+    model_version: int
+    logged_at: datetime
+    inputs: dict[str, Any]
+    probability: float | None
+    outputs: list[float] | None
+    flags: list[str] | None
+    latency_ms: float
+    status: str
+    protocol: str
+    source: str
+
+
+def decode_documents(batch: PredictionBatch, layout: typed.Layout | None) -> list[dict[str, Any]]:
+    """A batch's inputs as one document per prediction: its stored documents, else its typed copy (numbers
+    as floats, NaN as None; categories as texts; absent values left out)."""
+    if batch.inputs is not None:
+        return [dict(doc) if isinstance(doc, dict) else {} for doc in batch.inputs]
+    if layout is None or batch.numbers is None:
+        return [{} for _ in range(batch.size)]
+    matrix = typed.numbers_matrix(bytes(batch.numbers), batch.size, layout.width)
+    texts = iter((batch.categories or "").split("\n")) if batch.categories else iter(())
+    first = len(layout.numeric)
+    out: list[dict[str, Any]] = []
+    for row in matrix.tolist():
+        doc: dict[str, Any] = {}
+        for name, value in zip(layout.numeric, row, strict=False):
+            doc[name] = None if value != value else value
+        codes = row[first:]
+        other = orjson.loads(next(texts))["v"] if typed.OTHER in codes else None
+        for j, (name, code) in enumerate(zip(layout.categorical, codes, strict=True)):
+            if code == typed.OTHER:
+                doc[name] = other[j] if other is not None else None
+            elif code != typed.MISSING:
+                doc[name] = layout.categories[j][int(code)]
+        out.append(doc)
+    return out
 
 
 def recent_predictions(
     *, session: Session, model_name: str, limit: int | None = None, since: datetime | None = None
-) -> list[PredictionLog]:
-    """The newest logged predictions of one model (last ``limit`` rows and/or since ``since``)."""
-    stmt = select(PredictionLog).where(PredictionLog.model_name == model_name)
+) -> list[Logged]:
+    """The newest logged predictions of one model, newest first (last ``limit`` and/or since ``since``)."""
+    stmt = select(PredictionBatch).where(PredictionBatch.model_name == model_name)
     if since is not None:
-        stmt = stmt.where(PredictionLog.logged_at >= since)
-    stmt = stmt.order_by(PredictionLog.id.desc())
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    return list(session.scalars(stmt))
+        stmt = stmt.where(PredictionBatch.logged_at >= since)
+    stmt = stmt.order_by(PredictionBatch.id.desc())
+    layouts = load_layouts(session)
+    out: list[Logged] = []
+    for batch in session.scalars(stmt.execution_options(yield_per=100)):
+        docs = decode_documents(batch, layouts.get(batch.layout) if batch.layout is not None else None)
+        values = floats(as_bytes(batch.outputs), batch.size)
+        vectors = as_bytes(batch.vectors)
+        width = len(vectors) // (8 * batch.size) if vectors else 0
+        matrix = floats(vectors, batch.size * width).reshape(batch.size, width) if width else None
+        ids = ids_of(batch.id_prefix, batch.id_low, batch.size)
+        for i in reversed(range(batch.size)):
+            value = float(values[i])
+            out.append(
+                Logged(
+                    prediction_id=ids[i],
+                    request_id=batch.request_id,
+                    model_name=batch.model_name,
+                    model_version=batch.model_version,
+                    logged_at=batch.logged_at,
+                    inputs=docs[i],
+                    probability=None if np.isnan(value) else value,
+                    outputs=None if matrix is None else matrix[i].tolist(),
+                    flags=None if batch.flags is None else batch.flags[i],
+                    latency_ms=batch.latency_ms,
+                    status=batch.status,
+                    protocol=batch.protocol,
+                    source=batch.source,
+                )
+            )
+            if limit is not None and len(out) >= limit:
+                return out
+    return out
 
 
 def count_predictions(*, session: Session, model_name: str | None = None) -> int:
     """Number of logged predictions (of one model, or all)."""
-    stmt = select(func.count()).select_from(PredictionLog)
+    stmt = select(func.coalesce(func.sum(PredictionBatch.size), 0))
     if model_name is not None:
-        stmt = stmt.where(PredictionLog.model_name == model_name)
+        stmt = stmt.where(PredictionBatch.model_name == model_name)
     return int(session.scalar(stmt) or 0)
 
 
@@ -317,9 +413,9 @@ def logged_models(*, session: Session) -> list[str]:
     names: list[str] = []
     last: str | None = None
     while True:
-        stmt = select(PredictionLog.model_name).order_by(PredictionLog.model_name).limit(1)
+        stmt = select(PredictionBatch.model_name).order_by(PredictionBatch.model_name).limit(1)
         if last is not None:
-            stmt = stmt.where(PredictionLog.model_name > last)
+            stmt = stmt.where(PredictionBatch.model_name > last)
         last = session.scalar(stmt)
         if last is None:
             return names
@@ -327,31 +423,32 @@ def logged_models(*, session: Session) -> list[str]:
 
 
 def purge_predictions(*, session: Session, before: datetime, chunk: int = 5000) -> int:
-    """Delete predictions logged before ``before`` (their feedback goes with them), at most ``chunk`` rows.
+    """Delete the batches logged before ``before`` (their feedback goes with them), at most ``chunk`` batches
+    a call; returns the predictions deleted.
 
     Per model through the ``(model_name, logged_at)`` index: the log needs no index of its own for this.
     """
-    ids: list[int] = []
+    batch, fb = PredictionBatch, PredictionFeedback
+    deleted = 0
+    taken = 0
     for model in logged_models(session=session):
-        ids += session.scalars(
-            select(PredictionLog.id)
-            .where(PredictionLog.model_name == model, PredictionLog.logged_at < before)
-            .order_by(PredictionLog.logged_at)
-            .limit(chunk - len(ids))
-        )
-        if len(ids) >= chunk:
+        found = session.execute(
+            select(batch.id, batch.size)
+            .where(batch.model_name == model, batch.logged_at < before)
+            .order_by(batch.logged_at)
+            .limit(chunk - taken)
+        ).all()
+        if not found:
+            continue
+        ids = [i for i, _ in found]
+        # the time bound prunes PostgreSQL's partitions (a label's logged_at is its prediction's)
+        session.execute(delete(fb).where(fb.model_name == model, fb.log_id.in_(ids), fb.logged_at < before))
+        session.execute(delete(batch).where(batch.id.in_(ids), batch.logged_at < before))
+        deleted += sum(n for _, n in found)
+        taken += len(found)
+        if taken >= chunk:
             break
-    if not ids:
-        return 0
-    fb, log = PredictionFeedback, PredictionLog
-    rows = (log.id.in_(ids), log.logged_at < before)  # the time bound prunes PostgreSQL's partitions
-    if session.get_bind().dialect.name == "postgresql":  # no foreign key there: the labels go explicitly
-        pairs = select(log.prediction_id, log.logged_at).where(*rows)
-        session.execute(delete(fb).where(tuple_(fb.prediction_id, fb.logged_at).in_(pairs)))
-    else:
-        session.execute(delete(fb).where(fb.prediction_id.in_(select(log.prediction_id).where(*rows))))
-    session.execute(delete(log).where(*rows))
-    return len(ids)
+    return deleted
 
 
 def purge_all_before(*, db: Database, before: datetime) -> int:
@@ -371,37 +468,15 @@ def count_before(*, db: Database, before: datetime) -> dict[str, int]:
         counts = {
             model: int(
                 session.scalar(
-                    select(func.count())
-                    .select_from(PredictionLog)
-                    .where(PredictionLog.model_name == model, PredictionLog.logged_at < before)
+                    select(func.coalesce(func.sum(PredictionBatch.size), 0)).where(
+                        PredictionBatch.model_name == model, PredictionBatch.logged_at < before
+                    )
                 )
                 or 0
             )
             for model in logged_models(session=session)
         }
     return {model: n for model, n in counts.items() if n}
-
-
-def feedback_join(
-    dialect: str, *, since: datetime | None = None, until: datetime | None = None
-) -> ColumnElement[bool]:
-    """The join condition of a label to its prediction (``since``/``until``: the predictions' time span)."""
-    # PostgreSQL: on both keys (a lookup by both goes to one feedback partition; a partition-wise join is
-    # possible) and within the predictions' time span: the planner does not carry the log's time bounds
-    # over the equality, so without the span a hash join scans the labels of every day (measured, the
-    # blocks reader on a 100k-row window of a 10M-row log with 100k labels a day: 0.23 s with the span,
-    # 0.44 s without). It changes nothing joined: a label's logged_at is its prediction's, inside the span.
-    # SQLite: on prediction_id (one table, its key).
-    fb, log = PredictionFeedback, PredictionLog
-    on = fb.prediction_id == log.prediction_id
-    if dialect != "postgresql":
-        return on
-    terms = [on, fb.logged_at == log.logged_at]
-    if since is not None:
-        terms.append(fb.logged_at >= since)
-    if until is not None:
-        terms.append(fb.logged_at <= until)
-    return and_(*terms)
 
 
 class Retention(NamedTuple):
@@ -519,42 +594,55 @@ def labelled_rows(
     since: datetime | None = None,
 ) -> LabelledRows:
     """The newest ``limit`` answered predictions of ``model_name`` that have a ground-truth label."""
-    stmt = (
-        select(PredictionLog.inputs, PredictionLog.logged_at, PredictionFeedback.label)
-        .join(PredictionFeedback, feedback_join(session.get_bind().dialect.name, since=since))
-        .where(PredictionLog.model_name == model_name, PredictionLog.status == PredictionStatus.OK.value)
+    fb, batch = PredictionFeedback, PredictionBatch
+    stmt = select(fb.log_id, fb.position, fb.label, fb.logged_at).where(
+        fb.model_name == model_name,
+        fb.status == PredictionStatus.OK.value,
+        fb.log_id.is_not(None),
+        fb.position.is_not(None),
     )
     if since is not None:
-        stmt = stmt.where(PredictionLog.logged_at >= since)
-    found = list(reversed(session.execute(stmt.order_by(PredictionLog.id.desc()).limit(limit)).all()))
-    n = len(found)
+        stmt = stmt.where(fb.logged_at >= since)
+    stmt = stmt.order_by(fb.log_id.desc(), fb.position.desc()).limit(limit)
+    found = list(reversed(session.execute(stmt).all()))
+    layouts = load_layouts(session)
+    docs: dict[int, list[dict[str, Any]]] = {}
+    wanted = list(dict.fromkeys(int(log_id or 0) for log_id, *_ in found))
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        for row in session.scalars(select(batch).where(batch.model_name == model_name, batch.id.in_(chunk))):
+            docs[row.id] = decode_documents(row, layouts.get(row.layout) if row.layout is not None else None)
+    kept: list[tuple[dict[str, Any], float, datetime]] = []
+    for log_id, pos, label, when in found:
+        batch_docs = docs.get(int(log_id or 0), [])
+        if pos is not None and pos < len(batch_docs):
+            kept.append((batch_docs[pos], label, when))
+    n = len(kept)
     columns: dict[str, np.ndarray] = {}
     for name in numeric:
         col = np.full(n, np.nan)
-        for i, (inputs, _, _) in enumerate(found):
-            value = inputs.get(name) if isinstance(inputs, dict) else None
+        for i, (inputs, _, _) in enumerate(kept):
+            value = inputs.get(name)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 col[i] = float(value)
         columns[name] = col
     for name in categorical:
         cats = np.empty(n, dtype=object)
-        for i, (inputs, _, _) in enumerate(found):
-            value = inputs.get(name) if isinstance(inputs, dict) else None
+        for i, (inputs, _, _) in enumerate(kept):
+            value = inputs.get(name)
             cats[i] = value if isinstance(value, str) else None
         columns[name] = cats
-    labels = np.array([float(label) for _, _, label in found], dtype=np.float64)
-    times = [when for _, when, _ in found]
+    labels = np.array([float(label) for _, label, _ in kept], dtype=np.float64)
+    times = [aware(when) or when for _, _, when in kept]
     window_rows = 0
-    if found:
+    if kept:
         window_rows = int(
             session.scalar(
-                select(func.count())
-                .select_from(PredictionLog)
-                .where(
-                    PredictionLog.model_name == model_name,
-                    PredictionLog.status == PredictionStatus.OK.value,
-                    PredictionLog.logged_at >= times[0],
-                    PredictionLog.logged_at <= times[-1],
+                select(func.coalesce(func.sum(batch.size), 0)).where(
+                    batch.model_name == model_name,
+                    batch.status == PredictionStatus.OK.value,
+                    batch.logged_at >= times[0],
+                    batch.logged_at <= times[-1],
                 )
             )
             or 0

@@ -1,9 +1,12 @@
 """A local append-only spool of log rows for when the database is slow or down.
 
-Rows are JSON lines in numbered segment files (``<dir>/000000000001.jsonl``...). Appends go to the newest
-segment; replay reads from the oldest, in order, and a segment is deleted once every row of it is in the
-database. The read position is kept in ``<dir>/cursor`` (a crash between a committed replay and the cursor
-update replays a few rows twice; the database ignores prediction ids it already has). A process that
+Rows are JSON lines in numbered segment files (``<dir>/000000000001.jsonl``...), one log batch (a request's
+predictions, :class:`~predictions.batch.LogBatch`) per line; a line an older version wrote (one prediction)
+is read as a batch of one. Row counts (``pending_rows``, ``peek``'s ``max_rows``) count predictions.
+Appends go to the newest segment; replay reads from the oldest, in order, and a segment is deleted once
+every row of it is in the database. The read position is kept in ``<dir>/cursor`` (a crash between a
+committed replay and the cursor update replays a few rows twice; the database ignores batches it already
+has). A process that
 restarts begins a new segment, so a torn last line of a crashed process is skipped, never appended to.
 
 A spool folder belongs to one process: :meth:`Spool.claim` holds an exclusive lock on ``<dir>/lock`` for
@@ -30,13 +33,12 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
 from typing import IO
 
 import orjson
 
-from predictions.service import LogRow
+from predictions.batch import LogBatch, from_line, predictions_in, to_line
 
 log = logging.getLogger("driftwarden.predictions.spool")
 
@@ -49,16 +51,14 @@ def _slot_number(path: Path) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
-def encode_row(row: LogRow) -> bytes:
-    """One spool line."""
-    return orjson.dumps([*row[:4], row.logged_at.isoformat(), *row[5:]]) + b"\n"
+def encode_row(row: LogBatch) -> bytes:
+    """One spool line (one batch)."""
+    return orjson.dumps(to_line(row)) + b"\n"
 
 
-def decode_row(line: bytes) -> LogRow:
-    """Parse one spool line."""
-    values = orjson.loads(line)
-    values[4] = datetime.fromisoformat(values[4])
-    return LogRow(*values)
+def decode_row(line: bytes) -> LogBatch:
+    """Parse one spool line (an older version's line of one prediction too)."""
+    return from_line(orjson.loads(line))
 
 
 class SpoolFull(OSError):
@@ -69,7 +69,7 @@ class SpoolFull(OSError):
 class SpoolBatch:
     """Rows read from the spool, and where the read ended."""
 
-    rows: list[LogRow]
+    rows: list[LogBatch]
     segment: int
     end: int
     source: Spool | None = None  # the adopted slot the rows come from (None: the spool's own slot)
@@ -187,11 +187,16 @@ class Spool:
             with open(self._path(seg), "rb") as fh:
                 if seg == self._read_seg:
                     fh.seek(self._read_off)
-                total += sum(1 for line in fh if line.endswith(b"\n"))
+                for line in fh:
+                    if line.endswith(b"\n"):
+                        try:
+                            total += decode_row(line).size
+                        except (ValueError, TypeError):
+                            total += 1  # skipped (and counted) when replayed
         return total
 
     # -- append ----------------------------------------------------------------------------------
-    def append(self, rows: list[LogRow], *, sync: bool) -> None:
+    def append(self, rows: list[LogBatch], *, sync: bool) -> None:
         """Append rows at the end; ``sync`` fsyncs before returning (durable on disk).
 
         Raises :class:`SpoolFull` past ``max_bytes`` and the disk's ``OSError`` (``ENOSPC``...); either way
@@ -215,7 +220,7 @@ class Spool:
                 self._abandon_head()
                 raise
             self._head_size += len(data)
-            self._pending += len(rows)
+            self._pending += predictions_in(rows)
 
     def _abandon_head(self) -> None:
         """After a failed append: cut the head segment back to its last whole row; the next append opens a
@@ -261,7 +266,8 @@ class Spool:
         with self._lock:
             while self._segments:
                 seg = self._segments[0]
-                rows: list[LogRow] = []
+                rows: list[LogBatch] = []
+                count = 0  # the predictions in rows
                 end = self._read_off
                 with open(self._path(seg), "rb") as fh:
                     fh.seek(self._read_off)
@@ -271,10 +277,11 @@ class Spool:
                         end += len(line)
                         try:
                             rows.append(decode_row(line))
+                            count += rows[-1].size
                         except (ValueError, TypeError):
                             self.corrupt_lines += 1
                             log.error("spool: skipping an unreadable line in %s", self._path(seg))
-                        if len(rows) >= max_rows:
+                        if count >= max_rows:
                             break
                 if rows or end != self._read_off:
                     return SpoolBatch(rows=rows, segment=seg, end=end)
@@ -294,7 +301,7 @@ class Spool:
             if not self._segments or batch.segment != self._segments[0]:
                 return
             self._read_off = batch.end
-            self._pending = max(0, self._pending - len(batch.rows))
+            self._pending = max(0, self._pending - predictions_in(batch.rows))
             if batch.segment == self._head_seg and self._read_off >= self._head_size:
                 if self._head is not None:
                     self._head.close()

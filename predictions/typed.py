@@ -1,25 +1,23 @@
-"""The typed copy of a log row's inputs, written beside the JSON document at insert time (PostgreSQL).
+"""The typed copy of a batch's inputs (``prediction_batches.numbers`` and ``categories``).
 
 A *layout* is the numeric and categorical feature names of a model version's contract (in contract order)
-and each categorical's known categories (the contract's). A typed row holds, in ``numbers`` (bytea), one
-little-endian float64 per numeric feature and then one per categorical feature: the index of its value in
-the layout's categories, ``-1`` for null/absent, ``-2`` for any other text (an unseen category, ``""``);
-the texts of a row with a ``-2`` are in ``categories`` (``{"v": [every categorical value of the row]}``,
-JSON; NULL for the other rows). ``layout`` (a 63-bit hash of the layout) is stored in every typed row and
-the layout itself once in ``prediction_log_layouts``, so a reader knows what each position means.
+and each categorical's known categories (the contract's). A typed batch holds, in ``numbers``, for each of
+its predictions in order one little-endian float64 per numeric feature and then one per categorical
+feature: the index of its value in the layout's categories, ``-1`` for null/absent, ``-2`` for any other
+text (an unseen category, ``""``); the texts of the predictions with a ``-2`` are in ``categories`` (one
+``{"v": [every categorical value of the row]}`` JSON line per such prediction, in order; NULL when there is
+none). ``layout`` (a 63-bit hash of the layout) is stored in every typed batch and the layout itself once in
+``prediction_log_layouts``, so a reader knows what each position means.
 
-The window reader ships one binary value per id range instead of one JSON document per row, turns it into
-numpy with :func:`numpy.frombuffer` and counts categories with :func:`numpy.bincount` (no per-row work in
-the client; no ``(inputs->>'f')::float8`` in the server, ~150 ns a value).
+A window reader concatenates the batches' ``numbers``, turns them into numpy with :func:`numpy.frombuffer`
+and counts categories with :func:`numpy.bincount` (no per-prediction work in Python or in SQL).
 
-Exactness: the typed values equal what the generic reader computes from ``inputs`` (``inputs->>'f'``
-converted to a float; missing -> NaN; a categorical's text), because a row is typed only when every value
-is one whose JSON text round-trips: a numeric value that is an ``int`` or ``float`` (not a bool; NaN and
-infinities are written as JSON ``null`` by the log, so NaN here; ``-0.0`` as ``0``: PostgreSQL's
-``numeric`` has no negative zero), or ``None``/absent; a categorical value that is a ``str`` or
-``None``/absent. A row holding anything else (text in a numeric feature, a number in a categorical one:
-a row that bypassed the contract) is written without the typed copy and read from its JSON document, like
-every row logged before the typed columns.
+Exactness: the typed values equal what a reader of the request's JSON documents computes (a number as a
+float; missing -> NaN; a categorical's text), because a batch is typed only when every value is one whose
+JSON text round-trips: a numeric value that is an ``int`` or ``float`` (not a bool; NaN and infinities are
+NaN; ``-0.0`` as ``0``), or ``None``/absent; a categorical value that is a ``str`` or ``None``/absent. A batch
+holding anything else (text in a numeric feature, a number in a categorical one: a request that bypassed the
+contract) is written with its documents instead (``prediction_batches.inputs``).
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ import struct
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -86,20 +84,31 @@ KNOWN: dict[int, Layout] = {}
 """Layouts seen by this process, by id (the writer records each new one before the rows using it)."""
 
 
-def encode_rows(layout: Layout, rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str | None]] | None:
-    """Each row's typed copy (see :func:`encode_columns`), from the row documents."""
+class Encoded(NamedTuple):
+    """The typed copy of ``n`` rows: ``data`` is n x width little-endian float64, row by row;
+    ``others[i]`` the ``{"v": [...]}`` text of row ``i`` when it holds a category outside the layout."""
+
+    data: bytes
+    others: list[str | None]
+
+    def categories(self, start: int, end: int) -> str | None:
+        """The texts of rows ``start..end-1`` that have one, newline-separated (None: no row has one)."""
+        lines = [t for t in self.others[start:end] if t is not None]
+        return "\n".join(lines) if lines else None
+
+
+def encode_rows(layout: Layout, rows: Sequence[Mapping[str, Any]]) -> Encoded | None:
+    """The typed copy of row documents (see :func:`encode_columns`)."""
     names = (*layout.numeric, *layout.categorical)
     return encode_columns(layout, {name: [row.get(name) for row in rows] for name in names}, len(rows))
 
 
-def encode_columns(
-    layout: Layout, columns: Mapping[str, Sequence[Any]], n: int
-) -> list[tuple[str, str | None]] | None:
-    """Each row's typed copy from the values of its documents by feature (``columns[name][i]``: row ``i``'s
-    value, None when absent): (``numbers`` as hex, ``categories`` as JSON text or None).
+def encode_columns(layout: Layout, columns: Mapping[str, Sequence[Any]], n: int) -> Encoded | None:
+    """The typed copy of ``n`` rows from their values by feature (``columns[name][i]``: row ``i``'s value,
+    None when absent).
 
     None when a value is of a type whose JSON text does not round-trip exactly (see the module docstring):
-    those rows are logged without a typed copy.
+    those rows are logged with their documents instead.
     """
     KNOWN.setdefault(layout.id, layout)
     numbers = [columns[name] for name in layout.numeric]
@@ -120,41 +129,38 @@ def encode_columns(
         return None
     matrix[~np.isfinite(matrix)] = np.nan  # the JSON document holds null for NaN and infinities
     matrix += 0.0  # -0.0 -> 0.0, as the document's numeric reads back
-    hexed = np.ascontiguousarray(matrix, dtype="<f8").tobytes().hex()
-    step = 16 * layout.width
     other: list[str | None] = [None] * n
     if any(OTHER in c for c in codes):  # some text outside the layout's categories: those rows carry theirs
         for i in np.flatnonzero((matrix[:, len(numbers) :] == OTHER).any(axis=1)).tolist():
             other[i] = (b'{"v":' + orjson.dumps([vals[i] for vals in texts]) + b"}").decode()
-    return [(hexed[i * step : (i + 1) * step], other[i]) for i in range(n)]
+    return Encoded(np.ascontiguousarray(matrix, dtype="<f8").tobytes(), other)
 
 
 SMALL = 8
-"""Below this many rows a request's copy is packed per row with :mod:`struct` (numpy's per-call overhead
-is larger than the work)."""
+"""Below this many rows a request's copy is packed with :mod:`struct` (numpy's per-call overhead is larger
+than the work)."""
 _INF = float("inf")
 
 
 def _encode_small(
     numbers: list[Sequence[Any]], codes: list[list[int]], texts: list[Sequence[Any]], n: int
-) -> list[tuple[str, str | None]] | None:
-    pack = struct.Struct(f"<{len(numbers) + len(codes)}d").pack
-    out: list[tuple[str, str | None]] = []
+) -> Encoded | None:
+    flat: list[float] = []
+    others: list[str | None] = []
     for i in range(n):
-        row: list[float] = []
         for vals in numbers:
             v = vals[i]
             try:
                 f = _NAN if v is None else float(v) + 0.0  # + 0.0: -0.0 -> 0.0
             except OverflowError:  # an integer beyond a float's range
                 return None
-            row.append(f if f - f == 0.0 else _NAN)  # NaN (any payload) and infinities: the one NaN
-        row += [float(c[i]) for c in codes]
+            flat.append(f if f - f == 0.0 else _NAN)  # NaN (any payload) and infinities: the one NaN
+        flat += [float(c[i]) for c in codes]
         other = None
         if any(c[i] == OTHER for c in codes):
             other = (b'{"v":' + orjson.dumps([vals[i] for vals in texts]) + b"}").decode()
-        out.append((pack(*row).hex(), other))
-    return out
+        others.append(other)
+    return Encoded(struct.pack(f"<{len(flat)}d", *flat), others)
 
 
 def numbers_matrix(blob: bytes, rows: int, width: int) -> np.ndarray:

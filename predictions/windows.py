@@ -1,52 +1,37 @@
 """Windows of the prediction log, read from the database in chunks of numpy columns (for the monitors).
 
 A window is the last ``rows`` answered predictions and/or those of the last ``minutes`` of one model
-(optionally of one version), in insertion (``id``) order. It is read in two steps:
+(optionally of one version), in log order (batch ``id``, then position). The log holds one row per request
+(``prediction_batches``, :mod:`predictions.models`), so a window is a range of batch ids, of which the oldest
+batch may be cut: the last N predictions end inside a request (``WindowSummary.skip``: its oldest predictions
+left out). A time window cuts at the batch's ``logged_at``, which is each of its predictions' time. It is read
+in two steps:
 
-1. **Summary** (:func:`summarize_window`, one aggregate query): row count, first/last ``logged_at``
-   and the id range of the window (for a last-N window an index scan of the newest N ids on
-   ``(model_name, id)``); rows written while the window is read get higher ids and are left out.
-2. **Rows** (:func:`read_chunks`), chunk by chunk: the named input features, the ``probability``
-   column, and the label from a left join of ``prediction_feedback`` (on ``prediction_id``; on
-   PostgreSQL also on ``logged_at``, the partition key of both tables, within the window's time span,
-   so that only the label partitions of the window's days are read). Each chunk arrives as numpy
-   columns (categoricals may arrive already counted); the caller folds it into its summary and drops
-   it: memory is bounded by ``chunk_rows``, never by the window.
+1. **Summary** (:func:`summarize_window`): prediction count, first/last ``logged_at`` and the batch id range
+   (for a last-N window an index scan of the newest batches on ``(model_name, id)``, which carries their
+   sizes, with a running sum); batches written while the window is read get higher ids and are left out.
+2. **Chunks** (:func:`read_chunks`): the batch ids are cut into ranges of about ``chunk_rows`` predictions.
+   On PostgreSQL each range is one query returning one row: the range's typed inputs (``numbers``),
+   outputs and sizes concatenated in id order (``string_agg``), read with ``np.frombuffer``; categories are
+   counted from their codes with ``np.bincount`` (:mod:`predictions.typed`). A range whose batches are not all
+   typed in one layout holding every asked feature (a request that bypassed the contract, a window across
+   versions with other features) is read batch by batch and decoded in Python, so a window may mix both and
+   the values stay the same. SQLite reads batch by batch. Two threads fetch the next ranges while the current
+   one is counted (PostgreSQL).
 
-Three readers yield the same values:
+The labels (:func:`labelled_arrays`) are read from ``prediction_feedback`` alone: each label carries its
+prediction's batch id, position, output, version and status, so a window's labels are a range of the
+feedback's ``(model_name, log_id)`` index. Chunks can carry them too (``labels=True``: scattered by batch id
+and position).
 
-- ``generic`` (SQLite and PostgreSQL): SQLAlchemy Core with a streaming cursor (``yield_per``;
-  a server-side cursor on PostgreSQL); each feature is extracted in SQL (``json_extract`` on
-  SQLite, ``->>`` on PostgreSQL) so rows arrive as flat scalars.
-- ``typed`` (PostgreSQL, the default there): the typed copy of the inputs written at insert time
-  (:mod:`predictions.typed`: numeric features and category codes as packed float64 in the order of a
-  recorded layout). Per id range one query returns one row: every typed value of the range concatenated
-  in id order (``string_agg`` over the rows sorted once), with probability, label and ids as
-  ``float8send``/``int8send``; the client reads it with ``np.frombuffer`` and counts codes with
-  ``np.bincount``. A range whose rows are not all typed in one layout holding every asked feature
-  (rows logged before migration 0010, a row that could not be typed) is read by the blocks reader, so a
-  window may mix both and the values stay exact.
-- ``blocks`` (PostgreSQL): the window is cut into id ranges of about ``chunk_rows``
-  rows; each range is one query returning each row as one short binary value, its JSON document
-  with probability and label (``{"p": ..., "y": ..., "x": inputs}``, no per-feature work in SQL).
-  The values are joined by newlines and parsed by pyarrow's JSON reader in C++; categorical columns
-  are counted in Arrow (``value_counts``), never as one Python string per row. Two threads fetch
-  the next ranges while the current one is counted. This beats ``COPY (SELECT inputs->>'f', ...) TO
-  STDOUT``: extracting and formatting every feature costs the server more than printing the
-  document once, and reading COPY's one-message-per-row stream from Python costs seconds by itself.
-  A range holding a value the JSON schema rejects (a row that bypassed the input contract) is
-  re-read with the generic reader, so both agree exactly.
-
-A third reader, ``aggregate`` (PostgreSQL, selectable, not the default: slower here), returns counts
-instead of rows: :mod:`predictions.aggregates`.
-
-Values: a numeric feature is a float (JSON ``null``, an absent key or a value of another type is NaN);
-a categorical feature is its text (``None`` when absent); a prediction or label without a value is NaN.
+Values: a numeric feature is a float (JSON ``null``, an absent key or a value of another type is NaN); a
+categorical feature is counted by its text (``None`` when absent); a prediction or label without a value is
+NaN.
 """
 
 from __future__ import annotations
 
-import enum
+import contextlib
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -56,34 +41,31 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import Engine, and_, func, literal, select
+import orjson
+from sqlalchemy import Engine, func, literal, literal_column, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from core.config import Settings
 from core.database import aware
-from core.tabular import as_float
 from predictions import typed
-from predictions.models import PredictionFeedback, PredictionLog, PredictionLogLayout, PredictionStatus
-from predictions.service import feedback_join
+from predictions.batch import as_bytes
+from predictions.models import PredictionBatch, PredictionFeedback, PredictionStatus
+from predictions.service import load_layouts
 
 T = TypeVar("T")
 
 CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default
-"""Rows per chunk unless told otherwise: the default of the ``monitor_chunk_rows`` setting. The monitors
-sketch in-memory columns in chunks of the same size."""
+"""Predictions per chunk unless told otherwise: the default of the ``monitor_chunk_rows`` setting. The
+monitors sketch in-memory columns in chunks of the same size."""
 
-
-class Reader(enum.StrEnum):
-    AUTO = "auto"  # typed on PostgreSQL, generic elsewhere
-    GENERIC = "generic"
-    BLOCKS = "blocks"
-    TYPED = "typed"  # PostgreSQL: the typed columns (predictions/typed.py); ranges without them: blocks
-    AGGREGATE = "aggregate"  # PostgreSQL: counts computed in the database (predictions/aggregates.py)
+READER = "columnar"
+"""The reader's name, as a window reports it."""
 
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """Which rows form a window: the last ``rows`` and/or the last ``minutes`` (both: the intersection)."""
+    """Which predictions form a window: the last ``rows`` and/or the last ``minutes`` (both: the
+    intersection)."""
 
     rows: int | None = None
     minutes: float | None = None
@@ -107,7 +89,8 @@ class WindowSpec:
 
 @dataclass(frozen=True)
 class WindowSummary:
-    """Where a non-empty window lies in the log: its row count, time span and id range."""
+    """Where a non-empty window lies in the log: its prediction count, time span and batch id range
+    (``skip``: the oldest predictions of the first batch that are not in the window)."""
 
     model_name: str
     spec: WindowSpec
@@ -117,15 +100,13 @@ class WindowSummary:
     first_id: int
     last_id: int
     since: datetime | None  # the time bound (now - minutes); None without one
+    skip: int = 0
 
 
 @dataclass
 class Chunk:
-    """One chunk of a window as numpy columns.
-
-    ``columns`` holds every numeric feature (floats) and, from the generic reader, every categorical
-    feature (text or None); the blocks reader counts categoricals instead (``category_counts``).
-    """
+    """One chunk of a window as numpy columns: every numeric feature (floats), the categorical features
+    counted (``category_counts``), the predictions and the labels (NaN: none)."""
 
     rows: int
     columns: dict[str, np.ndarray]
@@ -134,17 +115,10 @@ class Chunk:
     category_counts: dict[str, Counter[str | None]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Bounds:
-    low: int  # inclusive
-    high: int  # inclusive
-    since: datetime | None
-
-
 def _filters(
     *, model_name: str, spec: WindowSpec, since: datetime | None, upto: int | None = None
 ) -> list[ColumnElement[bool]]:
-    log = PredictionLog
+    log = PredictionBatch
     out: list[ColumnElement[bool]] = [log.model_name == model_name, log.status == PredictionStatus.OK.value]
     if spec.version is not None:
         out.append(log.model_version == spec.version)
@@ -159,117 +133,167 @@ def _since(spec: WindowSpec, now: datetime | None) -> datetime | None:
     """The window's time bound (None without one)."""
     if spec.minutes is None:
         return None
-    return (now or datetime.now(UTC)).astimezone(UTC) - timedelta(minutes=spec.minutes)  # SQLite: naive UTC
+    return (now or datetime.now(UTC)).astimezone(UTC) - timedelta(minutes=spec.minutes)
 
 
 def newest_id(
     *, engine: Engine, model_name: str, spec: WindowSpec, now: datetime | None = None
 ) -> int | None:
-    """The id of the window's newest row (None: the window is empty); one backward index probe.
+    """The id of the window's newest batch (None: the window is empty); one backward index probe.
 
     A run that reads blocks before its summary is known bounds the summary by it (``upto``), so both see
-    the same newest row while new rows keep arriving."""
+    the same newest batch while new ones keep arriving."""
     since = _since(spec, now)
-    stmt = select(func.max(PredictionLog.id)).where(*_filters(model_name=model_name, spec=spec, since=since))
+    stmt = select(func.max(PredictionBatch.id)).where(
+        *_filters(model_name=model_name, spec=spec, since=since)
+    )
     with engine.connect() as conn:
         found = conn.execute(stmt).scalar()
     return None if found is None else int(found)
 
 
-def choose_reader(*, engine: Engine, reader: Reader | str = Reader.AUTO) -> Reader:
-    """The reader to use on ``engine`` (``auto``: typed on PostgreSQL, generic elsewhere)."""
-    reader = Reader(reader)
-    if reader is Reader.AUTO:
-        reader = Reader.TYPED if engine.dialect.name == "postgresql" else Reader.GENERIC
-    if reader in (Reader.BLOCKS, Reader.TYPED, Reader.AGGREGATE) and engine.dialect.name != "postgresql":
-        raise ValueError(f"the {reader.value} reader needs PostgreSQL")
-    return reader
+_PROBE = 256  # the newest batches whose mean size sizes a last-N window's first scan
 
 
 def summarize_window(
     *, engine: Engine, model_name: str, spec: WindowSpec, now: datetime | None = None, upto: int | None = None
 ) -> WindowSummary | None:
-    """One query: the window's row count, time span and id range (None when the window is empty); ``upto``:
-    the window as it stood when its newest row had this id (newer rows are left out)."""
+    """The window's prediction count, time span and batch id range (None when it is empty); ``upto``: the
+    window as it stood when its newest batch had this id (newer batches are left out)."""
     since = _since(spec, now)
     where = _filters(model_name=model_name, spec=spec, since=since, upto=upto)
-    rows = select(PredictionLog.id, PredictionLog.logged_at).where(*where)
-    if spec.rows is not None:
-        rows = rows.order_by(PredictionLog.id.desc()).limit(spec.rows)
-    sub = rows.subquery()
+    log = PredictionBatch
+    with engine.connect() as conn:
+        if spec.rows is None:
+            stmt = select(
+                func.count(),
+                func.sum(log.size),
+                func.min(log.logged_at),
+                func.max(log.logged_at),
+                func.min(log.id),
+                func.max(log.id),
+            ).where(*where)
+            n, total, start, end, low, high = conn.execute(stmt).one()
+            if not n:
+                return None
+            return WindowSummary(
+                model_name, spec, int(total), aware(start), aware(end), int(low), int(high), since
+            )
+        # the newest batches until they hold ``rows`` predictions (see _newest)
+        found = _newest(conn, where, spec.rows)
+    if found is None:
+        return None
+    held, first, last, low, high = found
+    skip = max(0, held - spec.rows)
+    return WindowSummary(model_name, spec, held - skip, aware(first), aware(last), low, high, since, skip)
+
+
+def _span(conn: Any, where: list[ColumnElement[bool]], *, below: int | None, k: int) -> tuple[Any, ...]:
+    """Of the newest ``k`` batches (below the id ``below``): count, predictions, time span, id range."""
+    log = PredictionBatch
+    terms = [*where] if below is None else [*where, log.id < below]
+    newest = select(log.id, log.logged_at, log.size).where(*terms).order_by(log.id.desc()).limit(k).subquery()
     stmt = select(
         func.count(),
-        func.min(sub.c.logged_at),
-        func.max(sub.c.logged_at),
-        func.min(sub.c.id),
-        func.max(sub.c.id),
+        func.coalesce(func.sum(newest.c.size), 0),
+        func.min(newest.c.logged_at),
+        func.max(newest.c.logged_at),
+        func.min(newest.c.id),
+        func.max(newest.c.id),
+        func.min(newest.c.size),
+        func.max(newest.c.size),
     )
-    with engine.connect() as conn:
-        n, start, end, low, high = conn.execute(stmt).one()
-    if not n:
+    return tuple(conn.execute(stmt).one())
+
+
+def _newest(
+    conn: Any, where: list[ColumnElement[bool]], rows: int
+) -> tuple[int, datetime | None, datetime | None, int, int] | None:
+    """The newest batches holding ``rows`` predictions (the oldest of them may hold more): predictions, time
+    span and id range; None when there is none.
+
+    Aggregates over the newest k batches of the ``(model_name, id)`` index (index-only on PostgreSQL), k
+    sized from the mean size of the newest :data:`_PROBE`; while they hold too few, the next older ones are
+    added the same way; batches holding only predictions beyond ``rows`` (k overshot) are then cut from the
+    oldest end, read one by one (few: k is sized to the mean)."""
+    count, held, start, end, low, high, smallest, largest = _span(conn, where, below=None, k=_PROBE)
+    if not count:
         return None
-    return WindowSummary(
-        model_name=model_name,
-        spec=spec,
-        rows=int(n),
-        start=aware(start),
-        end=aware(end),
-        first_id=int(low),
-        last_id=int(high),
-        since=since,
-    )
+    total, n = int(held), int(count)
+    mean = max(1.0, total / n)
+    even = smallest == largest  # every probed batch of one size: the next ones are sized exactly
+    more = n == _PROBE
+    while total < rows and more:
+        need = rows - total
+        k = min(need, -(-need // int(mean)) if even else int(need / mean * 1.1) + 16)
+        count, held, older_start, _, older_low, _, _, _ = _span(conn, where, below=low, k=k)
+        if not count:
+            break
+        more = int(count) == k
+        total += int(held)
+        low = int(older_low)
+        start = older_start if start is None or (older_start is not None and older_start < start) else start
+    if total - rows > 0:  # drop the oldest batches whose predictions are all beyond ``rows``
+        log = PredictionBatch
+        excess = total - rows
+        stmt = (
+            select(log.id, log.size)
+            .where(*where, log.id >= low, log.id <= high)
+            .order_by(log.id)
+            .limit(excess + 1)
+        )
+        dropped = 0
+        cut = low
+        for batch_id, size in conn.execute(stmt):
+            if dropped + int(size) > excess:
+                cut = int(batch_id)
+                break
+            dropped += int(size)
+        if cut != low:
+            total -= dropped
+            low = cut
+            start = conn.execute(
+                select(func.min(log.logged_at)).where(*where, log.id >= low, log.id <= high)
+            ).scalar()
+    return total, start, end, int(low), int(high)
 
 
 @dataclass(frozen=True)
 class BlockStat:
-    """An aligned block of a window's ids: its index (``id // block_ids``), rows and oldest ``logged_at``."""
+    """An aligned block of a window's batch ids: its index (``id // block_ids``), the window's predictions
+    in it and its oldest ``logged_at``."""
 
     block: int
     rows: int
     oldest: datetime
 
 
-_BLOCK_STATS_SQL = """
-SELECT p.id / %(block_ids)s AS block, count(*), min(p.logged_at)
-FROM prediction_log p
-WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {version}
-GROUP BY 1
-"""
-
 # The planner cannot know that ``id / B`` has few values: it expects a group per row and sorts the window's
-# index entries (on disk beyond work_mem: a 1M-row window's statistics took 5-6 s instead of 2 at load 13);
-# without sorts it hashes the few groups. The setting lasts for the statement's own transaction.
+# index entries; without sorts it hashes the few groups. The setting lasts for the statement's transaction.
 _NO_SORT = "SET LOCAL enable_sort = off"
 
 
 def block_stats(*, engine: Engine, summary: WindowSummary, block_ids: int) -> list[BlockStat]:
-    """Per aligned block of ``block_ids`` ids holding rows of the window's id range: its row count and oldest
-    ``logged_at`` (model, status and version filters, not the time bound: a block whose oldest row is older
-    than the window's ``since`` is cut by it). PostgreSQL; an index-only scan of ``(model_name, id)``."""
-    if engine.dialect.name != "postgresql":
-        raise ValueError("block statistics need PostgreSQL")
-    params: dict[str, Any] = {
-        "block_ids": block_ids,
-        "model_name": summary.model_name,
-        "status": PredictionStatus.OK.value,
-        "lo": summary.first_id,
-        "hi": summary.last_id,
-    }
-    version = ""
-    if summary.spec.version is not None:
-        version = "AND p.model_version = %(version)s"
-        params["version"] = summary.spec.version
-    raw = engine.raw_connection()
-    try:
-        pg: Any = raw.driver_connection
-        with pg.cursor() as cur:
-            cur.execute(_NO_SORT)
-            cur.execute(_BLOCK_STATS_SQL.replace("{version}", version), params)
-            found = sorted(cur.fetchall())
-        raw.commit()
-    finally:
-        raw.close()
-    return [BlockStat(int(b), int(n), aware(at) or datetime.min.replace(tzinfo=UTC)) for b, n, at in found]
+    """Per aligned block of ``block_ids`` batch ids holding batches of the window's id range: the window's
+    predictions in it and its oldest ``logged_at`` (model, status and version filters, not the time bound: a
+    block whose oldest batch is older than the window's ``since`` is cut by it); an index-only scan of
+    ``(model_name, id)`` on PostgreSQL."""
+    log = PredictionBatch
+    block = log.id.op("/")(literal(block_ids)).label("block")
+    where = _filters(model_name=summary.model_name, spec=summary.spec, since=None)
+    stmt = (
+        select(block, func.sum(log.size), func.min(log.logged_at))
+        .where(*where, log.id >= summary.first_id, log.id <= summary.last_id)
+        .group_by(block)
+    )
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(_NO_SORT)
+        found = sorted(conn.execute(stmt).all(), key=lambda row: int(row[0]))
+    out = [BlockStat(int(b), int(n), aware(at) or datetime.min.replace(tzinfo=UTC)) for b, n, at in found]
+    if out and summary.skip:  # the first batch's oldest predictions are outside the window
+        out[0] = replace(out[0], rows=out[0].rows - summary.skip)
+    return out
 
 
 def summarize_blocks(
@@ -281,444 +305,322 @@ def summarize_blocks(
     now: datetime | None = None,
     upto: int | None = None,
 ) -> tuple[WindowSummary | None, list[BlockStat]]:
-    """:func:`summarize_window` and :func:`block_stats` of the window (PostgreSQL; ``upto`` as there).
-    Without a time bound, one index-only scan gives both: the window is then every row of its id range that
-    passes the filters, so its rows grouped by block are the blocks' statistics."""
-    if spec.minutes is not None:
-        summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now, upto=upto)
-        if summary is None:
-            return None, []
-        return summary, block_stats(engine=engine, summary=summary, block_ids=block_ids)
-    rows = select(PredictionLog.id, PredictionLog.logged_at).where(
-        *_filters(model_name=model_name, spec=spec, since=None, upto=upto)
-    )
-    if spec.rows is not None:
-        rows = rows.order_by(PredictionLog.id.desc()).limit(spec.rows)
-    sub = rows.subquery()
-    block = sub.c.id.op("/")(literal(block_ids)).label("block")
-    stmt = select(
-        block,
-        func.count(),
-        func.min(sub.c.logged_at),
-        func.max(sub.c.logged_at),
-        func.min(sub.c.id),
-        func.max(sub.c.id),
-    ).group_by(block)
-    with engine.connect() as conn:
-        conn.exec_driver_sql(_NO_SORT)
-        found = sorted(conn.execute(stmt).all(), key=lambda row: int(row[0]))
-    if not found:
+    """:func:`summarize_window` and :func:`block_stats` of the window (``upto`` as there)."""
+    summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now, upto=upto)
+    if summary is None:
         return None, []
-    stats = [
-        BlockStat(int(b), int(n), aware(low) or datetime.min.replace(tzinfo=UTC)) for b, n, low, *_ in found
-    ]
-    summary = WindowSummary(
-        model_name=model_name,
-        spec=spec,
-        rows=sum(st.rows for st in stats),
-        start=min(st.oldest for st in stats),
-        end=max(aware(row[3]) or datetime.min.replace(tzinfo=UTC) for row in found),
-        first_id=int(found[0][4]),
-        last_id=int(found[-1][5]),
-        since=None,
-    )
-    return summary, stats
+    return summary, block_stats(engine=engine, summary=summary, block_ids=block_ids)
 
 
 def narrow(summary: WindowSummary, *, first_id: int, last_id: int, rows: int) -> WindowSummary:
-    """The part of ``summary``'s window between two ids (``rows``: about how many it holds, which sizes the
-    chunks), for :func:`read_chunks`; the filters (and the labels' time span) stay the window's."""
+    """The part of ``summary``'s window between two batch ids (``rows``: about how many predictions it
+    holds, which sizes the chunks), for :func:`read_chunks`; the filters (and the labels' time span) stay the
+    window's, and so does ``skip`` when the part starts at the window's first batch."""
     if first_id < summary.first_id or last_id > summary.last_id or first_id > last_id:
         raise ValueError(f"ids {first_id}..{last_id} are not inside {summary.first_id}..{summary.last_id}")
-    return replace(summary, first_id=first_id, last_id=last_id, rows=max(rows, 1))
+    skip = summary.skip if first_id == summary.first_id else 0
+    return replace(summary, first_id=first_id, last_id=last_id, rows=max(rows, 1), skip=skip)
 
 
-def _window_where(*, model_name: str, spec: WindowSpec, bounds: _Bounds) -> ColumnElement[bool]:
-    where = _filters(model_name=model_name, spec=spec, since=bounds.since)
-    where.append(PredictionLog.id <= bounds.high)
-    where.append(PredictionLog.id >= bounds.low)
-    return and_(*where)
-
-
-def _feature_expr(engine: Engine, name: str) -> ColumnElement[Any]:
-    """The raw value of one input feature, extracted in SQL (NULL when absent)."""
-    if engine.dialect.name == "postgresql":
-        return PredictionLog.inputs.op("->>")(literal(name)).label(None)
-    quoted = name.replace('"', '""')
-    return func.json_extract(PredictionLog.inputs, literal(f'$."{quoted}"')).label(None)
-
-
-def _as_floats(values: tuple[Any, ...] | list[Any]) -> np.ndarray:
-    """Floats from a column of raw scalars (None -> NaN; text that is no number -> NaN)."""
-    try:
-        return np.array(values, dtype=np.float64)  # None becomes NaN
-    except (TypeError, ValueError):
-        return as_float(np.array(values, dtype=object))
-
-
-def _labelled_rows(
-    engine: Engine,
-    columns: Sequence[ColumnElement[Any] | Any],
-    where: ColumnElement[bool],
-    span: tuple[datetime | None, datetime | None],
-) -> Any:
-    """``columns`` of the window's rows and each one's label (NULL without one), in id order."""
-    fb = PredictionFeedback
-    labels_on = feedback_join(engine.dialect.name, since=span[0], until=span[1])
-    return (
-        select(*columns, fb.label)
-        .select_from(PredictionLog)
-        .outerjoin(fb, labels_on)
-        .where(where)
-        .order_by(PredictionLog.id)
-    )
-
-
-def _generic_chunks(
-    *,
-    engine: Engine,
-    where: ColumnElement[bool],
-    numeric: Sequence[str],
-    categorical: Sequence[str],
-    chunk_rows: int,
-    span: tuple[datetime | None, datetime | None] = (None, None),
-) -> Iterator[Chunk]:
-    names = [*numeric, *categorical]
-    stmt = _labelled_rows(
-        engine, [*[_feature_expr(engine, n) for n in names], PredictionLog.probability], where, span
-    )
-    with engine.connect() as conn:
-        result = conn.execution_options(stream_results=True, yield_per=chunk_rows).execute(stmt)
-        for part in result.partitions():
-            cols = list(zip(*part, strict=True))
-            columns: dict[str, np.ndarray] = {}
-            for i, name in enumerate(numeric):
-                columns[name] = _as_floats(cols[i])
-            for i, name in enumerate(categorical, start=len(numeric)):
-                columns[name] = np.array([None if v is None else str(v) for v in cols[i]], dtype=object)
-            yield Chunk(
-                rows=len(part),
-                columns=columns,
-                predictions=_as_floats(cols[-2]),
-                labels=_as_floats(cols[-1]),
-            )
-
-
-# ---------------------------------------------------------------- PostgreSQL: JSON blocks + pyarrow
-
-_BLOCK_SQL = """
-SELECT convert_to('{"p":' || coalesce(
-            nullif(nullif(nullif(p.probability, 'NaN'), 'Infinity'), '-Infinity')::text, 'null')
-        || ',"y":' || coalesce({label}::text, 'null')
-        || ',"x":' || p.inputs::text || '}', 'UTF8')
-FROM prediction_log p {join}
-WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {extra}
-ORDER BY p.id
-"""
-
-
-# each row's label: joined (the window's time span on the labels prunes their partitions, see
-# predictions.service.feedback_join), or left out when the caller reads the labels apart (a join per range
-# scanned every label of the window for each range: 46 ranges of a 1M-row window with 100k labels, 4.5 s)
-_LABELS_JOIN = (
-    "LEFT JOIN prediction_feedback f ON f.prediction_id = p.prediction_id AND f.logged_at = p.logged_at"
-)
-_LABELS_SPAN = " AND f.logged_at BETWEEN %(start)s AND %(end)s"
-
-
-def _block_sql(
-    spec: WindowSpec, since: datetime | None, span: bool, template: str = _BLOCK_SQL, *, labels: bool = True
-) -> str:
-    extra = ""
-    if spec.version is not None:
-        extra += " AND p.model_version = %(version)s"
-    if since is not None:
-        extra += " AND p.logged_at >= %(since)s"
-    join = (_LABELS_JOIN + (_LABELS_SPAN if span else "")) if labels else ""
-    label = "f.label" if labels else "NULL::float8"
-    return template.replace("{extra}", extra).replace("{join}", join).replace("{label}", label)
-
-
-def _fetch_block(engine: Engine, sql: str, params: dict[str, Any]) -> bytes:
-    """One id range of the window as newline-separated JSON lines (one short bytea per row, binary)."""
-    raw = engine.raw_connection()
-    try:
-        pg: Any = raw.driver_connection
-        with pg.cursor() as cur:
-            cur.execute(sql, params, binary=True)
-            lines = [row[0] for row in cur.fetchall()]
-        raw.commit()
-    finally:
-        raw.close()
-    return b"\n".join(lines)
-
-
-def _block_ranges(first: int, last: int, rows: int, chunk_rows: int) -> list[tuple[int, int]]:
-    """Id ranges expected to hold about ``chunk_rows`` rows each (ids may be shared with other models)."""
+def _ranges(first: int, last: int, rows: int, chunk_rows: int) -> list[tuple[int, int]]:
+    """Batch id ranges expected to hold about ``chunk_rows`` predictions each (ids are shared by models)."""
     span = last - first + 1
     step = max(1, -(-chunk_rows * span // max(rows, 1)))
     return [(lo, min(lo + step - 1, last)) for lo in range(first, last + 1, step)]
 
 
-def _block_chunk(block: bytes, *, numeric: Sequence[str], categorical: Sequence[str]) -> Chunk:
-    """Parse one block with pyarrow's JSON reader; categoricals are counted in Arrow."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pajson
+# ---------------------------------------------------------------- decoding batches
 
-    fields = [(name, pa.float64()) for name in numeric] + [(name, pa.string()) for name in categorical]
-    schema = pa.schema([("p", pa.float64()), ("y", pa.float64()), ("x", pa.struct(fields))])
-    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    table = pajson.read_json(pa.py_buffer(block), parse_options=options)
-    x = table.column("x").combine_chunks()
-    columns = {name: pc.struct_field(x, name).to_numpy(zero_copy_only=False) for name in numeric}
-    counts: dict[str, Counter[str | None]] = {}
-    for name in categorical:
-        tally = pc.value_counts(pc.struct_field(x, name)).to_pylist()
-        counts[name] = Counter({item["values"]: int(item["counts"]) for item in tally})
-    return Chunk(
-        rows=table.num_rows,
-        columns=columns,
-        predictions=table.column("p").to_numpy(zero_copy_only=False),
-        labels=table.column("y").to_numpy(zero_copy_only=False),
-        category_counts=counts,
+
+@dataclass
+class _Batches:
+    """A range's batches in id order, column by column (binary columns as bytes); or, ``joined``, the
+    range's columns concatenated (every batch typed in one layout: its id, the numbers, the texts)."""
+
+    ids: np.ndarray  # int64
+    sizes: np.ndarray  # int64
+    layouts: list[int | None]
+    numbers: list[bytes | None]
+    categories: list[str | None]
+    outputs: list[bytes]
+    inputs: list[Any]  # the documents (a list, or JSON text on SQLite), None where typed
+    joined: tuple[int, bytes, str | None] | None = None
+
+    @property
+    def total(self) -> int:
+        return int(self.sizes.sum())
+
+
+def _documents(value: Any, size: int) -> list[Any]:
+    if isinstance(value, str | bytes):
+        value = orjson.loads(value)
+    return value if isinstance(value, list) and len(value) == size else [{}] * size
+
+
+def _numeric_values(docs: Sequence[Any], name: str) -> np.ndarray:
+    out = np.full(len(docs), np.nan)
+    for i, doc in enumerate(docs):
+        value = doc.get(name) if isinstance(doc, dict) else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[i] = float(value)
+        elif isinstance(value, str):  # a number sent as text reads as that number, as a JSON reader's cast
+            with contextlib.suppress(ValueError):
+                out[i] = float(value)
+    return out
+
+
+def _text_values(docs: Sequence[Any], name: str) -> Counter[str | None]:
+    counts: Counter[str | None] = Counter()
+    for doc in docs:
+        value = doc.get(name) if isinstance(doc, dict) else None
+        counts[
+            None if value is None else value if isinstance(value, str) else orjson.dumps(value).decode()
+        ] += 1
+    return counts
+
+
+class _Part:
+    """The columns of a run of batches, appended in order and then trimmed of the window's skip."""
+
+    def __init__(self, numeric: Sequence[str], categorical: Sequence[str]) -> None:
+        self.numeric = numeric
+        self.categorical = categorical
+        self.columns: dict[str, list[np.ndarray]] = {name: [] for name in numeric}
+        self.counts: dict[str, Counter[str | None]] = {name: Counter() for name in categorical}
+
+    def typed(self, layout: typed.Layout, blob: bytes, texts: list[str], rows: int, skip: int) -> None:
+        """Rows of one layout (``skip``: leave out the first rows, and their category texts)."""
+        matrix = typed.numbers_matrix(blob, rows, layout.width)
+        first = len(layout.numeric)
+        if skip:
+            dropped = int((matrix[:skip, first:] == typed.OTHER).any(axis=1).sum())
+            matrix, texts = matrix[skip:], texts[dropped:]
+        at = {name: i for i, name in enumerate(layout.numeric)}
+        for name in self.numeric:
+            j = at.get(name)
+            self.columns[name].append(
+                np.ascontiguousarray(matrix[:, j]) if j is not None else np.full(matrix.shape[0], np.nan)
+            )
+        held = [name for name in self.categorical if name in layout.categorical]
+        if held:
+            joined = "\n".join(texts).encode()
+            for name, counts in typed.count_categories(layout, matrix, joined, held).items():
+                self.counts[name].update(counts)
+        for name in self.categorical:
+            if name not in layout.categorical:
+                self.counts[name][None] += matrix.shape[0]
+
+    def documents(self, docs: Sequence[Any]) -> None:
+        """Rows held as documents."""
+        for name in self.numeric:
+            self.columns[name].append(_numeric_values(docs, name))
+        for name in self.categorical:
+            self.counts[name].update(_text_values(docs, name))
+
+    def chunk(self, rows: int, predictions: np.ndarray, labels: np.ndarray) -> Chunk:
+        columns = {
+            name: np.concatenate(parts) if parts else np.empty(0) for name, parts in self.columns.items()
+        }
+        counts = {name: c for name, c in self.counts.items()}
+        return Chunk(
+            rows=rows, columns=columns, predictions=predictions, labels=labels, category_counts=counts
+        )
+
+
+def _decode(
+    got: _Batches,
+    layouts: dict[int, typed.Layout],
+    *,
+    numeric: Sequence[str],
+    categorical: Sequence[str],
+    skip: int,
+    labels: np.ndarray | None,
+) -> Chunk:
+    """One chunk from a range's batches (``skip``: predictions of the first batch left out)."""
+    total = got.total
+    part = _Part(numeric, categorical)
+    if got.joined is not None:
+        layout_id, blob, joined_texts = got.joined
+        texts = joined_texts.split("\n") if joined_texts else []
+        part.typed(layouts[layout_id], blob, texts, total, skip)
+    else:
+        asked = (*numeric, *categorical)
+        runs = itertools.groupby(range(len(got.layouts)), key=lambda i: _kind(got, layouts, i, asked))
+        for kind, run in runs:
+            members = list(run)
+            trim = skip if members[0] == 0 else 0
+            rows = int(got.sizes[members].sum())
+            layout = layouts.get(kind) if isinstance(kind, int) else None
+            if layout is not None:
+                blob = b"".join(got.numbers[m] or b"" for m in members)
+                texts = [
+                    line
+                    for m in members
+                    if got.categories[m]
+                    for line in (got.categories[m] or "").split("\n")
+                ]
+                part.typed(layout, blob, texts, rows, trim)
+            else:
+                docs = [doc for m in members for doc in _documents(got.inputs[m], int(got.sizes[m]))]
+                part.documents(docs[trim:])
+    predictions = np.frombuffer(b"".join(got.outputs), dtype="<f8").astype(np.float64)
+    if predictions.size != total:
+        raise ValueError(f"{predictions.size} outputs for {total} predictions")
+    found = labels if labels is not None else np.full(total, np.nan)
+    return part.chunk(total - skip, predictions[skip:], found[skip:])
+
+
+def _kind(got: _Batches, layouts: dict[int, typed.Layout], i: int, asked: Sequence[str]) -> int | str:
+    """How batch ``i`` is decoded: its layout id, or ``"documents"`` (no typed copy, or a layout lacking an
+    asked feature that the batch's documents may hold)."""
+    layout_id = got.layouts[i]
+    layout = layouts.get(layout_id) if layout_id is not None else None
+    if layout is None or got.numbers[i] is None:
+        return "documents"
+    if got.inputs[i] is not None and not _holds(layout, asked):
+        return "documents"
+    return layout.id
+
+
+def _holds(layout: typed.Layout, asked: Sequence[str]) -> bool:
+    """The layout holds every asked feature."""
+    return set(asked) <= {*layout.numeric, *layout.categorical}
+
+
+# ---------------------------------------------------------------- fetching ranges
+
+
+def _range_where(summary: WindowSummary, lo: int, hi: int) -> list[ColumnElement[bool]]:
+    where = _filters(model_name=summary.model_name, spec=summary.spec, since=summary.since)
+    return [*where, PredictionBatch.id >= lo, PredictionBatch.id <= hi]
+
+
+def _fetch_rows(engine: Engine, summary: WindowSummary, lo: int, hi: int) -> _Batches:
+    """A range's batches, one database row each."""
+    log = PredictionBatch
+    stmt = (
+        select(log.id, log.size, log.layout, log.numbers, log.categories, log.outputs, log.inputs)
+        .where(*_range_where(summary, lo, hi))
+        .order_by(log.id)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    return _Batches(
+        ids=np.array([r[0] for r in rows], dtype=np.int64),
+        sizes=np.array([r[1] for r in rows], dtype=np.int64),
+        layouts=[None if r[2] is None else int(r[2]) for r in rows],
+        numbers=[as_bytes(r[3]) for r in rows],
+        categories=[r[4] for r in rows],
+        outputs=[as_bytes(r[5]) or b"" for r in rows],
+        inputs=[r[6] for r in rows],
     )
 
 
-def _block_query(
-    summary: WindowSummary, template: str = _BLOCK_SQL, *, labels: bool = True
-) -> tuple[str, dict[str, Any]]:
-    """The SQL of one id range of ``summary``'s window and its parameters (without ``lo`` and ``hi``);
-    without ``labels`` every row's label is NULL and the labels are not joined."""
-    spec = summary.spec
-    span = summary.start is not None and summary.end is not None and labels
-    sql = _block_sql(spec, summary.since, span, template, labels=labels)
-    base: dict[str, Any] = {"model_name": summary.model_name, "status": PredictionStatus.OK.value}
-    if span:
-        base.update(start=summary.start, end=summary.end)
-    if spec.version is not None:
-        base["version"] = spec.version
-    if summary.since is not None:
-        base["since"] = summary.since
-    return sql, base
-
-
-def _block_range(
-    block: bytes,
-    *,
-    engine: Engine,
-    summary: WindowSummary,
-    lo: int,
-    hi: int,
-    numeric: Sequence[str],
-    categorical: Sequence[str],
-    chunk_rows: int,
-) -> Iterator[Chunk]:
-    """The chunk of one fetched block; a range the JSON schema rejects is re-read by the generic reader."""
-    import pyarrow as pa
-
-    if not block:
-        return
-    try:
-        chunk = _block_chunk(block, numeric=numeric, categorical=categorical)
-    except pa.ArrowInvalid:
-        # a row bypassed the contract (e.g. text in a numeric feature): read this range row by row
-        bad = _Bounds(low=lo, high=hi, since=summary.since)
-        where = _window_where(model_name=summary.model_name, spec=summary.spec, bounds=bad)
-        yield from _generic_chunks(
-            engine=engine,
-            where=where,
-            numeric=numeric,
-            categorical=categorical,
-            chunk_rows=chunk_rows,
-            span=(summary.start, summary.end),
-        )
-        return
-    yield chunk
-
-
-def _prefetched(
-    fetch: Callable[[Engine, str, dict[str, Any]], T],
-    engine: Engine,
-    sql: str,
-    base: dict[str, Any],
-    ranges: Sequence[tuple[int, int]],
-    prefetch: int,
-) -> Iterator[tuple[tuple[int, int], T]]:
-    """``fetch`` of each id range, in order, with ``prefetch`` threads fetching the next ranges meanwhile."""
-    with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
-        pending: deque[tuple[tuple[int, int], Future[T]]] = deque()
-        todo = iter(ranges)
-        for lo, hi in itertools.islice(todo, prefetch):
-            pending.append(((lo, hi), pool.submit(fetch, engine, sql, {**base, "lo": lo, "hi": hi})))
-        while pending:
-            (lo, hi), future = pending.popleft()
-            nxt = next(todo, None)
-            if nxt is not None:
-                pending.append((nxt, pool.submit(fetch, engine, sql, {**base, "lo": nxt[0], "hi": nxt[1]})))
-            yield (lo, hi), future.result()
-
-
-def _block_chunks(
-    *,
-    engine: Engine,
-    summary: WindowSummary,
-    numeric: Sequence[str],
-    categorical: Sequence[str],
-    chunk_rows: int,
-    prefetch: int = 2,
-    labels: bool = True,
-) -> Iterator[Chunk]:
-    """Blocks fetched by ``prefetch`` threads ahead of the parser, processed in id order."""
-    sql, base = _block_query(summary, labels=labels)
-    ranges = _block_ranges(summary.first_id, summary.last_id, summary.rows, chunk_rows)
-    for (lo, hi), block in _prefetched(_fetch_block, engine, sql, base, ranges, prefetch):
-        yield from _block_range(
-            block,
-            engine=engine,
-            summary=summary,
-            lo=lo,
-            hi=hi,
-            numeric=numeric,
-            categorical=categorical,
-            chunk_rows=chunk_rows,
-        )
-
-
-# ---------------------------------------------------------------- PostgreSQL: typed columns
-
-# one row per id range: its counts, its layouts and every typed value of the range concatenated in id order
-# (one binary value per column instead of one protocol row per log row); probability, label and id big-endian.
-# The rows come sorted from the subquery (one sort, not one per aggregate: measured 1.5x quicker); the ids
-# come along, so the reader checks the order instead of relying on it. Without labels the label column is
-# left out (NULL: every row's label NaN), not sent as one NaN per row (~7 % of a range's server time).
-_TYPED_SQL = """
-SELECT count(*), count(n), min(layout), max(layout),
-    string_agg(n, ''::bytea), {categories}, string_agg(pp, ''::bytea), {labels},
-    string_agg(int8send(i), ''::bytea)
+# PostgreSQL: one row per range, every column of the range concatenated in id order (the rows come sorted
+# from the subquery: one sort for every aggregate); the ids come along, so the reader checks the order
+_RANGE_SQL = """
+SELECT count(*), count(layout), min(layout), max(layout), count(numbers),
+    string_agg(int8send(id), ''::bytea), string_agg(int8send(size::int8), ''::bytea),
+    string_agg(numbers, ''::bytea), string_agg(categories, E'\\n'), string_agg(outputs, ''::bytea)
 FROM (
-    SELECT p.id AS i, p.layout, p.numbers AS n, p.categories AS c,
-        float8send(coalesce(p.probability, 'NaN'::float8)) AS pp{label_column}
-    FROM prediction_log p {join}
+    SELECT p.id, p.size, p.layout, p.numbers, p.categories, p.outputs
+    FROM prediction_batches p
     WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {extra}
     ORDER BY p.id
 ) AS rows
 """
-_CATEGORIES = "convert_to(string_agg(c, E'\\n'), 'UTF8')"
-_LABELS = "string_agg(y, ''::bytea)"
-_LABEL_COLUMN = ",\n        float8send(coalesce({label}, 'NaN'::float8)) AS y"
 
 
-@dataclass(frozen=True)
-class _TypedRange:
-    """One id range as the typed query returns it."""
-
-    rows: int
-    typed: int  # rows with the typed copy
-    layout: int | None  # the one layout of every typed row; None when there are several or none
-    numbers: bytes
-    categories: bytes
-    predictions: bytes
-    labels: bytes
-    ordered: bool  # the ids came in increasing order
+def _range_params(summary: WindowSummary) -> tuple[str, dict[str, Any]]:
+    extra = ""
+    params: dict[str, Any] = {"model_name": summary.model_name, "status": PredictionStatus.OK.value}
+    if summary.spec.version is not None:
+        extra += " AND p.model_version = %(version)s"
+        params["version"] = summary.spec.version
+    if summary.since is not None:
+        extra += " AND p.logged_at >= %(since)s"
+        params["since"] = summary.since
+    return _RANGE_SQL.replace("{extra}", extra), params
 
 
-def _fetch_typed(engine: Engine, sql: str, params: dict[str, Any]) -> _TypedRange:
-    """One id range of the window, typed columns concatenated (binary protocol)."""
+def _fetch_joined(
+    engine: Engine,
+    summary: WindowSummary,
+    lo: int,
+    hi: int,
+    layouts: dict[int, typed.Layout],
+    asked: Sequence[str],
+) -> _Batches | None:
+    """A range in one row (PostgreSQL); None when its batches are not all typed in one known layout holding
+    every asked feature. Sorts are off for the statement: the range's index scans come in id order (a
+    Merge Append over the partitions), where a planner without statistics sorts the wide rows on disk."""
+    sql, params = _range_params(summary)
     raw = engine.raw_connection()
     try:
         pg: Any = raw.driver_connection
         with pg.cursor() as cur:
-            cur.execute(sql, params, binary=True)
-            n, numbers, low, high, nums, text, probs, labels, ids = cur.fetchone()
+            cur.execute(_NO_SORT)
+            cur.execute(sql, {**params, "lo": lo, "hi": hi}, binary=True)
+            n, typed_n, low, high, numbered, ids, sizes, numbers, texts, outputs = cur.fetchone()
         raw.commit()
     finally:
         raw.close()
-    return _TypedRange(
-        rows=int(n),
-        typed=int(numbers),
-        layout=int(low) if low is not None and low == high else None,
-        numbers=bytes(nums or b""),
-        categories=bytes(text or b""),
-        predictions=bytes(probs or b""),
-        labels=bytes(labels or b""),
-        ordered=bool(np.all(np.diff(np.frombuffer(ids or b"", dtype=">i8")) > 0)),
+    n = int(n)
+    if n and (typed_n != n or numbered != n or low != high):
+        return None
+    if n and (int(low) not in layouts or not _holds(layouts[int(low)], asked)):
+        return None
+    id_array = np.frombuffer(bytes(ids or b""), dtype=">i8").astype(np.int64)
+    if id_array.size > 1 and not np.all(np.diff(id_array) > 0):
+        return None
+    total_sizes = np.frombuffer(bytes(sizes or b""), dtype=">i8").astype(np.int64)
+    # the whole range typed in its one layout (the texts are the rows' lines, in order)
+    return _Batches(
+        ids=id_array,
+        sizes=total_sizes,
+        layouts=[],
+        numbers=[],
+        categories=[],
+        outputs=[bytes(outputs or b"")],
+        inputs=[],
+        joined=(int(low), bytes(numbers or b""), texts) if n else None,
     )
 
 
-def _layouts(engine: Engine) -> dict[int, typed.Layout]:
-    """Every layout recorded in the database, by id."""
-    log = PredictionLogLayout
-    with engine.connect() as conn:
-        found = conn.execute(select(log.id, log.numeric, log.categorical, log.categories)).all()
-    return {int(i): typed.layout_from_json(int(i), num, cat, known) for i, num, cat, known in found}
-
-
-def _typed_chunk(
-    got: _TypedRange, layout: typed.Layout, *, numeric: Sequence[str], categorical: Sequence[str]
-) -> Chunk:
-    """A chunk from one typed range: numbers straight from the bytes, category codes counted by numpy."""
-    matrix = typed.numbers_matrix(got.numbers, got.rows, layout.width)
-    at = {name: i for i, name in enumerate(layout.numeric)}
-    columns = {name: np.ascontiguousarray(matrix[:, at[name]]) for name in numeric}
-    counts = typed.count_categories(layout, matrix, got.categories, categorical)
-    return Chunk(
-        rows=got.rows,
-        columns=columns,
-        predictions=np.frombuffer(got.predictions, dtype=">f8").astype(np.float64),
-        labels=(
-            np.frombuffer(got.labels, dtype=">f8").astype(np.float64)
-            if got.labels
-            else np.full(got.rows, np.nan)
-        ),
-        category_counts=counts,
-    )
-
-
-def _typed_chunks(
-    *,
+def _fetch(
     engine: Engine,
     summary: WindowSummary,
-    numeric: Sequence[str],
-    categorical: Sequence[str],
-    chunk_rows: int,
-    prefetch: int = 2,
-    labels: bool = True,
-) -> Iterator[Chunk]:
-    """Typed ranges fetched by ``prefetch`` threads ahead, in id order; a range whose rows are not all typed
-    in one layout holding every asked feature is read by the blocks reader (so a window may mix both)."""
-    template = _TYPED_SQL.replace("{categories}", _CATEGORIES if categorical else "NULL::bytea")
-    template = template.replace("{labels}", _LABELS if labels else "NULL::bytea")
-    template = template.replace("{label_column}", _LABEL_COLUMN if labels else "")
-    sql, base = _block_query(summary, template, labels=labels)
-    block_sql, block_base = _block_query(summary, labels=labels)
-    layouts = _layouts(engine)
-    ranges = _block_ranges(summary.first_id, summary.last_id, summary.rows, chunk_rows)
-    for (lo, hi), got in _prefetched(_fetch_typed, engine, sql, base, ranges, prefetch):
-        if not got.rows:
-            continue
-        layout = layouts.get(got.layout) if got.layout is not None else None
-        if (
-            layout is not None
-            and got.typed == got.rows
-            and got.ordered
-            and set(numeric) <= set(layout.numeric)
-            and set(categorical) <= set(layout.categorical)
-        ):
-            yield _typed_chunk(got, layout, numeric=numeric, categorical=categorical)
-            continue
-        del got  # legacy rows, several layouts, or a feature the layout lacks: the JSON documents
-        block = _fetch_block(engine, block_sql, {**block_base, "lo": lo, "hi": hi})
-        yield from _block_range(
-            block,
-            engine=engine,
-            summary=summary,
-            lo=lo,
-            hi=hi,
-            numeric=numeric,
-            categorical=categorical,
-            chunk_rows=chunk_rows,
-        )
+    lo: int,
+    hi: int,
+    layouts: dict[int, typed.Layout],
+    asked: Sequence[str],
+) -> _Batches:
+    if engine.dialect.name == "postgresql":
+        joined = _fetch_joined(engine, summary, lo, hi, layouts, asked)
+        if joined is not None:
+            return joined
+    return _fetch_rows(engine, summary, lo, hi)
+
+
+def _prefetched(
+    fetch: Callable[[int, int], T], ranges: Sequence[tuple[int, int]], prefetch: int
+) -> Iterator[tuple[tuple[int, int], T]]:
+    """``fetch`` of each id range, in order, with ``prefetch`` threads fetching the next ranges meanwhile."""
+    if prefetch <= 0:
+        for lo, hi in ranges:
+            yield (lo, hi), fetch(lo, hi)
+        return
+    with ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="dw-window") as pool:
+        pending: deque[tuple[tuple[int, int], Future[T]]] = deque()
+        todo = iter(ranges)
+        for lo, hi in itertools.islice(todo, prefetch):
+            pending.append(((lo, hi), pool.submit(fetch, lo, hi)))
+        while pending:
+            (lo, hi), future = pending.popleft()
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append((nxt, pool.submit(fetch, nxt[0], nxt[1])))
+            yield (lo, hi), future.result()
 
 
 def read_chunks(
@@ -728,54 +630,161 @@ def read_chunks(
     numeric: Sequence[str],
     categorical: Sequence[str],
     chunk_rows: int = CHUNK_ROWS,
-    reader: Reader | str = Reader.AUTO,
     labels: bool = True,
 ) -> Iterator[Chunk]:
-    """The rows of a summarized window in id order, chunk by chunk: named features, predictions, labels.
+    """The predictions of a summarized window in log order, chunk by chunk: named features (categoricals
+    counted), predictions and labels (without ``labels`` every label is NaN: read them apart with
+    :func:`labelled_arrays`)."""
+    layouts = _layouts(engine)
+    ranges = _ranges(summary.first_id, summary.last_id, summary.rows + summary.skip, chunk_rows)
+    prefetch = 2 if engine.dialect.name == "postgresql" else 0
+    asked = (*numeric, *categorical)
 
-    Without ``labels`` the PostgreSQL readers do not join the labels (a chunk's labels are then NaN, or
-    sometimes present: read them apart with :func:`predictions.aggregates.labelled_arrays` and ignore
-    the chunks')."""
-    reader = choose_reader(engine=engine, reader=reader)
-    if reader is Reader.AGGREGATE:
-        raise ValueError("the aggregate reader returns counts, not rows: use predictions.aggregates")
-    if reader in (Reader.TYPED, Reader.BLOCKS):
-        rows = _typed_chunks if reader is Reader.TYPED else _block_chunks
-        return rows(
-            engine=engine,
-            summary=summary,
-            numeric=numeric,
-            categorical=categorical,
-            chunk_rows=chunk_rows,
-            labels=labels,
+    def fetch(lo: int, hi: int) -> _Batches:
+        return _fetch(engine, summary, lo, hi, layouts, asked)
+
+    for (lo, hi), got in _prefetched(fetch, ranges, prefetch):
+        if not got.ids.size:
+            continue
+        skip = summary.skip if lo == summary.first_id else 0
+        found = _range_labels(engine, summary, got, lo, hi) if labels else None
+        yield _decode(got, layouts, numeric=numeric, categorical=categorical, skip=skip, labels=found)
+
+
+def _layouts(engine: Engine) -> dict[int, typed.Layout]:
+    with engine.connect() as conn:
+        return load_layouts(conn)
+
+
+def _offsets(got_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each batch's first position in the range."""
+    return np.concatenate(([0], np.cumsum(sizes)[:-1])) if sizes.size else np.empty(0, dtype=np.int64)
+
+
+def _scatter(ids: np.ndarray, sizes: np.ndarray, log_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The range positions of (batch id, position) pairs; -1 where the pair is not in the range."""
+    if not ids.size or not log_ids.size:
+        return np.full(log_ids.size, -1, dtype=np.int64)
+    at = np.clip(np.searchsorted(ids, log_ids), 0, ids.size - 1)
+    ok = (ids[at] == log_ids) & (positions >= 0) & (positions < sizes[at])
+    return np.where(ok, _offsets(ids, sizes)[at] + positions, -1)
+
+
+def _range_labels(engine: Engine, summary: WindowSummary, got: _Batches, lo: int, hi: int) -> np.ndarray:
+    """The labels of a range's predictions, in range order (NaN: none)."""
+    fb = PredictionFeedback
+    stmt = select(fb.log_id, fb.position, fb.label).where(*_label_filters(summary, lo, hi))
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    out = np.full(got.total, np.nan)
+    if rows:
+        log_ids = np.array([r[0] for r in rows], dtype=np.int64)
+        positions = np.array([r[1] for r in rows], dtype=np.int64)
+        values = np.array([np.nan if r[2] is None else r[2] for r in rows], dtype=np.float64)
+        at = _scatter(got.ids, got.sizes, log_ids, positions)
+        out[at[at >= 0]] = values[at >= 0]
+    return out
+
+
+def _label_filters(summary: WindowSummary, lo: int, hi: int) -> list[ColumnElement[bool]]:
+    """The window's labels between two batch ids, on the copies of their predictions a label carries (and
+    within the window's time span, which prunes the feedback partitions of other days)."""
+    fb = PredictionFeedback
+    where: list[ColumnElement[bool]] = [
+        fb.model_name == summary.model_name,
+        fb.status == PredictionStatus.OK.value,
+        fb.log_id >= lo,
+        fb.log_id <= hi,
+        fb.position.is_not(None),
+    ]
+    if summary.spec.version is not None:
+        where.append(fb.model_version == summary.spec.version)
+    if summary.since is not None:
+        where.append(fb.logged_at >= summary.since)
+    if summary.start is not None and summary.end is not None:
+        where += [fb.logged_at >= summary.start, fb.logged_at <= summary.end]
+    if summary.skip and lo == summary.first_id:
+        where.append((fb.log_id != summary.first_id) | (fb.position >= summary.skip))
+    return where
+
+
+def labelled_arrays(*, engine: Engine, summary: WindowSummary) -> tuple[np.ndarray, np.ndarray]:
+    """The window's labelled predictions' outputs and labels in log order (NaN: none).
+
+    Read from ``prediction_feedback`` alone: each label carries its prediction's batch id, position, output,
+    version and status, so the window's labels are a range of the feedback's ``(model_name, log_id)`` index,
+    read without visiting the batches. PostgreSQL returns two binary values (JIT off: compiling costs more
+    than the query takes)."""
+    fb = PredictionFeedback
+    where = _label_filters(summary, summary.first_id, summary.last_id)
+    order = (fb.log_id, fb.position)
+    if engine.dialect.name != "postgresql":
+        with engine.connect() as conn:
+            rows = conn.execute(select(fb.probability, fb.label).where(*where).order_by(*order)).all()
+        p = np.array([np.nan if r[0] is None else r[0] for r in rows], dtype=np.float64)
+        y = np.array([np.nan if r[1] is None else r[1] for r in rows], dtype=np.float64)
+        return p, y
+    nan: ColumnElement[float] = literal_column("'NaN'::float8")
+    sub = (
+        select(
+            func.float8send(func.coalesce(fb.probability, nan)).label("pp"),
+            func.float8send(func.coalesce(fb.label, nan)).label("y"),
         )
-    bounds = _Bounds(low=summary.first_id, high=summary.last_id, since=summary.since)
-    where = _window_where(model_name=summary.model_name, spec=summary.spec, bounds=bounds)
-    return _generic_chunks(
-        engine=engine,
-        where=where,
-        numeric=numeric,
-        categorical=categorical,
-        chunk_rows=chunk_rows,
-        span=(summary.start, summary.end),
+        .where(*where)
+        .order_by(*order)
+        .subquery()
     )
+    empty: ColumnElement[bytes] = literal_column("''::bytea")
+    stmt = select(func.count(), func.string_agg(sub.c.pp, empty), func.string_agg(sub.c.y, empty))
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SET LOCAL jit = off")
+        n, probs, labels = conn.execute(stmt).one()
+    p = np.frombuffer(bytes(probs or b""), dtype=">f8").astype(np.float64)
+    y = np.frombuffer(bytes(labels or b""), dtype=">f8").astype(np.float64)
+    if p.size != int(n) or y.size != int(n):
+        raise ValueError(f"{p.size} outputs and {y.size} labels for {n} labelled predictions")
+    return p, y
+
+
+def labelled_rows(
+    *, engine: Engine, summary: WindowSummary, chunk_rows: int = CHUNK_ROWS
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:func:`labelled_arrays` ``chunk_rows`` at a time."""
+    p, y = labelled_arrays(engine=engine, summary=summary)
+    for lo in range(0, p.size, chunk_rows):
+        yield p[lo : lo + chunk_rows], y[lo : lo + chunk_rows]
 
 
 def read_vectors(
     *, engine: Engine, summary: WindowSummary, width: int, chunk_rows: int = CHUNK_ROWS
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """A summarized window's whole answers (``outputs``: a multi-class model's ``[rows, width]`` vectors) and
-    labels (NaN without one), in id order, chunk by chunk; a row without a vector of that width is NaN.
-
-    One generic query on both backends (the vectors are JSON): read where the model is multi-class."""
-    bounds = _Bounds(low=summary.first_id, high=summary.last_id, since=summary.since)
-    where = _window_where(model_name=summary.model_name, spec=summary.spec, bounds=bounds)
-    stmt = _labelled_rows(engine, [PredictionLog.outputs], where, (summary.start, summary.end))
-    with engine.connect() as conn:
-        result = conn.execution_options(stream_results=True, yield_per=chunk_rows).execute(stmt)
-        for part in result.partitions():
-            vectors = np.full((len(part), width), np.nan)
-            for i, (row, _) in enumerate(part):
-                if isinstance(row, list) and len(row) == width:
-                    vectors[i] = [np.nan if v is None else v for v in row]
-            yield vectors, _as_floats([label for _, label in part])
+    """A summarized window's whole answers (a multi-class model's ``[rows, width]`` probability vectors) and
+    labels (NaN without one), in log order, chunk by chunk; a batch without vectors of that width is NaN."""
+    log = PredictionBatch
+    ranges = _ranges(summary.first_id, summary.last_id, summary.rows + summary.skip, chunk_rows)
+    for lo, hi in ranges:
+        stmt = select(log.id, log.size, log.vectors).where(*_range_where(summary, lo, hi)).order_by(log.id)
+        with engine.connect() as conn:
+            rows = conn.execute(stmt).all()
+        if not rows:
+            continue
+        got = _Batches(
+            ids=np.array([r[0] for r in rows], dtype=np.int64),
+            sizes=np.array([r[1] for r in rows], dtype=np.int64),
+            layouts=[],
+            numbers=[],
+            categories=[],
+            outputs=[],
+            inputs=[],
+        )
+        parts = []
+        for _, size, blob in rows:
+            data = as_bytes(blob)
+            if data is not None and len(data) == 8 * size * width:
+                parts.append(np.frombuffer(data, dtype="<f8").reshape(size, width))
+            else:
+                parts.append(np.full((size, width), np.nan))
+        vectors = np.concatenate(parts).astype(np.float64)
+        labels = _range_labels(engine, summary, got, lo, hi)
+        skip = summary.skip if lo == summary.first_id else 0
+        yield vectors[skip:], labels[skip:]

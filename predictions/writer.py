@@ -1,8 +1,10 @@
 """The background log writer: a bounded queue in front of batched database writes, with a disk spool.
 
-Requests hand their rows to :meth:`LogWriter.submit`; one writer thread drains the queue in batches (one
-statement and one transaction each: the batch as one JSON array that the database unpacks, see
-:func:`predictions.service.write_log_rows`). If a write fails, or the queue is
+Requests hand their predictions to :meth:`LogWriter.submit`; the writer thread builds one log batch row per
+request (:mod:`predictions.batch`) and drains the queue in writes of many requests (one statement and one
+transaction each: the write as one JSON array that the database unpacks, see
+:func:`predictions.service.write_log_rows`). Every count here (queue, written, spooled, lost, refused) is of
+predictions; a refused row is one request's batch. If a write fails, or the queue is
 full because the database is slow, rows go to the :class:`~predictions.spool.Spool` on disk; while
 the spool holds rows every new row is appended behind them, and the writer replays the spool in order as
 soon as the database answers again. Nothing is dropped: ``rows_dropped`` only moves if the local disk
@@ -46,9 +48,10 @@ import orjson
 from sqlalchemy import Engine
 
 from core.database import make_engine
+from predictions.batch import LogBatch, predictions_in
 from predictions.pending import RequestRows, build
 from predictions.rejected import DeadLetter
-from predictions.service import LogRow, classify_write_error, write_log_rows
+from predictions.service import classify_write_error, write_log_rows
 from predictions.spool import Spool, encode_row
 
 log = logging.getLogger("driftwarden.predictions.writer")
@@ -88,9 +91,14 @@ class LogUnavailable(RuntimeError):
     """Rows could be written neither to the database nor to the spool."""
 
 
-Rows = list[LogRow] | RequestRows
-"""What a request hands over: built rows, or a request's rows that the writer thread builds
-(:mod:`predictions.pending`)."""
+Rows = list[LogBatch] | RequestRows
+"""What a request hands over: built batches, or a request's predictions that the writer thread builds into
+batches (:mod:`predictions.pending`)."""
+
+
+def _size(rows: Rows) -> int:
+    """The predictions ``rows`` hold."""
+    return len(rows) if isinstance(rows, RequestRows) else predictions_in(rows)
 
 
 @dataclass
@@ -199,10 +207,10 @@ class LogWriter:
         if self.durability != "fast":
             return False
         with self._cond:
-            if self._queued_rows + len(rows) > self.queue_max_rows or self._stopping:
+            if self._queued_rows + _size(rows) > self.queue_max_rows or self._stopping:
                 return False
             self._queue.append(_Entry(rows))
-            self._queued_rows += len(rows)
+            self._queued_rows += _size(rows)
             self._seq_in += 1
             if self._queued_rows >= self.batch_max_rows:
                 self._cond.notify()
@@ -216,9 +224,9 @@ class LogWriter:
             entry.loop = asyncio.get_running_loop()
             entry.future = entry.loop.create_future()
         with self._cond:
-            if self._queued_rows + len(rows) <= self.queue_max_rows and not self._stopping:
+            if self._queued_rows + _size(rows) <= self.queue_max_rows and not self._stopping:
                 self._queue.append(entry)
-                self._queued_rows += len(rows)
+                self._queued_rows += _size(rows)
                 self._seq_in += 1
                 if durable or self._queued_rows >= self.batch_max_rows:
                     self._cond.notify()
@@ -289,7 +297,7 @@ class LogWriter:
             while self._queue and (n < self.batch_max_rows or not entries):
                 entry = self._queue.popleft()
                 entries.append(entry)
-                n += len(entry.rows)
+                n += _size(entry.rows)
             self._queued_rows -= n
             self._busy = bool(entries)
             return entries
@@ -360,7 +368,7 @@ class LogWriter:
                 if self._queue and not self._stopping:
                     return  # let queued requests be spooled (durable callers wait for that) first
 
-    def _write(self, rows: list[LogRow], *, idempotent: bool) -> None:
+    def _write(self, rows: list[LogBatch], *, idempotent: bool) -> None:
         t0 = time.perf_counter()
         try:
             try:
@@ -375,7 +383,9 @@ class LogWriter:
         finally:
             self.stats.observe_flush(time.perf_counter() - t0)
 
-    def _write_sorting(self, rows: list[LogRow], *, idempotent: bool) -> tuple[int, list[tuple[LogRow, str]]]:
+    def _write_sorting(
+        self, rows: list[LogBatch], *, idempotent: bool
+    ) -> tuple[int, list[tuple[LogBatch, str]]]:
         """Write ``rows``; a batch refused for a value is split in halves until each refused row is alone.
 
         Returns the rows committed and the refused rows with the database's error. Raises the error of a
@@ -384,7 +394,7 @@ class LogWriter:
         """
         try:
             self._write(rows, idempotent=idempotent)
-            return len(rows), []
+            return predictions_in(rows), []
         except Exception as exc:
             kind = classify_write_error(exc)
             if kind == "duplicate" and not idempotent:  # a row the table has (a spooled commit landed)
@@ -400,17 +410,21 @@ class LogWriter:
         written_b, refused_b = self._write_sorting(rows[half:], idempotent=True)
         return written_a + written_b, refused_a + refused_b
 
-    def _reject(self, refused: list[tuple[LogRow, str]], *, source: str) -> BaseException | None:
+    def _reject(self, refused: list[tuple[LogBatch, str]], *, source: str) -> BaseException | None:
         """Put rows the database refused for their values into the dead-letter file (fsynced)."""
         if not refused:
             return None
         try:
             self.dead_letter.append(refused, source=source)
         except Exception as exc:  # the local disk failed too: the rows are lost
-            self._count_lost(len(refused), f"dead-letter append to {self.dead_letter.path} failed", exc)
+            self._count_lost(
+                predictions_in([r for r, _ in refused]),
+                f"dead-letter append to {self.dead_letter.path} failed",
+                exc,
+            )
             return exc
         now = time.time()
-        self.stats.rows_rejected += len(refused)
+        self.stats.rows_rejected += predictions_in([r for r, _ in refused])
         self.stats.last_reject_at = now
         if now - self._reject_logged_at > 10.0:  # one line per 10 s, not one per batch
             self._reject_logged_at = now
@@ -422,7 +436,7 @@ class LogWriter:
             )
         return None
 
-    def _spool_full(self, rows: list[LogRow]) -> bool:
+    def _spool_full(self, rows: list[LogBatch]) -> bool:
         """The spool has no room for ``rows`` under its cap."""
         cap = self.spool.max_bytes
         return cap is not None and self.spool.pending_bytes + sum(len(encode_row(r)) for r in rows) > cap
@@ -431,13 +445,13 @@ class LogWriter:
         """The database answered the last write, or its retry is due."""
         return self.stats.database_ok or time.monotonic() >= self._next_retry
 
-    def _spill(self, rows: list[LogRow], *, sync: bool) -> BaseException | None:
+    def _spill(self, rows: list[LogBatch], *, sync: bool) -> BaseException | None:
         try:
             self.spool.append(rows, sync=sync)
         except Exception as exc:  # the local disk failed too (or is full): this is the only way to lose rows
-            self._count_lost(len(rows), "spool append failed", exc)
+            self._count_lost(predictions_in(rows), "spool append failed", exc)
             return exc
-        self.stats.rows_spooled += len(rows)
+        self.stats.rows_spooled += predictions_in(rows)
         return None
 
     def _count_lost(self, n: int, what: str, exc: BaseException) -> None:
@@ -476,7 +490,7 @@ class LogWriter:
                 loop.call_soon_threadsafe(_settle, futures, error)
 
 
-def _materialize(entries: Iterable[_Entry]) -> list[list[LogRow]]:
+def _materialize(entries: Iterable[_Entry]) -> list[list[LogBatch]]:
     """Each entry's rows; those handed over unbuilt are built here (the writer thread), a batch at once."""
     listed = list(entries)
     waiting = [(i, e.rows) for i, e in enumerate(listed) if isinstance(e.rows, RequestRows)]
@@ -486,7 +500,7 @@ def _materialize(entries: Iterable[_Entry]) -> list[list[LogRow]]:
     return out
 
 
-def _built(rows: Rows) -> list[LogRow]:
+def _built(rows: Rows) -> list[LogBatch]:
     """``rows`` as log rows."""
     return build([rows])[0] if isinstance(rows, RequestRows) else rows
 

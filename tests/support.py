@@ -191,13 +191,14 @@ def serve_settings(url: str, spool: Path, **overrides: Any) -> Settings:
 
 
 def count_rows(url: str, where: str = "1=1", params: dict[str, Any] | None = None) -> int:
-    """Rows of prediction_log matching ``where``, read with a separate connection."""
+    """Logged predictions in the batches matching ``where`` (a condition on ``prediction_batches``' columns:
+    request_id, status, model_name...), read with a separate connection."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
             return int(
                 conn.execute(
-                    text(f"select count(*) from prediction_log where {where}"), params or {}
+                    text(f"select coalesce(sum(size), 0) from prediction_batches where {where}"), params or {}
                 ).scalar_one()
             )
     finally:

@@ -117,20 +117,13 @@ def run_serving_demo(
                 f"  feedback         -> stored {fb['stored']}, unknown ids reported back: {fb['unknown_ids']}"
             )
             status = c.get("/status").json()["prediction_log"]
-    from sqlalchemy import func, select
-
     from core.database import open_database
-    from predictions.models import PredictionLog
+    from predictions.service import count_predictions
 
     db = open_database(settings.database_url.get_secret_value())
     try:
         with db.session() as s:
-            logged = int(
-                s.scalar(
-                    select(func.count()).select_from(PredictionLog).where(PredictionLog.model_name == model)
-                )
-                or 0
-            )
+            logged = count_predictions(session=s, model_name=model)
     finally:
         db.dispose()
     say(

@@ -1,8 +1,10 @@
-"""Writing prediction-log rows for tests that read windows back (no server, no TensorFlow)."""
+"""Writing the prediction log for tests that read windows back (no server, no TensorFlow): requests of one
+or more predictions, built into batch rows as the serving flow's writer builds them."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,8 +12,10 @@ import numpy as np
 from sqlalchemy import Engine
 
 from core.tabular import Columns
-from predictions.service import LogRow, new_prediction_id, write_log_rows
-from predictions.typed import Layout, encode_rows
+from predictions.batch import LogBatch
+from predictions.pending import RequestRows, build
+from predictions.service import new_prediction_ids, write_log_rows
+from predictions.typed import Layout
 
 
 def plain(value: Any) -> Any:
@@ -21,6 +25,53 @@ def plain(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+def write_requests(
+    engine: Engine,
+    docs: Sequence[dict[str, Any]],
+    *,
+    model: str = "credit",
+    version: int = 1,
+    probability: Sequence[float] | np.ndarray | None = None,
+    start: datetime | None = None,
+    spacing: timedelta = timedelta(milliseconds=1),
+    status: str = "ok",
+    layout: Layout | None = None,
+    per_request: int = 1,
+    vectors: Sequence[list[float | None]] | None = None,
+) -> list[LogBatch]:
+    """Log ``docs`` (oldest first) as requests of ``per_request`` predictions, ``spacing`` apart, typed in
+    ``layout`` where they can be (as the serving flow writes them; without a layout: their documents only);
+    returns the batch rows written, in order."""
+    n = len(docs)
+    p = np.full(n, 0.5) if probability is None else np.asarray(probability, dtype=np.float64)
+    first = start if start is not None else datetime.now(UTC) - spacing * max(1, -(-n // per_request))
+    requests: list[RequestRows] = []
+    for k, lo in enumerate(range(0, n, per_request)):
+        hi = min(lo + per_request, n)
+        values = [None if math.isnan(v) else float(v) for v in p[lo:hi]]
+        requests.append(
+            RequestRows(
+                model_name=model,
+                model_version=version,
+                logged_at=first + spacing * k,
+                request_id=f"req-{k}",
+                protocol="v1",
+                latency_ms=1.0,
+                status=status,
+                ids=new_prediction_ids(hi - lo),
+                inputs=list(docs[lo:hi]),
+                values=values,
+                flags=[None] * (hi - lo),
+                layout=layout,
+                outputs=None if vectors is None else list(vectors[lo:hi]),
+            )
+        )
+    batches = [b for built in build(requests) for b in built]
+    for lo in range(0, len(batches), 2000):
+        write_log_rows(engine=engine, rows=batches[lo : lo + 2000], idempotent=False)
+    return batches
 
 
 def log_columns(
@@ -35,39 +86,28 @@ def log_columns(
     spacing: timedelta = timedelta(milliseconds=1),
     status: str = "ok",
     layout: Layout | None = None,
+    per_request: int = 1,
 ) -> list[str]:
-    """Write one log row per row of ``cols`` (oldest first); returns their prediction ids.
-
-    ``layout``: with the typed copy of the inputs, as the serving flow writes it (none for a row whose
-    values cannot be typed); without: as rows logged before the typed columns.
-    """
+    """Log one prediction per row of ``cols`` (oldest first), in requests of ``per_request``; returns their
+    prediction ids. ``layout``: with the typed copy of the inputs, as the serving flow writes it; without:
+    the documents only."""
     n = len(cols[features[0]])
-    start = (when or datetime.now(UTC)) - spacing * n
-    p = np.full(n, 0.5) if probability is None else probability
-    rows = [
-        LogRow(
-            new_prediction_id(),
-            f"req-{i}",
-            model,
-            version,
-            start + spacing * i,
-            {f: plain(cols[f][i]) for f in features},
-            float(p[i]),
-            None,
-            1.0,
-            status,
-            "v1",
-        )
-        for i in range(n)
-    ]
-    if layout is not None:
-        rows = [
-            row if copy is None else row._replace(layout=layout.id, numbers=copy[0][0], categories=copy[0][1])
-            for row, copy in ((r, encode_rows(layout, [r.inputs])) for r in rows)
-        ]
-    for lo in range(0, n, 5000):
-        write_log_rows(engine=engine, rows=rows[lo : lo + 5000], idempotent=False)
-    return [r.prediction_id for r in rows]
+    docs = [{f: plain(cols[f][i]) for f in features} for i in range(n)]
+    requests = max(1, -(-n // per_request))
+    start = (when or datetime.now(UTC)) - spacing * requests
+    batches = write_requests(
+        engine,
+        docs,
+        model=model,
+        version=version,
+        probability=probability,
+        start=start,
+        spacing=spacing,
+        status=status,
+        layout=layout,
+        per_request=per_request,
+    )
+    return [pid for b in batches for pid in b.ids()]
 
 
 def log_inputs(
@@ -78,49 +118,34 @@ def log_inputs(
     model: str = "credit",
     version: int = 1,
     probability: np.ndarray | None = None,
-) -> list[LogRow]:
-    """Write one log row per input document (oldest first, 1 ms apart), typed in ``layout`` where it can be
-    (as the serving flow writes them); returns the rows written."""
-    n = len(inputs)
-    start = datetime.now(UTC) - timedelta(milliseconds=n)
-    p = np.full(n, 0.5) if probability is None else probability
-    rows = []
-    for i, doc in enumerate(inputs):
-        copy = encode_rows(layout, [doc]) if layout is not None else None
-        typed = (layout.id, *copy[0]) if layout is not None and copy is not None else (None, None, None)
-        prob = None if math.isnan(p[i]) else float(p[i])
-        rows.append(
-            LogRow(
-                new_prediction_id(),
-                f"req-{i}",
-                model,
-                version,
-                start + timedelta(milliseconds=i),
-                doc,
-                prob,
-                None,
-                1.0,
-                "ok",
-                "v1",
-                *typed,
-            )
-        )
-    for lo in range(0, n, 5000):
-        write_log_rows(engine=engine, rows=rows[lo : lo + 5000], idempotent=False)
-    return rows
+    per_request: int = 1,
+) -> list[str]:
+    """Log one prediction per input document (oldest first, requests 1 ms apart), typed in ``layout`` where
+    it can be (as the serving flow writes them); returns their prediction ids."""
+    batches = write_requests(
+        engine,
+        inputs,
+        layout=layout,
+        model=model,
+        version=version,
+        probability=probability,
+        per_request=per_request,
+    )
+    return [pid for b in batches for pid in b.ids()]
 
 
-def write_rows_as_they_were(engine: Engine, rows: list[LogRow]) -> None:
-    """Insert ``rows`` into whatever columns the log has at the database's revision (a database migrated to an
-    older revision than the code's writer knows: its rows as a server of that revision wrote them)."""
+def write_rows_as_they_were(engine: Engine, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert old-layout rows (one per prediction: ``prediction_id``, ``request_id``, ``model_name``, ...,
+    ``numbers`` as hex) into whatever columns ``prediction_log`` has at the database's revision (a database
+    migrated to a revision before the batch layout: its rows as a server of that revision wrote them)."""
     from sqlalchemy import MetaData, Table
 
     table = Table("prediction_log", MetaData(), autoload_with=engine)
     names = set(table.c.keys())
     values = []
     for row in rows:
-        doc = {k: v for k, v in row._asdict().items() if k in names}
-        if doc.get("numbers") is not None:
+        doc = {k: v for k, v in row.items() if k in names}
+        if isinstance(doc.get("numbers"), str):
             doc["numbers"] = bytes.fromhex(doc["numbers"])
         values.append(doc)
     with engine.begin() as conn:

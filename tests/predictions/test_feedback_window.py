@@ -1,10 +1,12 @@
-"""A window's labels read from ``prediction_feedback`` alone (migration 0015, ``predictions.aggregates``).
+"""A window's labels read from ``prediction_feedback`` alone (migrations 0015, 0018; ``predictions.windows``).
 
-Each label carries copies of its prediction's log row (``log_id``, ``probability``, ``model_version``,
-``status``), filled by ``record_feedback`` and backfilled by the migration. The readers that use them must
-return exactly what the join of the labels with the window's log rows returned (the join is kept here as
-the reference), on a log with labels of every kind a window must leave out or keep; and a database with
-labels from before 0015 must keep them and read them the new way after the upgrade.
+Each label carries copies of its prediction (its batch's id as ``log_id``, its ``position`` there, its output
+as ``probability``, ``model_version``, ``status``), filled by ``record_feedback`` and, for the labels of an
+older log, by the migrations. The readers that use them (``labelled_arrays``, ``labelled_rows``, the labels of
+``read_chunks``) must return exactly the labels joined to the window's predictions by prediction id (computed
+here from the batches and the feedback, without the copies: the reference), on a log with labels of every
+kind a window must leave out or keep, on requests of several predictions (a last-N window ending inside one);
+and a database with labels from before 0015 must keep them and read them the same way after the upgrade.
 """
 
 from __future__ import annotations
@@ -16,94 +18,169 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pydantic import SecretStr
 from sqlalchemy import Engine, create_engine, text
 
 from core import migrate
-from core.config import Settings
-from core.database import open_database
-from core.runtime import Runtime
-from predictions.aggregates import (
-    Grid,
-    _window_filter,
-    aggregate_window,
+from core.database import Database, aware, open_database
+from predictions import typed
+from predictions.batch import floats, ids_of, pack_floats
+from predictions.service import labelled_rows as training_rows
+from predictions.service import record_feedback, write_log_rows
+from predictions.windows import (
+    WindowSpec,
     labelled_arrays,
     labelled_rows,
+    read_chunks,
+    summarize_window,
 )
-from predictions.scheduled import purge_expired
-from predictions.service import LogRow, fill_feedback_copies, record_feedback, write_log_rows
-from predictions.windows import WindowSpec, WindowSummary, summarize_window
-from tests.predictions.logdata import write_rows_as_they_were
-from tests.predictions.test_prediction_log import make_rows
+from tests.predictions.logdata import write_requests, write_rows_as_they_were
+from tests.predictions.test_prediction_log import ids, make_rows, old_rows
 from tests.support import database_at, postgres_schema
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 HOUR = timedelta(hours=1)
-COPIES = ("log_id", "probability", "model_version", "status")
-
-# the reader before migration 0015: the labels joined with the window's log rows, in id order
-_JOINED = (
-    "SELECT p.probability, fb.label FROM prediction_log p JOIN prediction_feedback fb "
-    "ON fb.prediction_id = p.prediction_id AND fb.logged_at = p.logged_at WHERE {where} ORDER BY p.id"
-)
+PER_REQUEST = 4
+COPIES = ("log_id", "position", "probability", "model_version", "status")
+ALL_COPIES = frozenset(COPIES)
 
 
-def _joined(engine: Engine, summary: WindowSummary) -> tuple[np.ndarray, np.ndarray]:
-    where, params = _window_filter(summary)
-    raw = engine.raw_connection()
-    try:
-        with raw.driver_connection.cursor() as cur:  # type: ignore[union-attr]
-            cur.execute(_JOINED.replace("{where}", where), params)
-            rows = cur.fetchall()
-        raw.commit()
-    finally:
-        raw.close()
-    p = np.array([np.nan if r[0] is None else r[0] for r in rows], dtype=np.float64)
-    y = np.array([r[1] for r in rows], dtype=np.float64)
-    return p, y
+# ------------------------------------------------------------ the reference: labels joined by prediction id
 
 
-def _log(when: datetime, n: int, *, start: int, model: str = "credit", **changes: Any) -> list[LogRow]:
-    rows = make_rows(n, start=start, when=when, model=model)
-    return [r._replace(**{"probability": (start + i) % 10 / 10, **changes}) for i, r in enumerate(rows)]
+def _predictions(engine: Engine, model: str) -> list[tuple[str, int, int, float, int, str, datetime]]:
+    """Every prediction of ``model`` in log order: (id, batch id, position, output, version, status, time)."""
+    with engine.connect() as conn:
+        found = conn.execute(
+            text(
+                "SELECT id, id_prefix, id_low, size, outputs, model_version, status, logged_at "
+                "FROM prediction_batches WHERE model_name = :m ORDER BY id"
+            ),
+            {"m": model},
+        ).all()
+    out = []
+    for key, prefix, low, size, outputs, version, status, when in found:
+        values = floats(bytes(outputs), size).tolist()
+        at = _utc(when)
+        for position, pid in enumerate(ids_of(prefix, low, size)):
+            out.append((pid, int(key), position, values[position], int(version), str(status), at))
+    return out
 
 
-def _fill(engine: Engine) -> dict[str, list[LogRow]]:
-    """Rows of 'credit' over three hours (two versions, some output violations, a probability without a
-    value, rows of five hours ago written last: a replayed spool) and of 'other' between them, in id
-    order; the groups by name."""
-    groups = {
-        "early": _log(NOW - 3 * HOUR, 40, start=0),
-        "other": _log(NOW - 2 * HOUR, 20, start=100, model="other"),
-        "v2": _log(NOW - 2 * HOUR, 30, start=200, model_version=2),
-        "violations": _log(NOW - HOUR, 10, start=300, status="output_violation"),
-        "nan": _log(NOW - HOUR, 5, start=400, probability=None),
-        "late": _log(NOW, 40, start=500),
-        "replayed": _log(NOW - 5 * HOUR, 6, start=600),
+def _utc(value: Any) -> datetime:
+    when = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return aware(when) or when
+
+
+def _labels_by_id(engine: Engine, model: str) -> dict[str, float]:
+    with engine.connect() as conn:
+        found = conn.execute(
+            text("SELECT prediction_id, label FROM prediction_feedback WHERE model_name = :m"), {"m": model}
+        )
+        return {str(p): np.nan if y is None else float(y) for p, y in found}
+
+
+def _reference(
+    engine: Engine, spec: WindowSpec, now: datetime, model: str = "credit"
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The window's predictions (ids), their outputs and labels (NaN: none), in log order."""
+    since = now - timedelta(minutes=spec.minutes) if spec.minutes is not None else None
+    window = [
+        (pid, output)
+        for pid, _, _, output, version, status, at in _predictions(engine, model)
+        if status == "ok"
+        and (spec.version is None or version == spec.version)
+        and (since is None or at >= since)
+    ]
+    if spec.rows is not None:
+        window = window[-spec.rows :]
+    labels = _labels_by_id(engine, model)
+    return (
+        [pid for pid, _ in window],
+        np.array([output for _, output in window], dtype=np.float64),
+        np.array([labels.get(pid, np.nan) for pid, _ in window], dtype=np.float64),
+    )
+
+
+def _copies(engine: Engine) -> dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]]:
+    """prediction_id -> (the label's copies, its prediction's values), for every label."""
+    where = {
+        pid: (log_id, position, None if np.isnan(output) else output, version, status)
+        for model in ("credit", "other")
+        for pid, log_id, position, output, version, status, _ in _predictions(engine, model)
+    }
+    with engine.connect() as conn:
+        found = conn.execute(text(f"SELECT prediction_id, {', '.join(COPIES)} FROM prediction_feedback"))
+        return {str(pid): (tuple(rest), where.get(str(pid), (None,) * 5)) for pid, *rest in found}
+
+
+# ---------------------------------------------------------------- the log
+
+
+def _fill(engine: Engine) -> dict[str, list[str]]:
+    """Requests of 'credit' over three hours (two versions, some output violations, outputs without a
+    value, requests of five hours ago written last: a replayed spool) and of 'other' between them, in id
+    order; the prediction ids of each group."""
+
+    def group(n: int, start: int, when: datetime, **kw: Any) -> list[str]:
+        nan = kw.pop("nan", False)
+        rows = make_rows(n, start=start, when=when, per_request=PER_REQUEST, **kw)
+        if nan:
+            rows = [b._replace(outputs=pack_floats([None] * b.size)) for b in rows]
+        write_log_rows(engine=engine, rows=rows, idempotent=False)
+        return ids(rows)
+
+    return {
+        "early": group(40, 0, NOW - 3 * HOUR, model="credit"),
+        "other": group(20, 100, NOW - 2 * HOUR, model="other"),
+        "v2": group(30, 200, NOW - 2 * HOUR, model="credit", version=2),
+        "violations": group(10, 300, NOW - HOUR, model="credit", status="output_violation"),
+        "nan": group(5, 400, NOW - HOUR, model="credit", nan=True),
+        "late": group(40, 500, NOW, model="credit"),
+        "replayed": group(6, 600, NOW - 5 * HOUR, model="credit"),
+    }
+
+
+def _fill_old(engine: Engine) -> dict[str, list[str]]:
+    """The same log as a revision before 0018 wrote it (one row per prediction, requests of four rows)."""
+    groups: dict[str, list[dict[str, Any]]] = {
+        "early": old_rows(40, start=0, when=NOW - 3 * HOUR, model="credit", per_request=PER_REQUEST),
+        "other": old_rows(20, start=100, when=NOW - 2 * HOUR, model="other", per_request=PER_REQUEST),
+        "v2": old_rows(
+            30, start=200, when=NOW - 2 * HOUR, model="credit", per_request=PER_REQUEST, model_version=2
+        ),
+        "violations": old_rows(
+            10, start=300, when=NOW - HOUR, model="credit", per_request=PER_REQUEST, status="output_violation"
+        ),
+        "nan": old_rows(
+            5, start=400, when=NOW - HOUR, model="credit", per_request=PER_REQUEST, probability=None
+        ),
+        "late": old_rows(40, start=500, when=NOW, model="credit", per_request=PER_REQUEST),
+        "replayed": old_rows(6, start=600, when=NOW - 5 * HOUR, model="credit", per_request=PER_REQUEST),
     }
     for rows in groups.values():
         write_rows_as_they_were(engine, rows)
-    return groups
+    return {name: [r["prediction_id"] for r in rows] for name, rows in groups.items()}
 
 
-def _label(db: Any, groups: dict[str, list[LogRow]]) -> None:
-    """Labels on some rows of every group (a NaN label among them), one of them sent twice."""
-    for name, rows in groups.items():
-        model = rows[0].model_name
-        labels = [(r.prediction_id, float(i % 2)) for i, r in enumerate(rows) if i % 3 == 0]
-        if name == "late":
-            labels.append((rows[1].prediction_id, float("nan")))
+def _label(db: Database, groups: dict[str, list[str]]) -> None:
+    """Labels on some predictions of every group (on PostgreSQL a NaN label among them), one sent twice."""
+    nan_label = db.engine.dialect.name == "postgresql"  # SQLite stores NaN as NULL: the label is NOT NULL
+    for name, pids in groups.items():
+        model = "other" if name == "other" else "credit"
+        labels = [(pid, float(i % 2)) for i, pid in enumerate(pids) if i % 3 == 0]
+        if name == "late" and nan_label:
+            labels.append((pids[1], float("nan")))
         with db.session() as s:
             assert record_feedback(session=s, model_name=model, labels=labels) == (len(labels), [])
-    resent = groups["late"][3].prediction_id  # labelled 1.0 above
+    resent = groups["late"][3]  # labelled 1.0 above
     with db.session() as s:
         assert record_feedback(session=s, model_name="credit", labels=[(resent, 0.0)]) == (1, [])
 
 
 # (read at NOW + 1 hour)
 SPECS = [
-    WindowSpec(),  # every row: every group of credit, 'other' and 'violations' between them left out
-    WindowSpec(rows=60),  # the newest 60 ok rows: 'replayed', 'late', 'nan', the last 9 of 'v2'
+    WindowSpec(),  # every prediction: every group of credit, 'other' and 'violations' between them left out
+    WindowSpec(rows=60),  # the newest 60 ok: 'replayed', 'late', 'nan', the last 9 of 'v2' (inside a request)
     WindowSpec(rows=60, version=1),  # 'v2' left out: the last 9 of 'early', 'other' inside the id range
     WindowSpec(version=2),
     WindowSpec(minutes=150),  # 'violations' (not ok), 'nan', 'late'; 'replayed' inside the ids, too old
@@ -111,72 +188,122 @@ SPECS = [
 ]
 
 
-def _assert_readers_equal_the_join(engine: Engine, *, expect_labels: bool = True) -> int:
-    """Every reader against the join, on every window of SPECS; the number of labels seen."""
+def _assert_readers_equal_the_reference(engine: Engine, *, expect_labels: bool = True) -> int:
+    """Every reader against the reference, on every window of SPECS; the number of labels seen."""
     seen = 0
+    skips = 0
     for spec in SPECS:
-        summary = summarize_window(engine=engine, model_name="credit", spec=spec, now=NOW + HOUR)
+        now = NOW + HOUR
+        summary = summarize_window(engine=engine, model_name="credit", spec=spec, now=now)
         assert summary is not None, spec
+        pids, outputs, labels = _reference(engine, spec, now)
+        assert summary.rows == len(pids), spec
+        skips += summary.skip > 0
+        known = _labels_by_id(engine, "credit")
+        held = np.array([pid in known for pid in pids], dtype=bool)
+        jp, jy = outputs[held], labels[held]
         p, y = labelled_arrays(engine=engine, summary=summary)
-        jp, jy = _joined(engine, summary)
         assert np.array_equal(p, jp, equal_nan=True) and np.array_equal(y, jy, equal_nan=True), spec
         chunks = list(labelled_rows(engine=engine, summary=summary, chunk_rows=7))
         sp = np.concatenate([c[0] for c in chunks]) if chunks else np.array([])
         sy = np.concatenate([c[1] for c in chunks]) if chunks else np.array([])
         assert np.array_equal(sp, jp, equal_nan=True) and np.array_equal(sy, jy, equal_nan=True), spec
-        grid = Grid(points=np.linspace(0, 1, 11))
-        agg = aggregate_window(
-            engine=engine, summary=summary, numeric={}, categorical=[], prediction=grid, threshold=0.5
-        )
-        ok = ~np.isnan(jp) & ~np.isnan(jy)
-        truth, pred = jy[ok] != 0, jp[ok] >= 0.5
-        assert agg.confusion == (
-            int(np.sum(pred & truth)),
-            int(np.sum(pred & ~truth)),
-            int(np.sum(~pred & truth)),
-            int(np.sum(~pred & ~truth)),
-        ), spec
-        cells = np.searchsorted(grid.thresholds(), jp[ok], side="right")
-        assert agg.positive is not None and agg.negative is not None
-        assert np.array_equal(agg.positive, np.bincount(cells[truth], minlength=23)), spec
-        assert np.array_equal(agg.negative, np.bincount(cells[~truth], minlength=23)), spec
+        for chunk_rows in (9, 1_000):  # labels scattered onto the predictions of each range
+            read = list(
+                read_chunks(
+                    engine=engine,
+                    summary=summary,
+                    numeric=[],
+                    categorical=[],
+                    chunk_rows=chunk_rows,
+                    labels=True,
+                )
+            )
+            assert np.array_equal(np.concatenate([c.predictions for c in read]), outputs, equal_nan=True), (
+                spec
+            )
+            assert np.array_equal(np.concatenate([c.labels for c in read]), labels, equal_nan=True), spec
         seen += jp.size
         if expect_labels:
             assert jp.size > 0, spec
+    assert skips > 0  # a window ended inside a request
     return seen
 
 
-@pytest.mark.postgres
-def test_the_readers_equal_the_join_of_the_labels_with_the_log(pg_url: str) -> None:
-    db = open_database(pg_url, upgrade=False)
+def test_the_readers_equal_the_labels_joined_by_prediction_id(database_url: str) -> None:
+    db = open_database(database_url)
     try:
         groups = _fill(db.engine)
         _label(db, groups)
-        seen = _assert_readers_equal_the_join(db.engine)
+        summary = summarize_window(
+            engine=db.engine, model_name="credit", spec=WindowSpec(rows=60), now=NOW + HOUR
+        )
+        assert summary is not None and summary.skip == 1  # 'v2' ends in a request of 2, then one of 4
+        seen = _assert_readers_equal_the_reference(db.engine)
         assert seen > 40
-        # the resent label replaced the first; the window's NaN label and NaN probability are kept as NaN
+        # the resent label replaced the first; a NaN label and NaN outputs are kept as NaN
         summary = summarize_window(engine=db.engine, model_name="credit", spec=WindowSpec(), now=NOW + HOUR)
         assert summary is not None
         p, y = labelled_arrays(engine=db.engine, summary=summary)
-        late = [r.prediction_id for r in groups["late"]]
-        with db.engine.connect() as conn:
-            resent = conn.execute(
-                text("SELECT label FROM prediction_feedback WHERE prediction_id = :p"), {"p": late[3]}
-            ).scalar_one()
-        assert resent == 0.0
-        assert np.isnan(y).sum() == 1 and np.isnan(p).sum() == 2  # 'nan' rows 0 and 3 are labelled
-        # each label carries its prediction's log row
-        with db.engine.connect() as conn:
-            wrong = conn.execute(
-                text(
-                    "SELECT count(*) FROM prediction_feedback f JOIN prediction_log p "
-                    "ON p.prediction_id = f.prediction_id AND p.logged_at = f.logged_at "
-                    "WHERE f.log_id <> p.id OR f.model_version <> p.model_version OR f.status <> p.status "
-                    "OR f.probability IS DISTINCT FROM p.probability"
-                )
-            ).scalar_one()
-            total = conn.execute(text("SELECT count(*) FROM prediction_feedback")).scalar_one()
-        assert wrong == 0 and total > 50
+        assert _labels_by_id(db.engine, "credit")[groups["late"][3]] == 0.0
+        nan_labels = 1 if db.engine.dialect.name == "postgresql" else 0
+        assert np.isnan(y).sum() == nan_labels and np.isnan(p).sum() == 2  # 'nan' 0 and 3 are labelled
+        # each label carries its prediction: batch, position, output, version, status
+        copies = _copies(db.engine)
+        assert len(copies) > 50
+        for pid, (ours, theirs) in copies.items():
+            assert ours == theirs, pid
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize(
+    "layout", [None, typed.make_layout(["x"], ["c"], [["a"]])], ids=["documents", "typed"]
+)
+def test_training_reads_the_inputs_of_the_labelled_predictions_inside_requests(
+    database_url: str, layout: typed.Layout | None
+) -> None:
+    """``predictions.service.labelled_rows`` (the retraining's rows): the newest labelled answered
+    predictions, oldest first, each with its own inputs, however many predictions its request held."""
+    db = open_database(database_url)
+    try:
+        docs: list[dict[str, Any]] = [{"x": float(i), "c": "a" if i % 2 else "b"} for i in range(30)]
+        docs[7] = {"x": None}  # absent and null values
+        start = NOW - timedelta(minutes=30)
+        batches = write_requests(
+            db.engine, docs, layout=layout, per_request=6, start=start, spacing=timedelta(minutes=1)
+        )
+        write_requests(
+            db.engine, docs[:6], status="output_violation", start=NOW, per_request=6
+        )  # not answered
+        pids = [pid for b in batches for pid in b.ids()]
+        labelled = [2, 7, 8, 13, 20, 27, 29]
+        with db.session() as s:
+            labels = [(pids[i], float(i % 2)) for i in labelled]
+            assert record_feedback(session=s, model_name="credit", labels=labels) == (7, [])
+            got = training_rows(session=s, model_name="credit", numeric=["x"], categorical=["c"], limit=5)
+            since = training_rows(
+                session=s,
+                model_name="credit",
+                numeric=["x"],
+                categorical=["c"],
+                limit=100,
+                since=start + timedelta(minutes=3),  # the requests of predictions 18..29
+            )
+        newest = labelled[-5:]  # 8, 13, 20, 27, 29
+        assert got.columns["x"].tolist() == [float(i) for i in newest]
+        assert got.columns["c"].tolist() == ["a" if i % 2 else "b" for i in newest]
+        assert got.labels.tolist() == [float(i % 2) for i in newest]
+        assert got.logged_at == [start + timedelta(minutes=i // 6) for i in newest]
+        assert got.window_rows == 30 - 6  # every answered prediction from the first to the last time
+        assert since.columns["x"].tolist() == [20.0, 27.0, 29.0]
+        with db.session() as s:
+            every = training_rows(session=s, model_name="credit", numeric=["x"], categorical=["c"], limit=100)
+        at = labelled.index(7)
+        assert np.isnan(every.columns["x"][at]) and every.columns["c"][at] is None
+        assert every.columns["x"].tolist()[:at] == [2.0] and every.labels.tolist() == [
+            i % 2 for i in labelled
+        ]
     finally:
         db.dispose()
 
@@ -191,11 +318,9 @@ def url_0014(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def _labels_0014(engine: Engine, groups: dict[str, list[LogRow]]) -> dict[str, float]:
+def _labels_0014(engine: Engine, groups: dict[str, list[str]]) -> dict[str, float]:
     """Labels as revision 0014 stored them (what record_feedback wrote then), on some rows of each group."""
-    labels = {
-        r.prediction_id: float(i % 2) for rows in groups.values() for i, r in enumerate(rows) if i % 3 == 0
-    }
+    labels = {pid: float(i % 2) for pids in groups.values() for i, pid in enumerate(pids) if i % 3 == 0}
     with engine.begin() as conn:
         conn.execute(
             text(
@@ -211,24 +336,9 @@ def _labels_0014(engine: Engine, groups: dict[str, list[LogRow]]) -> dict[str, f
 def _feedback(engine: Engine) -> dict[str, tuple[Any, ...]]:
     with engine.connect() as conn:
         return {
-            str(pid): tuple(rest)
-            for pid, *rest in conn.execute(
+            str(pid): (str(model), float(label), _utc(received))
+            for pid, model, label, received in conn.execute(
                 text("SELECT prediction_id, model_name, label, received_at FROM prediction_feedback")
-            )
-        }
-
-
-def _copies(engine: Engine) -> dict[str, tuple[Any, ...]]:
-    """prediction_id -> (the label's copies, the log row's values)."""
-    cols = ", ".join(f"f.{c}" for c in COPIES)
-    with engine.connect() as conn:
-        return {
-            str(pid): (tuple(row[:4]), tuple(row[4:]))
-            for pid, *row in conn.execute(
-                text(
-                    f"SELECT f.prediction_id, {cols}, p.id, p.probability, p.model_version, p.status "
-                    "FROM prediction_feedback f JOIN prediction_log p ON p.prediction_id = f.prediction_id"
-                )
             )
         }
 
@@ -236,7 +346,7 @@ def _copies(engine: Engine) -> dict[str, tuple[Any, ...]]:
 def test_the_upgrade_backfills_every_label_and_the_downgrade_keeps_them(url_0014: str) -> None:
     engine = create_engine(url_0014)
     try:
-        groups = _fill(engine)
+        groups = _fill_old(engine)
         labels = _labels_0014(engine, groups)
         before = _feedback(engine)
         assert len(before) == len(labels) > 40
@@ -245,29 +355,28 @@ def test_the_upgrade_backfills_every_label_and_the_downgrade_keeps_them(url_0014
         copies = _copies(engine)
         assert len(copies) == len(labels)
         for pid, (ours, theirs) in copies.items():
-            assert ours == theirs, pid  # log id, probability, version, status of its log row
-        if engine.dialect.name == "postgresql":  # the new readers find the old labels as the join did
-            assert _assert_readers_equal_the_join(engine) > 40
+            assert ours == theirs and ours[0] is not None, pid  # batch, position, output, version, status
+        assert {position for (_, position, *_), _ in copies.values()} == set(range(PER_REQUEST))
+        assert _assert_readers_equal_the_reference(engine) > 40  # the new readers find the old labels
         # a label sent after the upgrade carries the copies too
-        new = _log(NOW, 2, start=900)
+        new = make_rows(3, start=900, when=NOW, model="credit", per_request=3)
         write_log_rows(engine=engine, rows=new, idempotent=False)
         db = open_database(url_0014, upgrade=False)
         with db.session() as s:
-            assert record_feedback(session=s, model_name="credit", labels=[(new[1].prediction_id, 1.0)]) == (
-                1,
-                [],
-            )
+            assert record_feedback(session=s, model_name="credit", labels=[(ids(new)[1], 1.0)]) == (1, [])
         db.dispose()
-        ours, theirs = _copies(engine)[new[1].prediction_id]
-        assert ours == theirs and ours[0] is not None
+        ours, theirs = _copies(engine)[ids(new)[1]]
+        assert ours == theirs and ours[1] == 1
         after = _feedback(engine)
         migrate.downgrade(url_0014, "0014_window_sketches")
         assert _feedback(engine) == after
         with engine.connect() as conn:
             columns = set(conn.execute(text("SELECT * FROM prediction_feedback LIMIT 1")).keys())
-        assert not columns & set(COPIES)
+        assert not columns & ALL_COPIES
         migrate.upgrade(url_0014)  # and up again: backfilled again
-        assert all(ours == theirs for ours, theirs in _copies(engine).values())
+        copies = _copies(engine)
+        assert len(copies) == len(after) and all(ours == theirs for ours, theirs in copies.values())
+        assert _assert_readers_equal_the_reference(engine) > 40
     finally:
         engine.dispose()
 
@@ -277,58 +386,25 @@ def test_a_label_whose_prediction_is_gone_keeps_null_copies_and_is_read_by_no_wi
     postgres_url: str,
 ) -> None:
     """PostgreSQL has no foreign key from the labels to the log: a label left without its log row before
-    0015 (it cannot happen through record_feedback) keeps NULL copies, and no window reads it, as no join
-    found it."""
+    0015 (it cannot happen through record_feedback) keeps NULL copies through 0015 and 0018, and no window
+    reads it."""
     with postgres_schema(postgres_url, migrated=False) as url:
         migrate.upgrade(url, "0014_window_sketches")
         engine = create_engine(url)
         try:
-            groups = _fill(engine)
+            groups = _fill_old(engine)
             _labels_0014(engine, groups)
-            gone = groups["late"][0].prediction_id  # labelled (i % 3 == 0)
+            gone = groups["late"][12]  # labelled (i % 3 == 0), the first of a request of four
             with engine.begin() as conn:
                 conn.execute(text("DELETE FROM prediction_log WHERE prediction_id = :p"), {"p": gone})
             migrate.upgrade(url)
             with engine.connect() as conn:
                 row = conn.execute(
-                    text(
-                        "SELECT log_id, probability, model_version, status FROM prediction_feedback "
-                        "WHERE prediction_id = :p"
-                    ),
+                    text(f"SELECT {', '.join(COPIES)} FROM prediction_feedback WHERE prediction_id = :p"),
                     {"p": gone},
                 ).one()
-            assert tuple(row) == (None, None, None, None)
-            _assert_readers_equal_the_join(engine)
+            assert tuple(row) == (None,) * len(COPIES)
+            assert gone not in {pid for pid, *_ in _predictions(engine, "credit")}
+            _assert_readers_equal_the_reference(engine)
         finally:
             engine.dispose()
-
-
-# ---------------------------------------------------------------- labels of an old replica, after 0015
-
-
-def test_the_retention_pass_fills_labels_an_old_version_stored_without_the_copies(database_url: str) -> None:
-    """During a rolling upgrade across 0015 an old replica stores labels as 0014 did (no copies): no
-    window would count them. The retention job's pass fills them from the log, once."""
-    db = open_database(database_url)
-    try:
-        groups = _fill(db.engine)
-        old = _labels_0014(db.engine, {"late": groups["late"], "other": groups["other"]})
-        with db.session() as s:  # and one label stored by this version
-            assert record_feedback(
-                session=s, model_name="credit", labels=[(groups["early"][0].prediction_id, 1.0)]
-            ) == (1, [])
-        assert sum(ours[0] is None for ours, _ in _copies(db.engine).values()) == len(old)
-        runtime = Runtime(settings=Settings(database_url=SecretStr(database_url)), db=db)
-        purge_expired(runtime)
-        copies = _copies(db.engine)
-        assert len(copies) == len(old) + 1
-        assert all(ours == theirs for ours, theirs in copies.values())
-        with db.session() as s:
-            assert fill_feedback_copies(session=s) == 0  # nothing left to fill
-        if db.engine.dialect.name == "postgresql":
-            summary = summarize_window(engine=db.engine, model_name="credit", spec=WindowSpec(), now=NOW)
-            assert summary is not None
-            p, _ = labelled_arrays(engine=db.engine, summary=summary)
-            assert p.size == 1 + sum(1 for i in range(len(groups["late"])) if i % 3 == 0)
-    finally:
-        db.dispose()

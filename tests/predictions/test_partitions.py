@@ -1,8 +1,9 @@
-"""The prediction log partitioned by time on PostgreSQL (migration 0009, predictions/partitions.py).
+"""The prediction log partitioned by time on PostgreSQL (migrations 0009 and 0018, predictions/partitions.py).
 
-A log built at revision 0008 keeps every row, id and label through the upgrade (and back through the
-downgrade), on both backends; on PostgreSQL retention drops whole partitions (log and feedback), deletes
-old rows of the DEFAULT partition, and a partition created over rows of the DEFAULT one takes them in.
+A log built at revision 0008 keeps every prediction (its id, model and time) and label through the upgrade
+to the batches of 0018 (and back through the downgrade), on both backends; on PostgreSQL retention drops
+whole partitions (batches and feedback), deletes old batches of the DEFAULT partition, and a partition
+created over rows of the DEFAULT one takes them in. Every count is of predictions, not of batches.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, MetaData, Table, create_engine, text
+from pydantic import SecretStr
+from sqlalchemy import Engine, create_engine, inspect, text
 from typer.testing import CliRunner
 
 from core import migrate
@@ -23,11 +25,11 @@ from core.config import Settings, get_settings
 from core.database import Base, Database, open_database
 from core.runtime import Runtime
 from predictions import partitions
+from predictions.batch import LogBatch, as_bytes, ids_of
 from predictions.models import LOG_COLUMNS
 from predictions.partitions import AHEAD, Span, missing, slot
 from predictions.scheduled import purge_expired
 from predictions.service import (
-    LogRow,
     apply_retention,
     prepare_partitions,
     record_feedback,
@@ -35,7 +37,8 @@ from predictions.service import (
     write_log_rows,
 )
 from service.cli import app
-from tests.predictions.test_prediction_log import make_rows
+from tests.predictions.logdata import write_rows_as_they_were
+from tests.predictions.test_prediction_log import ids, make_rows, old_rows
 from tests.support import database_at, postgres_schema
 
 DAY = timedelta(days=1)
@@ -62,14 +65,14 @@ def test_slots_are_aligned_to_whole_multiples_of_their_length_since_1970() -> No
     week = slot(moment, 7)
     assert week.end - week.start == 7 * DAY and week.start <= moment < week.end
     assert (week.start - partitions.EPOCH) % (7 * DAY) == timedelta(0)
-    assert Span(datetime(2026, 11, 30, tzinfo=UTC), week.end).name() == "prediction_log_p20261130"
+    assert Span(datetime(2026, 11, 30, tzinfo=UTC), week.end).name() == "prediction_batches_p20261130"
     assert week.name("prediction_feedback").startswith("prediction_feedback_p2026112")
     odd = Span(datetime(2026, 11, 30, 12, tzinfo=UTC), week.end)
-    assert odd.name() == "prediction_log_p20261130120000"
-    assert partitions.is_partition_table(odd.name()) and partitions.is_partition_table(
-        "prediction_log_default"
-    )
-    assert not partitions.is_partition_table("prediction_log")
+    assert odd.name() == "prediction_batches_p20261130120000"
+    for name in (odd.name(), "prediction_batches_default", "prediction_feedback_default"):
+        assert partitions.is_partition_table(name), name
+    assert not partitions.is_partition_table("prediction_batches")
+    assert not partitions.is_partition_table("prediction_feedback")
 
 
 def test_missing_ranges_fill_the_gaps_and_never_overlap_existing_partitions() -> None:
@@ -90,10 +93,12 @@ def test_missing_ranges_fill_the_gaps_and_never_overlap_existing_partitions() ->
 
 # ---------------------------------------------------------------- a log built at revision 0008
 
+Row = dict[str, Any]
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database at revision 0008 (the unpartitioned log), on each backend."""
+    """A database at revision 0008 (the unpartitioned log of one row per prediction), on each backend."""
     with database_at(request, tmp_path, "0008_alerts") as url:
         yield url
 
@@ -106,13 +111,16 @@ def pg_url(postgres_url: str) -> Iterator[str]:
         yield url
 
 
-def _fill_0008(engine: Engine) -> tuple[list[LogRow], dict[str, float]]:
-    """Rows of two models over five days (and one 40 days old), ids with gaps, labels on some of them."""
-    rows: list[LogRow] = []
+def _fill_0008(engine: Engine) -> tuple[list[Row], dict[str, float]]:
+    """Predictions of two models over five days (and one 40 days old), two per request, as revision 0008
+    logged them (one row each); ids with gaps (two rows deleted: their requests keep one prediction);
+    labels on some of them."""
+    rows: list[Row] = []
     for days_ago in (40, 4, 3, 2, 1, 0):
-        rows += make_rows(4, start=len(rows), when=_at(days_ago), model="m" if days_ago % 2 else "other")
-    _insert_0008(engine, rows)
-    labels = {row.prediction_id: float(i % 2) for i, row in enumerate(rows) if i % 3 == 0}
+        model = "m" if days_ago % 2 else "other"
+        rows += old_rows(4, start=len(rows), when=_at(days_ago), model=model, per_request=2)
+    write_rows_as_they_were(engine, rows)
+    labels = {row["prediction_id"]: float(i % 2) for i, row in enumerate(rows) if i % 3 == 0}
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM prediction_log WHERE id IN (2, 7)"))  # gaps in the ids
         for pid, label in labels.items():
@@ -126,26 +134,51 @@ def _fill_0008(engine: Engine) -> tuple[list[LogRow], dict[str, float]]:
             )
     with engine.connect() as conn:
         kept = set(conn.execute(text("SELECT prediction_id FROM prediction_log")).scalars())
-    return [r for r in rows if r.prediction_id in kept], {p: y for p, y in labels.items() if p in kept}
+    assert len(kept) == len(rows) - 2
+    return [r for r in rows if r["prediction_id"] in kept], {p: y for p, y in labels.items() if p in kept}
 
 
-def _insert_0008(engine: Engine, rows: list[LogRow]) -> None:
-    """Rows into the log of revision 0008, through its reflected table (today's writer also fills the typed
-    columns of 0010)."""
-    table = Table("prediction_log", MetaData(), autoload_with=engine)
-    columns = LOG_COLUMNS[: LOG_COLUMNS.index("layout")]
-    with engine.begin() as conn:
-        conn.execute(table.insert(), [{c: getattr(r, c) for c in columns} for r in rows])
-
-
-def _log(engine: Engine) -> set[tuple[int, str, str, Any]]:
+def _log(engine: Engine) -> set[tuple[str, str, datetime]]:
+    """(prediction id, model, time) of every logged prediction: from the batches, or from the log of one row
+    per prediction of a revision before 0018."""
     with engine.connect() as conn:
-        return {
-            (int(i), str(p), str(m), _utc(w))
-            for i, p, m, w in conn.execute(
-                text("SELECT id, prediction_id, model_name, logged_at FROM prediction_log")
+        if inspect(conn).has_table(partitions.LOG):
+            found = conn.execute(
+                text("SELECT id_prefix, id_low, size, model_name, logged_at FROM prediction_batches")
             )
+            return {
+                (pid, str(m), _utc(w)) for prefix, low, n, m, w in found for pid in ids_of(prefix, low, n)
+            }
+        found = conn.execute(text("SELECT prediction_id, model_name, logged_at FROM prediction_log"))
+        return {(str(p), str(m), _utc(w)) for p, m, w in found}
+
+
+def _batches(engine: Engine) -> dict[str, tuple[int, int, datetime]]:
+    """prediction id -> (its batch's id, its position there, its time)."""
+    with engine.connect() as conn:
+        found = conn.execute(text("SELECT id, id_prefix, id_low, size, logged_at FROM prediction_batches"))
+        return {
+            pid: (int(i), position, _utc(w))
+            for i, prefix, low, n, w in found
+            for position, pid in enumerate(ids_of(prefix, low, n))
         }
+
+
+def _read_batches(engine: Engine, limit: int) -> list[LogBatch]:
+    """The oldest ``limit`` batches as the writer carries them (binary columns as hex)."""
+    with engine.connect() as conn:
+        found = conn.execute(
+            text(f"SELECT {', '.join(LOG_COLUMNS)} FROM prediction_batches ORDER BY id LIMIT :n"),
+            {"n": limit},
+        ).all()
+    out: list[LogBatch] = []
+    for row in found:
+        values = dict(zip(LOG_COLUMNS, row, strict=True))
+        for name in ("numbers", "outputs", "vectors"):
+            blob = as_bytes(values[name])
+            values[name] = None if blob is None else blob.hex()
+        out.append(LogBatch(**values))
+    return out
 
 
 def _labels(engine: Engine) -> dict[str, float]:
@@ -162,8 +195,13 @@ def _utc(value: Any) -> datetime:
 
 
 def _where(engine: Engine, table: str) -> dict[str, str]:
-    """prediction_id -> the partition holding the row."""
+    """prediction_id -> the partition of ``table`` holding it."""
     with engine.connect() as conn:
+        if table == partitions.LOG:
+            found = conn.execute(
+                text("SELECT id_prefix, id_low, size, tableoid::regclass FROM prediction_batches")
+            )
+            return {pid: str(t) for prefix, low, n, t in found for pid in ids_of(prefix, low, n)}
         return {
             str(p): str(t)
             for p, t in conn.execute(text(f"SELECT prediction_id, tableoid::regclass FROM {table}"))
@@ -175,56 +213,62 @@ def _exists(engine: Engine, name: str) -> bool:
         return bool(conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": name}).scalar())
 
 
-def test_the_upgrade_keeps_every_row_id_and_label_and_the_downgrade_brings_them_back(old_url: str) -> None:
+def _pids(engine: Engine) -> set[str]:
+    return {p for p, *_ in _log(engine)}
+
+
+def test_the_upgrade_keeps_every_prediction_and_label_and_the_downgrade_brings_them_back(
+    old_url: str,
+) -> None:
     engine = create_engine(old_url)
     try:
         rows, labels = _fill_0008(engine)
         before = _log(engine)
         assert len(before) == len(rows) == 22 and len(labels) >= 6
         migrate.upgrade(old_url)
-        assert _log(engine) == before  # every id, prediction id, model and time
+        assert _log(engine) == before  # every prediction id, model and time
         assert _labels(engine) == labels
-        with engine.connect() as conn:  # each label carries its prediction's time
-            assert conn.execute(
-                text(
-                    "SELECT count(*) FROM prediction_feedback f JOIN prediction_log p "
-                    "ON p.prediction_id = f.prediction_id AND p.logged_at = f.logged_at"
-                )
-            ).scalar() == len(labels)
+        where = _batches(engine)
+        assert len({batch for batch, _, _ in where.values()}) == 12  # a batch per request
+        with engine.connect() as conn:  # each label points at its prediction: batch, position and time
+            for pid, log_id, position, logged_at in conn.execute(
+                text("SELECT prediction_id, log_id, position, logged_at FROM prediction_feedback")
+            ):
+                assert (log_id, position, _utc(logged_at)) == where[pid], pid
         if engine.dialect.name == "postgresql":
-            where = _where(engine, "prediction_log")
+            part = _where(engine, partitions.LOG)
             for row in rows:
-                day = row.logged_at.astimezone(UTC).strftime("%Y%m%d")
-                assert where[row.prediction_id] == f"prediction_log_p{day}"
+                assert part[row["prediction_id"]] == f"prediction_batches_p{row['logged_at']:%Y%m%d}"
             assert set(_where(engine, "prediction_feedback").values()) <= {
                 f"prediction_feedback_p{_at(d):%Y%m%d}" for d in (40, 4, 3, 2, 1, 0)
             }
-            assert _exists(engine, f"prediction_log_p{TODAY + DAY:%Y%m%d}")  # tomorrow's, before any row
-        # new rows get ids above the old ones; the feedback of a new row works on the new keys
-        high = max(i for i, *_ in before)
-        new = make_rows(2, start=100)
+            assert _exists(engine, f"prediction_batches_p{TODAY + DAY:%Y%m%d}")  # tomorrow's, before any row
+        # a new batch gets an id above the converted ones; the feedback of a new prediction works
+        high = max(batch for batch, _, _ in where.values())
+        new = make_rows(2, start=100, per_request=2)
         write_log_rows(engine=engine, rows=new, idempotent=False)
-        ids = {p: i for i, p, *_ in _log(engine)}
-        assert min(ids[r.prediction_id] for r in new) > high
+        now = _batches(engine)
+        assert len({now[p][0] for p in ids(new)}) == 1 and now[ids(new)[0]][0] > high  # one batch, above
         db = open_database(old_url, upgrade=False)
         with db.session() as s:
-            assert record_feedback(session=s, model_name="m", labels=[(new[0].prediction_id, 1.0)]) == (1, [])
-            assert record_feedback(session=s, model_name="m", labels=[(new[0].prediction_id, 0.0)]) == (1, [])
+            assert record_feedback(session=s, model_name="m", labels=[(ids(new)[1], 1.0)]) == (1, [])
+            assert record_feedback(session=s, model_name="m", labels=[(ids(new)[1], 0.0)]) == (1, [])
         db.dispose()
-        assert _labels(engine)[new[0].prediction_id] == 0.0  # the resent label replaced the first
+        assert _labels(engine)[ids(new)[1]] == 0.0  # the resent label replaced the first
         after = _log(engine)
         migrate.downgrade(old_url, "0008_alerts")
-        assert _log(engine) == after
-        assert _labels(engine) == {**labels, new[0].prediction_id: 0.0}
+        assert not inspect(engine).has_table(partitions.LOG)
+        assert _log(engine) == after  # one row per prediction again
+        assert _labels(engine) == {**labels, ids(new)[1]: 0.0}
         migrate.upgrade(old_url)  # and up again
         assert _log(engine) == after
+        assert _labels(engine) == {**labels, ids(new)[1]: 0.0}
     finally:
         engine.dispose()
 
 
 def test_the_migration_builds_what_the_models_describe(old_url: str) -> None:
-    """PostgreSQL: exactly the models (the partitions left to ``include_object``). SQLite keeps the log's
-    unique prediction_id and the feedback's foreign key of 0002: those two differences and no other."""
+    """Exactly the models on both backends (PostgreSQL's partitions left to ``include_object``)."""
     migrate.upgrade(old_url)
     engine = create_engine(old_url)
     try:
@@ -234,16 +278,13 @@ def test_the_migration_builds_what_the_models_describe(old_url: str) -> None:
     finally:
         engine.dispose()
     ours = sorted(str(d[0]) for d in diff if "prediction_" in repr(d))
-    if engine.dialect.name == "postgresql":
-        assert ours == [], diff
-    else:
-        assert ours == ["add_constraint", "remove_constraint", "remove_fk"], diff
+    assert ours == [], diff
 
 
 # ---------------------------------------------------------------- PostgreSQL: partitions at work
 
 
-def _upgraded(pg_url: str) -> tuple[Database, Engine, list[LogRow], dict[str, float]]:
+def _upgraded(pg_url: str) -> tuple[Database, Engine, list[Row], dict[str, float]]:
     engine = create_engine(pg_url)
     rows, labels = _fill_0008(engine)
     migrate.upgrade(pg_url)
@@ -254,15 +295,15 @@ def _upgraded(pg_url: str) -> tuple[Database, Engine, list[LogRow], dict[str, fl
 def test_replaying_a_batch_twice_writes_it_once(pg_url: str) -> None:
     db, engine, rows, _ = _upgraded(pg_url)
     try:
-        batch = make_rows(5, start=200)
+        batch = make_rows(5, start=200, per_request=5)
         assert write_log_rows(engine=engine, rows=batch, idempotent=True) == 5
         write_log_rows(engine=engine, rows=batch, idempotent=True)  # a spool replayed after a lost commit
-        write_log_rows(engine=engine, rows=rows[:3], idempotent=True)  # rows converted by the migration
+        converted = _read_batches(engine, 3)  # batches the migration made, in their partitions
+        assert sum(b.size for b in converted) == 5
+        write_log_rows(engine=engine, rows=converted, idempotent=True)
         with engine.connect() as conn:
-            n, distinct = conn.execute(
-                text("SELECT count(*), count(DISTINCT prediction_id) FROM prediction_log")
-            ).one()
-        assert n == distinct == len(rows) + 5
+            n, batches = conn.execute(text("SELECT sum(size), count(*) FROM prediction_batches")).one()
+        assert n == len(_log(engine)) == len(rows) + 5 and batches == 12 + 1
     finally:
         engine.dispose()
         db.dispose()
@@ -272,39 +313,39 @@ def test_replaying_a_batch_twice_writes_it_once(pg_url: str) -> None:
 def test_retention_drops_whole_partitions_and_purges_the_default_partition(pg_url: str) -> None:
     db, engine, rows, labels = _upgraded(pg_url)
     try:
-        ancient = make_rows(2, start=300, when=_at(400))  # older than any partition: the DEFAULT one
+        ancient = make_rows(2, start=300, when=_at(400), per_request=2)  # older than any partition: DEFAULT
         write_log_rows(engine=engine, rows=ancient, idempotent=True)
         with db.session() as s:
-            record_feedback(session=s, model_name="m", labels=[(ancient[0].prediction_id, 1.0)])
-        assert set(_where(engine, "prediction_log").values()) >= {"prediction_log_default"}
-        assert _where(engine, "prediction_log")[ancient[0].prediction_id] == "prediction_log_default"
-        assert (
-            _where(engine, "prediction_feedback")[ancient[0].prediction_id] == "prediction_feedback_default"
-        )
+            assert record_feedback(session=s, model_name="m", labels=[(ids(ancient)[1], 1.0)]) == (1, [])
+        part = _where(engine, partitions.LOG)
+        assert {part[p] for p in ids(ancient)} == {"prediction_batches_default"}
+        assert _where(engine, "prediction_feedback")[ids(ancient)[1]] == "prediction_feedback_default"
 
         cutoff = TODAY - 2 * DAY  # day -4 and -3 (and the 40-day-old one) expire whole; -2 onwards stay
         done = apply_retention(db=db, before=cutoff, partition_days=1)
         expired = {f"p{_at(d):%Y%m%d}" for d in (40, 4, 3)}
-        assert sorted(name for name, _ in done.dropped) == sorted(f"prediction_log_{p}" for p in expired)
+        assert sorted(name for name, _ in done.dropped) == sorted(f"prediction_batches_{p}" for p in expired)
         held = {
-            f"prediction_log_p{_at(d):%Y%m%d}": sum(r.logged_at == _at(d) for r in rows) for d in (40, 4, 3)
+            f"prediction_batches_p{_at(d):%Y%m%d}": sum(r["logged_at"] == _at(d) for r in rows)
+            for d in (40, 4, 3)
         }
-        assert dict(done.dropped) == held and sorted(held.values()) == [3, 3, 4]  # ids 2 and 7 were deleted
-        assert done.deleted == 2 and done.removed == 12  # the two ancient rows, one by one
+        # predictions, not batches (two each): the rows deleted at 0008 left requests of one
+        assert dict(done.dropped) == held and sorted(held.values()) == [3, 3, 4]
+        assert done.deleted == 2 and done.removed == 12  # the ancient request of two, deleted
         for p in expired:
-            assert not _exists(engine, f"prediction_log_{p}") and not _exists(
+            assert not _exists(engine, f"prediction_batches_{p}") and not _exists(
                 engine, f"prediction_feedback_{p}"
             )
         for d in (2, 1, 0):
-            assert _exists(engine, f"prediction_log_p{_at(d):%Y%m%d}")
+            assert _exists(engine, f"prediction_batches_p{_at(d):%Y%m%d}")
             assert _exists(engine, f"prediction_feedback_p{_at(d):%Y%m%d}")
-        kept = {r.prediction_id for r in rows if r.logged_at >= cutoff}
-        assert {p for _, p, *_ in _log(engine)} == kept
+        kept = {r["prediction_id"] for r in rows if r["logged_at"] >= cutoff}
+        assert _pids(engine) == kept
         assert _labels(engine) == {p: y for p, y in labels.items() if p in kept}  # dropped with their rows
-        assert _exists(engine, "prediction_log_default")
+        assert _exists(engine, "prediction_batches_default")
         # the coming week's partitions were created
         for d in range(8):
-            assert _exists(engine, f"prediction_log_p{TODAY + d * DAY:%Y%m%d}")
+            assert _exists(engine, f"prediction_batches_p{TODAY + d * DAY:%Y%m%d}")
         assert done.created
         again = apply_retention(db=db, before=cutoff, partition_days=1)
         assert again.created == [] and again.dropped == [] and again.deleted == 0
@@ -323,12 +364,10 @@ def test_the_job_keeps_the_partition_holding_the_cutoff_whole_and_purge_cuts_exa
         assert retention_cutoff(db=db, before=cutoff) == TODAY - 2 * DAY
         done = apply_retention(db=db, before=cutoff, partition_days=1, whole_partitions=True)
         assert done.deleted == 0 and len(done.dropped) == 3
-        day2 = {r.prediction_id for r in rows if r.logged_at == _at(2)}
-        assert len(day2) == 4 and day2 <= {
-            p for _, p, *_ in _log(engine)
-        }  # kept whole, older than the cutoff
+        day2 = {r["prediction_id"] for r in rows if r["logged_at"] == _at(2)}
+        assert len(day2) == 4 and day2 <= _pids(engine)  # kept whole, older than the cutoff
 
-        # the CLI cuts at the exact time: day -2's four rows go one by one, the partition stays
+        # the CLI cuts at the exact time: day -2's four predictions (two batches) go one by one
         monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", pg_url)
         get_settings.cache_clear()
         days = (datetime.now(UTC) - cutoff) / DAY
@@ -338,27 +377,27 @@ def test_the_job_keeps_the_partition_holding_the_cutoff_whole_and_purge_cuts_exa
         r = CliRunner().invoke(app, ["predictions", "purge", "--days", f"{days:.6f}", "--yes"])
         assert r.exit_code == 0, r.output
         assert "deleted 4 predictions" in r.stdout
-        assert not day2 & {p for _, p, *_ in _log(engine)}
-        assert _exists(engine, f"prediction_log_p{_at(2):%Y%m%d}")
+        assert not day2 & _pids(engine)
+        assert _exists(engine, f"prediction_batches_p{_at(2):%Y%m%d}")
 
-        # cut at today's midnight: the CLI names the partitions it drops and what they held
+        # cut at today's midnight: the CLI names the partitions it drops and the predictions they held
         days = (datetime.now(UTC) - TODAY - timedelta(seconds=30)) / DAY
         r = CliRunner().invoke(app, ["predictions", "purge", "--days", f"{days:.9f}", "--dry-run"])
         assert r.exit_code == 0, r.output
         for d in (2, 1):
-            assert f"would drop partition prediction_log_p{_at(d):%Y%m%d}" in r.stdout
+            assert f"would drop partition prediction_batches_p{_at(d):%Y%m%d}" in r.stdout
         r = CliRunner().invoke(app, ["predictions", "purge", "--days", f"{days:.9f}", "--yes"])
         assert r.exit_code == 0, r.output
         assert (
-            f"dropped partition prediction_log_p{_at(2):%Y%m%d} and its feedback's (0 predictions)"
+            f"dropped partition prediction_batches_p{_at(2):%Y%m%d} and its feedback's (0 predictions)"
             in r.stdout
         )
         assert (
-            f"dropped partition prediction_log_p{_at(1):%Y%m%d} and its feedback's (4 predictions)"
+            f"dropped partition prediction_batches_p{_at(1):%Y%m%d} and its feedback's (4 predictions)"
             in r.stdout
         )
         assert "deleted 4 predictions" in r.stdout
-        assert {p for _, p, *_ in _log(engine)} == {r.prediction_id for r in rows if r.logged_at == _at(0)}
+        assert _pids(engine) == {r["prediction_id"] for r in rows if r["logged_at"] == _at(0)}
     finally:
         engine.dispose()
         db.dispose()
@@ -369,23 +408,24 @@ def test_a_new_partition_takes_in_the_rows_the_default_partition_held(pg_url: st
     db, engine, _, _ = _upgraded(pg_url)
     try:
         later = TODAY + 30 * DAY
-        future = make_rows(3, start=400, when=later + timedelta(hours=1))  # a skewed clock: no partition yet
+        future = make_rows(3, start=400, when=later + timedelta(hours=1), per_request=3)  # a skewed clock
         write_log_rows(engine=engine, rows=future, idempotent=False)
         with db.session() as s:
-            record_feedback(session=s, model_name="m", labels=[(future[0].prediction_id, 1.0)])
-        ids = {p: i for i, p, *_ in _log(engine)}
-        assert {_where(engine, "prediction_log")[r.prediction_id] for r in future} == {
-            "prediction_log_default"
-        }
+            assert record_feedback(session=s, model_name="m", labels=[(ids(future)[2], 1.0)]) == (1, [])
+        where = _batches(engine)
+        assert {_where(engine, partitions.LOG)[p] for p in ids(future)} == {"prediction_batches_default"}
         created = prepare_partitions(db=db, now=later, days=1)
         name = f"p{later:%Y%m%d}"
-        assert created[0] == f"prediction_log_{name}" and len(created) == AHEAD // DAY
-        assert {_where(engine, "prediction_log")[r.prediction_id] for r in future} == {
-            f"prediction_log_{name}"
-        }
-        assert _where(engine, "prediction_feedback")[future[0].prediction_id] == f"prediction_feedback_{name}"
-        assert {p: i for i, p, *_ in _log(engine)} == ids  # moved with their ids
-        assert _labels(engine)[future[0].prediction_id] == 1.0
+        assert created[0] == f"prediction_batches_{name}" and len(created) == AHEAD // DAY
+        assert {_where(engine, partitions.LOG)[p] for p in ids(future)} == {f"prediction_batches_{name}"}
+        assert _where(engine, "prediction_feedback")[ids(future)[2]] == f"prediction_feedback_{name}"
+        assert _batches(engine) == where  # moved with their batch ids and positions
+        assert _labels(engine)[ids(future)[2]] == 1.0
+        with engine.connect() as conn:  # the label still points at its prediction
+            assert conn.execute(
+                text("SELECT log_id, position FROM prediction_feedback WHERE prediction_id = :p"),
+                {"p": ids(future)[2]},
+            ).one() == tuple(where[ids(future)[2]][:2])
     finally:
         engine.dispose()
         db.dispose()
@@ -397,11 +437,13 @@ def test_the_retention_job_at_start_up_creates_the_coming_weeks_partitions(postg
         db = open_database(url, upgrade=False)
         try:
             engine = db.engine
-            assert not _exists(engine, f"prediction_log_p{TODAY + 7 * DAY:%Y%m%d}")  # the migration: 2 days
-            runtime = Runtime(settings=Settings(database_url=url, log_partition_days=1), db=db)
+            assert not _exists(
+                engine, f"prediction_batches_p{TODAY + 7 * DAY:%Y%m%d}"
+            )  # the migration: 2 days
+            runtime = Runtime(settings=Settings(database_url=SecretStr(url), log_partition_days=1), db=db)
             assert purge_expired(runtime) == 0
             for d in range(8):
-                assert _exists(engine, f"prediction_log_p{TODAY + d * DAY:%Y%m%d}")
+                assert _exists(engine, f"prediction_batches_p{TODAY + d * DAY:%Y%m%d}")
                 assert _exists(engine, f"prediction_feedback_p{TODAY + d * DAY:%Y%m%d}")
         finally:
             db.dispose()
@@ -414,20 +456,22 @@ def test_purge_with_yes_makes_the_coming_weeks_partitions_when_nothing_is_old(
     with postgres_schema(postgres_url) as url:
         engine = create_engine(url)
         try:
-            write_log_rows(engine=engine, rows=make_rows(2, when=TODAY + 5 * DAY), idempotent=False)
-            assert set(_where(engine, "prediction_log").values()) == {"prediction_log_default"}
+            future = make_rows(2, when=TODAY + 5 * DAY, per_request=2)
+            write_log_rows(engine=engine, rows=future, idempotent=False)
+            assert set(_where(engine, partitions.LOG).values()) == {"prediction_batches_default"}
             monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", url)
             get_settings.cache_clear()
             r = CliRunner().invoke(app, ["predictions", "purge", "--dry-run"])
             assert r.exit_code == 0 and "nothing to delete" in r.stdout and "created" not in r.stdout
-            assert not _exists(engine, f"prediction_log_p{TODAY + 5 * DAY:%Y%m%d}")
+            assert not _exists(engine, f"prediction_batches_p{TODAY + 5 * DAY:%Y%m%d}")
             r = CliRunner().invoke(app, ["predictions", "purge", "--yes"])
             assert r.exit_code == 0, r.output
             assert "nothing to delete" in r.stdout
-            assert f"prediction_log_p{TODAY + 5 * DAY:%Y%m%d}" in r.stdout  # among the partitions created
-            assert set(_where(engine, "prediction_log").values()) == {
-                f"prediction_log_p{TODAY + 5 * DAY:%Y%m%d}"
+            assert f"prediction_batches_p{TODAY + 5 * DAY:%Y%m%d}" in r.stdout  # among the partitions created
+            assert set(_where(engine, partitions.LOG).values()) == {
+                f"prediction_batches_p{TODAY + 5 * DAY:%Y%m%d}"
             }
+            assert _pids(engine) == set(ids(future))
         finally:
             engine.dispose()
 
@@ -439,18 +483,20 @@ def test_a_busy_log_makes_the_job_skip_its_partition_changes_until_the_next_pass
     db, engine, rows, _ = _upgraded(pg_url)
     monkeypatch.setattr(partitions, "LOCK_TIMEOUT_MS", 100)
     monkeypatch.setattr(partitions, "ATTEMPTS", 2)
-    settings = Settings(database_url=pg_url, retention_days=2, log_partition_days=1)  # cutoff: in day -2
+    # retention of 2 days: the cutoff is inside day -2
+    settings = Settings(database_url=SecretStr(pg_url), retention_days=2, log_partition_days=1)
     runtime = Runtime(settings=settings, db=db)
-    oldest = f"prediction_log_p{_at(40):%Y%m%d}"
+    oldest = f"prediction_batches_p{_at(40):%Y%m%d}"
     try:
         with engine.connect() as reader:  # a long window read: a shared lock on the log until it ends
-            reader.execute(text("SELECT count(*) FROM prediction_log"))
+            reader.execute(text("SELECT count(*) FROM prediction_batches"))
             with caplog.at_level("WARNING", logger="driftwarden.predictions"):
                 assert purge_expired(runtime) == 0
-            assert "prediction_log is busy" in caplog.text
+            assert "prediction_batches is busy" in caplog.text
             assert _exists(engine, oldest)
             reader.rollback()
-        assert purge_expired(runtime) == sum(r.logged_at < TODAY - 2 * DAY for r in rows)
+        # the predictions of the partitions dropped (3 + 3 + 4 in two batches each), not their batches
+        assert purge_expired(runtime) == sum(r["logged_at"] < TODAY - 2 * DAY for r in rows) == 10
         assert not _exists(engine, oldest)
     finally:
         engine.dispose()

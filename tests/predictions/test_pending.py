@@ -1,5 +1,6 @@
-"""The writer thread builds a batch of requests' rows at once (predictions/pending.py): the same rows, and the
-same typed copies, as each request built alone; a request without an exact copy never takes the others'."""
+"""The writer thread builds the batch rows of many requests at once (predictions/pending.py): the same rows,
+and the same typed copies, as each request built alone; a request without an exact copy never takes the
+others'."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from predictions import typed
 from predictions.pending import RequestRows, build
+from predictions.service import new_prediction_ids
 
 LAYOUT = typed.make_layout(["a", "b"], ["c"], [["x", "y"]])
 OTHER = typed.make_layout(["a"], ["c", "d"], [["x"], []])  # a second model's layout in the same batch
@@ -45,7 +47,7 @@ def request_rows(
         protocol="v2",
         latency_ms=1.5,
         status="ok",
-        ids=ids if ids is not None else [f"{index}-{i}" for i in range(n)],
+        ids=ids if ids is not None else new_prediction_ids(n),
         inputs=docs,
         values=[float(i) for i in range(n)],
         flags=[None] * n,
@@ -94,10 +96,13 @@ def test_a_batch_builds_what_each_request_builds_alone(batch: list[RequestRows])
     alone = [build([r])[0] for r in batch]
     assert same(together, alone)
     for request, rows in zip(batch, together, strict=True):
-        assert [r.prediction_id for r in rows] == request.ids
-        assert [r.inputs for r in rows] == request.inputs  # the documents themselves, never a copy
+        assert [pid for r in rows for pid in r.ids()] == request.ids
+        for r in rows:
+            if r.inputs is not None:  # the documents themselves, never a copy
+                assert all(a is b for a, b in zip(r.inputs, request.inputs[: r.size], strict=False))
         if request.layout is None:
             assert {(r.layout, r.numbers, r.categories) for r in rows} == {(None, None, None)}
+            assert [doc for r in rows for doc in r.inputs or []] == request.inputs
 
 
 def test_a_request_without_an_exact_copy_keeps_the_others_copies() -> None:
@@ -108,10 +113,11 @@ def test_a_request_without_an_exact_copy_keeps_the_others_copies() -> None:
     )
     rows = [r for rs in build([good, refused, also_good]) for r in rs]
     assert [r.layout for r in rows] == [LAYOUT.id, None, LAYOUT.id]
-    assert rows[0].numbers == typed.encode_rows(LAYOUT, [{"a": 1.0, "c": "x"}])[0][0]  # type: ignore[index]
-    assert rows[2].numbers == typed.encode_rows(LAYOUT, [{"b": 2}])[0][0]  # type: ignore[index]
+    assert rows[0].numbers == typed.encode_rows(LAYOUT, [{"a": 1.0, "c": "x"}]).data.hex()  # type: ignore[union-attr]
+    assert rows[2].numbers == typed.encode_rows(LAYOUT, [{"b": 2}]).data.hex()  # type: ignore[union-attr]
+    assert rows[1].inputs == [{"a": True}]  # its documents instead
 
 
 def test_a_request_whose_parts_disagree_is_refused_on_the_request_path() -> None:
     with pytest.raises(ValueError, match="2 prediction ids for 1 rows"):
-        request_rows(0, [{"a": 1.0}], ids=["a", "b"])
+        request_rows(0, [{"a": 1.0}], ids=new_prediction_ids(2))

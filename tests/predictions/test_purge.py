@@ -1,4 +1,6 @@
-"""`driftwarden predictions purge`: deleting needs --yes; --dry-run counts per model and deletes nothing."""
+"""`driftwarden predictions purge`: deleting needs --yes; --dry-run counts per model and deletes nothing.
+
+Every count is of predictions, not of the requests (``prediction_batches`` rows) holding them."""
 
 from __future__ import annotations
 
@@ -11,34 +13,38 @@ from typer.testing import CliRunner
 
 from core.config import get_settings
 from core.database import Database, open_database
-from predictions.models import PredictionFeedback, PredictionLog
+from predictions.models import PredictionBatch, PredictionFeedback
 from predictions.service import record_feedback, write_log_rows
 from service.cli import app
-from tests.predictions.test_prediction_log import make_rows
+from tests.predictions.test_prediction_log import ids, make_rows
 
 runner = CliRunner()
 
 
 @pytest.fixture
 def logged(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Database]:
-    """The CLI's database holds 5 old + 2 new predictions of `credit`, 3 old of `other`, one label each."""
+    """The CLI's database holds 5 old predictions of `credit` (requests of 3 and 2) and 2 new ones (one
+    request), 3 old of `other` (one request); a label on a prediction in the middle of an old request of
+    each model."""
     monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", database_url)
     get_settings.cache_clear()
     db = open_database(database_url)
-    old = make_rows(5, when=datetime.now(UTC) - timedelta(days=40), model="credit")
-    new = make_rows(2, start=5, model="credit")
-    other = make_rows(3, start=7, when=datetime.now(UTC) - timedelta(days=10), model="other")
+    old = make_rows(5, when=datetime.now(UTC) - timedelta(days=40), model="credit", per_request=3)
+    new = make_rows(2, start=5, model="credit", per_request=2)
+    other = make_rows(3, start=7, when=datetime.now(UTC) - timedelta(days=10), model="other", per_request=3)
+    assert [b.size for b in old + new + other] == [3, 2, 2, 3]
     write_log_rows(engine=db.engine, rows=old + new + other, idempotent=False)
     with db.session() as s:
-        record_feedback(session=s, model_name="credit", labels=[(old[0].prediction_id, 1.0)])
-        record_feedback(session=s, model_name="other", labels=[(other[0].prediction_id, 0.0)])
+        assert record_feedback(session=s, model_name="credit", labels=[(ids(old)[1], 1.0)]) == (1, [])
+        assert record_feedback(session=s, model_name="other", labels=[(ids(other)[1], 0.0)]) == (1, [])
     yield db
     db.dispose()
 
 
 def _counts(db: Database) -> tuple[int, int]:
+    """(predictions logged, labels)."""
     with db.session() as s:
-        rows = s.scalar(select(func.count()).select_from(PredictionLog)) or 0
+        rows = s.scalar(select(func.coalesce(func.sum(PredictionBatch.size), 0))) or 0
         labels = s.scalar(select(func.count()).select_from(PredictionFeedback)) or 0
     return int(rows), int(labels)
 
@@ -70,5 +76,11 @@ def test_purge_with_yes_deletes_the_old_rows_and_their_feedback(logged: Database
     assert r.exit_code == 0, r.output
     assert "deleted 5 predictions" in r.stdout
     assert _counts(logged) == (5, 1)  # credit's 2 new and other's 3 stay, with other's label
+    with logged.session() as s:
+        assert list(s.scalars(select(PredictionFeedback.model_name))) == ["other"]
+        assert list(s.scalars(select(PredictionBatch.model_name).order_by(PredictionBatch.id))) == [
+            "credit",
+            "other",
+        ]
     r = runner.invoke(app, ["predictions", "purge", "--days", "30"])
     assert r.exit_code == 0 and "nothing to delete" in r.stdout  # nothing left: no --yes needed
