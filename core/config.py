@@ -193,7 +193,11 @@ class Settings(BaseSettings):
     monitor_sketch_block_ids: int = Field(
         default=65_536,
         ge=1024,
-        description="Ids per block of the sketch cache (ids are global across models; blocks are aligned).",
+        description=(
+            "Predictions per block of the sketch cache, about: a block spans this many log ids divided by "
+            "the model's mean request size, rounded to a power of two (ids are global across models; "
+            "blocks are aligned)."
+        ),
     )
     drift_min_rows: int = Field(
         default=30,

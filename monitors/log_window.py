@@ -4,25 +4,25 @@ The reading (which rows, the reader's performance design) belongs to the log's o
 :mod:`predictions.windows`. Here each chunk is counted on the reference profile's grids and dropped, so
 memory is bounded by the chunk size plus the profile, never by the window.
 
-On PostgreSQL with a :class:`SketchCache` (the default of ``run_monitor``: setting ``monitor_sketch_cache``),
-the id axis is cut into aligned blocks of ``block_ids`` ids; a block lying wholly inside the window is
-counted once and its counts kept in ``monitor_window_sketches`` (:mod:`monitors.service`), and later runs
-merge the stored counts while the log still shows the block's row count and oldest ``logged_at`` (an
-index-only query per run, with the window's summary: :func:`predictions.windows.summarize_blocks`; while
-it runs, the newest blocks the cache lacks are already read and counted, see :func:`_read_early`). Only
-new or changed blocks and the window's edges are read; the labels (feedback arrives later) and the ordered
-error stream are read on every run from the labelled rows of the whole window. See docs/monitoring.md,
-"The sketch cache".
-
+On PostgreSQL with a :class:`SketchCache` (the default of ``run_monitor``: setting
+``monitor_sketch_cache``), the batch id axis is cut into aligned blocks of about ``block_ids`` predictions
+(:func:`block_span`); a block lying wholly inside the window is counted once and its counts kept in
+``monitor_window_sketches`` (:mod:`monitors.service`), and later runs merge the stored counts while the log
+still shows the block's row count and oldest ``logged_at`` (an index-only query per run, with the window's
+summary: :func:`predictions.windows.summarize_blocks`; while it runs, the newest blocks the cache lacks are
+already read and counted, see :func:`_read_early`). Only new or changed blocks and the window's edges are
+read; the labels (feedback arrives later) and the ordered error stream are read on every run from the
+labelled rows of the whole window. See docs/monitoring.md, "The sketch cache".
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,6 +55,7 @@ from predictions.windows import (
     WindowSummary,
     block_stats,
     labelled_arrays,
+    mean_size,
     narrow,
     newest_id,
     read_chunks,
@@ -72,10 +73,18 @@ _EARLY_BLOCKS = 5  # the newest uncached blocks read and counted while the summa
 @dataclass(frozen=True)
 class SketchCache:
     """Where the counts of sealed blocks are kept (the primary database, even when the window is read from a
-    replica) and the block size in ids."""
+    replica) and about how many predictions a block holds: a block spans ``block_ids`` batch ids divided by
+    the model's mean request size (its newest batches'), rounded to a power of two (:func:`block_span`)."""
 
     engine: Engine
     block_ids: int = 65_536
+
+
+def block_span(predictions: int, mean_size: float) -> int:
+    """The batch ids per block for blocks of about ``predictions`` predictions: a power of two, so that a
+    traffic whose mean request size drifts a little keeps its blocks (and their stored counts)."""
+    ids = max(1.0, predictions / max(1.0, mean_size))
+    return 1 << max(0, round(math.log2(ids)))
 
 
 @dataclass
@@ -269,6 +278,8 @@ def _read_cached(
     bounded by the newest id seen first; the summary is bounded by the same id."""
     now = now or datetime.now(UTC)  # one time bound for the early reads and the summary
     began = time.perf_counter()
+    density = mean_size(engine=engine, model_name=model_name, spec=spec, now=now)
+    cache = replace(cache, block_ids=block_span(cache.block_ids, density))
     key = _key(model_name, spec, profile, threshold, cache.block_ids)
     numeric, categorical = _feature_names(profile)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dw-blocks") as pool:

@@ -89,8 +89,8 @@ class DeadLetter:
                     raise
 
     def reimport(self, *, engine: Engine) -> tuple[int, int]:
-        """Write the file's rows to the database, one by one; returns (predictions written, predictions refused
-        again).
+        """Write the file's rows to the database, one by one; returns (predictions written, predictions
+        refused again).
 
         A written row leaves the file (a prediction id the log already has counts as written: it is skipped);
         a row refused again stays, with the new error. The file is rewritten in place under its lock (the

@@ -155,6 +155,16 @@ def newest_id(
 _PROBE = 256  # the newest batches whose mean size sizes a last-N window's first scan
 
 
+def mean_size(*, engine: Engine, model_name: str, spec: WindowSpec, now: datetime | None = None) -> float:
+    """The mean predictions per batch of the window's newest :data:`_PROBE` batches (1.0 when empty)."""
+    where = _filters(model_name=model_name, spec=spec, since=_since(spec, now))
+    log = PredictionBatch
+    newest = select(log.size).where(*where).order_by(log.id.desc()).limit(_PROBE).subquery()
+    with engine.connect() as conn:
+        count, held = conn.execute(select(func.count(), func.sum(newest.c.size))).one()
+    return max(1.0, float(held) / int(count)) if count else 1.0
+
+
 def summarize_window(
     *, engine: Engine, model_name: str, spec: WindowSpec, now: datetime | None = None, upto: int | None = None
 ) -> WindowSummary | None:
