@@ -1,0 +1,988 @@
+"""Migration 0018: a log of one row per prediction (0017) converted in place to one batch row per request.
+
+On both backends, a log as a 0017 server wrote it (requests of 1, 32 and 2100 predictions with ids from
+``new_prediction_ids``, typed rows with and without unseen categories, rows whose documents could not be
+typed or hold a key outside the layout, multi-class rows with output vectors, a request where one row has
+no vector, flags, output violations, ids that do not count up, labels with 0015's copies; on PostgreSQL
+rows in three daily partitions and the DEFAULT one, and a label without its prediction) is upgraded, in
+one chunk and in chunks of 7 rows: every prediction is in exactly one batch at its position, in order,
+with its id, time, inputs, output, vector and flags; its label points at it; the schema is the models'
+(keys, INCLUDE lists, sequence, partitions mirrored); the service reads, labels and writes the converted
+log. Then downgraded: the rows come back as they were (the documents of typed rows as the typed copy reads
+them), column by column, in their order, with their labels and the 0017 schema; and upgraded again.
+
+A conversion killed mid-way (SIGKILL of a child process) finishes when run again, in both directions, and
+so does one killed after its last commit; a label whose batch is gone survives the downgrade (PostgreSQL)
+or is dropped and counted (SQLite's foreign key); an id a batch cannot store stops the upgrade before it
+changes anything. A million-row log converts on each backend (the time is printed).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    Float,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    insert,
+    inspect,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+from bench.migrate_log import Filled, expected_row, fill_log, sizes
+from core import migrate
+from core.database import Base, aware, open_database
+from predictions import typed
+from predictions.batch import LogBatch, as_bytes, floats, ids_of, pack_floats
+from predictions.models import PredictionBatch, PredictionFeedback
+from predictions.service import (
+    count_predictions,
+    decode_documents,
+    load_layouts,
+    logged_predictions,
+    new_prediction_ids,
+    recent_predictions,
+    record_feedback,
+    write_log_rows,
+)
+from tests.support import database_at
+
+OLD = "0017_log_outputs"
+ROOT = Path(__file__).resolve().parents[2]
+CHUNK_ENV = "DRIFTWARDEN_LOG_MIGRATION_CHUNK"
+DAY = timedelta(days=1)
+LAYOUT = typed.make_layout(["age", "income"], ["city", "plan"], [["paris", "rome"], ["a", "b"]])
+VECTOR_MODEL = "iris"
+
+_json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+OLD_LOG = Table(
+    "prediction_log",
+    MetaData(),
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True),
+    Column("prediction_id", String(36)),
+    Column("request_id", String(128)),
+    Column("model_name", String(128)),
+    Column("model_version", Integer),
+    Column("logged_at", DateTime(timezone=True)),
+    Column("inputs", _json),
+    Column("probability", Float),
+    Column("flags", _json),
+    Column("latency_ms", Float),
+    Column("status", String(24)),
+    Column("protocol", String(8)),
+    Column("layout", BigInteger),
+    Column("numbers", LargeBinary),
+    Column("categories", Text),
+    Column("outputs", _json),
+)
+ROW_COLUMNS = [c.name for c in OLD_LOG.columns if c.name != "id"]
+FEEDBACK = Table(
+    "prediction_feedback",
+    MetaData(),
+    Column("prediction_id", String(36)),
+    Column("logged_at", DateTime(timezone=True)),
+    Column("model_name", String(128)),
+    Column("label", Float),
+    Column("received_at", DateTime(timezone=True)),
+    Column("log_id", BigInteger),
+    Column("probability", Float),
+    Column("model_version", Integer),
+    Column("status", String(24)),
+)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def old_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database at revision 0017 (one log row per prediction), on each backend."""
+    with database_at(request, tmp_path, OLD) as url:
+        yield url
+
+
+# ---------------------------------------------------------------------------------------------- the 0017 log
+
+
+def _today() -> datetime:
+    return datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _typed_rows(docs: list[dict[str, Any]]) -> list[tuple[int | None, bytes | None, str | None]]:
+    """Each row's typed copy as the 0017 writer stored it (layout, numbers, categories); none when the
+    request's values cannot be typed (then no row of it has one)."""
+    encoded = typed.encode_rows(LAYOUT, docs)
+    if encoded is None:
+        return [(None, None, None)] * len(docs)
+    step = 8 * LAYOUT.width
+    return [(LAYOUT.id, encoded.data[i * step : (i + 1) * step], encoded.others[i]) for i in range(len(docs))]
+
+
+def _request(
+    name: str,
+    docs: list[dict[str, Any]],
+    *,
+    at: datetime,
+    ids: list[str] | None = None,
+    model: str = "credit",
+    version: int = 1,
+    probabilities: list[float | None] | None = None,
+    vectors: list[list[float | None] | None] | None = None,
+    flags: list[list[str] | None] | None = None,
+    status: str = "ok",
+    protocol: str = "v1",
+    typed_copy: bool = True,
+) -> list[dict[str, Any]]:
+    """One request's log rows, as the 0017 writer made them."""
+    n = len(docs)
+    ids = ids or new_prediction_ids(n)
+    copies = _typed_rows(docs) if typed_copy else [(None, None, None)] * n
+    probabilities = probabilities or [round(0.1 + 0.8 * i / max(1, n), 6) for i in range(n)]
+    return [
+        {
+            "prediction_id": ids[i],
+            "request_id": name,
+            "model_name": model,
+            "model_version": version,
+            "logged_at": at,
+            "inputs": docs[i],
+            "probability": probabilities[i],
+            "flags": None if flags is None else flags[i],
+            "latency_ms": 2.5,
+            "status": status,
+            "protocol": protocol,
+            "layout": copies[i][0],
+            "numbers": copies[i][1],
+            "categories": copies[i][2],
+            "outputs": None if vectors is None else vectors[i],
+        }
+        for i in range(n)
+    ]
+
+
+def _credit(i: int) -> dict[str, Any]:
+    """A credit row document: ints and floats, nulls, an absent value, unseen categories now and then."""
+    doc: dict[str, Any] = {
+        "age": 20 + i if i % 7 else None,
+        "income": 1000.5 * i if i % 2 else 3000 + i,
+        "city": ["paris", "rome", "berlin", None, ""][i % 5],
+        "plan": ["a", "b", None][i % 3],
+    }
+    if i % 11 == 4:
+        del doc["income"]  # absent: missing, as null
+    if i % 13 == 6:
+        del doc["plan"]
+    return doc
+
+
+def old_rows() -> list[dict[str, Any]]:
+    """The 0017 log of the round-trip test, oldest id first."""
+    today = _today()
+    now = datetime.now(UTC).replace(microsecond=123456)
+    rows: list[dict[str, Any]] = []
+    rows += _request("one", [_credit(1)], at=now - timedelta(minutes=5))
+    rows += _request(
+        "thirty-two",
+        [_credit(i) for i in range(32)],
+        at=today - DAY + timedelta(hours=3, microseconds=7),
+        version=2,
+        flags=[["age:observed_range"] if i % 4 == 0 else None for i in range(32)],
+        protocol="v2",
+    )
+    texts = [{"age": 30, "income": 10.0, "city": "rome"}, {"age": 31, "income": "n/a", "city": "paris"}]
+    rows += _request("text", texts + [_credit(i) for i in range(3)], at=now - timedelta(minutes=4))
+    extra = [{**_credit(i), "note": f"seen {i}"} for i in range(4)]
+    rows += _request("extra-key", extra, at=now - timedelta(minutes=3))
+    rows += _request(
+        "multi-class",
+        [{"petal": 1.5 + i} for i in range(3)],
+        at=now - timedelta(minutes=2),
+        model=VECTOR_MODEL,
+        probabilities=[0.7, 0.5, 0.8],
+        vectors=[[0.2, 0.7, 0.1], [0.5, 0.25, 0.25], [0.1, 0.1, 0.8]],
+        typed_copy=False,
+    )
+    rows += _request(
+        "multi-class-violation",
+        [{"petal": -1.0}],
+        at=now - timedelta(minutes=2),
+        model=VECTOR_MODEL,
+        probabilities=[None],
+        vectors=[[None, None, None]],
+        status="output_violation",
+        typed_copy=False,
+    )
+    rows += _request(
+        "multi-class-mixed",  # one row without its vector: kept apart, no vector is lost
+        [{"petal": 2.0}, {"petal": 2.5}, {"petal": 3.0}],
+        at=now - timedelta(minutes=1),
+        model=VECTOR_MODEL,
+        vectors=[[0.3, 0.3, 0.4], None, [0.6, 0.2, 0.2]],
+        typed_copy=False,
+    )
+    rows += _request(
+        "violation",
+        [_credit(2), _credit(3)],
+        at=now - timedelta(seconds=50),
+        probabilities=[None, None],
+        status="output_violation",
+    )
+    shuffled = new_prediction_ids(4)
+    shuffled = [shuffled[2], shuffled[0], shuffled[3], shuffled[1]]  # not counting up: one batch each
+    rows += _request("shuffled", [_credit(i) for i in range(4)], at=now - timedelta(seconds=40), ids=shuffled)
+    rows += _request(
+        "big",  # 2100 ids: two runs of new_prediction_ids (2048 + 52)
+        [_credit(i) for i in range(2100)],
+        at=today - 2 * DAY + timedelta(hours=5),
+        flags=[["income:observed_range"] if i % 100 == 0 else None for i in range(2100)],
+    )
+    rows += _request("ancient", [texts[1], _credit(5)], at=today - 40 * DAY, typed_copy=False)
+    rows += _request("last", [_credit(8)], at=now - timedelta(seconds=1), version=2)
+    return rows
+
+
+def _pg_partitions(conn: Any) -> None:
+    """The daily partitions retention would have made for the rows two days and one day old."""
+    for days in (1, 2):
+        day = _today() - days * DAY
+        bounds = f"FOR VALUES FROM ('{day.isoformat()}') TO ('{(day + DAY).isoformat()}')"
+        for table in ("prediction_log", "prediction_feedback"):
+            conn.execute(
+                text(f"CREATE TABLE IF NOT EXISTS {table}_p{day:%Y%m%d} PARTITION OF {table} {bounds}")
+            )
+
+
+LABELLED = re.compile(r"^(one|thirty-two|text|extra-key|multi-class|big|ancient|violation)$")
+
+
+def fill_0017(url: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Write :func:`old_rows` and labels (with 0015's copies) at 0017; returns the rows (with their ids) and
+    the feedback rows by prediction id."""
+    rows = old_rows()
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                _pg_partitions(conn)
+            conn.execute(
+                text(
+                    "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) "
+                    "VALUES (:i, :n, :c, :k)"
+                ),
+                dict(zip("inck", (LAYOUT.id, *LAYOUT.as_json()), strict=True)),
+            )
+            for row in rows:  # one statement per row: ids in this order
+                conn.execute(insert(OLD_LOG).values(**row))
+            ids = dict(conn.execute(select(OLD_LOG.c.prediction_id, OLD_LOG.c.id)).all())
+            for row in rows:
+                row["id"] = ids[row["prediction_id"]]
+            labelled = [r for i, r in enumerate(rows) if LABELLED.match(r["request_id"]) and i % 3 != 1]
+            received = datetime.now(UTC).replace(microsecond=0)
+            for i, row in enumerate(labelled):
+                conn.execute(
+                    insert(FEEDBACK).values(
+                        prediction_id=row["prediction_id"],
+                        logged_at=row["logged_at"],
+                        model_name=row["model_name"],
+                        label=float(i % 2),
+                        received_at=received,
+                        log_id=row["id"],
+                        probability=row["probability"],
+                        model_version=row["model_version"],
+                        status=row["status"],
+                    )
+                )
+            if engine.dialect.name == "postgresql":  # a label whose prediction the log does not hold
+                conn.execute(
+                    insert(FEEDBACK).values(
+                        prediction_id="0190ffff-0000-7000-8000-000000000abc",
+                        logged_at=_today() - DAY,
+                        model_name="credit",
+                        label=1.0,
+                        received_at=received,
+                        log_id=999_999,  # a row long gone: after the upgrade it must not name a batch
+                    )
+                )
+        return rows, _feedback(engine)
+    finally:
+        engine.dispose()
+
+
+def _feedback(engine: Engine) -> dict[str, dict[str, Any]]:
+    with engine.connect() as conn:
+        found = conn.execute(select(FEEDBACK)).mappings().all()
+    return {f["prediction_id"]: _normal(dict(f)) for f in found}
+
+
+def _normal(row: dict[str, Any]) -> dict[str, Any]:
+    """Times as aware UTC (SQLite returns naive ones)."""
+    return {k: aware(v) if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def _read_log(engine: Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        found = conn.execute(select(OLD_LOG).order_by(OLD_LOG.c.id)).mappings().all()
+    return [_normal(dict(r)) for r in found]
+
+
+# ---------------------------------------------------------------------------------------------- expectations
+
+
+def _typed_view(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document as its typed copy reads back: every numeric as a float (missing: None), a categorical's
+    text when it has one (missing: left out)."""
+    out: dict[str, Any] = {}
+    for name in LAYOUT.numeric:
+        value = doc.get(name)
+        out[name] = None if value is None else float(value)
+    for name in LAYOUT.categorical:
+        if doc.get(name) is not None:
+            out[name] = doc[name]
+    return out
+
+
+def _kept_documents(rows: list[dict[str, Any]]) -> set[str]:
+    """Requests whose typed batches keep their documents too (a key outside the layout)."""
+    names = set(LAYOUT.numeric) | set(LAYOUT.categorical)
+    return {r["request_id"] for r in rows if r["layout"] is not None and not names.issuperset(r["inputs"])}
+
+
+def _expected_document(row: dict[str, Any], kept: set[str]) -> dict[str, Any]:
+    if row["layout"] is None or row["request_id"] in kept:
+        return row["inputs"]
+    return _typed_view(row["inputs"])
+
+
+def _same_float(a: float | None, b: float | None) -> bool:
+    a = None if a is None or (isinstance(a, float) and math.isnan(a)) else a
+    b = None if b is None or (isinstance(b, float) and math.isnan(b)) else b
+    return a == b
+
+
+def _same_vector(a: list[float | None] | None, b: list[float | None] | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return len(a) == len(b) and all(_same_float(x, y) for x, y in zip(a, b, strict=True))
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+def _schema(engine: Engine) -> dict[str, Any]:
+    """What the log and the feedback are made of: columns, keys, indexes (and partitions, the id
+    sequence on PostgreSQL)."""
+    out: dict[str, Any] = {}
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            for table in ("prediction_log", "prediction_feedback"):
+                out[table] = {
+                    "columns": sorted(
+                        conn.execute(
+                            text(
+                                "SELECT column_name, data_type, is_nullable, column_default, "
+                                "character_maximum_length FROM information_schema.columns "
+                                "WHERE table_schema = current_schema() AND table_name = :t"
+                            ),
+                            {"t": table},
+                        ).all()
+                    ),
+                    "constraints": sorted(
+                        conn.execute(
+                            text(
+                                "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                                "WHERE conrelid = to_regclass(:t)"
+                            ),
+                            {"t": table},
+                        ).all()
+                    ),
+                    "indexes": sorted(
+                        conn.execute(
+                            text(
+                                "SELECT indexname, regexp_replace(indexdef, ' ON [^ ]+\\.', ' ON ') "
+                                "FROM pg_indexes WHERE schemaname = current_schema() AND tablename = :t"
+                            ),
+                            {"t": table},
+                        ).all()
+                    ),
+                    "partitioned by": conn.execute(
+                        text("SELECT pg_get_partkeydef(to_regclass(:t))"), {"t": table}
+                    ).scalar(),
+                }
+            out["log partitions"] = _pg_partition_bounds(conn, "prediction_log")
+            out["sequence"] = conn.execute(
+                text("SELECT pg_get_serial_sequence('prediction_log', 'id')")
+            ).scalar()
+            out["sequence"] = (out["sequence"] or "").rsplit(".", 1)[-1]
+        else:
+            for table in ("prediction_log", "prediction_feedback"):
+                info = conn.exec_driver_sql(f"PRAGMA table_info({table})").all()
+                indexes = []
+                for _, name, unique, origin, _partial in conn.exec_driver_sql(f"PRAGMA index_list({table})"):
+                    cols = [r[2] for r in conn.exec_driver_sql(f"PRAGMA index_info('{name}')")]
+                    indexes.append((name if origin == "c" else origin, unique, cols))
+                fks = conn.exec_driver_sql(f"PRAGMA foreign_key_list({table})").all()
+                out[table] = {
+                    "columns": info,
+                    "indexes": sorted(indexes),
+                    "foreign keys": [tuple(f[2:]) for f in fks],
+                }
+    return out
+
+
+def _pg_partition_bounds(conn: Any, table: str) -> list[tuple[str, str]]:
+    found = conn.execute(
+        text(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+            "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(:t) ORDER BY 1"
+        ),
+        {"t": table},
+    ).all()
+    return [(name[len(table) + 1 :], bound) for name, bound in found]
+
+
+def _pg_keys_and_indexes_are_the_models(engine: Engine) -> None:
+    """What compare_metadata does not look at: the partitioned keys, the indexes' INCLUDE lists (from the
+    models), the id sequence."""
+
+    def include(table: Table, name: str) -> str:
+        index = next(i for i in table.indexes if i.name == name)
+        return ", ".join(index.dialect_options["postgresql"]["include"])
+
+    with engine.connect() as conn:
+        keys = dict(
+            conn.execute(
+                text(
+                    "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                    "WHERE conrelid = to_regclass(:t)"
+                ),
+                {"t": "prediction_batches"},
+            ).all()
+        )
+        assert keys == {
+            "pk_prediction_batches": "PRIMARY KEY (id, logged_at)",
+            "uq_prediction_batches_ids": "UNIQUE (id_prefix, id_low, logged_at)",
+        }
+        indexes = dict(  # definitions without quotes ("position" is a keyword)
+            conn.execute(
+                text(
+                    "SELECT indexname, replace(indexdef, '\"', '') FROM pg_indexes "
+                    "WHERE schemaname = current_schema() "
+                    "AND tablename IN ('prediction_batches', 'prediction_feedback')"
+                )
+            ).all()
+        )
+        batches, feedback = PredictionBatch.__table__, PredictionFeedback.__table__
+        name = "ix_prediction_batches_model_name_id"
+        assert indexes[name].endswith(f"(model_name, id) INCLUDE ({include(batches, name)})")
+        name = "ix_prediction_feedback_model_name_log_id"
+        assert indexes[name].endswith(f"(model_name, log_id) INCLUDE ({include(feedback, name)})")
+        assert indexes["ix_prediction_batches_model_name_logged_at"].endswith("(model_name, logged_at)")
+        sequence = conn.execute(text("SELECT pg_get_serial_sequence('prediction_batches', 'id')")).scalar()
+        assert sequence is not None and sequence.endswith(".prediction_batches_id_seq")
+        kind = conn.execute(
+            text(
+                "SELECT data_type FROM pg_sequences WHERE schemaname = current_schema() "
+                "AND sequencename = 'prediction_batches_id_seq'"
+            )
+        ).scalar()
+        assert kind == "bigint"
+        assert conn.execute(text("SELECT pg_get_partkeydef('prediction_batches'::regclass)")).scalar() == (
+            "RANGE (logged_at)"
+        )
+
+
+def _prediction_tables_match_the_models(engine: Engine) -> None:
+    def include(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+        partition = re.match(r"^prediction_(batches|feedback|log)_(p\d{8}(\d{6})?|default)$", name or "")
+        return not (type_ == "table" and reflected and compare_to is None and partition is not None)
+
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"include_object": include})
+        diff = compare_metadata(context, Base.metadata)
+    ours = [d for d in diff if "prediction_" in repr(d)]
+    assert ours == [], ours
+    if engine.dialect.name == "postgresql":
+        _pg_keys_and_indexes_are_the_models(engine)
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def check_upgraded(
+    url: str, rows: list[dict[str, Any]], feedback: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every prediction of ``rows`` in exactly one batch at its position with all it had; the labels point
+    at it; the service reads the log and writes to it. Returns the rows it wrote (as 0017 would hold them)."""
+    engine = create_engine(url)
+    try:
+        names = set(inspect(engine).get_table_names())
+        assert "prediction_log" not in names and "prediction_batches" in names
+        with engine.connect() as conn:
+            batches = conn.execute(select(PredictionBatch.__table__).order_by(PredictionBatch.id)).all()
+            layouts = load_layouts(conn)
+            positions = {
+                f.prediction_id: (f.log_id, f.position)
+                for f in conn.execute(select(PredictionFeedback.__table__)).all()
+            }
+        kept = _kept_documents(rows)
+        found: list[tuple[str, Any, int]] = []  # (prediction id, batch, position) in batch order
+        documents: dict[int, list[dict[str, Any]]] = {}
+        for b in batches:
+            assert b.source == "serve"
+            found += [(pid, b, i) for i, pid in enumerate(ids_of(b.id_prefix, b.id_low, b.size))]
+        assert [pid for pid, _, _ in found] == [r["prediction_id"] for r in rows]  # each once, in order
+        for row, (_, b, i) in zip(rows, found, strict=True):
+            assert aware(b.logged_at) == row["logged_at"]
+            for name in ("request_id", "model_name", "model_version", "status", "protocol", "latency_ms"):
+                assert getattr(b, name) == row[name], name
+            assert _same_float(float(floats(as_bytes(b.outputs), b.size)[i]), row["probability"])
+            vectors = as_bytes(b.vectors)
+            vector = None
+            if vectors is not None:
+                width = len(vectors) // (8 * b.size)
+                vector = floats(vectors, b.size * width).reshape(b.size, width)[i].tolist()
+            assert _same_vector(vector, row["outputs"]), row
+            assert (None if b.flags is None else b.flags[i]) == row["flags"]
+            assert b.layout == row["layout"]
+            if row["layout"] is not None:
+                w = 8 * LAYOUT.width
+                assert as_bytes(b.numbers)[i * w : (i + 1) * w] == row["numbers"]
+                assert (b.inputs is not None) == (row["request_id"] in kept)
+            else:
+                assert b.numbers is None and b.categories is None and b.inputs is not None
+            if b.id not in documents:
+                documents[b.id] = decode_documents(b, layouts.get(b.layout) if b.layout is not None else None)
+            assert documents[b.id][i] == _expected_document(row, kept), row
+            label = feedback.get(row["prediction_id"])
+            if label is not None:
+                assert positions[row["prediction_id"]] == (b.id, i)
+        # the labels of the log's rows and nothing else moved; a label without its prediction stays as it was
+        assert set(positions) == set(feedback)
+        logged = {r["prediction_id"] for r in rows}
+        assert all(positions[pid] == (None, None) for pid in feedback if pid not in logged)
+        _prediction_tables_match_the_models(engine)
+        if engine.dialect.name == "postgresql":
+            with engine.connect() as conn:
+                batch_parts = _pg_partition_bounds(conn, "prediction_batches")
+                feedback_parts = _pg_partition_bounds(conn, "prediction_feedback")
+                in_default = conn.execute(text("SELECT request_id FROM prediction_batches_default")).scalars()
+                assert set(in_default) == {"ancient"}
+            assert batch_parts == feedback_parts and len(batch_parts) >= 5  # today, tomorrow, 2 days, default
+    finally:
+        engine.dispose()
+    return _service_reads(url, rows, feedback, kept)
+
+
+def _service_reads(
+    url: str, rows: list[dict[str, Any]], feedback: dict[str, dict[str, Any]], kept: set[str]
+) -> list[dict[str, Any]]:
+    db = open_database(url, upgrade=False)
+    try:
+        with db.session() as s:
+            assert count_predictions(session=s) == len(rows)
+            for model in ("credit", VECTOR_MODEL):
+                mine = [r for r in rows if r["model_name"] == model]
+                assert count_predictions(session=s, model_name=model) == len(mine)
+                logged = {p.prediction_id: p for p in recent_predictions(session=s, model_name=model)}
+                assert set(logged) == {r["prediction_id"] for r in mine}
+                known = logged_predictions(
+                    session=s, model_name=model, ids=[r["prediction_id"] for r in mine]
+                )
+                for row in mine:
+                    p = logged[row["prediction_id"]]
+                    assert p.inputs == _expected_document(row, kept)
+                    assert _same_float(p.probability, row["probability"])
+                    assert _same_vector(p.outputs, row["outputs"])
+                    assert p.flags == row["flags"] and p.logged_at == row["logged_at"]
+                    assert (p.request_id, p.model_version, p.status) == (
+                        row["request_id"],
+                        row["model_version"],
+                        row["status"],
+                    )
+                    k = known[row["prediction_id"]]
+                    assert _same_float(k.probability, row["probability"])
+                    assert (k.logged_at, k.model_version, k.status) == (
+                        row["logged_at"],
+                        row["model_version"],
+                        row["status"],
+                    )
+                    label = feedback.get(row["prediction_id"])
+                    if label is not None:  # the label's copies are what the batch says
+                        assert _same_float(label["probability"], k.probability)
+        # the writer of the new code appends to the converted log: ids after the converted ones
+        fresh = _request("after", [_credit(1), _credit(2)], at=datetime.now(UTC))
+        ids = [r["prediction_id"] for r in fresh]
+        prefix, low = ids[0][:33], int(ids[0][33:], 16)
+        batch = LogBatch(
+            prefix, low, 2, "after", "credit", 1, fresh[0]["logged_at"], 1.0, "ok", "v1", "serve",
+            None, None, None, pack_floats([0.25, 0.75]), None, None, [r["inputs"] for r in fresh],
+        )  # fmt: skip
+        assert write_log_rows(engine=db.engine, rows=[batch], idempotent=True) == 2
+        with db.session() as s:
+            newest = s.scalars(select(PredictionBatch).order_by(PredictionBatch.id.desc()).limit(2)).all()
+            assert newest[0].request_id == "after" and newest[0].id > newest[1].id
+            assert count_predictions(session=s) == len(rows) + 2
+        some = [r["prediction_id"] for r in rows if r["model_name"] == "credit"][:3]
+        with db.session() as s:
+            stored, unknown = record_feedback(
+                session=s, model_name="credit", labels=[(pid, 1.0) for pid in some] + [("nope", 0.0)]
+            )
+        assert (stored, unknown) == (3, ["nope"])
+        with db.session() as s:
+            known = logged_predictions(session=s, model_name="credit", ids=some)
+            copies = {
+                f.prediction_id: (f.log_id, f.position, f.label)
+                for f in s.execute(
+                    select(PredictionFeedback).where(PredictionFeedback.prediction_id.in_(some))
+                ).scalars()
+            }
+        assert copies == {pid: (known[pid].log_id, known[pid].position, 1.0) for pid in some}
+    finally:
+        db.dispose()
+    return [
+        {**r, "probability": p, "latency_ms": 1.0, "layout": None, "numbers": None, "categories": None}
+        for r, p in zip(fresh, (0.25, 0.75), strict=True)
+    ]
+
+
+def check_downgraded(
+    url: str, rows: list[dict[str, Any]], feedback: dict[str, dict[str, Any]], schema: dict[str, Any]
+) -> None:
+    """The 0017 log back: the same rows column by column (the documents of typed rows as their typed copy
+    reads them), in their order; the labels point at them; the schema as it was."""
+    engine = create_engine(url)
+    try:
+        assert "prediction_batches" not in inspect(engine).get_table_names()
+        back = _read_log(engine)
+        kept = _kept_documents(rows)
+        assert [r["prediction_id"] for r in back] == [r["prediction_id"] for r in rows]
+        for old, new in zip(rows, back, strict=True):
+            for name in ROW_COLUMNS:
+                if name == "inputs":
+                    assert new["inputs"] == _expected_document(old, kept), old
+                elif name == "outputs":
+                    assert _same_vector(new["outputs"], old["outputs"])
+                else:
+                    assert new[name] == old[name], (name, old)
+        ids = {r["prediction_id"]: r["id"] for r in back}
+        labels = _feedback(engine)
+        assert set(labels) == set(feedback)
+        for pid, label in labels.items():
+            assert label == {**feedback[pid], "log_id": ids.get(pid)}, pid
+        assert _schema(engine) == schema
+    finally:
+        engine.dispose()
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("chunk", [None, 7], ids=["chunk-default", "chunk-7"])
+def test_the_log_converts_to_batches_and_back(
+    old_url: str, chunk: int | None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fill_0017(old_url)
+    engine = create_engine(old_url)
+    rows, feedback, schema = _read_log(engine), _feedback(engine), _schema(engine)
+    engine.dispose()
+    if chunk:
+        monkeypatch.setenv(CHUNK_ENV, str(chunk))
+    migrate.upgrade(old_url)
+    assert migrate.current(old_url) == migrate.head()
+    err = capfd.readouterr().err
+    assert f"prediction log: {len(rows)} of {len(rows)} predictions converted (100%)" in err
+    if chunk:
+        assert f"prediction log: {chunk} of {len(rows)} predictions converted (0%)" in err
+    written = check_upgraded(old_url, rows, feedback)
+    if not chunk:  # one batch per request and id run (a chunk boundary cuts runs)
+        engine = create_engine(old_url)
+        with engine.connect() as conn:
+            shape = conn.execute(
+                text("SELECT request_id, count(*), sum(size) FROM prediction_batches GROUP BY request_id")
+            ).all()
+        engine.dispose()
+        runs = {name: n for name, n, _ in shape}
+        assert runs["one"] == runs["thirty-two"] == runs["text"] == runs["extra-key"] == 1
+        assert runs["shuffled"] == 4 and runs["big"] == 2 and runs["multi-class-mixed"] == 3
+    # the labels as they are now (three recorded by the new code in check_upgraded) go back with their rows
+    engine = create_engine(old_url)
+    feedback = _feedback(engine)
+    engine.dispose()
+    rows += written
+    migrate.downgrade(old_url, OLD)
+    assert migrate.current(old_url) == OLD
+    assert f"prediction log: {len(rows)} of {len(rows)} predictions restored (100%)" in capfd.readouterr().err
+    check_downgraded(old_url, rows, feedback, schema)
+    # and up again: the downgraded log is a 0017 log like any other
+    migrate.upgrade(old_url)
+    engine = create_engine(old_url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT sum(size) FROM prediction_batches")).scalar() == len(rows)
+    engine.dispose()
+
+
+def test_an_empty_log_converts_quietly(old_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    migrate.upgrade(old_url)
+    migrate.downgrade(old_url, OLD)
+    migrate.upgrade(old_url)
+    assert "prediction log" not in capfd.readouterr().err
+    engine = create_engine(old_url)
+    try:
+        _prediction_tables_match_the_models(engine)
+    finally:
+        engine.dispose()
+
+
+def test_an_id_a_batch_cannot_hold_stops_the_upgrade_before_any_change(old_url: str) -> None:
+    rows = _request("odd", [_credit(1), _credit(2)], at=datetime.now(UTC))
+    rows[1]["prediction_id"] = rows[1]["prediction_id"][:-3] + "XYZ"
+    engine = create_engine(old_url)
+    try:
+        with engine.begin() as conn:
+            for row in rows:
+                conn.execute(insert(OLD_LOG).values(**row))
+        with pytest.raises(RuntimeError, match="1 prediction ids are not of the form"):
+            migrate.upgrade(old_url)
+        assert migrate.current(old_url) == OLD
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM prediction_log")).scalar() == 2
+    finally:
+        engine.dispose()
+
+
+def test_a_label_whose_batch_is_gone_goes_back_without_a_row(
+    old_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """PostgreSQL keeps it without a log id; SQLite's 0017 foreign key cannot hold it: dropped, counted."""
+    fill_log(old_url, 200)
+    migrate.upgrade(old_url)
+    engine = create_engine(old_url)
+    try:
+        with engine.begin() as conn:
+            gone = conn.execute(text("SELECT prediction_id, log_id FROM prediction_feedback LIMIT 1")).one()
+            conn.execute(text("DELETE FROM prediction_batches WHERE id = :i"), {"i": gone.log_id})
+            size = conn.execute(text("SELECT sum(size) FROM prediction_batches")).scalar()
+        capfd.readouterr()
+        migrate.downgrade(old_url, OLD)
+        labels = _feedback(engine)
+        assert _counts(old_url) == (size, None)
+    finally:
+        engine.dispose()
+    assert len(labels) == (20 if old_url.startswith("postgresql") else 19)
+    if old_url.startswith("postgresql"):
+        assert labels[gone.prediction_id]["log_id"] is None
+    else:
+        assert (
+            "prediction log: 1 labels of predictions no longer logged were dropped" in capfd.readouterr().err
+        )
+    assert all(label["log_id"] is not None for pid, label in labels.items() if pid != gone.prediction_id)
+
+
+# ---------------------------------------------------------------------------------------------- a bench log
+
+
+def check_bench_log(url: str, filled: Filled, *, sample: int | None = None) -> None:
+    """The batches of a :func:`bench.migrate_log.fill_log` log: the counts, the labels' pointers (all), and
+    the predictions (all, or a sample spread over the log) against the rows it wrote."""
+    n = filled.rows
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT sum(size) FROM prediction_batches")).scalar() == n
+            batches = conn.execute(text("SELECT count(*) FROM prediction_batches")).scalar()
+            assert filled.requests <= batches < filled.requests * 1.1
+            tail = "substr('000' || printf('%x', b.id_low + f.position), -3)"
+            if engine.dialect.name == "postgresql":
+                tail = "lpad(to_hex(b.id_low + f.position), 3, '0')"
+            labels = conn.execute(
+                text(
+                    "SELECT count(*), count(b.id) FROM prediction_feedback f LEFT JOIN prediction_batches b "
+                    f"ON b.id = f.log_id AND f.position < b.size AND b.id_prefix || {tail} = f.prediction_id"
+                )
+            ).one()
+            assert labels[0] == labels[1] == filled.labels == n // 10
+        every = max(1, n // sample) if sample else 1
+        wanted: dict[str, dict[str, Any]] = {}
+        k = 0
+        for r, size in enumerate(sizes(n)):
+            for i in range(size):
+                if k % every == 0 or k == n - 1:
+                    row = expected_row(r, i, k, filled.start, filled.step)
+                    wanted[row["prediction_id"]] = row
+                k += 1
+        db = open_database(url, upgrade=False)
+        try:
+            with db.session() as s:
+                layouts = load_layouts(s)
+                for model in ("credit", "iris"):
+                    ids = [pid for pid, row in wanted.items() if row["model_name"] == model]
+                    known = logged_predictions(session=s, model_name=model, ids=ids)
+                    assert set(known) == set(ids)
+                    by_batch: dict[int, list[tuple[str, int]]] = {}
+                    for pid in ids:
+                        by_batch.setdefault(known[pid].log_id, []).append((pid, known[pid].position))
+                    for start in range(0, len(by_batch), 500):
+                        keys = list(by_batch)[start : start + 500]
+                        for b in s.scalars(select(PredictionBatch).where(PredictionBatch.id.in_(keys))):
+                            docs = decode_documents(
+                                b, layouts.get(b.layout) if b.layout is not None else None
+                            )
+                            for pid, i in by_batch[b.id]:
+                                row = wanted[pid]
+                                assert aware(b.logged_at) == row["logged_at"]
+                                assert b.request_id == row["request_id"] and b.status == row["status"]
+                                assert _same_float(known[pid].probability, row["probability"])
+                                assert (None if b.flags is None else b.flags[i]) == row["flags"]
+                                expected = row["inputs"]
+                                if row["layout"] is not None:
+                                    expected = _typed_view(expected)
+                                    assert b.inputs is None
+                                assert docs[i] == expected, (pid, docs[i], expected)
+        finally:
+            db.dispose()
+    finally:
+        engine.dispose()
+
+
+def check_bench_log_downgraded(url: str, filled: Filled) -> None:
+    """The rows of a :func:`bench.migrate_log.fill_log` log back at 0017 (all of them, in order)."""
+    n = filled.rows
+    engine = create_engine(url)
+    try:
+        back = _read_log(engine)
+        labels = _feedback(engine)
+    finally:
+        engine.dispose()
+    assert len(back) == n
+    k = 0
+    for r, size in enumerate(sizes(n)):
+        for i in range(size):
+            row, old = back[k], expected_row(r, i, k, filled.start, filled.step)
+            for name in ROW_COLUMNS:
+                if name == "inputs" and old["layout"] is not None:
+                    assert row["inputs"] == _typed_view(old["inputs"]), k
+                else:
+                    assert row[name] == old[name], (name, k)
+            k += 1
+    ids = {r["prediction_id"]: r["id"] for r in back}
+    assert len(labels) == filled.labels
+    assert all(label["log_id"] == ids[pid] for pid, label in labels.items())
+
+
+def _kill_after(url: str, action: str, revision: str, lines: int, chunk: int) -> str:
+    """Run ``migrate.<action>`` in a child process and SIGKILL it once it has printed ``lines`` progress
+    lines (it is then converting the next chunk); returns what it printed."""
+    code = f"from core import migrate; migrate.{action}({url!r}, {revision!r})"
+    env = {**os.environ, CHUNK_ENV: str(chunk)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    seen: list[str] = []
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if sum("prediction log:" in s and "%" in s for s in seen) >= lines:
+                proc.send_signal(signal.SIGKILL)
+                break
+            assert time.monotonic() < deadline, "".join(seen)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)
+    return "".join(seen)
+
+
+def _counts(url: str) -> tuple[int | None, int | None]:
+    """(rows of prediction_log, predictions of prediction_batches); None for a table that is not there."""
+    engine = create_engine(url)
+    try:
+        names = set(inspect(engine).get_table_names())
+        with engine.connect() as conn:
+            log = (
+                conn.execute(text("SELECT count(*) FROM prediction_log")).scalar()
+                if "prediction_log" in names
+                else None
+            )
+            held = None
+            if "prediction_batches" in names:
+                held = conn.execute(text("SELECT coalesce(sum(size), 0) FROM prediction_batches")).scalar()
+        return log, held
+    finally:
+        engine.dispose()
+
+
+def _stamp(url: str, revision: str) -> None:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
+    finally:
+        engine.dispose()
+
+
+def test_a_killed_conversion_finishes_when_run_again(old_url: str) -> None:
+    n, chunk = 6000, 40
+    filled = fill_log(old_url, n)
+    printed = _kill_after(old_url, "upgrade", "head", 5, chunk)
+    assert f"prediction log: {5 * chunk} of {n} predictions converted" in printed
+    log, held = _counts(old_url)
+    assert migrate.current(old_url) == OLD
+    assert (
+        log is not None and held is not None and 0 < log < n and log + held == n
+    )  # nothing lost, nothing twice
+    migrate.upgrade(old_url)  # resumes (the default chunk)
+    assert migrate.current(old_url) == migrate.head() and _counts(old_url) == (None, n)
+    _stamp(old_url, OLD)  # as if killed after the last commit, before alembic recorded the revision
+    migrate.upgrade(old_url)
+    assert migrate.current(old_url) == migrate.head() and _counts(old_url) == (None, n)
+    check_bench_log(old_url, filled)
+    printed = _kill_after(old_url, "downgrade", OLD, 5, chunk)
+    log, held = _counts(old_url)
+    assert migrate.current(old_url) == migrate.head()
+    assert log is not None and held is not None and 0 < log < n and log + held == n, printed
+    migrate.downgrade(old_url, OLD)
+    assert migrate.current(old_url) == OLD and _counts(old_url) == (n, None)
+    _stamp(old_url, migrate.head())
+    migrate.downgrade(old_url, OLD)
+    assert migrate.current(old_url) == OLD and _counts(old_url) == (n, None)
+    check_bench_log_downgraded(old_url, filled)
+
+
+def test_a_million_rows_convert(old_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """1M rows (60,607 requests of 1..32 predictions, 100k labels): the upgrade's time is printed."""
+    n = 1_000_000
+    started = time.perf_counter()
+    filled = fill_log(old_url, n)
+    fill_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    migrate.upgrade(old_url)
+    seconds = time.perf_counter() - started
+    check_bench_log(old_url, filled, sample=5000)
+    with capsys.disabled():
+        backend = "postgresql" if old_url.startswith("postgresql") else "sqlite"
+        print(f"\n{backend}: {n} rows filled in {fill_seconds:.1f} s, upgraded in {seconds:.1f} s")
