@@ -1,12 +1,11 @@
 """Fixtures and helpers of the fault tests: a PostgreSQL of their own, a load generator that keeps every
-answered prediction id, readers of the log table and of the spool files."""
+answered prediction id, readers of the prediction ids in the log table and in the spool files."""
 
 from __future__ import annotations
 
 import statistics
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +15,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from predictions.service import LogRow
+from predictions.batch import LogBatch, ids_of, pack_floats
+from predictions.service import new_prediction_ids
 from predictions.spool import SUFFIX, decode_row
 from tests.support import OwnPostgres, postgres_schema
 
@@ -122,30 +122,39 @@ class Load:
             return statistics.median(self.latencies)
 
 
-def log_row(i: int) -> LogRow:
-    """A log row of about 400 bytes in the spool, with a fresh prediction id."""
-    values: dict[str, Any] = {
-        "prediction_id": str(uuid.uuid4()),
-        "request_id": f"r{i}",
-        "model_name": "credit",
-        "model_version": 1,
-        "logged_at": datetime.now(UTC),
-        "inputs": {"income": 1000.0 + i, "note": "x" * 200},
-        "probability": 0.5,
-        "flags": None,
-        "latency_ms": 1.0,
-        "status": "ok",
-        "protocol": "v1",
-    }
-    return LogRow(**{f: values.get(f) for f in LogRow._fields})
+def log_row(i: int, size: int = 1) -> LogBatch:
+    """The log batch of a request of ``size`` predictions with fresh prediction ids (about 400 bytes in the
+    spool for one prediction, 250 more for each other), as a request without a typed copy logs it."""
+    first = new_prediction_ids(size)[0]  # the ids of one call count up: one batch holds them
+    return LogBatch(
+        id_prefix=first[:-3],
+        id_low=int(first[-3:], 16),
+        size=size,
+        request_id=f"r{i}",
+        model_name="credit",
+        model_version=1,
+        logged_at=datetime.now(UTC),
+        latency_ms=1.0,
+        status="ok",
+        protocol="v1",
+        source="serve",
+        layout=None,
+        numbers=None,
+        categories=None,
+        outputs=pack_floats([0.5] * size),
+        vectors=None,
+        flags=None,
+        inputs=[{"income": 1000.0 + i + k, "note": "x" * 200} for k in range(size)],
+    )
 
 
 def logged_ids(url: str) -> list[str]:
-    """Every prediction id in the log table (duplicates kept)."""
+    """Every prediction id in the log table (a batch's ids in position order; duplicates kept)."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            return [str(v) for v in conn.execute(text("select prediction_id from prediction_log")).scalars()]
+            found = conn.execute(text("select id_prefix, id_low, size from prediction_batches order by id"))
+            return [pid for prefix, low, size in found for pid in ids_of(prefix, low, size)]
     finally:
         engine.dispose()
 
@@ -156,7 +165,7 @@ def spooled_ids(spool_root: Path) -> list[str]:
     for seg in sorted(spool_root.rglob(f"*{SUFFIX}")):
         for line in seg.read_bytes().splitlines(keepends=True):
             if line.endswith(b"\n"):
-                ids.append(str(decode_row(line).prediction_id))
+                ids += decode_row(line).ids()
     return ids
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from predictions.service import LogRow
+from predictions.batch import LogBatch, predictions_in
 from predictions.spool import SUFFIX, Spool, decode_row
 from tests.faults.conftest import log_row
 
@@ -39,11 +39,11 @@ def test_enospc_leaves_no_torn_line_and_appends_resume_once_space_is_freed(small
     filler = small_disk / "filler"
     filler.write_bytes(b"\0" * 40_000)  # most of the disk: the spool fills it in a few appends
     spool = Spool(small_disk / "spool")
-    kept: list[LogRow] = []
+    kept: list[LogBatch] = []
     refused = 0
     i = 0
     while refused < 3:
-        batch = [log_row(i + j) for j in range(7)]
+        batch = [log_row(i + j, size=1 + j % 3) for j in range(7)]  # requests of 1 to 3 predictions
         i += 7
         try:
             spool.append(batch, sync=True)
@@ -52,7 +52,7 @@ def test_enospc_leaves_no_torn_line_and_appends_resume_once_space_is_freed(small
             assert exc.errno == errno.ENOSPC, exc
             refused += 1
     assert kept, "nothing fitted: the filler is too big"
-    assert spool.pending_rows == len(kept)
+    assert spool.pending_rows == predictions_in(kept) > len(kept)  # predictions, not lines
     for seg in (small_disk / "spool").glob(f"*{SUFFIX}"):
         data = seg.read_bytes()
         assert data == b"" or data.endswith(b"\n"), f"{seg.name} ends in a torn line"
@@ -60,13 +60,13 @@ def test_enospc_leaves_no_torn_line_and_appends_resume_once_space_is_freed(small
             decode_row(line)  # every line on disk is a whole row
 
     filler.unlink()  # space again
-    more = [log_row(i + j) for j in range(5)]
+    more = [log_row(i + j, size=2) for j in range(5)]
     spool.append(more, sync=True)
     kept += more
     replayed: list[str] = []
-    while (batch := spool.peek(50)) is not None:
-        replayed += [r.prediction_id for r in batch.rows]
-        spool.commit(batch)
-    assert replayed == [r.prediction_id for r in kept]
+    while (read := spool.peek(50)) is not None:
+        replayed += [pid for r in read.rows for pid in r.ids()]
+        spool.commit(read)
+    assert replayed == [pid for r in kept for pid in r.ids()]
     assert spool.corrupt_lines == 0 and spool.pending_rows == 0
     spool.close()

@@ -120,11 +120,11 @@ def test_a_durable_request_overflowing_to_a_full_spool_is_refused_not_answered(t
         await asyncio.sleep(0.05)
         assert writer.queued_rows == 1 and not first.done()
         with pytest.raises(LogUnavailable, match="holds its cap"):
-            await writer.submit([log_row(1), log_row(2)])
+            await writer.submit([log_row(1), log_row(2, size=3)])  # a request's batch of 3 predictions
         first.cancel()
 
     asyncio.run(run())
-    assert writer.stats.rows_dropped == 2 and writer.stats.last_drop_at is not None
+    assert writer.stats.rows_dropped == 4 and writer.stats.last_drop_at is not None  # predictions lost
     assert log_check(writer)[0].fn().ok is False
     spool.close()
     engine.dispose()

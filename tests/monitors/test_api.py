@@ -140,8 +140,10 @@ def test_baseline_is_stable_and_planted_shift_is_flagged(scenario: Scenario) -> 
     assert drifted["rows"] == WINDOW and drifted["window"]["rows"] == WINDOW
     assert set(drifted["drifted_features"]) == PLANTED
     assert drifted["dataset_drifted"] is True
-    reader = drifted["window"]["reader"]
-    assert reader == ("typed" if scenario.backend == "postgresql" else "generic")
+    window = drifted["window"]
+    assert window["reader"] == "columnar"  # one reader, on both backends
+    # the last 600 predictions: the drifted traffic's three requests of 200, one batch each
+    assert window["last_id"] - window["first_id"] == 2
     with scenario.server.client() as c:
         latest = c.get("/v1/models/credit/drift")
     assert latest.status_code == 200, latest.text

@@ -1,42 +1,128 @@
-"""The window sketch cache (PostgreSQL): counts of sealed id blocks kept in ``monitor_window_sketches`` and
+"""The window sketch cache: counts of sealed blocks of batch ids kept in ``monitor_window_sketches`` and
 merged. Over a sequence of runs with the log changing in between (a moving window, feedback for old blocks,
-a row appearing in and one leaving an old block, a version filter, a time bound cutting a block, a new
-profile and threshold), the cached read equals a read with an empty cache exactly (every array, counter,
-label count and the Page-Hinkley state) and today's full read (no cache) up to the rounding of float sums.
+a batch appearing in and one leaving an old block, a version filter, a time bound cutting a block, a new
+profile and threshold, requests of several predictions with a last-N window cutting inside one, also at a
+block's first id), the cached read equals a read with an empty cache exactly (every array, counter, label
+count and the Page-Hinkley state) and today's full read (no cache) up to the rounding of float sums. The
+monitor runs use it on PostgreSQL only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 from sqlalchemy import Engine, delete, func, select, text
 
+from core.config import Settings
 from core.database import Database, open_database
 from monitors import log_window
 from monitors.engine import evaluate
+from monitors.flows import sketch_cache
 from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import WindowSketchBlock
-from monitors.profile import Profile
+from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.window import GridCounts, WindowSketch, decode_counts, encode_counts
+from predictions import typed
 from predictions.service import record_feedback
 from predictions.windows import BlockStat, WindowSpec
 from tests.monitors.helpers import true_probability
-from tests.predictions.logdata import log_inputs
-from tests.predictions.test_typed import _mixed_log, documents
+from tests.predictions.logdata import log_inputs, plain
 from tests.support import credit_profile
 from training.datagen import generate
 
-BLOCK = 256  # ids per block: the 4k-row log spans 16 blocks
+BLOCK = 256  # predictions per block: with requests of one prediction the 3.6k-request log spans 15 blocks
+
+FEATURES = [
+    "age",
+    "income",
+    "debt_to_income",
+    "credit_score",
+    "loan_amount",
+    "employment_years",
+    "num_open_accounts",
+    "home_ownership",
+    "loan_purpose",
+    "region",
+]
 
 
 @pytest.fixture(scope="module")
 def profile() -> Profile:
     return credit_profile(seed=101)
+
+
+def documents(n: int, seed: int) -> list[dict[str, Any]]:
+    cols = generate(n, seed=seed)
+    return [{f: plain(cols[f][i]) for f in FEATURES} for i in range(n)]
+
+
+AWKWARD: list[tuple[dict[str, Any], list[str]]] = [
+    # (changes, keys removed): the last four cannot be typed (their request is logged with its documents)
+    ({"region": None}, ["age"]),  # an absent key, a null category
+    ({"income": 2**60, "age": 41, "debt_to_income": -0.0}, []),  # ints (one beyond 2**53), -0.0
+    ({"home_ownership": "", "loan_purpose": "brand_new"}, []),  # empty and unseen categories
+    ({"credit_score": None, "loan_amount": 1e9}, ["region"]),  # null; beyond the reference
+    ({"loan_amount": math.inf, "income": math.nan}, []),  # the log writes null for both
+    ({"extra": 1.5, "loan_purpose": 'quote " and \\ and \n and é'}, []),  # a key no layout has
+    ({"age": "1.5"}, []),  # text in a numeric feature (counts as 1.5)
+    ({"age": "abc"}, []),  # text that is no number (missing)
+    ({"income": True}, []),  # a bool in a numeric feature
+    ({"region": 7}, []),  # a number in a categorical feature
+]
+
+
+def awkward(docs: list[dict[str, Any]], at: int) -> None:
+    for i, (changes, removed) in enumerate(AWKWARD):
+        doc = docs[at + i]
+        doc.update(changes)
+        for key in removed:
+            del doc[key]
+
+
+def layouts(profile: Profile) -> tuple[typed.Layout, typed.Layout, typed.Layout]:
+    """The contract's layout (one category the contract does not know), the same in another order, and one
+    lacking a categorical feature the profile asks for."""
+    numeric = [n for n in FEATURES if isinstance(profile.features[n], NumericProfile)]
+    categorical = [n for n in FEATURES if isinstance(profile.features[n], CategoricalProfile)]
+    known = {c: sorted(cast(CategoricalProfile, profile.features[c]).categories) for c in categorical}
+    known["loan_purpose"] = known["loan_purpose"][1:]
+    contract = typed.make_layout(numeric, categorical, [known[c] for c in categorical])
+    reordered = typed.make_layout(
+        numeric[::-1], categorical[::-1], [known[c][::-1] for c in categorical[::-1]]
+    )
+    lacking = typed.make_layout(numeric, [c for c in categorical if c != "region"])  # every text as text
+    return contract, reordered, lacking
+
+
+def _mixed_log(url: str, profile: Profile) -> tuple[Database, list[str], typed.Layout]:
+    """3,000 predictions of ``credit`` (batch ids 1..3000, one per request): documents only, then typed in a
+    layout lacking a feature, then typed in the contract's order with every awkward value, then typed in
+    another order (the newest 500); two thirds labelled. Returns the database, the prediction ids (oldest
+    first) and the contract's layout."""
+    db = open_database(url)
+    contract, reordered, lacking = layouts(profile)
+    docs = documents(3_000, seed=5)
+    awkward(docs, 10)  # in the documents-only part too
+    awkward(docs, 1_600)
+    p = np.random.default_rng(6).random(3_000)
+    p[1_700:1_705] = np.nan  # predictions without a value
+    ids: list[str] = []
+    for (lo, hi), layout in zip(
+        [(0, 1_000), (1_000, 1_500), (1_500, 2_500), (2_500, 3_000)],
+        [None, lacking, contract, reordered],
+        strict=True,
+    ):
+        ids += log_inputs(db.engine, docs[lo:hi], layout=layout, probability=p[lo:hi])
+    labels = [(pid, float(i % 2)) for i, pid in enumerate(ids) if i % 3]
+    with db.session() as s:
+        record_feedback(session=s, model_name="credit", labels=labels)
+    return db, ids, contract
 
 
 def assert_grids(a: GridCounts | None, b: GridCounts | None, *, exact: bool, what: str) -> None:
@@ -102,12 +188,14 @@ class Reads:
         full = read_window(**args)
         assert cold.cached_blocks == 0 and full.cached_blocks is None
         assert cached.rows == cold.rows == full.rows > 0
-        assert (cached.first_id, cached.last_id, cached.start, cached.end) == (
+        assert (cached.first_id, cached.last_id, cached.start, cached.end, cached.skip) == (
             full.first_id,
             full.last_id,
             full.start,
             full.end,
+            full.skip,
         )
+        assert cold.skip == full.skip
         assert cached.labelled == full.labelled
         assert_sketches(cached.sketch, cold.sketch, exact=True)
         assert_sketches(cached.sketch, full.sketch, exact=False)
@@ -121,13 +209,16 @@ class Reads:
 
 
 def _retime(engine: Engine, base: datetime) -> None:
-    """``logged_at`` = base + id seconds, on the log and its labels (a log written over an hour)."""
+    """``logged_at`` = base + batch id seconds, on the batches and their labels (a log written over an
+    hour)."""
     with engine.begin() as conn:
-        conn.execute(text("UPDATE prediction_log SET logged_at = :b + id * interval '1 second'"), {"b": base})
+        conn.execute(
+            text("UPDATE prediction_batches SET logged_at = :b + id * interval '1 second'"), {"b": base}
+        )
         conn.execute(
             text(
-                "UPDATE prediction_feedback f SET logged_at = p.logged_at FROM prediction_log p "
-                "WHERE p.prediction_id = f.prediction_id AND f.logged_at <> p.logged_at"
+                "UPDATE prediction_feedback f SET logged_at = p.logged_at FROM prediction_batches p "
+                "WHERE p.id = f.log_id AND f.logged_at <> p.logged_at"
             )
         )
 
@@ -136,7 +227,7 @@ def test_cached_blocks_equal_a_full_read_as_the_log_changes(
     pg_url: str, profile: Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(log_window, "_FETCH_BLOCKS", 3)  # stored counts read and written 3 blocks a query
-    # credit: ids 1..3000 (legacy rows, awkward values, three layouts, labels)
+    # credit: ids 1..3000 (requests of one prediction: documents, awkward values, three layouts, labels)
     db, rows, contract = _mixed_log(pg_url, profile)
     log_inputs(db.engine, documents(200, seed=8), layout=contract, model="other")  # ids 3001..3200
     v2 = log_inputs(db.engine, documents(400, seed=9), layout=contract, version=2)  # ids 3201..3600
@@ -159,8 +250,8 @@ def test_cached_blocks_equal_a_full_read_as_the_log_changes(
     assert moved.first_id == 1_201 and moved.cached_blocks == 9  # blocks 5..13 from the cache
 
     # feedback for rows of cached blocks: labels and the error stream follow, the blocks stay cached
-    labels = [(r.prediction_id, 1.0) for i, r in enumerate(rows[1_500:1_800]) if i % 3 == 0]
-    labels += [(r.prediction_id, 0.0) for r in v2[:50]]
+    labels = [(pid, 1.0) for i, pid in enumerate(rows[1_500:1_800]) if i % 3 == 0]
+    labels += [(pid, 0.0) for pid in v2[:50]]
     with db.session() as s:
         assert record_feedback(session=s, model_name="credit", labels=labels)[0] == len(labels)
     labelled = reads.check(profile, spec)
@@ -169,8 +260,8 @@ def test_cached_blocks_equal_a_full_read_as_the_log_changes(
 
     # a row appears in an old block (committed late, lower id) and another leaves one: both are recounted
     with db.engine.begin() as conn:
-        conn.execute(text("UPDATE prediction_log SET model_name = 'credit' WHERE id = 3100"))
-        conn.execute(text("DELETE FROM prediction_log WHERE id = 2000"))
+        conn.execute(text("UPDATE prediction_batches SET model_name = 'credit' WHERE id = 3100"))
+        conn.execute(text("DELETE FROM prediction_batches WHERE id = 2000"))
     changed = reads.check(profile, spec)
     assert changed.rows == labelled.rows and changed.first_id == labelled.first_id  # one in, one out
     assert changed.cached_blocks == 8  # blocks 7 (id 2000) and 12 (id 3100) recounted
@@ -188,7 +279,7 @@ def test_cached_blocks_equal_a_full_read_as_the_log_changes(
     assert reads.check(profile, timed, now=now).cached_blocks == 4  # 11, 12, 13, 14
     with db.engine.begin() as conn:  # a row of block 13 logged long before (a replayed spool)
         conn.execute(
-            text("UPDATE prediction_log SET logged_at = :at WHERE id = 3400"),
+            text("UPDATE prediction_batches SET logged_at = :at WHERE id = 3400"),
             {"at": base + timedelta(seconds=10)},
         )
     replayed = reads.check(profile, timed, now=now)
@@ -320,17 +411,96 @@ def test_encoded_counts_round_trip(profile: Profile) -> None:
         encode_counts(sketch)
 
 
-def test_sqlite_reads_without_the_cache(tmp_path: Path, profile: Profile) -> None:
+def test_sqlite_runs_without_the_cache_and_an_explicit_one_reads_the_same(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """The monitor runs use no sketch cache on SQLite (setting ``monitor_sketch_cache``: no effect there); the
+    one reader takes a cache it is handed on SQLite too, with the counts of a read without it."""
     db = open_database(f"sqlite:///{tmp_path}/log.db")
-    log_inputs(db.engine, documents(300, seed=4))
-    window = read_window(
-        engine=db.engine,
-        profile=profile,
-        model_name="credit",
-        spec=WindowSpec(),
-        cache=SketchCache(db.engine, BLOCK),
+    settings = Settings.model_validate(
+        {"database_url": f"sqlite:///{tmp_path}/log.db", "monitor_sketch_cache": True}
     )
-    assert window.reader == "generic" and window.rows == 300 and window.cached_blocks is None
+    assert sketch_cache(db=db, settings=settings) is None
+    log_inputs(db.engine, documents(300, seed=4), per_request=3)
+    log_inputs(db.engine, documents(300, seed=5), layout=layouts(profile)[0], per_request=7)
+    args: dict[str, Any] = dict(engine=db.engine, profile=profile, model_name="credit", chunk_rows=50)
+    for spec in (WindowSpec(), WindowSpec(rows=500)):  # the second cuts inside a request of 3
+        full = read_window(**args, spec=spec)
+        assert full.reader == "columnar" and full.cached_blocks is None
+        with db.session() as s:
+            s.execute(delete(WindowSketchBlock))
+        cold = read_window(**args, spec=spec, cache=SketchCache(db.engine, 64))
+        warm = read_window(**args, spec=spec, cache=SketchCache(db.engine, 64))
+        # the second read takes the sealed blocks from the cache and counts only the others
+        assert cold.cached_blocks == 0 and cold.counted_blocks is not None and warm.cached_blocks
+        assert warm.cached_blocks + (warm.counted_blocks or 0) == cold.counted_blocks
+        assert full.rows == cold.rows == warm.rows == (spec.rows or 600)
+        assert full.skip == cold.skip == warm.skip == (100 % 3 if spec.rows else 0)
+        assert_sketches(cold.sketch, full.sketch, exact=False)
+        assert_sketches(warm.sketch, cold.sketch, exact=True)
+    db.dispose()
+
+
+def test_requests_of_several_predictions_and_windows_cutting_inside_one(
+    pg_url: str, profile: Profile, tmp_path: Path
+) -> None:
+    """Requests of 3 and of 5 predictions (typed, a few with their documents) and of one (documents only): a
+    last-N window whose first request is cut (``skip``) reads that block as an edge, also when the cut
+    request is a block's first id; the cached read equals an uncached one, labels of the left-out
+    predictions stay out."""
+    db = open_database(pg_url)
+    contract = layouts(profile)[0]
+    docs = documents(4_300, seed=21)
+    awkward(docs, 2_000)  # requests of 5 with a value that cannot be typed: logged with their documents
+    p = np.random.default_rng(22).random(4_300)
+    ids = log_inputs(db.engine, docs[:1_500], layout=contract, probability=p[:1_500], per_request=3)
+    ids += log_inputs(
+        db.engine, docs[1_500:4_000], layout=contract, probability=p[1_500:4_000], per_request=5
+    )
+    ids += log_inputs(db.engine, docs[4_000:], probability=p[4_000:], per_request=1)
+    with db.engine.connect() as conn:
+        shape = conn.execute(
+            text("SELECT count(*), max(id), sum(size), count(inputs) FROM prediction_batches")
+        ).one()
+    # batch ids 1..500: requests of 3; 501..1000: of 5; 1001..1300: of 1 (documents)
+    assert tuple(shape) == (1_300, 1_300, 4_300, 300 + 1)  # (the untyped awkward values: one request)
+    labelled = {i: float(i % 2) for i in range(0, 4_300, 4)}
+    with db.session() as s:
+        stored = record_feedback(
+            session=s, model_name="credit", labels=[(ids[i], y) for i, y in labelled.items()]
+        )
+    assert stored[0] == len(labelled)
+    # blocks of about BLOCK predictions: the newest 256 requests hold one each, so a block spans BLOCK ids
+    reads = Reads(db.engine, SketchCache(db.engine, BLOCK), open_database(f"sqlite:///{tmp_path}/cache.db"))
+
+    def check(rows: int, first_id: int, skip: int, cached: int) -> Window:
+        total = len(ids)
+        window = reads.check(profile, WindowSpec(rows=rows))
+        assert (window.first_id, window.skip, window.rows) == (first_id, skip, rows)
+        assert window.labelled == sum(1 for i in labelled if i >= total - rows)
+        assert window.cached_blocks == cached, (rows, window.cached_blocks)
+        return window
+
+    # 301 predictions left out: 100 requests of 3 and one of the next request's (batch 101)
+    assert check(3_999, 101, 1, 0).counted_blocks == 6  # blocks 0..5, nothing cached yet
+    assert check(3_999, 101, 1, 4).counted_blocks == 2  # blocks 1..4 sealed; 0 and 5 are the edges
+    check(2_750, 511, 0, 3)  # from batch 511 (1,500 + 10 x 5 left out): blocks 2..4 sealed
+    # from the third prediction of batch 512, a block's first id: block 2 is an edge now, read, not taken
+    check(2_743, 512, 2, 2)
+    check(2_745, 512, 0, 3)  # the whole of batch 512: block 2 is sealed again, and its counts still valid
+
+    # new requests (batch ids 1301..1314) move the window; labels arrive for the cut request's predictions,
+    # two of them left out of the window
+    ids += log_inputs(db.engine, documents(40, seed=23), layout=contract, per_request=3)
+    # (the newest 256 requests' mean size moves from 1 to 1.1: the blocks stay 256 batch ids)
+    new = {1_595 + k: 1.0 for k in range(5)}  # batch 520's five predictions
+    with db.session() as s:
+        assert record_feedback(session=s, model_name="credit", labels=[(ids[i], y) for i, y in new.items()])[
+            0
+        ] == len(new)
+    labelled.update(new)
+    check(2_743, 520, 2, 2)  # 1,597 left out: 1,500, 19 requests of 5 and 2; blocks 3 and 4 sealed
+    reads.scratch.dispose()
     db.dispose()
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import create_engine, select, text
 
+from core.database import open_database
+from predictions.models import PredictionFeedback
+from predictions.service import logged_predictions
 from tests.support import Server, TrainedModels, count_rows
 
 
@@ -313,9 +318,15 @@ def test_n_requests_make_exactly_n_log_rows(server: Server, trained: TrainedMode
             assert r.headers["x-request-id"] == rid
             n += len(rows)
     url = server.settings.database_url.get_secret_value()
-    assert (
-        count_rows(url, "request_id = :rid", {"rid": rid}) == n
-    )  # durable mode: committed before the answer
+    # durable mode: committed before the answer; one batch row per request, holding its predictions
+    assert count_rows(url, "request_id = :rid", {"rid": rid}) == n
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        batches = conn.execute(
+            text("select size from prediction_batches where request_id = :rid order by id"), {"rid": rid}
+        ).scalars()
+        assert list(batches) == [1 + i % 3 for i in range(40)]
+    engine.dispose()
     stats = server.state.writer.stats
     assert stats.rows_dropped == 0
 
@@ -328,16 +339,15 @@ def test_flags_are_logged_and_counted(server: Server, trained: TrainedModels) ->
         )
         metrics = c.get("/metrics").text
     assert r.status_code == 200, r.text
-    from sqlalchemy import create_engine, text
-
     engine = create_engine(server.settings.database_url.get_secret_value())
     with engine.connect() as conn:
-        flags = conn.execute(
-            text("select flags from prediction_log where request_id = 'flagged-1'")
-        ).scalar_one()
+        size, flags = conn.execute(
+            text("select size, flags from prediction_batches where request_id = 'flagged-1'")
+        ).one()
     engine.dispose()
-    flags = flags if isinstance(flags, list) else __import__("json").loads(flags)
-    assert set(flags) == {"loan_purpose:unseen_category", "credit_score:observed_range"}
+    flags = flags if isinstance(flags, list) else json.loads(flags)  # one list per prediction
+    assert size == 1 and len(flags) == 1
+    assert set(flags[0]) == {"loan_purpose:unseen_category", "credit_score:observed_range"}
     assert (
         'driftwarden_contract_flags_total{feature="loan_purpose",model="credit",rule="unseen_category"}'
         in metrics
@@ -372,18 +382,27 @@ def test_feedback_joins_and_reports_unknown_ids(server: Server, trained: Trained
         "duplicate_ids": [],
     }
     assert bad.status_code == 400 and "labels[0].label" in bad.json()["error"]
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(server.settings.database_url.get_secret_value())
-    with engine.connect() as conn:
-        joined = conn.execute(
-            text(
-                "select p.prediction_id, f.label, p.probability from prediction_log p "
-                "join prediction_feedback f "
-                "on f.prediction_id = p.prediction_id where p.prediction_id in (:a, :b) order by f.label"
-            ),
-            {"a": ids[0], "b": ids[1]},
-        ).all()
-    engine.dispose()
-    assert [(pid, label) for pid, label, _ in joined] == [(ids[1], 0.0), (ids[0], 1.0)]
-    assert all(math.isfinite(p) for _, _, p in joined)
+    db = open_database(server.settings.database_url.get_secret_value())
+    try:
+        with db.session() as s:
+            logged = logged_predictions(session=s, model_name="credit", ids=ids)
+            feedback = s.execute(
+                select(
+                    PredictionFeedback.prediction_id,
+                    PredictionFeedback.label,
+                    PredictionFeedback.log_id,
+                    PredictionFeedback.position,
+                    PredictionFeedback.probability,
+                ).where(PredictionFeedback.prediction_id.in_(ids[:2]))
+            ).all()
+    finally:
+        db.dispose()
+    # each label joins its prediction: the request's batch and the prediction's position in it, its output
+    assert {pid: label for pid, label, *_ in feedback} == {ids[0]: 1.0, ids[1]: 0.0}
+    batch = {log_id for *_, log_id, _, _ in feedback}
+    assert len(batch) == 1 and {logged[pid].log_id for pid in ids} == batch  # one request: one batch
+    assert [logged[pid].position for pid in ids] == [0, 1, 2]
+    for pid, _, log_id, position, probability in feedback:
+        assert (log_id, position) == (logged[pid].log_id, logged[pid].position)
+        assert probability is not None and math.isfinite(probability)
+        assert probability == logged[pid].probability

@@ -25,7 +25,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.network import free_port
-from predictions.service import LogRow
+from predictions.batch import LogBatch, pack_floats
+from predictions.service import new_prediction_ids
 from predictions.spool import Spool
 from service.serving.metrics import LATENCY_BUCKETS_S, OTHER_FEATURE, Metrics
 from tests.support import Server, TrainedModels, count_rows, seed_registry, serve_settings
@@ -216,8 +217,13 @@ def test_contract_model_and_log_series(busy: tuple[Server, dict]) -> None:
     assert srv.state.writer.stats.rows_dropped == 0
 
 
-def _log_row(i: int, logged_at: datetime) -> LogRow:
-    return LogRow(f"pid-{i}", "r", "credit", 1, logged_at, {"age": 1}, 0.5, None, 1.0, "ok", "v1")
+def _log_batch(i: int, logged_at: datetime, size: int = 1) -> LogBatch:
+    """A request's batch of ``size`` predictions logged at ``logged_at``."""
+    first = new_prediction_ids(size)[0]
+    return LogBatch(
+        first[:-3], int(first[-3:], 16), size, f"r{i}", "credit", 1, logged_at, 1.0, "ok", "v1", "serve",
+        None, None, None, pack_floats([0.5] * size), None, None, [{"age": 1}] * size,
+    )  # fmt: skip
 
 
 def test_spool_oldest_age_follows_the_oldest_unreplayed_row(tmp_path: Path) -> None:
@@ -225,13 +231,16 @@ def test_spool_oldest_age_follows_the_oldest_unreplayed_row(tmp_path: Path) -> N
     now = datetime.now(UTC)
     assert spool.oldest_age_s(now.timestamp()) == 0
     spool.append(
-        [_log_row(0, now - timedelta(seconds=90)), _log_row(1, now - timedelta(seconds=30))], sync=True
+        [_log_batch(0, now - timedelta(seconds=90), 3), _log_batch(1, now - timedelta(seconds=30), 2)],
+        sync=True,
     )
-    spool.append([_log_row(2, now - timedelta(seconds=10))], sync=False)
+    spool.append([_log_batch(2, now - timedelta(seconds=10))], sync=False)
+    assert spool.pending_rows == 6  # predictions
     assert spool.oldest_age_s(now.timestamp()) == pytest.approx(90, abs=0.01)
     batch = spool.peek(1)
-    assert batch is not None
-    spool.commit(batch)  # the oldest row is in the database now
+    assert batch is not None and [b.size for b in batch.rows] == [3]  # a whole request
+    spool.commit(batch)  # the oldest request's predictions are in the database now
+    assert spool.pending_rows == 3
     assert spool.oldest_age_s(now.timestamp()) == pytest.approx(30, abs=0.01)
     assert Spool(tmp_path / "spool").oldest_age_s(now.timestamp() + 5) == pytest.approx(35, abs=0.01)
     rest = spool.peek(10)

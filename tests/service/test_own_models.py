@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 from alerts.rules import DEFAULT_RULES
 from core.database import open_database
 from core.tabular import write_table
+from predictions.service import Logged, recent_predictions
 from registry.schema import Task
 from registry.service import promote
 from tests import own_models
@@ -141,21 +142,17 @@ def test_tritonclient_reads_the_multiclass_vector(own_server: tuple[Server, dict
     client.close()
 
 
-def _logged(url: str, model: str) -> list[tuple[Any, ...]]:
-    engine = create_engine(url)
+def _logged(url: str, model: str) -> dict[str, Logged]:
+    """The model's logged predictions by id, decoded from their batches (predictions.service)."""
+    db = open_database(url)
     try:
-        with engine.connect() as conn:
-            return list(
-                conn.execute(
-                    text(
-                        "select prediction_id, probability, outputs, flags from prediction_log "
-                        "where model_name = :m order by id"
-                    ),
-                    {"m": model},
-                )
-            )
+        with db.session() as s:
+            found = recent_predictions(session=s, model_name=model)
     finally:
-        engine.dispose()
+        db.dispose()
+    by_id = {p.prediction_id: p for p in found}
+    assert len(by_id) == len(found)  # each prediction logged once
+    return by_id
 
 
 def test_every_row_logged_with_its_task_output(own_server: tuple[Server, dict], module_db_url: str) -> None:
@@ -168,20 +165,23 @@ def test_every_row_logged_with_its_task_output(own_server: tuple[Server, dict], 
             "/v1/models/own_reg:predict", json={"instances": [*_instances("own_reg", rows), far]}
         ).json()
     srv.state.flush_predictions(10)
-    logged = {pid: (p, out, flags) for pid, p, out, flags in _logged(module_db_url, "own_cls")}
+    logged = _logged(module_db_url, "own_cls")
     for pid, vector in zip(cls["prediction_ids"], cls["predictions"], strict=True):
-        p, out, _ = logged[pid]
-        out = out if isinstance(out, list) else __import__("json").loads(out)
-        np.testing.assert_allclose(out, vector, atol=1e-6)
-        assert p == pytest.approx(max(vector))
-    logged = {pid: (p, out, flags) for pid, p, out, flags in _logged(module_db_url, "own_reg")}
+        got = logged[pid]
+        assert got.outputs is not None
+        np.testing.assert_allclose(got.outputs, vector, atol=1e-6)
+        assert got.probability == pytest.approx(max(vector))
+        assert got.flags is None
+    logged = _logged(module_db_url, "own_reg")
     for pid, value in zip(reg["prediction_ids"], reg["predictions"], strict=True):
-        p, out, _ = logged[pid]
-        assert out is None and p == pytest.approx(value)
-    flags = logged[reg["prediction_ids"][-1]][2]
-    flags = flags if isinstance(flags, list) else __import__("json").loads(flags)
-    assert "value:output_range" in flags, flags
-    assert not any("value:" in str(logged[pid][2]) for pid in reg["prediction_ids"][:-1])
+        got = logged[pid]
+        assert got.outputs is None and got.probability == pytest.approx(value)
+    flags = logged[reg["prediction_ids"][-1]].flags
+    assert flags is not None and "value:output_range" in flags, flags
+    assert not any("value:" in str(logged[pid].flags) for pid in reg["prediction_ids"][:-1])
+    # one request: each prediction logged with its own inputs, the far row's last
+    assert len({logged[pid].request_id for pid in reg["prediction_ids"]}) == 1
+    assert [logged[pid].inputs for pid in reg["prediction_ids"]] == [*_instances("own_reg", rows), far]
 
 
 def test_feedback_takes_each_tasks_labels(own_server: tuple[Server, dict], module_db_url: str) -> None:

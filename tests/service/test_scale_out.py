@@ -31,7 +31,7 @@ from monitors.config import load_config
 from monitors.engine import evaluate
 from monitors.flows import load_profile, window_spec
 from monitors.log_window import read_window
-from predictions.windows import Reader
+from predictions.service import logged_predictions
 from registry.service import serving_version
 from tests.support import (
     ADMIN_TOKEN,
@@ -92,18 +92,16 @@ def _runs(url: str) -> list[tuple[datetime, float, int, dict[str, Any]]]:
     return [(r.created_at, r.duration_s, r.rows, r.report) for r in rows]
 
 
-def _ids_of(url: str, prediction_ids: list[str]) -> list[int]:
-    engine = create_engine(url)
+def _ids_of(url: str, prediction_ids: list[str]) -> list[tuple[int, int]]:
+    """Where each prediction is logged: its batch's id and its position in it (in the order of the ids)."""
+    db = open_database(url)
     try:
-        with engine.connect() as conn:
-            return list(
-                conn.execute(
-                    text("select id from prediction_log where prediction_id = any(:ids) order by id"),
-                    {"ids": prediction_ids},
-                ).scalars()
-            )
+        with db.session() as s:
+            found = logged_predictions(session=s, model_name="credit", ids=prediction_ids)
     finally:
-        engine.dispose()
+        db.dispose()
+    assert set(found) == set(prediction_ids), "a prediction missing from the log"
+    return [(found[pid].log_id, found[pid].position) for pid in prediction_ids]
 
 
 def test_two_servers_and_one_monitor_share_one_postgres(
@@ -161,10 +159,15 @@ def test_two_servers_and_one_monitor_share_one_postgres(
             assert r.status_code == 200, r.text
             assert r.json() == {"stored": ROWS_PER_SERVER, "unknown_ids": [], "duplicate_ids": []}
 
-        # (2) both processes' rows are in the log, each exactly once
-        ids = [_ids_of(url, answered[k]) for k in range(2)]
-        assert [len(x) for x in ids] == [ROWS_PER_SERVER, ROWS_PER_SERVER]
-        assert count_rows(url) == total
+        # (2) both processes' rows are in the log, each exactly once: one batch per request, the request's
+        # predictions in answer order
+        places = [_ids_of(url, answered[k]) for k in range(2)]
+        assert len(set(places[0] + places[1])) == total and count_rows(url) == total
+        for k in range(2):
+            assert [position for _, position in places[k]] == list(range(BATCH)) * (ROWS_PER_SERVER // BATCH)
+            assert len({log_id for log_id, _ in places[k]}) == ROWS_PER_SERVER // BATCH
+        ids = [sorted({log_id for log_id, _ in places[k]}) for k in range(2)]
+        assert not set(ids[0]) & set(ids[1])
 
         # one monitor process is the scheduler
         mlog = tmp_path / "monitor.log"
@@ -204,7 +207,8 @@ def test_two_servers_and_one_monitor_share_one_postgres(
             assert (window["first_id"], window["last_id"]) == (low, high)
             assert report["performance"] is not None
 
-        # (3) the numbers equal a single-process evaluation of the same rows (read by the other reader)
+        # (3) the numbers equal a single-process evaluation of the same rows (the monitor's read uses the
+        # sketch cache, this one reads the whole window)
         settings = Settings.model_validate({"database_url": url, "registry_path": registry})
         db = open_database(url)
         try:
@@ -220,7 +224,6 @@ def test_two_servers_and_one_monitor_share_one_postgres(
                 model_name="credit",
                 spec=window_spec(settings=settings, config=config, version=number),
                 threshold=config.classification_threshold,
-                reader=Reader.GENERIC,
             )
             local = evaluate(profile=profile, sketch=window.sketch, config=config)
         finally:
