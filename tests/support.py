@@ -27,6 +27,20 @@ from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from registry.service import promote, register_version, set_label
 from service.serving.app import create_app
 
+CREDIT_FEATURES = [
+    "age",
+    "income",
+    "debt_to_income",
+    "credit_score",
+    "loan_amount",
+    "employment_years",
+    "num_open_accounts",
+    "home_ownership",
+    "loan_purpose",
+    "region",
+]
+"""The credit model's features (training.datagen), in contract order."""
+
 
 def wait_http_ready(
     url: str, *, log: Path, deadline: float, proc: subprocess.Popen[bytes] | None = None

@@ -33,23 +33,12 @@ from predictions.service import record_feedback
 from predictions.windows import BlockStat, WindowSpec
 from tests.monitors.helpers import true_probability
 from tests.predictions.logdata import log_inputs, plain
-from tests.support import credit_profile
+from tests.support import CREDIT_FEATURES, credit_profile
 from training.datagen import generate
 
 BLOCK = 256  # predictions per block: with requests of one prediction the 3.6k-request log spans 15 blocks
 
-FEATURES = [
-    "age",
-    "income",
-    "debt_to_income",
-    "credit_score",
-    "loan_amount",
-    "employment_years",
-    "num_open_accounts",
-    "home_ownership",
-    "loan_purpose",
-    "region",
-]
+FEATURES = CREDIT_FEATURES
 
 
 @pytest.fixture(scope="module")

@@ -37,21 +37,10 @@ from service.serving import flows
 from tests.predictions.logdata import plain, write_requests
 from tests.predictions.test_pending import request_rows
 from tests.predictions.test_prediction_log import old_line, old_rows
-from tests.support import credit_profile
+from tests.support import CREDIT_FEATURES, credit_profile
 from training.datagen import TARGET, generate
 
-FEATURES = [
-    "age",
-    "income",
-    "debt_to_income",
-    "credit_score",
-    "loan_amount",
-    "employment_years",
-    "num_open_accounts",
-    "home_ownership",
-    "loan_purpose",
-    "region",
-]
+FEATURES = CREDIT_FEATURES
 
 
 @pytest.fixture(scope="module")
