@@ -19,10 +19,9 @@ import typer
 from core.errors import Invalid
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from monitors.config import MonitorConfig
-    from monitors.profile import Profile
+    from monitors.offline import RegisteredReference
+    from monitors.report import DriftReport
     from registry.schema import ModelSchema
 
 STDOUT = "-"
@@ -105,8 +104,9 @@ def _monitor_config(
         raise Invalid(f"invalid monitor settings: {problems}") from None
 
 
-def _reference_from_version(spec: str) -> tuple[Profile, ModelSchema]:
+def _reference_from_version(spec: str) -> RegisteredReference:
     from core.config import get_settings
+    from monitors.offline import RegisteredReference
     from monitors.profile import profile_from_dict
     from registry.names import parse_ref
     from registry.service import read_meta, read_schema, version_dir
@@ -123,12 +123,13 @@ def _reference_from_version(spec: str) -> tuple[Profile, ModelSchema]:
             f"--reference-version {spec}: no registered version at {path} (see `driftwarden models list`)"
         )
     try:
-        return profile_from_dict(read_meta(path=path, name="profile")), read_schema(path=path)
+        profile, schema = profile_from_dict(read_meta(path=path, name="profile")), read_schema(path=path)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise Invalid(
             f"--reference-version {spec}: its profile or schema under {path / 'driftwarden'} is unreadable "
             f"({type(exc).__name__}: {exc})"
         ) from None
+    return RegisteredReference(ref=spec, profile=profile, schema=schema)
 
 
 def _check_outputs(json_out: Path | None, html_out: Path | None) -> None:
@@ -224,134 +225,59 @@ def drift_cmd(
     with no value, text where the reference has numbers, labels that are not 0/1 all stop with exit 2.
     With --json - or --html - the report goes to standard output and the table to standard error.
     """
-    import json
-
     _numpy_settings()  # before numpy loads
-    import numpy as np
-
     from core.config import get_settings
-    from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
-    from monitors.offline import numeric_features, read_reference, reference_schema, sketch_current
-    from monitors.profile import build_reference_profile, profile_from_dict
+    from monitors.offline import compare_files
 
     _check_outputs(json_out, html_out)
     config = _monitor_config(config_file, alpha=alpha, drift_share=drift_share)
     minimum = min_rows or get_settings().drift_min_rows
-    given_schema = _read_schema(schema_file) if schema_file is not None else None
-    findings: list[Finding] = []
-    tables: dict[str, dict[str, np.ndarray]] = {}
-    schema: ModelSchema | None = None
-    profile: Profile | None = None
+    schema = _read_schema(schema_file) if schema_file is not None else None
+    current, reference = _drift_sides(files, reference_version=reference_version)
+    report = compare_files(
+        current,
+        reference=reference,
+        schema=schema,
+        schema_source=f"--schema {schema_file}",
+        target=target,
+        prediction=prediction_column,
+        min_rows=minimum,
+        config=config,
+        hint=f" (check --config {config_file})" if config_file is not None else "",
+    )
+    _show_drift(report, current=current, json_out=json_out, html_out=html_out)
+    raise typer.Exit(code=1 if report.drifted else 0)
+
+
+def _drift_sides(
+    files: list[Path], *, reference_version: str | None
+) -> tuple[Path, Path | RegisteredReference]:
+    """CURRENT and what it is compared with: REFERENCE, or the profile of ``--reference-version``."""
     if reference_version is not None:
         if len(files) != 1:
             raise typer.BadParameter("with --reference-version give only CURRENT", param_hint="FILES")
-        profile, schema = _reference_from_version(reference_version)
-        current_path = files[0]
-        source = f"the registered version {reference_version}"
-        findings += check_rows(
-            profile.rows, where=f"the reference profile of {reference_version}", min_rows=minimum
-        )
-        label_col = target or (schema.target or None)
-    else:
-        if len(files) != 2:
-            raise typer.BadParameter("give REFERENCE and CURRENT", param_hint="FILES")
-        reference_path, current_path = files
-        exclude = {c for c in (target, prediction_column) if c}
-        ref_facts, reference = read_reference(
-            reference_path,
-            columns=None  # all: the features are inferred from them
-            if given_schema is None
-            else [*given_schema.feature_names, target, prediction_column, given_schema.target or None],
-            target=target,
-            prediction=prediction_column,
-        )
-        tables[f"REFERENCE {reference_path}"] = ref_facts.for_checks()
-        source = f"--schema {schema_file}" if given_schema is not None else f"REFERENCE {reference_path}"
-        features = (
-            given_schema.feature_names
-            if given_schema is not None
-            else [c for c in ref_facts.names if c not in exclude]
-        )
-        findings += check_table(
-            tables[f"REFERENCE {reference_path}"],
-            where=f"REFERENCE {reference_path}",
-            min_rows=minimum,
-            features=features,
-            feature_source=source,
-            target=target,
-            prediction=prediction_column,
-        )
-        if not findings:
-            try:
-                schema = given_schema or reference_schema(
-                    reference, ref_facts, exclude=exclude, target=target
-                )
-            except ValueError as exc:
-                raise Invalid(f"REFERENCE {reference_path}: {exc}") from None
-        label_col = target or ((schema.target if schema is not None else None) or None)
-    hint = f" (check --config {config_file})" if config_file is not None else ""
-    failed: Invalid | None = None
-    if profile is None and schema is not None and not findings:
-        preds = reference.get(prediction_column) if prediction_column else None
-        labels = reference.get(label_col) if label_col and preds is not None else None
-        try:
-            profile = profile_from_dict(
-                build_reference_profile(
-                    reference,
-                    schema,
-                    predictions=None if preds is None else np.asarray(preds, dtype=np.float64),
-                    labels=None if labels is None else np.asarray(labels),
-                )
-            )
-        except (ValueError, TypeError) as exc:
-            failed = Invalid(f"cannot compare CURRENT {current_path} with {source}: {exc}{hint}")
-        del reference  # the profile holds all that is needed of it
-    cur_facts, sketch = sketch_current(
-        current_path,
-        profile=profile if not findings and failed is None else None,
-        features=[] if schema is None else schema.feature_names,
-        prediction=prediction_column,
-        labels=label_col,
-        target=target,
-        threshold=config.classification_threshold,
-    )
-    tables[f"CURRENT {current_path}"] = cur_facts.for_checks()
-    findings[:0] = check_options(
-        tables, target=target, prediction=prediction_column, target_in=list(tables)[:1]
-    )
-    findings += check_table(
-        tables[f"CURRENT {current_path}"],
-        where=f"CURRENT {current_path}",
-        min_rows=minimum,
-        features=[] if schema is None else schema.feature_names,
-        feature_source=source,
-        numeric=[] if schema is None else numeric_features(schema),
-        target=target,
-        prediction=prediction_column,
-        target_required=reference_version is not None,
-    )
-    raise_findings(findings)
-    if failed is not None:
-        raise failed
-    assert profile is not None and sketch is not None  # no finding: both sides were read and checked
+        return files[0], _reference_from_version(reference_version)
+    if len(files) != 2:
+        raise typer.BadParameter("give REFERENCE and CURRENT", param_hint="FILES")
+    return files[1], files[0]
+
+
+def _show_drift(report: DriftReport, *, current: Path, json_out: Path | None, html_out: Path | None) -> None:
+    """The report's table (on standard error when a report goes to standard output), then its files."""
+    import json
+
     from rich.console import Console
 
     from monitors.console import print_report
-    from monitors.engine import evaluate
     from monitors.html import render_html
 
-    try:
-        report = evaluate(profile=profile, sketch=sketch, config=config)
-    except (ValueError, TypeError) as exc:
-        raise Invalid(f"cannot compare CURRENT {current_path} with {source}: {exc}{hint}") from None
     to_stdout = STDOUT in {str(json_out), str(html_out)}
     print_report(report, console=Console(stderr=True) if to_stdout else None)
     if json_out is not None:
         _write_output(json_out, json.dumps(report.as_dict(), indent=2, allow_nan=False), option="--json")
     if html_out is not None:
-        page = render_html(report, title=f"Drift report: {current_path.name}")
+        page = render_html(report, title=f"Drift report: {current.name}")
         _write_output(html_out, page, option="--html")
-    raise typer.Exit(code=1 if report.drifted else 0)
 
 
 class NotEvaluated(Invalid):

@@ -24,7 +24,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from sqlalchemy import Engine
@@ -197,21 +197,20 @@ def _read_window(
     now: datetime | None,
     cache: SketchCache | None,
 ) -> Window:
-    sketch = WindowSketch(threshold=threshold)
     if cache is not None:
         return _read_cached(
-            engine=engine,
             cache=cache,
-            profile=profile,
+            reader=_BlockReader.of(
+                engine=engine, profile=profile, threshold=threshold, chunk_rows=chunk_rows
+            ),
             model_name=model_name,
             spec=spec,
-            threshold=threshold,
-            chunk_rows=chunk_rows,
             now=now,
         )
     summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
     if summary is None:
-        return Window(model_name, spec, 0, None, None, None, None, 0, sketch, READER)
+        return _empty_window(model_name=model_name, spec=spec, threshold=threshold)
+    sketch = WindowSketch(threshold=threshold)
     count = 0
     # the labels are read apart, from the feedback alone, in one query (labels joined per range cost a
     # read of the range's labels each)
@@ -231,11 +230,41 @@ def _read_window(
     return _window(summary, sketch, count)
 
 
+class _CacheUse(NamedTuple):
+    """What a read with the sketch cache took from it: the blocks merged from stored counts, the blocks
+    read (the edges, new or changed ones) and the wall seconds of each step."""
+
+    cached: int
+    counted: int
+    seconds: dict[str, float]
+
+
+class _Sketched(NamedTuple):
+    """A window's sketch as :func:`_sketch_blocks` assembles it, its chunks read and its use of the cache."""
+
+    sketch: WindowSketch
+    chunks: int
+    use: _CacheUse
+
+
+def _empty_window(*, model_name: str, spec: WindowSpec, threshold: float) -> Window:
+    """The window of a log that holds none of its rows."""
+    return Window(
+        model_name=model_name,
+        spec=spec,
+        rows=0,
+        start=None,
+        end=None,
+        first_id=None,
+        last_id=None,
+        labelled=0,
+        sketch=WindowSketch(threshold=threshold),
+        reader=READER,
+    )
+
+
 def _window(
-    summary: WindowSummary,
-    sketch: WindowSketch,
-    chunks: int,
-    blocks: tuple[int, int, dict[str, float]] | None = None,
+    summary: WindowSummary, sketch: WindowSketch, chunks: int, use: _CacheUse | None = None
 ) -> Window:
     return Window(
         model_name=summary.model_name,
@@ -251,78 +280,135 @@ def _window(
         since=summary.since,
         skip=summary.skip,
         chunks=chunks,
-        cached_blocks=None if blocks is None else blocks[0],
-        counted_blocks=None if blocks is None else blocks[1],
-        cache_seconds=None if blocks is None else blocks[2],
+        cached_blocks=None if use is None else use.cached,
+        counted_blocks=None if use is None else use.counted,
+        cache_seconds=None if use is None else use.seconds,
     )
 
 
-_Early = dict[int, tuple[int, int, "Future[tuple[int, WindowSketch, int]]"]]
-"""Blocks read and counted before the summary was known: block -> (first id, last id, (its rows, its
-counts, the chunks read))."""
+class _Counted(NamedTuple):
+    """One block's rows counted into a sketch of their own (labels apart): the rows it was counted for,
+    the sketch and the chunks read."""
+
+    rows: int
+    sketch: WindowSketch
+    chunks: int
+
+
+@dataclass(frozen=True)
+class _EarlyBlock:
+    """A block read and counted before the summary was known: its first and last id, and the count under
+    way."""
+
+    low: int
+    high: int
+    count: Future[_Counted]
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """The window's aligned blocks of ``size`` batch ids, laid against its id range."""
+
+    summary: WindowSummary
+    size: int
+
+    def sealed(self, st: BlockStat) -> bool:
+        """Wholly inside the window: its every row is in it (so its counts may be stored)."""
+        low, high = st.block * self.size, st.block * self.size + self.size - 1
+        window = self.summary
+        starts = window.first_id < low or (window.first_id == low and not window.skip)
+        inside = starts and high <= window.last_id
+        return inside and (window.since is None or st.oldest >= window.since)
+
+    def span(self, st: BlockStat) -> tuple[int, int]:
+        """The ids of the block inside the window's range."""
+        low, high = st.block * self.size, st.block * self.size + self.size - 1
+        return max(low, self.summary.first_id), min(high, self.summary.last_id)
+
+
+@dataclass(frozen=True)
+class _BlockReader:
+    """Reads a window's rows block by block, without labels, and counts each block into a sketch of its own
+    on ``profile``'s grids."""
+
+    engine: Engine
+    profile: Profile
+    threshold: float
+    chunk_rows: int
+    numeric: list[str]
+    categorical: list[str]
+
+    @classmethod
+    def of(cls, *, engine: Engine, profile: Profile, threshold: float, chunk_rows: int) -> _BlockReader:
+        numeric, categorical = _feature_names(profile)
+        return cls(engine, profile, threshold, chunk_rows, numeric=numeric, categorical=categorical)
+
+    def read(self, summary: WindowSummary, *, low: int, high: int, rows: int) -> list[Chunk]:
+        """The window's rows between two ids of one block."""
+        return _read_block(
+            engine=self.engine,
+            summary=summary,
+            low=low,
+            high=high,
+            rows=rows,
+            numeric=self.numeric,
+            categorical=self.categorical,
+            chunk_rows=self.chunk_rows,
+        )
+
+    def read_block(self, blocks: _Blocks, st: BlockStat) -> list[Chunk]:
+        """What the window holds of one block."""
+        low, high = blocks.span(st)
+        return self.read(blocks.summary, low=low, high=high, rows=st.rows)
+
+    def count(self, chunks: list[Chunk], *, rows: int) -> _Counted:
+        part = WindowSketch(threshold=self.threshold)
+        for chunk in chunks:
+            add_chunk(sketch=part, profile=self.profile, chunk=chunk, labels=False)
+        return _Counted(rows=rows, sketch=part, chunks=len(chunks))
+
+    def count_early(self, ids: WindowSummary, *, block_ids: int) -> _Counted:
+        """One block's ids read as a window of their own (the summary is not known yet): its rows counted
+        first, so that its ranges are cut as a read after the summary cuts them."""
+        found = block_stats(engine=self.engine, summary=ids, block_ids=block_ids)
+        rows = found[0].rows if found else 0
+        if not rows:
+            return _Counted(rows=0, sketch=WindowSketch(threshold=self.threshold), chunks=0)
+        return self.count(self.read(ids, low=ids.first_id, high=ids.last_id, rows=rows), rows=rows)
 
 
 def _read_cached(
-    *,
-    engine: Engine,
-    cache: SketchCache,
-    profile: Profile,
-    model_name: str,
-    spec: WindowSpec,
-    threshold: float,
-    chunk_rows: int,
-    now: datetime | None,
+    *, cache: SketchCache, reader: _BlockReader, model_name: str, spec: WindowSpec, now: datetime | None
 ) -> Window:
     """:func:`read_window` with the sketch cache. The summary's index scan (a quarter of a second for a
     million rows) leaves a core idle, so the newest blocks the cache does not hold are read meanwhile,
     bounded by the newest id seen first; the summary is bounded by the same id."""
+    engine = reader.engine
     now = now or datetime.now(UTC)  # one time bound for the early reads and the summary
     began = time.perf_counter()
     density = mean_size(engine=engine, model_name=model_name, spec=spec, now=now)
     cache = replace(cache, block_ids=block_span(cache.block_ids, density))
-    key = _key(model_name, spec, profile, threshold, cache.block_ids)
-    numeric, categorical = _feature_names(profile)
+    key = _key(model_name, spec, reader.profile, reader.threshold, cache.block_ids)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dw-blocks") as pool:
-        early: _Early = {}
+        early: dict[int, _EarlyBlock] = {}
         top = newest_id(engine=engine, model_name=model_name, spec=spec, now=now)
         if top is not None and spec.minutes is None:  # (a time bound's first id is known only from the scan)
             early = _read_early(
-                engine=engine,
-                cache=cache,
-                key=key,
-                pool=pool,
-                profile=profile,
-                threshold=threshold,
-                model_name=model_name,
-                spec=spec,
-                top=top,
-                numeric=numeric,
-                categorical=categorical,
-                chunk_rows=chunk_rows,
+                cache=cache, key=key, pool=pool, reader=reader, model_name=model_name, spec=spec, top=top
             )
         summary, stats = summarize_blocks(
             engine=engine, model_name=model_name, spec=spec, block_ids=cache.block_ids, now=now, upto=top
         )
         summarized = time.perf_counter() - began
         if summary is None:
-            for _, _, future in early.values():
-                future.cancel()
-            empty = WindowSketch(threshold=threshold)
-            return Window(model_name, spec, 0, None, None, None, None, 0, empty, READER)
-        sketch, count, blocks = _sketch_blocks(
-            engine=engine,
-            cache=cache,
-            key=key,
-            stats=stats,
-            profile=profile,
-            summary=summary,
-            threshold=threshold,
-            chunk_rows=chunk_rows,
-            pool=pool,
-            early=early,
+            for block in early.values():
+                block.count.cancel()
+            return _empty_window(model_name=model_name, spec=spec, threshold=reader.threshold)
+        sketched = _sketch_blocks(
+            cache=cache, key=key, stats=stats, summary=summary, reader=reader, pool=pool, early=early
         )
-    blocks[2]["summary_and_block_stats"] = round(summarized, 4)
-    return _window(summary, sketch, count, blocks)
+    sketched.use.seconds["summary_and_block_stats"] = round(summarized, 4)
+    return _window(summary, sketched.sketch, sketched.chunks, sketched.use)
 
 
 def _key(model_name: str, spec: WindowSpec, profile: Profile, threshold: float, block_ids: int) -> SketchKey:
@@ -364,29 +450,16 @@ def _read_block(
     )
 
 
-def _counted(chunks: list[Chunk], *, profile: Profile, threshold: float) -> tuple[WindowSketch, int]:
-    """One block's chunks counted into a sketch of their own (labels apart), and how many there were."""
-    part = WindowSketch(threshold=threshold)
-    for chunk in chunks:
-        add_chunk(sketch=part, profile=profile, chunk=chunk, labels=False)
-    return part, len(chunks)
-
-
 def _read_early(
     *,
-    engine: Engine,
     cache: SketchCache,
     key: SketchKey,
     pool: ThreadPoolExecutor,
-    profile: Profile,
-    threshold: float,
+    reader: _BlockReader,
     model_name: str,
     spec: WindowSpec,
     top: int,
-    numeric: list[str],
-    categorical: list[str],
-    chunk_rows: int,
-) -> _Early:
+) -> dict[int, _EarlyBlock]:
     """Start reading and counting, newest first, those of the last :data:`_EARLY_BLOCKS` blocks up to
     ``top`` that the cache does not hold and that lie wholly inside the window whatever its first id turns
     out to be (every run reads the newest, partial block; a cold run reads them all). Windows without a
@@ -397,180 +470,227 @@ def _read_early(
     candidates = [b for b in range(newest, newest - _EARLY_BLOCKS, -1) if b >= 0 and b * size >= lowest]
     with Session(cache.engine) as session:
         stored = cached_blocks(session=session, key=key, blocks=candidates)
-    early: _Early = {}
+    early: dict[int, _EarlyBlock] = {}
     for block in candidates:
         if block in stored:
             continue
         low, high = block * size, min(block * size + size - 1, top)
         # the summary is not known yet: the ids are read as a window of their own (same filters)
-        ids = WindowSummary(model_name, spec, high - low + 1, None, None, low, high, None)
-
-        def read(ids: WindowSummary = ids) -> tuple[int, WindowSketch, int]:
-            # its rows counted first, so that its ranges are cut as a read after the summary cuts them
-            found = block_stats(engine=engine, summary=ids, block_ids=size)
-            rows = found[0].rows if found else 0
-            if not rows:
-                return 0, WindowSketch(threshold=threshold), 0
-            chunks = _read_block(
-                engine=engine,
-                summary=ids,
-                low=ids.first_id,
-                high=ids.last_id,
-                rows=rows,
-                numeric=numeric,
-                categorical=categorical,
-                chunk_rows=chunk_rows,
-            )
-            return (rows, *_counted(chunks, profile=profile, threshold=threshold))
-
-        early[block] = (low, high, pool.submit(read))
+        ids = WindowSummary(
+            model_name=model_name,
+            spec=spec,
+            rows=high - low + 1,
+            start=None,
+            end=None,
+            first_id=low,
+            last_id=high,
+            since=None,
+        )
+        early[block] = _EarlyBlock(
+            low=low, high=high, count=pool.submit(reader.count_early, ids, block_ids=size)
+        )
     return early
 
 
-def _sketch_blocks(
+class _Clock:
+    """Wall seconds per named step, each step timed from the end of the one before."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def step(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._last, 4)
+        self._last = now
+
+
+@dataclass
+class _BlockPlan:
+    """How each block of the window is counted: from its stored counts (``cached``, in block order), from
+    its count started early (``early``), or read now (``unread``, in block order)."""
+
+    cached: list[int]
+    early: dict[int, Future[_Counted]]
+    unread: list[BlockStat]
+
+
+def _plan_blocks(
     *,
-    engine: Engine,
     cache: SketchCache,
     key: SketchKey,
     stats: list[BlockStat],
-    profile: Profile,
-    summary: WindowSummary,
-    threshold: float,
-    chunk_rows: int,
-    pool: ThreadPoolExecutor,
-    early: _Early,
-) -> tuple[WindowSketch, int, tuple[int, int, dict[str, float]]]:
-    """The window's sketch block by block, stored counts merged where still valid, the blocks read early
-    taken where they cover what the window holds of the block; returns the sketch, the chunks read and
-    (blocks from the cache, blocks read, wall seconds per step)."""
-    seconds: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def step(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        seconds[name] = round(seconds.get(name, 0.0) + now - clock, 4)
-        clock = now
-
-    size = cache.block_ids
-
-    def sealed(st: BlockStat) -> bool:  # wholly inside the window: its every row is in it
-        low, high = st.block * size, st.block * size + size - 1
-        starts = summary.first_id < low or (summary.first_id == low and not summary.skip)
-        inside = starts and high <= summary.last_id
-        return inside and (summary.since is None or st.oldest >= summary.since)
-
+    blocks: _Blocks,
+    early: dict[int, _EarlyBlock],
+) -> _BlockPlan:
+    """Stored counts are taken for the sealed blocks whose row count and oldest ``logged_at`` are still those
+    counted; a block read early is taken where it covers what the window holds of it (its rows are checked
+    when counted); the other blocks are read. Early reads of blocks the cache holds after all (another run
+    stored them meanwhile) are cancelled."""
     with Session(cache.engine) as session:
-        stored = cached_blocks(session=session, key=key, blocks=[st.block for st in stats if sealed(st)])
-    step("cache_fetch")
-    valid = [
+        stored = cached_blocks(
+            session=session, key=key, blocks=[st.block for st in stats if blocks.sealed(st)]
+        )
+    cached = [
         st.block
         for st in stats
-        if sealed(st)
+        if blocks.sealed(st)
         and (got := stored.get(st.block)) is not None
         and got.rows == st.rows
         and got.oldest == st.oldest
     ]
-    valid_set = set(valid)
-    loaded: dict[int, bytes] = {}
-
-    def counts_of(block: int) -> bytes | None:  # the stored counts, _FETCH_BLOCKS valid blocks per query
-        if block not in valid_set:
-            return None
-        if block not in loaded:
-            at = valid.index(block)
-            with Session(cache.engine) as session:
-                loaded.update(block_sketches(session=session, key=key, blocks=valid[at : at + _FETCH_BLOCKS]))
-            step("cache_fetch")
-        return loaded.pop(block, None)  # None: deleted meanwhile (another run pruned it): counted again
-
-    numeric, categorical = _feature_names(profile)
-
-    def span(st: BlockStat) -> tuple[int, int]:  # the ids of the block inside the window's range
-        return max(st.block * size, summary.first_id), min(st.block * size + size - 1, summary.last_id)
-
-    def read_block(st: BlockStat) -> list[Chunk]:  # the block's rows in the window, without labels
-        low, high = span(st)
-        return _read_block(
-            engine=engine,
-            summary=summary,
-            low=low,
-            high=high,
-            rows=st.rows,
-            numeric=numeric,
-            categorical=categorical,
-            chunk_rows=chunk_rows,
-        )
-
-    unread = [st for st in stats if st.block not in valid_set]
-    # blocks read early that cover what the window holds of them (their rows are checked when counted)
-    ready: dict[int, Future[tuple[int, WindowSketch, int]]] = {}
-    for st in unread:
+    taken = set(cached)
+    uncached = [st for st in stats if st.block not in taken]
+    ready: dict[int, Future[_Counted]] = {}
+    for st in uncached:
         started = early.pop(st.block, None)
-        if started is not None and (started[0], started[1]) == span(st):
-            ready[st.block] = started[2]
-    for _, _, unused in early.values():  # cached after all (another run stored it meanwhile): not needed
-        unused.cancel()
-    unread = [st for st in unread if st.block not in ready]
-    parts: dict[int, WindowSketch] = {}
-    fresh: list[CachedBlock] = []
-    chunks = used = 0
+        if started is not None and (started.low, started.high) == blocks.span(st):
+            ready[st.block] = started.count
+    for unused in early.values():
+        unused.count.cancel()
+    return _BlockPlan(cached=cached, early=ready, unread=[st for st in uncached if st.block not in ready])
+
+
+class _StoredCounts:
+    """The stored counts of the blocks taken from the cache, fetched :data:`_FETCH_BLOCKS` blocks per query
+    as the counting reaches them."""
+
+    def __init__(self, *, cache: SketchCache, key: SketchKey, blocks: list[int], clock: _Clock) -> None:
+        self.cache, self.key, self.blocks, self.clock = cache, key, blocks, clock
+        self.valid = set(blocks)
+        self.loaded: dict[int, bytes] = {}
+
+    def take(self, block: int) -> bytes | None:
+        """The block's stored counts; None when it is not taken from the cache, or was deleted meanwhile
+        (another run pruned it): then it is counted again."""
+        if block not in self.valid:
+            return None
+        if block not in self.loaded:
+            at = self.blocks.index(block)
+            with Session(self.cache.engine) as session:
+                fetched = block_sketches(
+                    session=session, key=self.key, blocks=self.blocks[at : at + _FETCH_BLOCKS]
+                )
+            self.loaded.update(fetched)
+            self.clock.step("cache_fetch")
+        return self.loaded.pop(block, None)
+
+
+class _ReadAhead:
+    """The blocks to read, each submitted to the pool :data:`_BLOCKS_AHEAD` blocks ahead of the counting."""
+
+    def __init__(
+        self, *, pool: ThreadPoolExecutor, reader: _BlockReader, blocks: _Blocks, unread: list[BlockStat]
+    ) -> None:
+        self.pool, self.reader, self.blocks, self.unread = pool, reader, blocks, unread
+        self.pending: dict[int, Future[list[Chunk]]] = {}
+
+    def fill(self) -> None:
+        while self.unread and len(self.pending) < _BLOCKS_AHEAD:
+            st = self.unread.pop(0)
+            self.pending[st.block] = self.pool.submit(self.reader.read_block, self.blocks, st)
+
+    def take(self, block: int) -> Future[list[Chunk]] | None:
+        """The block's read under way, if it is one of those read ahead; the next block is submitted."""
+        future = self.pending.pop(block, None)
+        self.fill()
+        return future
+
+
+class _FreshBlocks:
+    """Counts of sealed blocks to store, written :data:`_FETCH_BLOCKS` blocks at a time as they come, so that
+    memory stays bounded on a cold run."""
+
+    def __init__(self, *, cache: SketchCache, key: SketchKey) -> None:
+        self.cache, self.key = cache, key
+        self.blocks: list[CachedBlock] = []
+
+    def add(self, st: BlockStat, part: WindowSketch) -> None:
+        with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
+            self.blocks.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
+        if len(self.blocks) >= _FETCH_BLOCKS:
+            with Session(self.cache.engine) as session, session.begin():
+                store_blocks(session=session, key=self.key, blocks=self.blocks)
+            self.blocks = []
+
+    def close(self, *, prune_below: int) -> None:
+        """Store what is left and delete the blocks older than the window's first."""
+        with Session(self.cache.engine) as session, session.begin():
+            store_blocks(session=session, key=self.key, blocks=self.blocks)
+            prune_blocks(session=session, key=self.key, below=prune_below)
+
+
+def _count_block(
+    st: BlockStat, *, plan: _BlockPlan, ahead: _ReadAhead, reader: _BlockReader, blocks: _Blocks
+) -> _Counted:
+    """One block that the cache does not give: its early count when that saw the summary's row count (else
+    a row was committed meanwhile: the block is read again, as the summary saw it), or what the window
+    holds of it read (ahead, or now)."""
+    future = ahead.take(st.block)
+    early = plan.early.pop(st.block, None)
+    if early is not None and (counted := early.result()).rows == st.rows:
+        return counted
+    chunks = future.result() if future is not None else reader.read_block(blocks, st)
+    return reader.count(chunks, rows=st.rows)
+
+
+def _sketch_blocks(
+    *,
+    cache: SketchCache,
+    key: SketchKey,
+    stats: list[BlockStat],
+    summary: WindowSummary,
+    reader: _BlockReader,
+    pool: ThreadPoolExecutor,
+    early: dict[int, _EarlyBlock],
+) -> _Sketched:
+    """The window's sketch block by block, stored counts merged where still valid, the blocks read early
+    taken where they cover what the window holds of the block (:func:`_plan_blocks`)."""
+    clock = _Clock()
+    blocks = _Blocks(summary=summary, size=cache.block_ids)
+    plan = _plan_blocks(cache=cache, key=key, stats=stats, blocks=blocks, early=early)
+    clock.step("cache_fetch")
+    stored = _StoredCounts(cache=cache, key=key, blocks=plan.cached, clock=clock)
+    fresh = _FreshBlocks(cache=cache, key=key)
     # the blocks read early are counted first; the others are fetched one block ahead of the counting
-    ahead: dict[int, Future[list[Chunk]]] = {}
-
-    def fetch_next() -> None:
-        while unread and len(ahead) < _BLOCKS_AHEAD:
-            st = unread.pop(0)
-            ahead[st.block] = pool.submit(read_block, st)
-
-    fetch_next()
-    for st in sorted(stats, key=lambda st: st.block not in ready):  # stable: block order otherwise
-        whole = sealed(st)
-        data = counts_of(st.block)
+    ahead = _ReadAhead(pool=pool, reader=reader, blocks=blocks, unread=plan.unread)
+    ahead.fill()
+    parts: dict[int, WindowSketch] = {}
+    chunks = used = 0
+    for st in sorted(stats, key=lambda st: st.block not in plan.early):  # stable: block order otherwise
+        data = stored.take(st.block)
         if data is not None:
-            parts[st.block] = decode_counts(data, threshold=threshold)
+            parts[st.block] = decode_counts(data, threshold=reader.threshold)
             used += 1
-            step("cache_merge")
+            clock.step("cache_merge")
             continue
-        future = ahead.pop(st.block, None)
-        fetch_next()
-        counted: WindowSketch | None = None
-        if st.block in ready:
-            rows, counted, early_chunks = ready.pop(st.block).result()
-            if rows != st.rows:  # a row committed meanwhile: the block is read again, as the summary saw it
-                counted = None
-            else:
-                chunks += early_chunks
-        if counted is None:
-            counted, read = _counted(
-                future.result() if future is not None else read_block(st),
-                profile=profile,
-                threshold=threshold,
-            )
-            chunks += read
-        part = parts[st.block] = counted
-        fetch_next()
+        counted = _count_block(st, plan=plan, ahead=ahead, reader=reader, blocks=blocks)
+        parts[st.block] = counted.sketch
+        chunks += counted.chunks
         # a row committed since the block's count (an older id) waits for the next run to be stored
-        if whole and part.rows == st.rows:
-            with contextlib.suppress(TypeError):  # a category that is no text: counted, never stored
-                fresh.append(CachedBlock(st.block, st.rows, st.oldest, encode_counts(part)))
-            if len(fresh) >= _FETCH_BLOCKS:  # stored as they come: memory stays bounded on a cold run
-                with Session(cache.engine) as session, session.begin():
-                    store_blocks(session=session, key=key, blocks=fresh)
-                fresh = []
-        step("read")
-    total = WindowSketch(threshold=threshold)
+        if blocks.sealed(st) and counted.sketch.rows == st.rows:
+            fresh.add(st, counted.sketch)
+        clock.step("read")
+    total = WindowSketch(threshold=reader.threshold)
     for st in stats:  # merged in block order, whichever was counted first
         total = total.merge(parts.pop(st.block))
-    step("cache_merge")
+    clock.step("cache_merge")
     # labels arrive after their predictions: counted on every run, in id order, over the whole window
-    _add_labels(sketch=total, engine=engine, profile=profile, summary=summary, chunk_rows=chunk_rows)
-    step("labels")
-    with Session(cache.engine) as session, session.begin():
-        store_blocks(session=session, key=key, blocks=fresh)
-        prune_blocks(session=session, key=key, below=summary.first_id // size)
-    step("store")
-    return total, chunks, (used, len(stats) - used, seconds)
+    _add_labels(
+        sketch=total,
+        engine=reader.engine,
+        profile=reader.profile,
+        summary=summary,
+        chunk_rows=reader.chunk_rows,
+    )
+    clock.step("labels")
+    fresh.close(prune_below=summary.first_id // cache.block_ids)
+    clock.step("store")
+    return _Sketched(
+        sketch=total,
+        chunks=chunks,
+        use=_CacheUse(cached=used, counted=len(stats) - used, seconds=clock.seconds),
+    )
 
 
 def _add_labels(

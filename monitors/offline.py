@@ -1,4 +1,5 @@
-"""Offline drift (``driftwarden drift``): files read in Arrow batches into the service's profile and sketch.
+"""Offline drift (``driftwarden drift``): files read in Arrow batches into the service's profile and sketch,
+checked and compared (:func:`compare_files`).
 
 Nothing here measures anything: the reference's columns go to :func:`monitors.profile.build_reference_profile`
 and each batch of the current file is folded into a :class:`monitors.window.WindowSketch`, the engine the
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from core.errors import Invalid
 from core.tabular import (
     BATCH_ROWS,
     CSV_BLOCK_BYTES,
@@ -33,10 +35,13 @@ from core.tabular import (
     as_float,
     fold_batches,
 )
-from monitors.profile import WORKERS, Profile
+from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
+from monitors.profile import WORKERS, Profile, build_reference_profile, profile_from_dict
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, infer_feature
 
-if TYPE_CHECKING:  # imported when sketching: it loads the statistics (scipy), which the reference needs not
+if TYPE_CHECKING:  # types only; monitors.window is imported when sketching: it loads the statistics
+    from monitors.config import MonitorConfig
+    from monitors.report import DriftReport
     from monitors.window import WindowSketch
 
 
@@ -299,3 +304,184 @@ def sketch_current(
 def numeric_features(schema: ModelSchema) -> list[str]:
     """Names of the schema's numeric features."""
     return [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
+
+
+@dataclass(frozen=True)
+class RegisteredReference:
+    """A registered version's reference profile and schema, compared with instead of a reference file;
+    ``ref`` (NAME:VERSION) names it in messages."""
+
+    ref: str
+    profile: Profile
+    schema: ModelSchema
+
+
+@dataclass
+class _Sides:
+    """A comparison's two sides as they are read and checked: how messages name the reference, each file's
+    columns as the checks read them (by how messages name the file), the findings so far, the schema and
+    the label column, the reference profile, and why that profile could not be built (reported after the
+    current file's findings)."""
+
+    source: str
+    registered: bool
+    tables: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    schema: ModelSchema | None = None
+    label: str | None = None
+    profile: Profile | None = None
+    failure: Exception | None = None
+
+
+def compare_files(
+    current: Path,
+    *,
+    reference: Path | RegisteredReference,
+    schema: ModelSchema | None,
+    schema_source: str,
+    target: str | None,
+    prediction: str | None,
+    min_rows: int,
+    config: MonitorConfig,
+    hint: str = "",
+) -> DriftReport:
+    """Compare the ``current`` file with a reference file (on ``schema``, or one inferred from the file) or
+    a registered version's profile, after the checks of both sides: the drift report.
+
+    ``schema_source`` names the given schema in messages; ``hint`` ends the message of a comparison that
+    the engine refuses (e.g. which config to check). Whatever stops the comparison raises
+    :class:`core.errors.Invalid`: the checks' findings first (:class:`monitors.checks.DataCheckFailed`).
+    """
+    if isinstance(reference, RegisteredReference):
+        sides = _registered_side(reference, target=target, min_rows=min_rows)
+    else:
+        sides = _reference_side(
+            reference,
+            schema=schema,
+            schema_source=schema_source,
+            target=target,
+            prediction=prediction,
+            min_rows=min_rows,
+        )
+    sketch = _current_side(
+        current, sides, target=target, prediction=prediction, min_rows=min_rows, config=config
+    )
+    failed = f"cannot compare CURRENT {current} with {sides.source}"
+    if sides.failure is not None:
+        raise Invalid(f"{failed}: {sides.failure}{hint}")
+    assert sides.profile is not None and sketch is not None  # no finding: both sides were read and checked
+    from monitors.engine import evaluate
+
+    try:
+        return evaluate(profile=sides.profile, sketch=sketch, config=config)
+    except (ValueError, TypeError) as exc:
+        raise Invalid(f"{failed}: {exc}{hint}") from None
+
+
+def _registered_side(reference: RegisteredReference, *, target: str | None, min_rows: int) -> _Sides:
+    sides = _Sides(
+        source=f"the registered version {reference.ref}",
+        registered=True,
+        schema=reference.schema,
+        label=target or (reference.schema.target or None),
+        profile=reference.profile,
+    )
+    where = f"the reference profile of {reference.ref}"
+    sides.findings += check_rows(reference.profile.rows, where=where, min_rows=min_rows)
+    return sides
+
+
+def _reference_side(
+    path: Path,
+    *,
+    schema: ModelSchema | None,
+    schema_source: str,
+    target: str | None,
+    prediction: str | None,
+    min_rows: int,
+) -> _Sides:
+    """Read and check the reference file, then (when it passed) infer its schema unless one is given and
+    build its profile; the file's columns are dropped once the profile holds what is needed of them."""
+    where = f"REFERENCE {path}"
+    exclude = {c for c in (target, prediction) if c}
+    facts, columns = read_reference(
+        path,
+        columns=None  # all: the features are inferred from them
+        if schema is None
+        else [*schema.feature_names, target, prediction, schema.target or None],
+        target=target,
+        prediction=prediction,
+    )
+    sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
+    sides.tables[where] = facts.for_checks()
+    sides.findings += check_table(
+        sides.tables[where],
+        where=where,
+        min_rows=min_rows,
+        features=schema.feature_names if schema is not None else [c for c in facts.names if c not in exclude],
+        feature_source=sides.source,
+        target=target,
+        prediction=prediction,
+    )
+    if sides.findings:
+        return sides
+    try:
+        sides.schema = schema or reference_schema(columns, facts, exclude=exclude, target=target)
+    except ValueError as exc:
+        raise Invalid(f"{where}: {exc}") from None
+    sides.label = target or (sides.schema.target or None)
+    preds = columns.get(prediction) if prediction else None
+    labels = columns.get(sides.label) if sides.label and preds is not None else None
+    try:
+        built = build_reference_profile(
+            columns,
+            sides.schema,
+            predictions=None if preds is None else np.asarray(preds, dtype=np.float64),
+            labels=None if labels is None else np.asarray(labels),
+        )
+        sides.profile = profile_from_dict(built)
+    except (ValueError, TypeError) as exc:
+        sides.failure = exc
+    return sides
+
+
+def _current_side(
+    path: Path,
+    sides: _Sides,
+    *,
+    target: str | None,
+    prediction: str | None,
+    min_rows: int,
+    config: MonitorConfig,
+) -> WindowSketch | None:
+    """Read the current file into a sketch (when the reference passed and gave a profile) and check it and
+    the options against both sides; raise every finding."""
+    where = f"CURRENT {path}"
+    features = [] if sides.schema is None else sides.schema.feature_names
+    facts, sketch = sketch_current(
+        path,
+        profile=sides.profile if not sides.findings and sides.failure is None else None,
+        features=features,
+        prediction=prediction,
+        labels=sides.label,
+        target=target,
+        threshold=config.classification_threshold,
+    )
+    sides.tables[where] = facts.for_checks()
+    findings = check_options(
+        sides.tables, target=target, prediction=prediction, target_in=list(sides.tables)[:1]
+    )
+    findings += sides.findings
+    findings += check_table(
+        sides.tables[where],
+        where=where,
+        min_rows=min_rows,
+        features=features,
+        feature_source=sides.source,
+        numeric=[] if sides.schema is None else numeric_features(sides.schema),
+        target=target,
+        prediction=prediction,
+        target_required=sides.registered,
+    )
+    raise_findings(findings)
+    return sketch
