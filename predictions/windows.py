@@ -756,7 +756,7 @@ def labelled_arrays(*, engine: Engine, summary: WindowSummary) -> tuple[np.ndarr
     return p, y
 
 
-def labelled_rows(
+def labelled_chunks(
     *, engine: Engine, summary: WindowSummary, chunk_rows: int = CHUNK_ROWS
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """:func:`labelled_arrays` ``chunk_rows`` at a time."""

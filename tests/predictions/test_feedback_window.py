@@ -2,11 +2,11 @@
 
 Each label carries copies of its prediction (its batch's id as ``log_id``, its ``position`` there, its output
 as ``probability``, ``model_version``, ``status``), filled by ``record_feedback`` and, for the labels of an
-older log, by the migrations. The readers that use them (``labelled_arrays``, ``labelled_rows``, the labels of
-``read_chunks``) must return exactly the labels joined to the window's predictions by prediction id (computed
-here from the batches and the feedback, without the copies: the reference), on a log with labels of every
-kind a window must leave out or keep, on requests of several predictions (a last-N window ending inside one);
-and a database with labels from before 0015 must keep them and read them the same way after the upgrade.
+older log, by the migrations. The readers that use them (``labelled_arrays``, ``labelled_chunks``, the labels
+of ``read_chunks``) must return exactly the labels joined to the window's predictions by prediction id
+(computed here from the batches and the feedback, without the copies: the reference), on a log with labels of
+every kind a window must leave out or keep, on requests of several predictions (a last-N window ending inside
+one); and a database with labels from before 0015 must keep them and read them the same way after the upgrade.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from predictions.service import record_feedback, write_log_rows
 from predictions.windows import (
     WindowSpec,
     labelled_arrays,
-    labelled_rows,
+    labelled_chunks,
     read_chunks,
     summarize_window,
 )
@@ -204,7 +204,7 @@ def _assert_readers_equal_the_reference(engine: Engine, *, expect_labels: bool =
         jp, jy = outputs[held], labels[held]
         p, y = labelled_arrays(engine=engine, summary=summary)
         assert np.array_equal(p, jp, equal_nan=True) and np.array_equal(y, jy, equal_nan=True), spec
-        chunks = list(labelled_rows(engine=engine, summary=summary, chunk_rows=7))
+        chunks = list(labelled_chunks(engine=engine, summary=summary, chunk_rows=7))
         sp = np.concatenate([c[0] for c in chunks]) if chunks else np.array([])
         sy = np.concatenate([c[1] for c in chunks]) if chunks else np.array([])
         assert np.array_equal(sp, jp, equal_nan=True) and np.array_equal(sy, jy, equal_nan=True), spec

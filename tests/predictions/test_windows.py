@@ -31,7 +31,7 @@ from predictions.windows import (
     WindowSummary,
     block_stats,
     labelled_arrays,
-    labelled_rows,
+    labelled_chunks,
     narrow,
     read_chunks,
     read_vectors,
@@ -366,7 +366,7 @@ def test_a_last_n_window_ending_inside_a_request_leaves_its_oldest_predictions_o
     lp, ly = labelled_arrays(engine=db.engine, summary=summary)
     kept = [i for i in range(75, 100) if i % 3]
     assert np.array_equal(lp, p[kept]) and np.array_equal(ly, y[kept])
-    parts = list(labelled_rows(engine=db.engine, summary=summary, chunk_rows=4))
+    parts = list(labelled_chunks(engine=db.engine, summary=summary, chunk_rows=4))
     assert np.array_equal(np.concatenate([a for a, _ in parts]), p[kept])
     assert np.array_equal(np.concatenate([b for _, b in parts]), y[kept])
 
