@@ -1,4 +1,5 @@
-"""The Prometheus Alertmanager webhook (``webhook_config``, payload version "4"): its model and its auth.
+"""The Prometheus Alertmanager webhook (``webhook_config``, payload version "4"): its model, the receiver's
+answer and its auth.
 
 Alertmanager sends credentials from its receiver's ``http_config``: a bearer token
 (``authorization: {credentials_file: ...}``) compared with ``DRIFTWARDEN_ALERTMANAGER_TOKEN``, or basic
@@ -12,6 +13,7 @@ import base64
 import binascii
 import hmac
 import json
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -19,6 +21,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from starlette.requests import Request
 from starlette.responses import Response
 
+from alerts.lifecycle import RetrainOutcome
 from alerts.specs import errors_at
 from core.auth import Scope
 from core.config import Settings
@@ -83,6 +86,65 @@ class AlertmanagerPayload(BaseModel):
     commonAnnotations: dict[str, str] = Field(default_factory=dict)  # noqa: N815
     externalURL: str = ""  # noqa: N815
     alerts: list[AlertmanagerAlert] = Field(max_length=MAX_ALERTS)
+
+
+@dataclass(frozen=True)
+class Received:
+    """What the receiver did with one alert of a notification."""
+
+    fingerprint: str
+    alertname: str
+    model: str | None
+    status: Literal["firing", "resolved"]
+    id: int | None  # the alert's row (None: a duplicate of a resolved alert already recorded)
+    outcome: Literal["recorded", "updated", "resolved", "duplicate"]
+    actionable: bool  # its model is in the registry
+
+
+@dataclass(frozen=True)
+class RetrainRequested:
+    """The retraining job an alert asked for (label ``action="retrain"``): enqueued, found, or refused."""
+
+    alertname: str
+    retrain: RetrainOutcome
+
+    def as_dict(self) -> dict[str, Any]:
+        """As the receiver answers it."""
+        r = self.retrain
+        return {
+            "fingerprint": r.fingerprint,
+            "alertname": self.alertname,
+            "alert_id": r.alert_id,
+            **r.evidence(),
+        }
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """An alert whose actions did not run, and why."""
+
+    fingerprint: str
+    alertname: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The receiver's answer to a notification."""
+
+    received: int
+    alerts: list[Received] = field(default_factory=list)
+    jobs: list[RetrainRequested] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON answer: ``{"received": n, "alerts": [...], "jobs": [...], "ignored": [...]}``."""
+        return {
+            "received": self.received,
+            "alerts": [asdict(a) for a in self.alerts],
+            "jobs": [j.as_dict() for j in self.jobs],
+            "ignored": [asdict(i) for i in self.ignored],
+        }
 
 
 def _json_value(value: Any) -> str:

@@ -21,29 +21,38 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.orm import Session
 
 from alerts import rules, service, webhooks
-from alerts.alertmanager import AlertmanagerPayload
+from alerts.alertmanager import (
+    AlertmanagerAlert,
+    AlertmanagerPayload,
+    Ignored,
+    Receipt,
+    Received,
+    RetrainRequested,
+)
 from alerts.config import load_rules_file
-from alerts.gate import job_finished
+from alerts.job_outcomes import job_finished
 from alerts.labels import fingerprint
 from alerts.lifecycle import (
-    Ctx,
+    AlertMessage,
+    Cadence,
     Evaluation,
-    activate,
+    Pass,
+    Signal,
     alert_labels,
     announce,
-    apply_silences,
-    keep_actions,
     mark_silenced,
-    record,
+    open_or_advance,
     resolve,
     retrain,
+    rule_signal,
 )
 from alerts.models import (
     AlertDetail,
@@ -72,6 +81,10 @@ from registry.names import InvalidName, check_name
 from registry.service import count_versions, latest_version, read_schema, require_model, serving_version
 from training.service import get_job
 
+if TYPE_CHECKING:
+    from core.health import CheckResult
+    from monitors.flows import Outcome
+
 log = logging.getLogger("driftwarden.alerts")
 
 
@@ -81,7 +94,7 @@ def evaluate_model(
     settings: Settings,
     model_name: str,
     report: Mapping[str, Any] | None = None,
-    health: Mapping[str, Any] | None = None,
+    health: Mapping[str, CheckResult] | None = None,
     run_id: int | None = None,
     model_version: int | None = None,
     now: datetime | None = None,
@@ -95,13 +108,13 @@ def evaluate_model(
     kinds = (MONITOR_KINDS if report is not None else frozenset()) | (
         HEALTH_KINDS if health is not None else frozenset()
     )
-    ctx = Ctx(
+    pass_ = Pass(
         session=session,
         settings=settings,
         model_name=model_name,
         now=now,
         silences=service.active_silences(session=session, now=now),
-        ev=Evaluation(model_name),
+        evaluation=Evaluation(model_name),
         model_version=model_version,
     )
     opened = {
@@ -121,32 +134,31 @@ def evaluate_model(
             continue  # the report cannot say: the rule's alerts keep their state
         evaluated.add(spec.name)
         for finding in findings:
-            labels = alert_labels(spec, model_name, finding)
-            fp = fingerprint(labels)
+            fp = fingerprint(alert_labels(spec, model_name, finding))
             if finding.active:
                 active.add(fp)
-                opened[fp] = activate(ctx, spec, opened.get(fp), labels, finding)
+                opened[fp] = open_or_advance(pass_, opened.get(fp), rule_signal(spec, model_name, finding))
             elif fp in opened and opened[fp].state != AlertState.RESOLVED.value:
-                resolve(ctx, opened[fp], "no longer active", notify="notify" in spec.actions)
+                resolve(pass_, opened[fp], "no longer active", notify="notify" in spec.actions)
     for fp, alert in opened.items():
         if alert.state == AlertState.RESOLVED.value or fp in active:
             continue
         if alert.rule_name not in enabled:
-            resolve(ctx, alert, "its rule was removed or disabled", notify=True)
+            resolve(pass_, alert, "its rule was removed or disabled", notify=True)
         elif alert.rule_name in evaluated:
-            resolve(ctx, alert, "no longer active", notify="notify" in enabled[alert.rule_name].actions)
+            resolve(pass_, alert, "no longer active", notify="notify" in enabled[alert.rule_name].actions)
     evidence = {}
     if report is not None:
         evidence["drift"] = webhooks.drift_evidence(report, run_id=run_id, model_version=model_version)
-    announce(ctx, evidence=evidence)
+    announce(pass_, AlertMessage(evidence))
     session.flush()
-    return ctx.ev
+    return pass_.evaluation
 
 
 # --- event handlers -----------------------------------------------------------------------------------------
 
 
-def on_monitor_run(*, db: Database, settings: Settings, outcome: Any, **_: Any) -> None:
+def on_monitor_run(*, db: Database, settings: Settings, outcome: Outcome, **_: Any) -> None:
     """``monitor.run``: evaluate the model's monitor rules on the run's report."""
     with db.session() as session:
         evaluate_model(
@@ -159,7 +171,7 @@ def on_monitor_run(*, db: Database, settings: Settings, outcome: Any, **_: Any) 
         )
 
 
-def on_health_pass(*, db: Database, settings: Settings, results: Mapping[str, Any], **_: Any) -> None:
+def on_health_pass(*, db: Database, settings: Settings, results: Mapping[str, CheckResult], **_: Any) -> None:
     """``health.pass``: evaluate the health rules of every model with a check or with rules of its own."""
     names = {n.removeprefix("model:") for n in results if n.startswith("model:")}
     with db.session() as session:
@@ -211,119 +223,104 @@ def _model_of(session: Session, labels: Mapping[str, str], cache: dict[str, bool
     return name, cache[name]
 
 
+def _alertmanager_signal(item: AlertmanagerAlert, fp: str, payload: AlertmanagerPayload) -> Signal:
+    """The signal of one alert of a notification: firing at once, never announced by driftwarden."""
+    labels = dict(item.labels)
+    alertname = labels.get("alertname", "alertmanager")[:128]
+    return Signal(
+        source=AlertSource.ALERTMANAGER,
+        fingerprint=fp,
+        rule_name=alertname,
+        severity=labels.get("severity", "none")[:16],
+        labels=labels,
+        annotations=dict(item.annotations),
+        evidence={
+            "receiver": payload.receiver,
+            "group_key": payload.groupKey,
+            "generator_url": item.generatorURL,
+            "external_url": payload.externalURL,
+        },
+        summary=item.annotations.get("summary", alertname),
+        started_at=item.startsAt.astimezone(UTC),
+        cadence=Cadence.NEVER,
+        opened=f"firing in Alertmanager (receiver {payload.receiver!r})",
+    )
+
+
 def receive_alertmanager(
     *, session: Session, settings: Settings, payload: AlertmanagerPayload, now: datetime | None = None
-) -> dict[str, Any]:
+) -> Receipt:
     """Record each alert of a notification (source ``alertmanager``) and run its actions: label
     ``action="retrain"`` or annotation ``retrain: "true"`` enqueues a retraining job (once per firing)."""
     now = now or utcnow()
     service.write_lock(session=session, key="alertmanager")
     silences = service.active_silences(session=session, now=now)
     known: dict[str, bool] = {}
-    received: list[dict[str, Any]] = []
-    jobs: list[dict[str, Any]] = []
-    ignored: list[dict[str, Any]] = []
+    receipt = Receipt(received=len(payload.alerts))
     prints = [item.fingerprint or fingerprint(dict(item.labels)) for item in payload.alerts]
     # every open alert of the notification in one query (not one query and one flush per alert)
     open_by_fp = service.open_alerts_of(session=session, fingerprints=prints)
     for item, fp in zip(payload.alerts, prints, strict=True):
-        labels = dict(item.labels)
-        model_name, model_known = _model_of(session, labels, known)
-        alertname = labels.get("alertname", "alertmanager")[:128]
-        started = item.startsAt.astimezone(UTC)
-        ctx = Ctx(session, settings, model_name or "", now, silences, Evaluation(model_name or ""))
-        wants_retrain = (
-            labels.get("action") == "retrain" or item.annotations.get("retrain", "").strip().lower() == "true"
-        )
-        evidence = {
-            "receiver": payload.receiver,
-            "group_key": payload.groupKey,
-            "generator_url": item.generatorURL,
-            "external_url": payload.externalURL,
-        }
+        model_name, model_known = _model_of(session, item.labels, known)
+        signal = _alertmanager_signal(item, fp, payload)
+        alertname, started = signal.rule_name, item.startsAt.astimezone(UTC)
+        pass_ = Pass(session, settings, model_name or "", now, silences, Evaluation(model_name or ""))
+        ends = item.ends()
+        ended = ends.astimezone(UTC) if ends is not None else now
         alert = open_by_fp.get(fp)
-
-        fields: dict[str, Any] = {  # a new row for this alert, firing or already resolved
-            "fingerprint": fp,
-            "model_name": model_name,
-            "rule_name": alertname,
-            "source": AlertSource.ALERTMANAGER.value,
-            "severity": labels.get("severity", "none")[:16],
-            "labels": labels,
-            "annotations": dict(item.annotations),
-            "evidence": evidence,
-            "value": None,
-            "now": now,
-            "started_at": started,
-        }
+        outcome: Literal["recorded", "updated", "resolved", "duplicate"]
         if item.status == "firing":
-            if alert is None:
-                alert = service.add_alert(session=session, state=AlertState.FIRING.value, **fields)
-                open_by_fp[fp] = alert
-                record(ctx, alert, alert.state, f"firing in Alertmanager (receiver {payload.receiver!r})")
-                outcome = "recorded"
-            else:
-                alert.labels = labels
-                alert.annotations = dict(item.annotations)
-                alert.evidence = keep_actions(alert.evidence, evidence)
-                alert.consecutive += 1
-                alert.last_evaluated_at = now
-                outcome = "updated"
-            apply_silences(ctx, alert)
+            outcome = "recorded" if alert is None else "updated"
+            alert = open_or_advance(pass_, alert, signal)
+            open_by_fp[fp] = alert
         elif alert is not None:
-            ends = item.ends()
-            alert.state = AlertState.RESOLVED.value
+            resolve(pass_, alert, f"ended in Alertmanager at {ended.isoformat()}", notify=False, at=ended)
             del open_by_fp[fp]
-            alert.resolved_at = ends.astimezone(UTC) if ends is not None else now
-            alert.last_evaluated_at = now
-            record(ctx, alert, alert.state, "resolved in Alertmanager", from_state=AlertState.FIRING.value)
             outcome = "resolved"
         elif service.find_alert(session=session, fingerprint=fp, started_at=started) is not None:
             outcome = "duplicate"
-        else:
-            alert = service.add_alert(session=session, state=AlertState.RESOLVED.value, **fields)
-            ends = item.ends()
-            alert.resolved_at = ends.astimezone(UTC) if ends is not None else now
-            record(ctx, alert, alert.state, "received resolved from Alertmanager")
-            outcome = "recorded"
-        entry = {
-            "fingerprint": fp,
-            "alertname": alertname,
-            "model": labels.get("model"),
-            "status": item.status,
-            "id": alert.id if alert is not None else None,
-            "outcome": outcome,
-            "actionable": model_known,
-        }
-        received.append(entry)
-        if labels.get("model") and not model_known:
-            ignored.append(
-                {
-                    "fingerprint": fp,
-                    "alertname": alertname,
-                    "reason": f"model {labels.get('model')!r} is not in the registry: not actionable",
-                }
+        else:  # first heard of once it had resolved: its whole life at once
+            alert = open_or_advance(
+                pass_, None, replace(signal, opened=f"{signal.opened}, received resolved")
             )
+            resolve(pass_, alert, f"ended in Alertmanager at {ended.isoformat()}", notify=False, at=ended)
+            outcome = "recorded"
+        receipt.alerts.append(
+            Received(
+                fingerprint=fp,
+                alertname=alertname,
+                model=item.labels.get("model"),
+                status=item.status,
+                id=alert.id if alert is not None else None,
+                outcome=outcome,
+                actionable=model_known,
+            )
+        )
+        if item.labels.get("model") and not model_known:
+            reason = f"model {item.labels.get('model')!r} is not in the registry: not actionable"
+            receipt.ignored.append(Ignored(fp, alertname, reason))
             continue
+        wants_retrain = (
+            item.labels.get("action") == "retrain"
+            or item.annotations.get("retrain", "").strip().lower() == "true"
+        )
         if item.status != "firing" or not wants_retrain or alert is None:
             continue
         if not model_name:
-            ignored.append(
-                {"fingerprint": fp, "alertname": alertname, "reason": "no 'model' label: cannot retrain"}
-            )
+            receipt.ignored.append(Ignored(fp, alertname, "no 'model' label: cannot retrain"))
         elif alert.silenced:
-            ignored.append({"fingerprint": fp, "alertname": alertname, "reason": "silenced: retrain muted"})
+            receipt.ignored.append(Ignored(fp, alertname, "silenced: retrain muted"))
         else:
-            info = retrain(
-                ctx,
+            retrain(
+                pass_,
                 alert,
                 trigger="alertmanager",
                 key=f"{fp}:{started.isoformat()}",
                 requested_by=f"alertmanager:{payload.receiver or 'webhook'}",
             )
-            jobs.append({"fingerprint": fp, "alertname": alertname, "alert_id": alert.id, **info})
+            receipt.jobs.extend(RetrainRequested(alertname, r) for r in pass_.evaluation.jobs)
     session.flush()
-    return {"received": len(payload.alerts), "alerts": received, "jobs": jobs, "ignored": ignored}
+    return receipt
 
 
 # --- rules --------------------------------------------------------------------------------------------------

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alerts.specs import LOWER_IS_BETTER, PARAMS, Kind, RuleSpec
+
+if TYPE_CHECKING:
+    from core.health import CheckResult
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,9 @@ def health_check_name(spec: RuleSpec, model_name: str) -> str:
     return str(spec.params.get("check", "model:{model}")).replace("{model}", model_name)
 
 
-def evaluate_health(spec: RuleSpec, results: Mapping[str, Any], model_name: str) -> list[Finding] | None:
+def evaluate_health(
+    spec: RuleSpec, results: Mapping[str, CheckResult], model_name: str
+) -> list[Finding] | None:
     """The finding of a ``health`` rule on a health pass (results: name -> CheckResult); None without it."""
     if spec.kind is not Kind.HEALTH:
         return None

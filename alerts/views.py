@@ -174,7 +174,7 @@ async def alertmanager(request: Request) -> Response:
     doc = await _in_session(
         request, lambda s: flows.receive_alertmanager(session=s, settings=state.settings, payload=payload)
     )
-    return _ok(request, doc)
+    return _ok(request, doc.as_dict())
 
 
 # --- silences -----------------------------------------------------------------------------------------------

@@ -357,9 +357,9 @@ def test_retrain_action_enqueues_one_job_per_firing(db: Database, reports: dict[
     settings = settings_for(db, retrain_cooldown_s=0)
     ev = evaluate(db, settings, reports["covariate_shift"], T0)  # default dataset_drift: notify + retrain
     (job,) = ev.jobs
-    assert job["created"] and job["job_id"] is not None
+    assert job.created and job.job_id is not None
     with db.session() as s:
-        row = jobs.get_job(session=s, job_id=job["job_id"])
+        row = jobs.get_job(session=s, job_id=job.job_id)  # type: ignore[arg-type]
         dataset_alert = next(a for a in service.list_alerts(session=s) if a.rule_name == "dataset_drift")
         assert row.trigger == "alert" and row.alert_id == dataset_alert.id and row.model_name == "credit"
         assert dataset_alert.evidence["retrain"]["job_id"] == row.id
@@ -423,7 +423,7 @@ def test_a_performance_alert_rolls_back_a_version_a_job_promoted(
             now=now,
         )
     (done,) = ev.rollbacks
-    assert done["from_version"] == 2 and done["to_version"] == 1 and done["promoted_by"] == "job:41"
+    assert done.from_version == 2 and done.to_version == 1 and done.promoted_by == "job:41"
     with db.session() as s:
         assert serving_version(session=s, model_name="credit").version == 1  # type: ignore[union-attr]
         last = version_history(session=s, model_name="credit")[-1]
