@@ -13,13 +13,20 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 MAX_LINK_TTL_S = 90 * 86400.0
 """The longest lifetime of a signed report link (a link is a bearer credential for one report)."""
 MIN_LINK_KEY_CHARS = 32
+ENV_PREFIX = "DRIFTWARDEN_"
+
+
+def env_var(field: str) -> str:
+    """The environment variable of the settings field ``field``: ``monitor_interval_s`` ->
+    ``DRIFTWARDEN_MONITOR_INTERVAL_S``."""
+    return ENV_PREFIX + field.upper()
 
 
 class Settings(BaseSettings):
     """Effective configuration; every field maps to ``DRIFTWARDEN_<FIELD>``."""
 
     # an invalid setting's error names it but never echoes the input: several inputs are secrets
-    model_config = SettingsConfigDict(env_prefix="DRIFTWARDEN_", extra="ignore", hide_input_in_errors=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", hide_input_in_errors=True)
 
     # storage
     database_url: SecretStr = Field(

@@ -17,16 +17,17 @@ import os
 import re
 import sys
 from collections.abc import Iterator, MutableMapping
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, get_origin
 
 import typer
 import typer.main
-from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors its own click
+from typer._click.core import Context as ClickContext  # typer vendors its own click
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
-from core.config import get_settings
+from core.config import Settings, env_var, get_settings
 from core.errors import DomainError
-from core.logs import quiet_tensorflow_banner, setup_logging
+from core.logs import quiet_tensorflow_banner
 
 
 class _Root(TyperGroup):
@@ -97,25 +98,59 @@ class _Root(TyperGroup):
 def _usage_error(exc: UsageError) -> NoReturn:
     """Print ``exc`` as one line naming the command's help (not click's usage box) and exit with its code."""
     message = " ".join(exc.format_message().split("\n")).removesuffix(".")  # "Missing option '--x'."
-    where = exc.ctx
+    message = message.replace("Value error, ", "")  # pydantic's prefix of a check's ValueError
+    where = exc.ctx or _failing_context(exc)
     if where is not None and where.command.get_help_option(where) is not None:
         message += f" (see `{where.command_path} {where.help_option_names[0]}`)"
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(exc.exit_code) from None
 
 
+def _failing_context(exc: UsageError) -> ClickContext | None:
+    """The context of the command whose arguments ``exc`` refused, when click raised it without one.
+
+    Click's parser raises some errors (`Option '--ttl' requires an argument`) bare; the innermost frame
+    of their traceback that holds a ``ctx`` is the command's ``parse_args``.
+    """
+    found: ClickContext | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        ctx = tb.tb_frame.f_locals.get("ctx")
+        if isinstance(ctx, ClickContext):
+            found = ctx
+        tb = tb.tb_next
+    return found
+
+
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_LIST_ITEM = re.compile(r"[-*•]\s|\d{1,2}[.)]\s")  # "- x", "* x", "• x", "1. x", "2) x"
+
+
+def _reflow_paragraph(paragraph: str) -> str:
+    """``paragraph`` on one line, or one line per item when its lines start a list (``- ``, ``1. ``, ...).
+
+    An item's own continuation lines join it; the text before the first item is a line of its own.
+    """
+    lines: list[str] = []
+    for i, raw in enumerate(paragraph.splitlines()):
+        line = raw.strip()
+        if i == 0 or _LIST_ITEM.match(line):
+            lines.append(line)
+        else:
+            lines[-1] = f"{lines[-1]} {line}" if lines[-1] else line
+    return "\n".join(lines)
 
 
 def _reflow(text: str) -> str:
     """``text`` with each paragraph on one line: the terminal wraps it, not the source's line breaks.
 
-    Blank lines still separate paragraphs; a paragraph starting with ``\\b`` keeps its lines (click's
-    mark for preformatted text), and what follows ``\\f`` (hidden from the help) is left as it is.
+    Blank lines still separate paragraphs, and a list's items stay one per line; a paragraph starting with
+    ``\\b`` keeps its lines (click's mark for preformatted text), and what follows ``\\f`` (hidden from the
+    help) is left as it is.
     """
     shown, cut, hidden = inspect.cleandoc(text).partition("\f")
     paragraphs = [
-        part if part.startswith("\b") else " ".join(line.strip() for line in part.splitlines())
+        part if part.startswith("\b") else _reflow_paragraph(part)
         for part in _PARAGRAPH_BREAK.split(shown.strip("\n"))
     ]
     return "\n\n".join(paragraphs) + cut + hidden
@@ -159,17 +194,32 @@ def _database_error(exc: BaseException) -> str | None:
 
 
 def _settings_error(exc: BaseException) -> str | None:
-    """One line per invalid setting when ``exc`` is the settings refusing the environment, else None."""
-    from pydantic import ValidationError
+    """One line per invalid setting when ``exc`` is the settings refusing the environment, else None.
 
+    Each line names the whole variable (``DRIFTWARDEN_SERVE_MODELS``), also for an item of a list setting,
+    and never echoes its value: several settings are secrets.
+    """
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    fix = "(fix or unset that environment variable)"
+    if isinstance(exc, SettingsError):  # a list or object setting whose value is not JSON
+        named = re.search(r'field "(\w+)"', str(exc))
+        if named is None:
+            return None
+        cause = f" ({str(exc.__cause__).splitlines()[0]})" if exc.__cause__ is not None else ""
+        info = Settings.model_fields.get(named[1])
+        example = ': write a list as ["a", "b"]' if info and get_origin(info.annotation) is list else ""
+        return f"error: invalid setting {env_var(named[1])}: not valid JSON{cause}{example} {fix}"
     if not isinstance(exc, ValidationError) or exc.title != "Settings":
         return None
     lines = []
     for err in exc.errors(include_input=False, include_url=False):
         message = err["msg"].removeprefix("Value error, ")  # pydantic's prefix of a validator's ValueError
         if err["loc"]:
-            name = "DRIFTWARDEN_" + "_".join(str(part) for part in err["loc"]).upper()
-            lines.append(f"error: invalid setting {name}: {message} (fix or unset that environment variable)")
+            field, *inside = err["loc"]  # a list setting's item: ("serve_models", 1)
+            where = "".join(f"item {part + 1}: " if isinstance(part, int) else f"{part}: " for part in inside)
+            lines.append(f"error: invalid setting {env_var(str(field))}: {where}{message} {fix}")
             continue
         # a check of the whole settings (a model validator) has no field: name the variables its message does
         names = list(dict.fromkeys(re.findall(r"\bDRIFTWARDEN_[A-Z0-9_]*[A-Z0-9]", message)))
@@ -314,14 +364,18 @@ def demo(
     workers: Annotated[int, typer.Option("--workers", min=1, help="Cluster workers.")] = 2,
     epochs: Annotated[float, typer.Option("--epochs", min=0.1, help="Training epochs.")] = 3.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the data and training.")] = 0,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show the log records here too (they go to var/demo/demo.log).")
+    ] = False,
 ) -> None:
     """The end-to-end tour on the embedded default: data -> cluster training -> registry -> serving.
 
-    Writes under ./var (SQLite database, registry, checkpoints, demo data); needs no Docker.
+    Writes under ./var (SQLite database, registry, checkpoints, demo data, the tour's log); needs no Docker.
     """
-    from service.demo import run_demo
+    from core.logs import log_to_file
+    from service.demo import LOG_FILE, run_demo
 
-    setup_logging("WARNING", driftwarden_level="INFO")
+    log_to_file(LOG_FILE, verbose=verbose)
     quiet_tensorflow_banner()
     run_demo(settings=get_settings(), model=model, rows=rows, workers=workers, epochs=epochs, seed=seed)
 
