@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 ## Generate data, train on a local TF cluster, register, serve, send traffic, detect drift.
+## The log goes to var/demo/demo.log; `make demo DEMO_ARGS=--verbose` shows it too.
 demo: $(STAMP)
-	$(BIN)/driftwarden demo
+	$(BIN)/driftwarden demo $(DEMO_ARGS)
 
 ## The whole test suite (SQLite and the PostgreSQL at 127.0.0.1:5432, real TF cluster processes, real uvicorn).
 test: $(STAMP)

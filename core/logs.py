@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 from core.config import get_settings
 
@@ -51,3 +52,29 @@ def setup_logging(level: str | None = None, *, driftwarden_level: str | None = N
         )
     if driftwarden_level:
         logging.getLogger("driftwarden").setLevel(driftwarden_level)
+
+
+def log_to_file(path: Path, *, verbose: bool = False) -> None:
+    """For a command whose own output is the story (``demo``): its log records go to ``path``, not between
+    the lines of the story.
+
+    The file (written anew) holds driftwarden's INFO records and everyone's warnings, one timestamped line
+    each. stderr shows only warnings and errors, as one line without a timestamp; with ``verbose`` it shows
+    every record as :func:`setup_logging` does.
+    """
+    if verbose:
+        setup_logging("WARNING", driftwarden_level="INFO")
+    else:
+        quiet_libraries()
+        console = logging.StreamHandler()
+        console.setLevel(logging.WARNING)
+        console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.basicConfig(level=logging.WARNING, handlers=[console])
+        logging.getLogger("driftwarden").setLevel(logging.INFO)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+    # appending: a handler closed by a later logging.config.dictConfig (uvicorn's, when a server starts in
+    # the process) reopens its file at the next record; one opened to write anew ("w") would drop them all
+    file = logging.FileHandler(path, mode="a", encoding="utf-8")
+    file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.getLogger().addHandler(file)

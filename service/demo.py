@@ -4,17 +4,23 @@ Each capability adds a step: generate data -> train on a local async cluster -> 
 serve over both protocols with every prediction logged -> baseline, new-category and drifted traffic,
 drift verdicts and the HTML report -> the closed loop: the drift alert fires, a signed webhook reaches a
 local receiver, the alert's retraining job trains on the cluster, passes the validation gate and is
-promoted, the next run is clean, and a bad candidate is rejected (``service/demo_loop.py``).
+promoted, the next run finds no feature drift, and a bad candidate is rejected (``service/demo_loop.py``).
+
+The tour prints one line per step, a table per drift phase and the closing summary; the log records of
+everything it runs go to :data:`LOG_FILE` (``--verbose`` shows them on stderr too).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from rich.table import Table
 
 from core.config import Settings
 from core.tabular import Columns, write_table
@@ -22,7 +28,14 @@ from core.terminal import make_console
 from service.demo_loop import DemoFailed, Summary
 from training.datagen import TARGET, Scenario, generate
 
+if TYPE_CHECKING:
+    from monitors.findings import Headline
+    from monitors.report import DriftReport
+
 console = make_console(stderr=True)
+log = logging.getLogger("driftwarden.demo")
+
+LOG_FILE = Path("var/demo/demo.log")  # the tour's log records (each cluster node logs in its run dir)
 
 
 def step(title: str) -> None:
@@ -80,6 +93,59 @@ def wait_logged(*, client: httpx.Client, rows_written: int, timeout_s: float = 6
         time.sleep(0.1)
 
 
+METRICS = (("accuracy", "accuracy"), ("roc_auc", "ROC AUC"), ("f1", "F1"))  # the figures a phase shows
+
+
+def metric_text(figures: Mapping[str, Any]) -> str:
+    """``accuracy 0.9185, ROC AUC 0.9727, F1 0.8709``: the figures of :data:`METRICS` that are there."""
+    return ", ".join(f"{label} {float(figures[k]):.4f}" for k, label in METRICS if figures.get(k) is not None)
+
+
+def names(values: set[str] | list[str]) -> str:
+    """Feature names as a reader writes them: ``age, credit_score, income``, or ``nothing``."""
+    return ", ".join(sorted(values)) or "nothing"
+
+
+def print_phase(*, run_id: Any, report: DriftReport, head: Headline) -> None:
+    """One monitor run: its table of verdicts, quality flags, performance, dataset verdict and headline."""
+
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3g}"
+
+    table = Table(title=f"run {run_id}: {report.rows} current rows vs {report.reference_rows} reference rows")
+    for col in ("feature", "kind", "test", "statistic", "p (adj.)", "effect", "min effect", "verdict"):
+        right = col in {"statistic", "p (adj.)", "effect", "min effect"}
+        table.add_column(col, justify="right" if right else "left")
+    rows = [*report.features, *(x for x in (report.prediction, report.multivariate) if x is not None)]
+    for f in rows:
+        r = f.result
+        p = r.adjusted_p_value if r.adjusted_p_value is not None else r.p_value
+        verdict = "[bold red]DRIFT[/]" if r.drifted else "[green]ok[/]"
+        figures = (num(r.statistic), num(p), num(r.effect), num(r.threshold))
+        table.add_row(f.name, f.kind, r.test, *figures, verdict)
+    console.print(table)
+    for q in report.quality:
+        if q.flagged:
+            console.print(
+                f"  [yellow]quality[/] {q.feature}: {q.check} in {q.count} of {q.rows} rows ({q.rate:.2%}, "
+                f"expected {q.expected_rate:.2%})"
+            )
+    if report.performance:
+        line = f"  performance on {int(report.performance.get('rows', report.rows))} labelled rows: "
+        line += metric_text(report.performance)
+        if report.estimated_performance:
+            line += f"; estimated without labels ({report.estimate_method}): "
+            line += metric_text(report.estimated_performance)
+        console.print(line)
+    d = report.dataset
+    verdict = "[bold red]dataset drifted[/]" if d.drifted else "[green]dataset stable[/]"
+    console.print(
+        f"  {verdict}: {d.n_drifted} of {d.n_features} features drifted ({d.share:.0%}; the rule: at least "
+        f"{d.drift_share:.0%}, {d.correction} at alpha {d.alpha})"
+    )
+    console.print(f"  headline: {'[green]' if head.ok else '[bold red]'}{head.text}[/]")
+
+
 RETRAIN_ROWS = 20_000  # labelled rows of the drifted phase: the retraining window (4,000 of them held out)
 
 
@@ -101,11 +167,10 @@ def watch_drift(
     import base64
     import secrets
 
-    from monitors.console import print_report
     from monitors.findings import finding_from_dict
     from monitors.findings import headline as make_headline
     from monitors.report import report_from_dict
-    from service.demo_loop import close_the_loop, webhook_receiver
+    from service.demo_loop import close_the_loop, run_evidence, webhook_receiver
     from service.serving.demo import running_server, with_demo_token
 
     phases = (
@@ -168,21 +233,26 @@ def watch_drift(
             send(scenario.value, i, n)
             doc = monitor()
             head = doc.get("headline") or {}
-            print_report(
-                report_from_dict(doc["report"]),
-                console=console,
-                summary=make_headline(
-                    report_from_dict(doc["report"]),
-                    extra=[finding_from_dict(f) for f in head.get("findings", []) if f["kind"] == "alert"],
-                ),
-            )
+            report = report_from_dict(doc["report"])
+            alerts = [finding_from_dict(f) for f in head.get("findings", []) if f["kind"] == "alert"]
+            print_phase(run_id=doc["run_id"], report=report, head=make_headline(report, extra=alerts))
             verdicts.append({f["name"] for f in doc["report"]["features"] if f["drifted"]})
             if scenario is Scenario.BASELINE:
                 summary.add(
                     "baseline traffic",
                     not verdicts[-1] and not doc["dataset_drifted"],
-                    f"run {doc['run_id']}: no feature drifted; {head.get('text')}",
+                    run_evidence(doc, model=model),
                 )
+        console.print()
+        for phase, found, (scenario, _) in zip(
+            ("baseline", "new category", "covariate shift"), verdicts, phases, strict=True
+        ):
+            want = set(PLANTED[scenario])
+            missed, extra = want - found, found - want
+            if not missed and not extra:
+                console.print(f"  {phase:<16} flagged exactly what was planted: {names(want)}")
+            else:
+                console.print(f"  [yellow]{phase:<16} missed {names(missed)}; also flagged {names(extra)}[/]")
         html = client.get(f"/reports/{model}/drift")
         html.raise_for_status()
         report_path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +275,7 @@ def watch_drift(
         show_observability(client=client, url=url, model=model)
     console.print(f"\n  {len(history.get('runs', []))} runs stored (GET /v1/models/{model}/drift/history)")
     summary.print(console)
+    console.print(f"  the HTML report: {report_path}; the log of every step: {LOG_FILE}")
     return verdicts, summary
 
 
@@ -256,19 +327,28 @@ def run_demo(
 ) -> int:
     """Run the tour; returns the registered (and promoted) version."""
     from core.database import open_database
+    from registry.saved_model import limit_threads
     from registry.service import promote
     from training.flows import run_training
-    from training.jobs import Mode, TrainJob
+    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
 
+    console.print(
+        f"driftwarden demo: the log records of every step go to {LOG_FILE} "
+        "(`driftwarden demo --verbose` shows them here too)"
+    )
+    # The demo's servers run in this process, after training has run TensorFlow here: the model calls'
+    # thread setting (DRIFTWARDEN_MODEL_THREADS) is taken only before TensorFlow first runs, so it is set now.
+    limit_threads(intra_op=settings.model_threads)
     step("1. Data: a credit-risk table and its drift scenarios")
     data = make_data(folder=Path("var/demo/data"), rows=rows, seed=seed)
 
     step(f"2. Train {model!r} on a local async cluster (1 ps, {workers} workers, chief)")
     db = open_database()
     progress = Progress(f"train {model} (async)")
+    console.print(f"  training on 1 parameter server, {workers} workers and a chief (each step in the log)")
     try:
-        job = TrainJob(
+        job = TrainingRunSpec(
             model_name=model,
             data=data[Scenario.BASELINE],
             mode=Mode.ASYNC,
@@ -305,12 +385,25 @@ def run_demo(
 
     step("4. Serve it: TF Serving REST and Open Inference Protocol v2, every prediction logged")
     sample = json_rows(generate(200, seed=seed + 50))
-    served = run_serving_demo(settings=settings, model=model, rows=sample, say=console.print)
+    # each request and answer goes to the log; the tour shows what they add up to
+    served = run_serving_demo(
+        settings=settings, model=model, rows=sample, say=lambda line: log.info(line.strip())
+    )
+    refused = served.rejected_error if served.rejected_error != "None" else "answered, not refused"
+    console.print(
+        f"  served {model}:{served.version} at {served.url}: {served.v1_rows} rows over TF Serving REST "
+        f"(POST /v1/models/{model}:predict), {served.v2_rows} over Open Inference Protocol v2 "
+        f"(POST /v2/models/{model}/infer)\n"
+        f"  a row with income -1.0 -> {refused}\n"
+        f"  ground truth: {served.labels_stored} labels stored (POST /v1/models/{model}/feedback)\n"
+        f"  server stopped gracefully; prediction log holds {served.logged_rows} rows of {model}, "
+        f"rows dropped {served.rows_dropped} (each request and answer: {LOG_FILE})"
+    )
     if served.rows_dropped:
         raise DemoFailed(f"the demo failed at serving: the prediction log dropped {served.rows_dropped} rows")
 
     step("5. Watch for drift: baseline traffic, then a new category, then covariate shift")
-    verdicts, summary = watch_drift(
+    _, summary = watch_drift(
         settings=settings,
         model=model,
         window=window,
@@ -319,20 +412,6 @@ def run_demo(
         epochs=epochs,
         rows=rows,
     )
-    for phase, found, scenario in zip(
-        ("baseline", "new category", "covariate shift"),
-        verdicts,
-        (Scenario.BASELINE, Scenario.NEW_CATEGORY, Scenario.COVARIATE_SHIFT),
-        strict=True,
-    ):
-        want = set(PLANTED[scenario])
-        missed, extra = sorted(want - found), sorted(found - want)
-        if not missed and not extra:
-            console.print(f"  {phase:<16} flagged exactly what was planted: {sorted(want) or 'nothing'}")
-        else:
-            console.print(
-                f"  [yellow]{phase:<16} missed {missed or 'nothing'}; also flagged {extra or 'nothing'}[/]"
-            )
     if not summary.ok:
         stage, evidence = next((stage, evidence) for stage, ok, evidence in summary.rows if not ok)
         raise DemoFailed(f"the loop did not close at {stage!r}: {evidence} (the table above has every stage)")

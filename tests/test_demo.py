@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +30,22 @@ def test_demo_trains_serves_flags_the_planted_drift_and_closes_the_loop(tmp_path
     assert (tmp_path / "var" / "driftwarden.db").exists()
     assert (tmp_path / "var" / "models" / "credit" / "1" / "saved_model.pb").exists()
     assert "credit:1 is now serving" in out
-    assert "HTTP 400" in out and "feature 'income'" in out
+    # the tour names its log file, which holds the log records and each serving request with its answer
+    log = (tmp_path / "var" / "demo" / "demo.log").read_text()
+    assert "var/demo/demo.log" in out
+    assert "HTTP 400" in log and "feature 'income'" in log and "feature 'income'" in out
     assert "rows dropped 0" in " ".join(out.split())
+    # the tour reads as a story: no log line, no Python repr, no warning on a healthy run (the log has them)
+    timestamp = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}")
+    assert not timestamp.search(out), [line for line in out.splitlines() if timestamp.search(line)]
+    assert timestamp.search(log) and "train.progress step=" in log and "driftwarden.training" in log
+    # dict and list reprs (strings, or three numbers and more: "in [0, 1]" is an interval), tracebacks
+    repr_ = re.compile(r"\{'|\['|\[-?[\d.e+-]+, -?[\d.e+-]+, |Traceback")
+    assert not repr_.search(out), [line for line in out.splitlines() if repr_.search(line)]
+    assert "no findings: No findings" not in out and "ATTENTION: Attention" not in out
+    warning = re.compile(r"\bWARNING\b|Warning:|thread setting")
+    assert not warning.search(out), [line for line in out.splitlines() if warning.search(line)]
+    assert "thread setting" not in log  # the model calls' threads were set before TensorFlow first ran
     for phase in ("baseline", "covariate shift", "new category"):
         assert f"{phase} flagged exactly what was planted" in " ".join(out.split()), out[-5000:]
     assert (
@@ -51,12 +66,16 @@ def test_demo_trains_serves_flags_the_planted_drift_and_closes_the_loop(tmp_path
         "passes the gate",
         "promoted",
         "new version serves",
-        "next monitor run clean",
+        "next run: no feature drift",
         "bad candidate rejected",
     ):
         assert f"│ {stage}" in out and f"{stage} │ ok" in " ".join(out.replace("│", " │ ").split()), stage
     assert "signature verified with standardwebhooks" in flat and "(trigger alert," in flat
-    assert "credit: serving version 1 -> 2" in out  # the server switched to the retrained version
+    assert "credit: serving version 1 -> 2" in log  # the server switched to the retrained version
+    # the next run's stage quotes its headline: never "clean" beside "Attention"
+    table = " ".join(out.replace("│", " │ ").split())
+    row = table.split("next run: no feature drift │ ok │", 1)[1].split("│ bad candidate rejected", 1)[0]
+    assert "headline: " in row and "clean" not in row
     assert "job 2: rejected" in flat and "gate: FAIL metric: roc_auc" in flat  # the drill, with its reason
     from sqlalchemy import create_engine, text
 
@@ -71,6 +90,50 @@ def test_demo_trains_serves_flags_the_planted_drift_and_closes_the_loop(tmp_path
     assert report.exists() and "loan_purpose" in report.read_text()
     pids = json.loads(next((tmp_path / "var" / "checkpoints").glob("*/nodes/pids.json")).read_text())
     assert not [p for node, ps in pids.items() if node != "launcher" for p in ps if pid_alive(p)]
+
+
+LOG_TO_FILE = """
+import logging, logging.config, sys
+from pathlib import Path
+from core.logs import log_to_file
+
+log_to_file(Path("var/demo/demo.log"), verbose=sys.argv[1] == "verbose")
+logging.getLogger("driftwarden.demo").info("a step's record")
+# what uvicorn does when the demo starts a server in its process: every handler is closed
+logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+logging.getLogger("driftwarden.demo").warning("something is wrong")
+logging.getLogger("tensorflow").info("library chatter")
+"""
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_demo_logs_to_its_file_and_shows_warnings_only_unless_verbose(
+    tmp_path: Path, verbose: bool
+) -> None:
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run(
+        [sys.executable, "-c", LOG_TO_FILE, "verbose" if verbose else "quiet"],
+        cwd=tmp_path,
+        env={k: v for k, v in env.items() if not k.startswith("DRIFTWARDEN_")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    log = (tmp_path / "var" / "demo" / "demo.log").read_text().splitlines()
+    timestamp = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+    assert [line.split(" ", 2)[2] for line in log] == [
+        "INFO driftwarden.demo a step's record",
+        "WARNING driftwarden.demo something is wrong",
+    ]
+    assert all(timestamp.match(line) for line in log)
+    shown = proc.stderr.splitlines()
+    if verbose:  # every record, as the other commands show them
+        assert len(shown) == 2 and "a step's record" in shown[0] and timestamp.match(shown[0])
+    else:  # the warning alone, one line without a timestamp
+        assert shown == ["WARNING driftwarden.demo: something is wrong"]
+    assert "library chatter" not in proc.stderr
 
 
 def test_the_dashboards_the_demo_names_are_the_provisioned_ones() -> None:

@@ -105,7 +105,7 @@ def run_serving_demo(
             out = v2.json()["outputs"][0]
             say(
                 f"  OIP v2           POST /v2/models/{model}/infer  {len(rows) - half} rows -> "
-                f"{out['name']} {out['datatype']} shape {out['shape']}"
+                f"{out['name']} {out['datatype']} of shape {' x '.join(map(str, out['shape']))}"
             )
             bad = dict(rows[0], income=-1.0)
             rejected = c.post(f"/v1/models/{model}:predict", json={"instances": [rows[0], bad]})
@@ -113,9 +113,8 @@ def run_serving_demo(
             labels = [{"prediction_id": pid, "label": 1} for pid in body["prediction_ids"][:5]]
             labels.append({"prediction_id": "00000000-0000-7000-8000-000000000000", "label": 0})
             fb = c.post(f"/v1/models/{model}/feedback", json={"labels": labels}).json()
-            say(
-                f"  feedback         -> stored {fb['stored']}, unknown ids reported back: {fb['unknown_ids']}"
-            )
+            unknown = len(fb["unknown_ids"])
+            say(f"  feedback         -> stored {fb['stored']}, {unknown} unknown id(s) reported back")
             status = c.get("/status").json()["prediction_log"]
     from core.database import open_database
     from predictions.service import count_predictions

@@ -117,3 +117,18 @@ def test_a_late_thread_setting_keeps_the_earlier_one() -> None:
     proc = fresh_python(code)
     assert proc.stdout.strip().splitlines()[-1] == "1"
     assert "keep TensorFlow's earlier thread setting, not 2" in proc.stderr
+
+
+def test_a_late_call_asking_for_the_setting_in_force_says_nothing() -> None:
+    """Set before TensorFlow runs, the same setting asked again later (a server started in a process that
+    already trained, as the demo's) is in force: nothing to warn about."""
+    code = (
+        "import tensorflow as tf\n"
+        "from registry.saved_model import limit_threads\n"
+        "assert limit_threads(intra_op=1) == 1\n"
+        "tf.constant(1.0) + 1.0\n"
+        "print(limit_threads(intra_op=1))\n"
+    )
+    proc = fresh_python(code)
+    assert proc.stdout.strip().splitlines()[-1] == "1"
+    assert "thread setting" not in proc.stderr
