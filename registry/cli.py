@@ -8,7 +8,7 @@ Module-level imports stay light (typer only).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -70,8 +70,8 @@ def models_list(
             r.state.value + (f" ({r.state_reason})" if r.state_reason else ""),
             _fmt(r.metrics.get("accuracy")),
             _fmt(r.metrics.get("roc_auc")),
-            str(r.lineage.get("mode", "")),
-            str(r.lineage.get("train_rows", "")),
+            _mode(r.lineage),
+            str(r.lineage.get("train_rows", r.lineage.get("reference_rows", ""))),
             r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         )
     make_console().print(table)
@@ -217,7 +217,18 @@ def _event_line(e: VersionEventRead) -> str:
     return f"  {at}  v{e.version:<4} {e.action.value:<9} {change}  by {e.actor}{why}"
 
 
+def _mode(lineage: dict[str, Any]) -> str:
+    """How a version came to be: its training mode, ``import``, or ``served elsewhere``."""
+    from registry.service import SERVED_ELSEWHERE
+
+    if lineage.get("serving") == SERVED_ELSEWHERE:
+        return "served elsewhere"
+    return str(lineage.get("mode") or ("import" if lineage.get("source") == "import" else ""))
+
+
 def _print_model(detail: ModelDetail) -> None:
+    from registry.service import SERVED_ELSEWHERE
+
     typer.echo(f"model {detail.model_name}")
     typer.echo(f"  serving: {detail.serving if detail.serving is not None else '(none)'}")
     labels = ", ".join(f"{k} -> {v}" for k, v in detail.labels.items()) or "(none)"
@@ -226,6 +237,7 @@ def _print_model(detail: ModelDetail) -> None:
     for v in detail.versions:
         reason = f" ({v.state_reason})" if v.state_reason else ""
         tags = f" [{', '.join(v.labels)}]" if v.labels else ""
+        tags += "  served elsewhere" if v.lineage.get("serving") == SERVED_ELSEWHERE else ""
         accuracy, auc = _fmt(v.metrics.get("accuracy")) or "-", _fmt(v.metrics.get("roc_auc")) or "-"
         typer.echo(
             f"  {v.version:<5} {v.state.value}{reason}{tags}  accuracy {accuracy}  auc {auc}"
@@ -235,8 +247,15 @@ def _print_model(detail: ModelDetail) -> None:
 
 
 def _print_version(v: VersionDetail) -> None:
+    from registry.service import SERVED_ELSEWHERE
+
     reason = f" ({v.state_reason})" if v.state_reason else ""
-    typer.echo(f"model {v.model_name} version {v.version}: {v.state.value}{reason}")
+    elsewhere = (
+        " (served elsewhere: monitored, not served here)"
+        if v.lineage.get("serving") == SERVED_ELSEWHERE
+        else ""
+    )
+    typer.echo(f"model {v.model_name} version {v.version}: {v.state.value}{reason}{elsewhere}")
     typer.echo(f"  labels: {', '.join(v.labels) or '(none)'}")
     typer.echo(f"  path: {v.path}")
     typer.echo(f"  created: {v.created_at:%Y-%m-%d %H:%M:%S %Z}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from registry.names import check_label, check_name, check_version
 from registry.schema import ModelSchema
 
 META_DIR = "driftwarden"  # per-version metadata folder beside the SavedModel files
+SERVED_ELSEWHERE = "elsewhere"  # lineage ``serving`` of a version registered without a model: monitored only
 DEFAULT_ACTOR = "system"  # who changed a state when the caller does not say (library use, tests)
 
 
@@ -177,6 +180,65 @@ def register_version(
     _record(session, row, action=EventAction.REGISTER, actor=actor, to_state=state)
     session.flush()
     return row
+
+
+def publish_version(
+    *,
+    session: Session,
+    registry: Path,
+    model_name: str,
+    documents: Mapping[str, Any],
+    metrics: dict[str, Any],
+    lineage: dict[str, Any],
+    write_model: Callable[[Path], None] | None,
+    parent_version: int | None = None,
+    actor: str = "training",
+) -> ModelVersion:
+    """Write a version's folder (the model by ``write_model``, the documents under ``META_DIR``) in a staging
+    folder, move it into place and record the version; ``write_model=None`` registers a model served
+    elsewhere (documents only, lineage ``serving: elsewhere``)."""
+    registry.mkdir(parents=True, exist_ok=True)
+    staging = registry / model_name / f".staging-{uuid.uuid4().hex}"
+    version = next_version(session=session, registry=registry, model_name=model_name)
+    lineage = {**lineage, "model": model_name, "version": version}
+    if write_model is None:
+        lineage["serving"] = SERVED_ELSEWHERE
+    try:
+        if write_model is not None:
+            write_model(staging)
+        meta = staging / META_DIR
+        meta.mkdir(parents=True)
+        docs = {"metrics": metrics, "lineage": lineage, **documents}
+        for name, doc in docs.items():
+            (meta / f"{name}.json").write_text(json.dumps(doc, indent=2, default=_json_default))
+        path = publish_files(staging=staging, registry=registry, model_name=model_name, version=version)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return register_version(
+        session=session,
+        model_name=model_name,
+        version=version,
+        path=path,
+        metrics=metrics,
+        lineage=lineage,
+        parent_version=parent_version,
+        actor=actor,
+    )
+
+
+def served_elsewhere(row: ModelVersion) -> bool:
+    """The version was registered from a reference alone: driftwarden monitors it and does not serve it."""
+    return (row.lineage or {}).get("serving") == SERVED_ELSEWHERE
+
+
+def _json_default(value: Any) -> Any:
+    """numpy scalars and arrays in a version's documents."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON serializable: {type(value)!r}")
 
 
 def list_versions(*, session: Session, model_name: str | None = None) -> list[ModelVersion]:
@@ -487,6 +549,7 @@ class ServingPlan:
     serving: int | None
     labels: dict[str, int]
     paths: dict[int, str]
+    elsewhere: frozenset[int] = field(default_factory=frozenset)  # versions served elsewhere (no model)
 
 
 def serving_plans(*, session: Session, only: list[str]) -> dict[str, ServingPlan]:
@@ -494,21 +557,24 @@ def serving_plans(*, session: Session, only: list[str]) -> dict[str, ServingPlan
     out: dict[str, ServingPlan] = {}
     names = only or list(session.scalars(select(ModelVersion.model_name).distinct()))
     for name in names:
-        serving = session.execute(
-            select(ModelVersion.version, ModelVersion.path).where(
+        serving = session.scalar(
+            select(ModelVersion).where(
                 ModelVersion.model_name == name, ModelVersion.state == VersionState.SERVING
             )
-        ).first()
+        )
         labelled = session.execute(
-            select(VersionLabel.label, ModelVersion.version, ModelVersion.path, ModelVersion.state)
+            select(VersionLabel.label, ModelVersion)
             .join(ModelVersion, VersionLabel.version_id == ModelVersion.id)
             .where(VersionLabel.model_name == name)
         ).all()
-        live = [(label, v, p) for label, v, p, state in labelled if state is not VersionState.REJECTED]
-        paths = {v: p for _, v, p in live}
+        live = [(label, row) for label, row in labelled if row.state is not VersionState.REJECTED]
+        rows = {row.version: row for _, row in live}
         if serving is not None:
-            paths[serving[0]] = serving[1]
+            rows[serving.version] = serving
         out[name] = ServingPlan(
-            serving=serving[0] if serving else None, labels={label: v for label, v, _ in live}, paths=paths
+            serving=serving.version if serving else None,
+            labels={label: row.version for label, row in live},
+            paths={v: row.path for v, row in rows.items() if not served_elsewhere(row)},
+            elsewhere=frozenset(v for v, row in rows.items() if served_elsewhere(row)),
         )
     return out

@@ -11,10 +11,8 @@ NaN / "" mean missing) and one output named by the task (``registry.schema.OUTPU
 
 from __future__ import annotations
 
-import json
-import shutil
-import uuid
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from registry.models import ModelVersion
 from registry.schema import OUTPUT_NAMES, FeatureKind, ModelSchema, Task
-from registry.service import META_DIR, next_version, publish_files, register_version
+from registry.service import publish_version
 from training.builders import build_model, output_width
 from training.features import Preprocessing, encode
 from training.net import set_model_weights
@@ -125,36 +123,14 @@ def publish(
     actor: str = "training",
 ) -> ModelVersion:
     """Write SavedModel + metadata to a staging folder, move it into place, record the version."""
-    registry.mkdir(parents=True, exist_ok=True)
-    staging = registry / model_name / f".staging-{uuid.uuid4().hex}"
-    version = next_version(session=session, registry=registry, model_name=model_name)
-    lineage = {**lineage, "model": model_name, "version": version}
-    try:
-        write_saved_model(module, staging)
-        meta = staging / META_DIR
-        meta.mkdir()
-        docs = {"schema": schema.to_dict(), "metrics": metrics, "lineage": lineage, **documents}
-        for name, doc in docs.items():
-            (meta / f"{name}.json").write_text(json.dumps(doc, indent=2, default=_json_default))
-        path = publish_files(staging=staging, registry=registry, model_name=model_name, version=version)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return register_version(
+    return publish_version(
         session=session,
+        registry=registry,
         model_name=model_name,
-        version=version,
-        path=path,
+        documents={"schema": schema.to_dict(), **documents},
         metrics=metrics,
         lineage=lineage,
+        write_model=partial(write_saved_model, module),
         parent_version=parent_version,
         actor=actor,
     )
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"not JSON serializable: {type(value)!r}")

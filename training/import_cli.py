@@ -20,7 +20,6 @@ from registry.cli import register as register_models
 @models_app.command("import")
 def models_import(
     name: Annotated[str, typer.Argument(help="Model name in the registry.")],
-    path: Annotated[Path, typer.Argument(help="The SavedModel folder (with saved_model.pb).")],
     reference: Annotated[
         Path,
         typer.Option(
@@ -30,6 +29,13 @@ def models_import(
             "categories and the drift baseline come from them and the model's answers on them.",
         ),
     ],
+    path: Annotated[
+        Path | None,
+        typer.Argument(
+            help="The SavedModel folder (with saved_model.pb). Leave it out for a model served elsewhere "
+            "(with --prediction-column)."
+        ),
+    ] = None,
     target: Annotated[
         str | None,
         typer.Option("--target", help="The reference's label column: its metrics are measured on it."),
@@ -67,21 +73,44 @@ def models_import(
             "docs/training.md): retraining jobs train it. Without it the version cannot be retrained.",
         ),
     ] = None,
+    prediction_column: Annotated[
+        str | None,
+        typer.Option(
+            "--prediction-column",
+            help="Without PATH: the reference column holding the model's own answers (a probability, a "
+            "value, or a list of class probabilities). The version is monitored, not served: its "
+            "predictions come from KServe's logger, the ingest route or `predictions import`.",
+        ),
+    ] = None,
 ) -> None:
-    """Register the SavedModel at PATH as the next (staged) version of NAME.
+    """Register the SavedModel at PATH, or a model served elsewhere, as the next (staged) version of NAME.
 
-    The model keeps its graph and weights; driftwarden wraps its signature into one input per feature and
-    one output by task, checks it on the reference rows and records the source's path and content hash.
-    Promote it with `driftwarden models promote NAME VERSION`.
+    With PATH the model keeps its graph and weights; driftwarden wraps its signature into one input per
+    feature and one output by task, checks it on the reference rows and records the source's path and
+    content hash. Without PATH, --prediction-column names the reference's column of the model's answers:
+    the contract, the drift baseline and the performance estimates come from the reference, and driftwarden
+    monitors the predictions your own serving sends it. Promote it with `driftwarden models promote NAME
+    VERSION`.
     """
     from core.config import get_settings
     from core.database import open_database
     from core.logs import quiet_tensorflow_banner
     from registry.names import check_name
     from registry.schema import Task
-    from training.importer import ImportSpec, import_saved_model
+    from training.importer import ImportSpec, import_reference, import_saved_model
 
     check_name(name)
+    if path is not None and prediction_column is not None:
+        raise Invalid(
+            "give the SavedModel folder PATH or --prediction-column (a model served elsewhere), not both"
+        )
+    if path is None and prediction_column is None:
+        raise Invalid(
+            "give the SavedModel folder PATH, or --prediction-column COL naming the reference's column of "
+            "the model's answers (a model served elsewhere)"
+        )
+    if path is None and (model_fn is not None or signature != "serving_default"):
+        raise Invalid("--model-fn and --signature describe a SavedModel; a model served elsewhere has none")
     if not reference.is_file():
         raise Invalid(f"--reference {reference} is not a file (a CSV or Parquet table of reference rows)")
     try:
@@ -98,12 +127,16 @@ def models_import(
         features=_names(features, "--features"),
         classes=_names(classes, "--classes"),
         model_fn=model_fn,
+        prediction_column=prediction_column,
     )
-    quiet_tensorflow_banner()
     settings = get_settings()
     db = open_database()
     try:
-        done = import_saved_model(spec=spec, db=db, registry=settings.registry_path)
+        if path is None:
+            done = import_reference(spec=spec, db=db, registry=settings.registry_path)
+        else:
+            quiet_tensorflow_banner()
+            done = import_saved_model(spec=spec, db=db, registry=settings.registry_path)
     finally:
         db.dispose()
     schema = done.schema
@@ -112,8 +145,9 @@ def models_import(
         shown = ", ".join(f"{k} {v:.4f}" for k, v in done.metrics.items() if k not in {"rows", "measured_on"})
         measured = f"; on the reference: {shown}"
     what = schema.kind.short + (f" ({len(schema.classes)} classes)" if schema.classes else "")
+    how = "imported" if path is not None else "served elsewhere, monitored here"
     typer.echo(
-        f"registered {name}:{done.version.version} (staged, imported): {what}, {len(schema.features)} "
+        f"registered {name}:{done.version.version} (staged, {how}): {what}, {len(schema.features)} "
         f"features, profile of {done.rows} reference rows{measured}"
     )
     typer.echo(f"promote it with `driftwarden models promote {name} {done.version.version}`")

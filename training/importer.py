@@ -18,13 +18,21 @@ as for trained versions). The reference profile is built from the reference rows
 answers on them; with ``--target`` the reference metrics are computed too, marked as measured on the
 reference. Every refusal is a :class:`core.errors.Invalid` (one line, exit 2) raised before anything is
 written.
+
+``driftwarden models import NAME --reference FILE --prediction-column COL`` (no PATH) registers a model
+served elsewhere (:func:`import_reference`): the features are the reference's other columns (or
+``--features``), the model's answers are the column COL (numbers, or lists of class probabilities: a Parquet
+list or JSON arrays in a CSV), the task is decided as for a SavedModel's outputs. The version folder holds
+the documents only; its lineage says ``serving: elsewhere``, so the server never loads it and answers a
+predict on it with a 404 that says so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +56,7 @@ from registry.schema import (
     is_missing,
     label_codes,
 )
-from registry.service import latest_version
+from registry.service import latest_version, publish_version
 
 log = logging.getLogger("driftwarden.training.importer")
 
@@ -63,7 +71,7 @@ class ImportSpec:
     """What ``driftwarden models import`` was asked to register."""
 
     model_name: str
-    path: Path
+    path: Path | None  # None: a model served elsewhere, its answers in ``prediction_column``
     reference: Path
     target: str | None = None
     task: Task | None = None
@@ -71,6 +79,7 @@ class ImportSpec:
     features: tuple[str, ...] = ()  # the columns of a dense [batch, D] input, in order
     classes: tuple[str, ...] = ()  # multi-class names in output order
     model_fn: str | None = None  # FILE.py:FUNC or package.module:FUNC that builds its network (to retrain it)
+    prediction_column: str | None = None  # served elsewhere: the reference column of the model's answers
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,7 @@ def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imp
     """Check, wrap and register ``spec.path`` as the next staged version of ``spec.model_name``."""
     import tensorflow as tf
 
+    assert spec.path is not None, "a SavedModel import names its folder"
     source = _load(spec.path)
     fn = _signature(source, spec)
     reference = read_table(spec.reference)
@@ -135,6 +145,83 @@ def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imp
         answers=answers,
         labels=labels,
         layout=layout,
+    )
+
+
+def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Imported:
+    """Register ``spec.model_name`` served elsewhere: the contract and profile from the reference rows, the
+    reference predictions from ``spec.prediction_column`` (numbers, or lists of class probabilities)."""
+    column = spec.prediction_column
+    assert column is not None, "a reference import names its prediction column"
+    reference = read_table(spec.reference)
+    raw = _prediction_column(reference, column, spec.reference)
+    names = spec.features or tuple(c for c in reference if c not in {column, spec.target})
+    missing = [name for name in names if name not in reference]
+    if missing:
+        raise Invalid(f"--features names {', '.join(map(repr, missing))}: not a column of {spec.reference}")
+    if not names:
+        raise Invalid(f"the reference {spec.reference} has no feature column beside {column!r}")
+    columns = {name: np.asarray(reference[name]) for name in names}
+    try:
+        features = tuple(infer_feature(name, columns[name]) for name in names)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+    task, answers = _task(spec, raw, reference)
+    labels, classes = _labels(spec, task, reference, width=raw.shape[1] if raw.ndim == 2 else 1)
+    schema = ModelSchema(
+        features=features,
+        outputs=(_output_spec(task, answers, classes),),
+        target=spec.target or "",
+        task=task.value,
+        classes=classes,
+    )
+    lineage: dict[str, Any] = {
+        "source": "reference",
+        "prediction_column": column,
+        "reference": str(spec.reference.resolve()),
+        "reference_rows": int(len(answers)),
+        "task": task.short,
+        "model_fn": None,
+    }
+    return _register(
+        spec=spec,
+        db=db,
+        registry=registry,
+        write_model=None,
+        schema=schema,
+        columns=columns,
+        answers=answers,
+        labels=labels,
+        lineage=lineage,
+    )
+
+
+def _prediction_column(reference: Columns, column: str, path: Path) -> np.ndarray:
+    """The reference predictions as float64: one value per row, or [rows, K] from list values."""
+    if column not in reference:
+        raise Invalid(
+            f"--prediction-column {column!r} is not a column of the reference {path} (its columns: "
+            f"{', '.join(sorted(reference))})"
+        )
+    values = np.asarray(reference[column])
+    if values.dtype.kind in "iufb":
+        return values.astype(np.float64)
+    items = values.tolist()
+    if items and all(isinstance(v, str) and v.lstrip().startswith("[") for v in items):
+        try:  # a CSV's lists of class probabilities, written as JSON arrays
+            items = [json.loads(v) for v in items]
+        except ValueError:
+            raise Invalid(f"--prediction-column {column!r} holds text that is not a JSON array") from None
+    if items and all(isinstance(v, list | tuple | np.ndarray) for v in items):
+        widths = {len(v) for v in items}
+        if len(widths) == 1:
+            return np.asarray([list(v) for v in items], dtype=np.float64)
+        raise Invalid(f"--prediction-column {column!r} holds lists of {len(widths)} different lengths")
+    raise Invalid(
+        f"--prediction-column {column!r} must hold numbers (a probability or a value) or lists of class "
+        f"probabilities, found {values.dtype.name} values such as {str(items[0])[:40]!r}"
+        if items
+        else f"--prediction-column {column!r} is empty"
     )
 
 
@@ -495,17 +582,9 @@ def _publish(
     layout: Layout,
 ) -> Imported:
     """Profile the reference, write the wrapped SavedModel and its documents, record the staged version."""
-    from monitors.performance import metrics_for
-    from monitors.profile import build_reference_profile
-    from training.export import publish
+    from training.export import write_saved_model
 
-    task = schema.kind
-    profile = build_reference_profile(columns, schema, predictions=answers, labels=labels)
-    metrics: dict[str, Any] = {}
-    if labels is not None:
-        metrics.update(metrics_for(task, y_true=labels, predictions=answers))
-        metrics["rows"] = int(metrics["rows"])
-        metrics["measured_on"] = "reference"
+    assert spec.path is not None
     lineage: dict[str, Any] = {
         "source": "import",
         "source_path": str(spec.path.resolve()),
@@ -514,20 +593,55 @@ def _publish(
         "input_layout": "dense" if layout.dense else "per_feature",
         "reference": str(spec.reference.resolve()),
         "reference_rows": int(len(answers)),
-        "task": task.short,
+        "task": schema.kind.short,
         "model_fn": _model_fn(spec.model_fn, schema, columns),
     }
+    return _register(
+        spec=spec,
+        db=db,
+        registry=registry,
+        write_model=lambda path: write_saved_model(module, path),
+        schema=schema,
+        columns=columns,
+        answers=answers,
+        labels=labels,
+        lineage=lineage,
+    )
+
+
+def _register(
+    *,
+    spec: ImportSpec,
+    db: Database,
+    registry: Path,
+    write_model: Callable[[Path], None] | None,
+    schema: ModelSchema,
+    columns: Mapping[str, np.ndarray],
+    answers: np.ndarray,
+    labels: np.ndarray | None,
+    lineage: dict[str, Any],
+) -> Imported:
+    """Profile the reference (and measure its metrics with a target), record the next staged version."""
+    from monitors.performance import metrics_for
+    from monitors.profile import build_reference_profile
+
+    task = schema.kind
+    profile = build_reference_profile(columns, schema, predictions=answers, labels=labels)
+    metrics: dict[str, Any] = {}
+    if labels is not None:
+        metrics.update(metrics_for(task, y_true=labels, predictions=answers))
+        metrics["rows"] = int(metrics["rows"])
+        metrics["measured_on"] = "reference"
     with db.session() as session:
         prev = latest_version(session=session, model_name=spec.model_name)
-        registered = publish(
+        registered = publish_version(
             session=session,
             registry=registry,
             model_name=spec.model_name,
-            module=module,
-            schema=schema,
-            documents={"profile": profile},
+            documents={"schema": schema.to_dict(), "profile": profile},
             metrics=metrics,
             lineage=lineage,
+            write_model=write_model,
             parent_version=prev.version if prev else None,
             actor="import",
         )

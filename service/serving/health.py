@@ -31,6 +31,10 @@ from training.metrics import TrainingJobsCollector
 
 def _canary(manager: ModelManager, name: str) -> Status:
     served = manager.models.get(name)
+    if served is not None and served.serving is not None and served.serving in served.elsewhere:
+        return Status(
+            True, f"{name}:{served.serving} is served elsewhere (monitored only)", float(served.serving)
+        )
     try:
         lv = manager.resolve(name)
     except NotServed as exc:

@@ -61,6 +61,7 @@ class ServedModel:
     labels: dict[str, int] = field(default_factory=dict)
     loading: set[int] = field(default_factory=set)
     failed: dict[int, str] = field(default_factory=dict)
+    elsewhere: frozenset[int] = frozenset()  # versions registered without a model: monitored, not served
 
 
 def warmup_columns(schema: ModelSchema) -> dict[str, np.ndarray]:
@@ -160,13 +161,16 @@ class ModelManager:
             lv.batcher.start()
             served.versions[version] = lv
             log.info("loaded %s:%d from %s", served.name, version, lv.path)
-        if w.serving in served.versions:
+        served.elsewhere = w.elsewhere
+        if w.serving in served.versions or w.serving in w.elsewhere:
             if served.serving != w.serving:
                 log.info("%s: serving version %s -> %d", served.name, served.serving, w.serving)
             served.serving = w.serving
         elif w.serving is None:
             served.serving = None
-        served.labels = {label: v for label, v in w.labels.items() if v in served.versions}
+        served.labels = {
+            label: v for label, v in w.labels.items() if v in served.versions or v in w.elsewhere
+        }
         keep = set(w.paths) | ({served.serving} if served.serving is not None else set())
         for version in list(served.versions):
             if version not in keep:
@@ -216,6 +220,11 @@ class ModelManager:
             if served.serving is None:
                 raise NotServed(f"model '{name}' has no version in state 'serving'; promote one")
             version = served.serving
+        if version in served.elsewhere:
+            raise NotServed(
+                f"version {version} of model '{name}' is served elsewhere (registered from a reference): "
+                "driftwarden monitors its predictions and does not answer requests for it"
+            )
         lv = served.versions.get(version)
         if lv is None:
             loaded = ", ".join(map(str, sorted(served.versions))) or "none"

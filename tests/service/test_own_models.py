@@ -22,10 +22,11 @@ from registry.schema import Task
 from registry.service import promote
 from tests import own_models
 from tests.support import Server, serve_settings
-from training.importer import ImportSpec, import_saved_model
+from training.importer import ImportSpec, import_reference, import_saved_model
 
 MODELS = {"own_bin": "binary", "own_cls": "multiclass", "own_reg": "regression"}
 TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}
+ELSEWHERE = "ext_bin"  # registered from a reference with its predictions, served by another stack
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,19 @@ def own_server(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
             import_saved_model(spec=spec, db=db, registry=registry)
             with db.session() as s:
                 promote(session=s, model_name=name, version=1)
+        # a model served elsewhere: its answers are a column of the reference, it has no SavedModel
+        scores = {**data, "p": 1.0 / (1.0 + np.exp(-(data["a"] + 0.5 * data["b"])))}
+        write_table(scores, root / "scored.csv")
+        spec = ImportSpec(
+            model_name=ELSEWHERE,
+            path=None,
+            reference=root / "scored.csv",
+            target="y_bin",
+            prediction_column="p",
+        )
+        import_reference(spec=spec, db=db, registry=registry)
+        with db.session() as s:
+            promote(session=s, model_name=ELSEWHERE, version=1)
     finally:
         db.dispose()
     settings = serve_settings(module_db_url, root / "spool", registry_path=registry, log_durability="durable")
@@ -336,3 +350,23 @@ def test_monitor_runs_on_each_task(own_server: tuple[Server, dict], name: str) -
         finally:
             db.dispose()
         assert "rmse_up" in firing and "performance_drop" in firing, sorted(firing)
+
+
+def test_a_model_served_elsewhere_is_not_served_here_and_keeps_the_server_ready(
+    own_server: tuple[Server, dict],
+) -> None:
+    srv, _ = own_server
+    _, rows = _rows(2, seed=9)
+    with srv.client() as c:
+        v1 = c.post(f"/v1/models/{ELSEWHERE}:predict", json={"instances": _instances("own_bin", rows)})
+        v2 = c.post(
+            f"/v2/models/{ELSEWHERE}/infer",
+            json={"inputs": [{"name": "a", "shape": [1], "datatype": "FP32", "data": [0.0]}]},
+        )
+        ready = c.get("/readyz")
+    for r in (v1, v2):
+        assert r.status_code == 404, r.text
+        assert "served elsewhere" in r.text and ELSEWHERE in r.text, r.text
+    assert ready.status_code == 200, ready.text
+    check = ready.json()["checks"][f"model:{ELSEWHERE}"]
+    assert check["ok"] is True and "served elsewhere" in check["detail"], check

@@ -1,0 +1,241 @@
+"""``driftwarden models import NAME --reference FILE --prediction-column COL``: a model served elsewhere.
+
+The version holds the contract, the reference profile and (with ``--target``) the reference metrics, and no
+SavedModel; the server does not load it, answers a predict on it with a 404 that says it is served elsewhere
+and stays ready; ``models list|show`` say so. Bad input is one line, exit 2, nothing registered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner, Result
+
+from core.config import get_settings
+from core.database import open_database
+from core.tabular import write_table
+from monitors.performance import metrics_for
+from registry.schema import Task
+from registry.service import SERVED_ELSEWHERE, list_versions, serving_plans
+from service.cli import app
+from tests import own_models
+
+runner = CliRunner()
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Reference rows with each task's answers, as a team's batch job would have written them."""
+    root = tmp_path_factory.mktemp("elsewhere")
+    data = own_models.reference(2_000, seed=3)
+    score = data["a"] + 0.5 * data["b"] + 0.4 * (data["color"] == "red")
+    logits = np.stack([-score, np.zeros_like(score), score], axis=1)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    binary = {**data, "p_default": _sigmoid(2.0 * score - 0.4)}
+    write_table(binary, root / "binary.csv")
+    regression = {**data, "amount": 2.0 * data["a"] - data["b"] + 0.5 * data["c"]}
+    write_table(regression, root / "regression.parquet")
+    columns = {k: pa.array(v.tolist()) for k, v in data.items()}
+    columns["probs"] = pa.array(probs.tolist(), type=pa.list_(pa.float64()))
+    pq.write_table(pa.table(columns), root / "multiclass.parquet")
+    text = {**data, "probs": np.array([json.dumps(row) for row in probs.tolist()], dtype=object)}
+    write_table(text, root / "multiclass.csv")
+    return {
+        "binary": root / "binary.csv",
+        "regression": root / "regression.parquet",
+        "multiclass": root / "multiclass.parquet",
+        "multiclass_csv": root / "multiclass.csv",
+    }
+
+
+@pytest.fixture
+def cli(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The CLI on ``database_url`` with a registry of its own."""
+    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", database_url)
+    monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(tmp_path / "registry"))
+    get_settings.cache_clear()
+    open_database(database_url, upgrade=True).dispose()
+    yield tmp_path / "registry"
+    get_settings.cache_clear()
+
+
+def _run(*args: str | Path) -> Result:
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _meta(registry: Path, name: str, version: int, doc: str) -> dict:
+    return json.loads((registry / name / str(version) / "driftwarden" / f"{doc}.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "target", "task"),
+    [
+        ("binary", "p_default", "y_bin", "binary"),
+        ("regression", "amount", "y_reg", "regression"),
+        ("multiclass", "probs", "y_cls", "multiclass"),
+        ("multiclass_csv", "probs", "y_cls", "multiclass"),
+    ],
+)
+def test_each_task_registers_without_a_model(
+    tables: dict[str, Path], cli: Path, database_url: str, table: str, column: str, target: str, task: str
+) -> None:
+    done = _run(
+        "models",
+        "import",
+        "ext",
+        "--reference",
+        tables[table],
+        "--prediction-column",
+        column,
+        "--target",
+        target,
+    )
+    assert done.exit_code == 0, done.output
+    assert "registered ext:1 (staged, served elsewhere, monitored here)" in done.output
+    folder = cli / "ext" / "1"
+    assert not (folder / "saved_model.pb").exists()
+    assert sorted(p.name for p in (folder / "driftwarden").iterdir()) == [
+        "lineage.json",
+        "metrics.json",
+        "profile.json",
+        "schema.json",
+    ]
+    schema = _meta(cli, "ext", 1, "schema")
+    features = [f["name"] for f in schema["features"]]
+    assert features == ["a", "b", "c", "color"] + [y for y in ("y_bin", "y_cls", "y_reg") if y != target]
+    assert schema["task"] == Task.parse(task).value
+    lineage = _meta(cli, "ext", 1, "lineage")
+    assert lineage["serving"] == SERVED_ELSEWHERE
+    assert lineage["prediction_column"] == column and lineage["reference_rows"] == 2_000
+    metrics = _meta(cli, "ext", 1, "metrics")
+    assert metrics["measured_on"] == "reference" and metrics["rows"] == 2_000
+    data = own_models.reference(2_000, seed=3)
+    if task == "regression":
+        expected = metrics_for(
+            Task.REGRESSION,
+            y_true=data["y_reg"].astype(float),
+            predictions=2.0 * data["a"] - data["b"] + 0.5 * data["c"],
+        )
+        assert metrics["rmse"] == pytest.approx(expected["rmse"], rel=1e-9)
+    if task == "multiclass":
+        assert schema["classes"] == ["high", "low", "mid"]
+    profile = _meta(cli, "ext", 1, "profile")
+    assert profile, "the reference profile is written"
+
+    listed = _run("models", "list", "--model", "ext")
+    assert listed.exit_code == 0 and "served elsewhere" in listed.output, listed.output
+    for ref in ("ext", "ext:1"):
+        shown = _run("models", "show", ref)
+        assert shown.exit_code == 0 and "served elsewhere" in shown.output, shown.output
+
+
+def test_promoted_version_is_planned_as_served_elsewhere(
+    tables: dict[str, Path], cli: Path, database_url: str
+) -> None:
+    assert (
+        _run(
+            "models",
+            "import",
+            "ext",
+            "--reference",
+            tables["binary"],
+            "--prediction-column",
+            "p_default",
+            "--task",
+            "binary",
+        ).exit_code
+        == 0
+    )
+    assert _run("models", "promote", "ext", "1").exit_code == 0
+    db = open_database(database_url)
+    try:
+        with db.session() as s:
+            plan = serving_plans(session=s, only=["ext"])["ext"]
+            (version,) = list_versions(session=s, model_name="ext")
+    finally:
+        db.dispose()
+    assert plan.serving == 1 and plan.elsewhere == frozenset({1}) and plan.paths == {}
+    assert version.lineage["serving"] == SERVED_ELSEWHERE
+
+
+def _refused(result: Result, *parts: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    err = result.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in result.output, err
+    for part in parts:
+        assert part in err, (part, err)
+
+
+def test_bad_input_is_one_line_and_registers_nothing(
+    tables: dict[str, Path], cli: Path, database_url: str, tmp_path: Path
+) -> None:
+    ref = tables["binary"]
+    _refused(_run("models", "import", "ext", "--reference", ref), "--prediction-column COL")
+    _refused(
+        _run("models", "import", "ext", tmp_path, "--reference", ref, "--prediction-column", "p_default"),
+        "not both",
+    )
+    _refused(
+        _run("models", "import", "ext", "--reference", ref, "--prediction-column", "nope"),
+        "--prediction-column 'nope' is not a column",
+        "p_default",
+    )
+    _refused(
+        _run("models", "import", "ext", "--reference", ref, "--prediction-column", "color"),
+        "--prediction-column 'color' must hold numbers",
+    )
+    _refused(
+        _run(
+            "models",
+            "import",
+            "ext",
+            "--reference",
+            ref,
+            "--prediction-column",
+            "p_default",
+            "--model-fn",
+            "x.py:f",
+        ),
+        "--model-fn and --signature describe a SavedModel",
+    )
+    _refused(
+        _run(
+            "models",
+            "import",
+            "ext",
+            "--reference",
+            ref,
+            "--prediction-column",
+            "p_default",
+            "--features",
+            "a,zz",
+        ),
+        "--features names 'zz'",
+    )
+    _refused(  # probabilities without --task or --target are ambiguous
+        _run("models", "import", "ext", "--reference", ref, "--prediction-column", "p_default"),
+        "--task binary",
+    )
+    _refused(
+        _run(
+            "models", "import", "ext", "--reference", ref, "--prediction-column", "y_reg", "--task", "binary"
+        ),
+        "--task binary needs probabilities",
+    )
+    db = open_database(database_url)
+    try:
+        with db.session() as s:
+            assert list_versions(session=s, model_name="ext") == []
+    finally:
+        db.dispose()
+    assert not (cli / "ext").exists() or not any((cli / "ext").iterdir())
