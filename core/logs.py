@@ -7,8 +7,6 @@ import os
 import sys
 from pathlib import Path
 
-from core.config import get_settings
-
 NOISY = ("absl", "tensorflow", "alembic")  # INFO chatter of libraries (export, migrations)
 # TensorFlow's C++ logs are configured from the environment when TensorFlow loads, so these must be set before
 # its first import (every command calls setup_logging first). An operator's own values win.
@@ -41,13 +39,13 @@ def setup_logging(level: str | None = None, *, driftwarden_level: str | None = N
         from rich.logging import RichHandler
 
         logging.basicConfig(
-            level=level or get_settings().log_level,
+            level=level or _configured_level(),
             format="%(name)s %(message)s",
             handlers=[RichHandler(show_path=False)],
         )
     else:
         logging.basicConfig(
-            level=level or get_settings().log_level,
+            level=level or _configured_level(),
             format="%(asctime)s %(levelname)s %(name)s %(message)s",
         )
     if driftwarden_level:
@@ -78,3 +76,10 @@ def log_to_file(path: Path, *, verbose: bool = False) -> None:
     file = logging.FileHandler(path, mode="a", encoding="utf-8")
     file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.getLogger().addHandler(file)
+
+
+def _configured_level() -> str:
+    """``DRIFTWARDEN_LOG_LEVEL`` as the settings read it (imported here: the settings cost ~0.2 s to load)."""
+    from core.config import get_settings
+
+    return get_settings().log_level

@@ -4,8 +4,9 @@ Imports stay light: TensorFlow loads only inside the commands that need it, and 
 registered only when they are used. Importing every domain's ``cli`` module (and through them SQLAlchemy,
 the training data generator, ...) costs about a quarter of a CPU-second, which ``driftwarden drift`` in a CI
 job should not pay: the root knows which module adds which command (:data:`DOMAINS`), ``driftwarden CMD``
-imports only CMD's module, and only listing the commands (``--help``, completion, a mistyped name) imports
-them all.
+imports only CMD's module, ``driftwarden --help`` lists them from :data:`LISTED` (their help's first
+paragraph) without importing any, and only a mistyped name (its suggestions) imports them all. The settings
+load only when a command reads them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typer._click.core import Context as ClickContext  # typer vendors its own c
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
-from core.config import Settings, env_var, get_settings
 from core.errors import DomainError
 from core.logs import quiet_tensorflow_banner
 
@@ -202,6 +202,8 @@ def _settings_error(exc: BaseException) -> str | None:
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
 
+    from core.config import Settings, env_var
+
     fix = "(fix or unset that environment variable)"
     if isinstance(exc, SettingsError):  # a list or object setting whose value is not JSON
         named = re.search(r'field "(\w+)"', str(exc))
@@ -260,6 +262,7 @@ class _DomainCommands(MutableMapping[str, Any]):
 
     def __init__(self, own: MutableMapping[str, Any]) -> None:
         self._own = dict(own)
+        self.own = self._own  # the root's own commands (config, demo, db, ...)
         self._domains: dict[str, dict[str, Any]] = {}  # module -> its commands, once imported
 
     def _load(self, module: str) -> None:
@@ -297,12 +300,76 @@ class _DomainCommands(MutableMapping[str, Any]):
         return len(self._everything())
 
 
+# What the root's help lists for each domain's command (the first paragraph of its help; whether it is a
+# group), so that `driftwarden --help` imports no domain: tests/service/test_cli_root.py keeps each entry
+# equal to the command's own help and the listing equal to the one the imported commands give.
+LISTED: dict[str, tuple[str, bool]] = {
+    "models": ("The model registry: list, show, promote, roll back, label and reject versions.", True),
+    "train": ("Train MODEL on a TensorFlow cluster and register a new (staged) version.", False),
+    "worker": (
+        "Run retraining jobs from the queue until interrupted (the worker of the training machines).",
+        False,
+    ),
+    "data": ("Synthetic data sets with planted drift.", True),
+    "cluster": ("TensorFlow cluster nodes.", True),
+    "jobs": ("Retraining jobs: list, show, cancel and submit. `driftwarden worker` runs them.", True),
+    "serve": (
+        "Serve the registry's models over TF Serving REST (/v1) and Open Inference Protocol v2 (/v2).",
+        False,
+    ),
+    "predictions": ("The prediction log.", True),
+    "drift": (
+        "Compare two tabular files (or a registered profile and a file): exit 0 when stable, 1 when drifted.",
+        False,
+    ),
+    "monitor": (
+        "Evaluate drift of every serving model every interval, as its own process (or once with --once).",
+        False,
+    ),
+    "reports": ("The served HTML drift reports (GET /reports/MODEL/drift): links a browser can open.", True),
+    "alerts": (
+        "Alerts on drift, performance, data quality and health: list them, show and apply rules, silence.",
+        True,
+    ),
+    "webhooks": ("Signed outgoing webhooks (Standard Webhooks): subscriptions and their deliveries.", True),
+    "tokens": (
+        "Scoped bearer tokens for the API (predict, feedback, read, admin): create, list, revoke; and the "
+        "key of the signed report links (rotate-link-key).",
+        True,
+    ),
+}
+
+
+def _listing(commands: _DomainCommands) -> dict[str, Any]:
+    """The root's commands as its help lists them: its own, and a stand-in per domain command (LISTED)."""
+    from typer.core import TyperCommand
+
+    stand_ins = {
+        name: TyperGroup(name=name, help=text) if group else TyperCommand(name=name, help=text)
+        for names in DOMAINS.values()
+        for name in names
+        for text, group in [LISTED[name]]
+    }
+    found = [*commands.own.items(), *stand_ins.items()]
+    return dict(sorted(found, key=lambda kv: isinstance(kv[1], TyperGroup)))  # stable: commands, then groups
+
+
 class _LazyRoot(_Root):
-    """The real root: the domains' commands come from :class:`_DomainCommands`."""
+    """The real root: the domains' commands come from :class:`_DomainCommands`; its help lists them from
+    :data:`LISTED` without importing them."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.commands = _DomainCommands(self.commands)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        commands = self.commands
+        if isinstance(commands, _DomainCommands):
+            self.commands = _listing(commands)
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.commands = commands
 
 
 app = typer.Typer(
@@ -336,6 +403,8 @@ def root(
 @app.command("config")
 def config_cmd() -> None:
     """Print the effective settings as JSON (passwords masked)."""
+    from core.config import get_settings
+
     typer.echo(json.dumps(get_settings().masked(), indent=2))
 
 
@@ -343,6 +412,7 @@ def config_cmd() -> None:
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
     """Apply migrations to DRIFTWARDEN_DATABASE_URL (creates SQLite files as needed)."""
     from core import migrate
+    from core.config import get_settings
 
     url = get_settings().database_url.get_secret_value()
     migrate.upgrade(url, revision)
@@ -353,6 +423,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
 def db_current() -> None:
     """Print the database's migration revision."""
     from core import migrate
+    from core.config import get_settings
 
     typer.echo(migrate.current(get_settings().database_url.get_secret_value()) or "(not migrated)")
 
@@ -377,6 +448,8 @@ def demo(
 
     log_to_file(LOG_FILE, verbose=verbose)
     quiet_tensorflow_banner()
+    from core.config import get_settings
+
     run_demo(settings=get_settings(), model=model, rows=rows, workers=workers, epochs=epochs, seed=seed)
 
 

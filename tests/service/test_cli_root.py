@@ -18,7 +18,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from core.tabular import write_table
-from service.cli import DOMAINS, app, domain_commands
+from service.cli import DOMAINS, LISTED, app, domain_commands
 
 
 def _eager() -> Any:
@@ -53,6 +53,43 @@ def test_lists_and_resolves_what_an_eager_root_does() -> None:
     help_text = CliRunner().invoke(app, ["--help"], terminal_width=200).output
     for name, command in eager.commands.items():
         assert f"{name} " in help_text and command.get_short_help_str(60)[:40] in help_text, name
+
+
+def test_the_help_lists_each_domain_command_as_its_own_help_says() -> None:
+    from typer.core import TyperGroup
+
+    from service.cli import _reflow
+
+    real = {name: cmd for module in DOMAINS for name, cmd in domain_commands(module).items()}
+    assert set(LISTED) == set(real)
+    for name, command in real.items():
+        first = _reflow(command.help or "").split("\n\n")[0]
+        assert LISTED[name] == (first, isinstance(command, TyperGroup)), name
+
+
+def test_the_root_help_imports_no_domain_and_equals_the_eager_listing() -> None:
+    heavy = [*DOMAINS, "core.config", "sqlalchemy", "numpy"]
+    probe = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from service.cli import app\n"
+        "r = CliRunner().invoke(app, ['--help'], terminal_width=120)\n"
+        "print(r.exit_code)\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+        "print(r.output, end='')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    code, loaded, listed = out.stdout.split("\n", 2)
+    assert code == "0" and loaded == "[]", out.stdout + out.stderr
+    import service.cli as root  # the listing of the real commands, every domain imported
+
+    stand_ins = root._listing
+    try:
+        root._listing = lambda commands: dict(commands._everything())  # type: ignore[assignment]
+        eager = CliRunner().invoke(app, ["--help"], terminal_width=120)
+    finally:
+        root._listing = stand_ins  # type: ignore[assignment]
+    assert eager.exit_code == 0 and listed == eager.output
 
 
 def test_a_mistyped_command_gets_a_suggestion() -> None:
