@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import hashlib
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
@@ -18,29 +17,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from access.verifier import CachedLinkKey, CachedVerifier
 from alerts.flows import install as install_alerts
 from alerts.flows import seed_rules
-from alerts.scheduled import start_outbox_retention, start_sender
 from alerts.views import router as alerts_router
 from core.config import Settings, get_settings, weak_admin_token
-from core.database import open_database
 from core.errors import DomainError
 from core.http import error_response, request_id_of
 from core.logs import setup_logging
 from core.memory import fix_mmap_threshold
-from monitors.scheduled import start_in_app as start_monitors
 from monitors.views import router as monitors_router
-from predictions.scheduled import start_retention
-from predictions.spool import Spool
-from predictions.writer import LogWriter, writer_engine
 from registry.views import router as registry_router
-from service.serving import open_inference, operations, tf_serving
+from service.serving import components, open_inference, operations, tf_serving
 from service.serving.batcher import Runner
 from service.serving.docs import mount_docs
 from service.serving.flows import AppState
-from service.serving.health import start_observability
-from service.serving.manager import ModelManager
-from service.serving.metrics import Metrics, NullMetrics
 from service.serving.openapi import allowed_methods, document, guard_methods
-from training.scheduled import start_in_app as start_worker
 from training.views import router as training_router
 
 log = logging.getLogger("driftwarden.serving")
@@ -58,16 +47,14 @@ an id (`prediction_ids`) that ground truth can later be attached to (`POST /v1/m
 """
 
 
-def spool_dir(settings: Settings, url: str) -> Path:
-    """One spool folder per database, so that replays never cross databases."""
-    return settings.spool_path / hashlib.sha256(url.encode()).hexdigest()[:12]
+def _tf_loader(cfg: Settings) -> Callable[[Path], Runner]:
+    """The SavedModel loader, with TensorFlow's thread pools sized before any model is loaded."""
+    from registry.saved_model import limit_threads
+    from registry.saved_model import load as tf_load
 
-
-def _metrics(cfg: Settings) -> Metrics:
-    """The app's metrics; other domains' collectors join every scrape through ``metrics.register``."""
-    if not cfg.metrics_enabled:
-        return NullMetrics()
-    return Metrics(max_features=cfg.metrics_max_features, snapshot_dir=cfg.metrics_dir)
+    threads = limit_threads(intra_op=cfg.model_threads)
+    log.info("model calls use %s", f"{threads} thread(s)" if threads else "one thread per core")
+    return tf_load
 
 
 def create_app(
@@ -82,98 +69,39 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = cfg.database_url.get_secret_value()
-        db = await asyncio.to_thread(open_database, url, settings=cfg)
-        if loader is None:
-            from registry.saved_model import limit_threads
-            from registry.saved_model import load as tf_load
-
-            threads = limit_threads(intra_op=cfg.model_threads)  # before any model is loaded
-            log.info("model calls use %s", f"{threads} thread(s)" if threads else "one thread per core")
-            model_loader: Callable[[Path], Runner] = tf_load
-        else:
-            model_loader = loader
-        metrics = _metrics(cfg)
-        writer = None
-        if cfg.prediction_log_enabled:
-            writer = LogWriter(
-                engine=writer_engine(url),
-                # one spool slot per process (--workers N)
-                spool=Spool.claim(spool_dir(cfg, url), max_bytes=cfg.spool_max_bytes),
-                durability=cfg.log_durability,
-                queue_max_rows=cfg.log_queue_max_rows,
-                batch_max_rows=cfg.log_batch_max_rows,
-                flush_interval_s=cfg.log_flush_interval_ms / 1000.0,
-                commit_timeout_s=cfg.log_commit_timeout_s,
-                retry_interval_s=cfg.log_retry_interval_s,
+        # every component on one stack: they stop in reverse order, and a failed start stops those started
+        async with AsyncExitStack() as stack:
+            start = stack.enter_async_context
+            db = await start(components.database(cfg))
+            model_loader = loader if loader is not None else _tf_loader(cfg)
+            metrics = await start(components.serving_metrics(cfg))
+            writer = await start(components.log_writer(cfg, metrics)) if cfg.prediction_log_enabled else None
+            manager = await start(components.model_manager(cfg, db, model_loader, metrics))
+            metrics.start()  # --workers N: this process's snapshots for the scrapes of the others
+            # TensorFlow leaves ~10^6 long-lived Python objects; without this every full collection walks
+            # them all (a stall of 100+ ms under load). New objects are still collected as usual.
+            gc.collect()
+            gc.freeze()
+            state = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
+            app.state.dw = state
+            app.state.verifier = CachedVerifier(db=db, ttl_s=cfg.token_cache_s)  # core.http.require_scope
+            # core.http.require_scope_or_signed_link: the key of the signed report links
+            app.state.link_keys = CachedLinkKey(db=db, settings=cfg, ttl_s=cfg.token_cache_s)
+            install_alerts()  # the alert rules act on every monitor run, health pass and finished job
+            await asyncio.to_thread(seed_rules, db=db, settings=cfg)  # DRIFTWARDEN_ALERT_RULES_FILE, if set
+            # health checks, drift series, process metrics
+            app.state.health = await start(components.observability(state))
+            await start(components.embedded_worker(state))  # the retraining worker, when embedded
+            for job in components.periodic_jobs(state):
+                await start(job)
+            log.info(
+                "serving %s; prediction log %s",
+                sorted(manager.models) or "no models yet",
+                f"on ({cfg.log_durability})" if writer else "off",
             )
-            writer.start()
-            metrics.watch_writer(writer)
-        manager = ModelManager(
-            db=db,
-            loader=model_loader,
-            only=cfg.serve_models,
-            poll_interval_s=cfg.model_poll_interval_s,
-            batch_max_rows=cfg.batch_max_rows,
-            batch_max_wait_s=cfg.batch_max_wait_ms / 1000.0,
-            batch_inline_rows=cfg.batch_inline_rows,
-            metrics=metrics,
-        )
-        await manager.start()
-        metrics.start()  # --workers N: this process's snapshots for the scrapes of the others
-        # TensorFlow leaves ~10^6 long-lived Python objects; without this every full collection walks them
-        # all (a stall of 100+ ms under load). New objects are still collected as usual.
-        gc.collect()
-        gc.freeze()
-        app.state.dw = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
-        app.state.verifier = CachedVerifier(db=db, ttl_s=cfg.token_cache_s)  # core.http.require_scope
-        # core.http.require_scope_or_signed_link: the key of the signed report links
-        app.state.link_keys = CachedLinkKey(db=db, settings=cfg, ttl_s=cfg.token_cache_s)
-        install_alerts()  # the alert rules act on every monitor run, health pass and finished job
-        await asyncio.to_thread(seed_rules, db=db, settings=cfg)  # DRIFTWARDEN_ALERT_RULES_FILE, if set
-        retention = start_retention(app.state.dw)
-        monitors = start_monitors(app.state.dw)  # drift scheduler; None when monitor_enabled is off
-        app.state.health = start_observability(app.state.dw)  # health checks, drift series, process metrics
-        sender = start_sender(app.state.dw)  # the webhook outbox; None when webhook_sender_enabled is off
-        outbox_retention = start_outbox_retention(app.state.dw)  # delivered/dead messages after N days
-        worker = await asyncio.to_thread(start_worker, app.state.dw)  # embedded retraining worker, or None
-        log.info(
-            "serving %s; prediction log %s",
-            sorted(manager.models) or "no models yet",
-            f"on ({cfg.log_durability})" if writer else "off",
-        )
-        if (weak := weak_admin_token(cfg)) is not None:
-            log.warning(weak)
-        try:
+            if (weak := weak_admin_token(cfg)) is not None:
+                log.warning(weak)
             yield
-        finally:
-            if retention is not None:
-                retention.cancel()
-            if monitors is not None:
-                monitors.cancel()
-            for task in (sender, outbox_retention):
-                if task is not None:
-                    task.cancel()
-            if worker is not None:  # a running job goes back to the queue (its lease is released)
-                await asyncio.to_thread(worker.stop, cfg.shutdown_timeout_s)
-            app.state.health.close()
-            await manager.close()
-            if writer is not None:
-                await asyncio.to_thread(writer.close, cfg.shutdown_timeout_s)
-                s = writer.stats
-                log.info(
-                    "prediction log closed: written=%d replayed=%d spooled=%d left_in_spool=%d dropped=%d"
-                    " rejected=%d",
-                    s.rows_written,
-                    s.rows_replayed,
-                    s.rows_spooled,
-                    writer.spool.pending_rows,
-                    s.rows_dropped,
-                    s.rows_rejected,
-                )
-                writer.engine.dispose()
-            metrics.close()
-            db.dispose()
 
     app = FastAPI(
         title="driftwarden serving",

@@ -69,9 +69,10 @@ class SnapshotFiles:
         self._thread.start()
 
     def close(self) -> None:
+        if self._thread is None:
+            return  # never started: this process has no snapshot to finish
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._thread.join(5)
         with contextlib.suppress(OSError):
             self.write(generation=self._generation(), live=False)
 
