@@ -17,7 +17,7 @@ the model) is read in chunks into a sketch and evaluated: the path ``POST /v1/mo
 takes. With ``--incremental`` (PostgreSQL), each window is then reported through the sketch cache
 (``monitors.log_window.SketchCache``): cold (empty cache), warm (the same window again) and moving (1 % of
 the window appended as new predictions, then the report again: a monitor's steady state), and without the
-cache on the same window. At the end, the issue's targets beside the figures measured (1M predictions, 10 %
+cache on the same window. At the end, the targets beside the figures measured (1M predictions, 10 %
 labelled, PostgreSQL: cold <= 0.8 s, uncached <= 0.7 s; 10M uncached <= 6 s, with flat memory).
 """
 
@@ -456,7 +456,7 @@ def bench_sketch_cache(
     print(f"  sketch cache: {stored} blocks stored")
 
 
-# The issue's targets (PostgreSQL, 10 % of the predictions labelled): window rows -> stage -> seconds
+# The targets (PostgreSQL, 10 % of the predictions labelled): window rows -> stage -> seconds
 TARGETS: dict[int, dict[str, float]] = {
     1_000_000: {"cached: cold (empty cache)": 0.8, "full report from the database": 0.7},
     10_000_000: {"full report from the database": 6.0},

@@ -43,7 +43,7 @@ at head; the others are written here to price one change each (see ``VARIANTS``)
 little-endian bytea. ``--legacy`` adds ``legacy``: the layout before migration 0018 (revision
 ``0017_log_outputs``: ``prediction_log``, one row per prediction, its JSONB document always, its own typed
 copy), written by the insert of that code (``predictions/service.py`` before 0018, in git), and prints old vs
-new side by side at the end (the issue's target: bytes per logged prediction at most half the old layout's).
+new side by side at the end (the target: bytes per logged prediction at most half the legacy layout's).
 The machine is shared: run it more than once and read the figures beside ``uptime``.
 """
 

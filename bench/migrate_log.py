@@ -9,10 +9,11 @@ dropped at the end unless ``--keep``) is migrated to ``0017_log_outputs`` and gi
 up, over three days, in the daily partitions retention made on PostgreSQL; most requests typed with a
 recorded layout, some with an unseen category, every tenth with text in a numeric feature (no typed copy),
 every tenth of a multi-class model with output vectors, flags on a fifth of the predictions, some output
-violations; a label on every tenth prediction with 0015's copies). Then ``VACUUM ANALYZE`` (PostgreSQL), and
-the timed steps: ``driftwarden``'s ``migrate.upgrade`` to head (the conversion) and ``migrate.downgrade`` back
-to 0017, each in a child process as ``driftwarden db upgrade`` runs it (its per-chunk progress lines are
-not shown). Figures are wall seconds; the machine may be shared: run it more than once.
+violations; a label on every tenth prediction, carrying copies of its prediction). Then ``VACUUM ANALYZE``
+(PostgreSQL), and the timed steps: ``driftwarden``'s ``migrate.upgrade`` to head (the conversion) and
+``migrate.downgrade`` back to 0017, each in a child process as ``driftwarden db upgrade`` runs it (its
+per-chunk progress lines are not shown). Figures are wall seconds; the machine may be shared: run it more
+than once.
 
 :func:`fill_log` is also what ``tests/predictions/test_migration_batches.py`` builds its million rows with;
 :func:`expected_row` is the row it writes for a global position (the test checks a sample against it).

@@ -52,13 +52,13 @@ def _train_small(workdir: Path) -> tuple[Path, Path]:
     from core.tabular import write_table
     from training.datagen import generate
     from training.flows import run_training
-    from training.jobs import Mode, TrainJob
+    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
 
     data = workdir / "baseline.csv"
     write_table(generate(5000, seed=1), data)
     db = open_database(f"sqlite:///{workdir / 'bench.db'}")
-    job = TrainJob(model_name="bench", data=data, mode=Mode.LOCAL, epochs=1)
+    job = TrainingRunSpec(model_name="bench", data=data, mode=Mode.LOCAL, epochs=1)
     result = run_training(
         job=job,
         db=db,

@@ -96,7 +96,7 @@ CONFIG_RE = re.compile(
     r"(?:-w(?P<workers>[1-9][0-9]*))?"
 )
 CONFIG_RULE = "a-{sqlite,pg}-{fast,durable}[-nometrics][-wN], b[-wN], c or f[-wN]"
-# the ratios the issues name: (numerator, denominator, rows per request, target)
+# the ratios with a target: (numerator, denominator, rows per request, target)
 LOG_TARGETS = {("a-pg-fast", 1): 0.95, ("a-pg-fast", 32): 0.85, ("a-pg-durable", 1): 0.85}
 
 
@@ -732,7 +732,7 @@ def train_model(root: Path, n_rows: int, task: str = "binary") -> tuple[Path, li
     from registry.schema import Task
     from training.datagen import TARGETS, generate
     from training.flows import run_training
-    from training.jobs import Mode, TrainJob
+    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
 
     data = root / "train.parquet"
@@ -740,7 +740,9 @@ def train_model(root: Path, n_rows: int, task: str = "binary") -> tuple[Path, li
     db = open_database(f"sqlite:///{root / 'train.db'}")
     target = TARGETS[Task.parse(task)]
     result = run_training(
-        job=TrainJob(model_name="bench", data=data, mode=Mode.LOCAL, epochs=1.0, task=task, target=target),
+        job=TrainingRunSpec(
+            model_name="bench", data=data, mode=Mode.LOCAL, epochs=1.0, task=task, target=target
+        ),
         db=db,
         registry=root / "models",
         checkpoint_root=root / "ckpt",
@@ -1018,7 +1020,7 @@ def cells(measures: list[Measure]) -> dict[tuple[str, int, int], Cell]:
 def summary(
     measures: list[Measure], checks: list[dict[str, Any]], args: argparse.Namespace
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Print the tables and the ratios the issues name; return the ratios and the log's CPU."""
+    """Print the tables and the ratios with a target; return the ratios and the log's CPU."""
     table = cells(measures)
     configs = list(dict.fromkeys(m.config for m in measures))
     levels = args.levels

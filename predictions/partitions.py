@@ -1,7 +1,7 @@
 """Time partitions of the prediction log on PostgreSQL: naming, planning, the DDL that adds and drops them.
 
-Why partitions: retention used to delete expired rows one chunk at a time (an index scan, a DELETE of the
-feedback and of the log rows per chunk, dead tuples for VACUUM to reclaim). ``prediction_batches`` and
+Why partitions: a retention that deletes expired rows one chunk at a time pays an index scan, a DELETE of the
+feedback and of the log rows per chunk, and dead tuples for VACUUM to reclaim. ``prediction_batches`` and
 ``prediction_feedback`` are both ``PARTITION BY RANGE (logged_at)`` on PostgreSQL (migration 0009), with the
 same ranges, so a span of time that has wholly expired leaves as two ``DROP TABLE`` in one transaction: a
 catalog change whatever the number of rows. SQLite keeps its single tables (an embedded log is small).

@@ -96,7 +96,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
     from core.tabular import write_table
     from training.datagen import generate
     from training.flows import run_training
-    from training.jobs import Mode, TrainJob
+    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
 
     root = tmp_path_factory.mktemp("trained")
@@ -107,7 +107,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
     try:
         for seed in (0, 1):
             result = run_training(
-                job=TrainJob(model_name="credit", data=data, mode=Mode.LOCAL, epochs=1.0, seed=seed),
+                job=TrainingRunSpec(model_name="credit", data=data, mode=Mode.LOCAL, epochs=1.0, seed=seed),
                 db=db,
                 registry=root / "models",
                 checkpoint_root=root / "ckpt",

@@ -235,7 +235,7 @@ def train(
     from registry.names import check_name
     from training.builders import normalize
     from training.datagen import TARGETS
-    from training.jobs import TrainJob, prepare
+    from training.jobs import TrainingRunSpec, prepare
     from training.progress import Progress
 
     check_name(model, given_as="--model")  # fails before any data is read or any process started
@@ -245,7 +245,7 @@ def train(
     setup_logging()
     quiet_tensorflow_banner()  # before TensorFlow loads here or in the cluster processes started below
     settings = get_settings()
-    job = TrainJob(
+    job = TrainingRunSpec(
         model_name=model,
         data=data,
         mode=mode,

@@ -23,7 +23,7 @@ from registry.service import latest_version
 from training.builders import output_width, probe
 from training.calibration import fit_platt, logits_of
 from training.cluster import ClusterSpec
-from training.jobs import Mode, PreparedData, RunFiles, TrainJob, prepare
+from training.jobs import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
 from training.launcher import train_on_cluster
 from training.progress import Progress
 
@@ -39,7 +39,7 @@ class TrainResult:
 
 def run_training(
     *,
-    job: TrainJob,
+    job: TrainingRunSpec,
     db: Database,
     registry: Path,
     checkpoint_root: Path,

@@ -1,4 +1,4 @@
-"""A training job's description and its data preparation (no TensorFlow here)."""
+"""A training run's spec (:class:`TrainingRunSpec`) and its data preparation (no TensorFlow here)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ class Mode(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class TrainJob:
-    """Everything that determines a training run; its ``key`` names the checkpoint folder."""
+class TrainingRunSpec:
+    """A training run's spec: everything that determines the run; its ``key`` names the checkpoint folder.
+    (A queued retraining job is :class:`training.models.TrainingJob`.)"""
 
     model_name: str
     data: Path
@@ -97,7 +98,7 @@ class PreparedData:
     def train_rows(self) -> int:
         return int(self.train_y.size)
 
-    def planned_steps(self, job: TrainJob) -> int:
+    def planned_steps(self, job: TrainingRunSpec) -> int:
         """Total optimizer steps: epochs x rows / batch, rounded up to whole closures."""
         steps = max(1, math.ceil(job.epochs * self.train_rows / job.batch_size))
         per = job.steps_per_closure if job.mode is Mode.ASYNC else 1
@@ -158,7 +159,7 @@ def check_task_labels(path: Path, target: str, y: np.ndarray, task: Task) -> Non
         raise TrainingDataError(f"{where} holds text: a regression (--task regression) needs numbers")
 
 
-def prepare(job: TrainJob) -> PreparedData:
+def prepare(job: TrainingRunSpec) -> PreparedData:
     """Read the data, check it, split off the held-out rows (seeded), infer the contract, fit preprocessing.
 
     Data that cannot train a model raises :class:`TrainingDataError` (an ``Invalid``: exit 2 in the CLI).
@@ -242,7 +243,7 @@ class RunFiles:
         return self.root / "nodes"
 
 
-def write_job(job: TrainJob, *, cluster: dict[str, list[str]], files: RunFiles) -> Path:
+def write_job(job: TrainingRunSpec, *, cluster: dict[str, list[str]], files: RunFiles) -> Path:
     """Persist the job and its cluster for the chief / worker processes."""
     files.root.mkdir(parents=True, exist_ok=True)
     doc = {**asdict(job), "data": str(job.data.resolve()), "mode": job.mode.value, "cluster": cluster}
@@ -250,12 +251,12 @@ def write_job(job: TrainJob, *, cluster: dict[str, list[str]], files: RunFiles) 
     return files.job
 
 
-def read_job(path: Path) -> tuple[TrainJob, dict[str, list[str]], RunFiles]:
+def read_job(path: Path) -> tuple[TrainingRunSpec, dict[str, list[str]], RunFiles]:
     """The job, its cluster and its files, as written by :func:`write_job`."""
     doc = json.loads(path.read_text())
     cluster = doc.pop("cluster")
     doc["classes"] = tuple(doc.get("classes") or ())
-    job = TrainJob(**{**doc, "data": Path(doc["data"]), "mode": Mode(doc["mode"])})
+    job = TrainingRunSpec(**{**doc, "data": Path(doc["data"]), "mode": Mode(doc["mode"])})
     return job, cluster, RunFiles(path.parent)
 
 

@@ -27,7 +27,7 @@ from training.cluster import (
     node_argv,
     sync_worker_argv,
 )
-from training.jobs import Mode, RunFiles, TrainJob, load_weights, write_job
+from training.jobs import Mode, RunFiles, TrainingRunSpec, load_weights, write_job
 from training.progress import Progress, follow
 
 Weights = list[np.ndarray]  # the model's weights in ``net.weights`` order
@@ -37,7 +37,7 @@ PS_LOST_EXIT = 3  # the chief's exit code when a parameter server is gone
 
 def train_on_cluster(
     *,
-    job: TrainJob,
+    job: TrainingRunSpec,
     files: RunFiles,
     progress: Progress,
     settings: Settings,
@@ -100,7 +100,12 @@ def wait_for_nodes(spec: ClusterSpec, *, timeout_s: float) -> None:
 
 
 def _run_async(
-    *, job: TrainJob, files: RunFiles, progress: Progress, settings: Settings, external: ClusterSpec | None
+    *,
+    job: TrainingRunSpec,
+    files: RunFiles,
+    progress: Progress,
+    settings: Settings,
+    external: ClusterSpec | None,
 ) -> None:
     if external is not None and not external.chief:
         raise ValueError('the cluster spec needs a "chief" address (this machine) for the coordinator')
@@ -168,7 +173,7 @@ def _run_async(
         raise RuntimeError(f"chief exited without writing {files.weights}; see {chief.log_path}")
 
 
-def _run_sync(*, job: TrainJob, files: RunFiles, progress: Progress, settings: Settings) -> None:
+def _run_sync(*, job: TrainingRunSpec, files: RunFiles, progress: Progress, settings: Settings) -> None:
     offset = _offset(files.progress)
     attempt = 0
     while True:

@@ -48,7 +48,7 @@ from registry.schema import FeatureKind, ModelSchema, Task, label_codes
 from registry.service import get_version, latest_version, promote, read_schema, reject, serving_version
 from training.builders import lineage_ref, require_retrainable
 from training.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
-from training.jobs import Mode, TrainJob, prepare
+from training.jobs import Mode, TrainingRunSpec, prepare
 from training.models import JobState
 from training.progress import Progress
 from training.service import finish, get_job, record, update_progress
@@ -535,7 +535,7 @@ def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int
 
     settings = control.settings
     base = plan.base_lineage
-    job = TrainJob(
+    job = TrainingRunSpec(
         model_name=plan.model_name,
         data=data.train,
         mode=plan.mode,

@@ -12,7 +12,7 @@ import tensorflow as tf
 from registry.schema import Task
 from training.builders import build_model, output_width
 from training.features import encode, raw_inputs
-from training.jobs import PreparedData, TrainJob
+from training.jobs import PreparedData, TrainingRunSpec
 
 
 def encoded_matrix(data: PreparedData) -> np.ndarray:
@@ -21,7 +21,7 @@ def encoded_matrix(data: PreparedData) -> np.ndarray:
     return encode({k: tf.constant(v) for k, v in raw.items()}, data.prep).numpy()
 
 
-def build_net(job: TrainJob, data: PreparedData) -> keras.Model:
+def build_net(job: TrainingRunSpec, data: PreparedData) -> keras.Model:
     """The job's network from its builder (``job.model_fn``, else the built-in MLP), seeded; create it under
     a strategy's scope to distribute it."""
     task = data.schema.kind

@@ -6,8 +6,8 @@ Regenerate the JSON that provisioning loads (``deploy/grafana/dashboards/*.json`
 
 ``tests/deploy/test_dashboards.py`` regenerates them and compares byte for byte, and the integration test
 (``tests/deploy/test_prometheus.py``) evaluates every query below against a real Prometheus scraping a real
-server. Every query uses only the metric names agreed on issues 8 and 10; every legend names the labels it
-shows.
+server. Every query uses only the metric names that the server and its collectors export (the set ``AGREED``
+of ``tests/deploy/promql.py``, which the tests hold every query to); every legend names the labels it shows.
 """
 
 from __future__ import annotations

@@ -20,14 +20,14 @@ from training.datagen import generate
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from training.flows import run_training
-    from training.jobs import Mode, TrainJob
+    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
 
     root = tmp_path_factory.mktemp("export")
     data = root / "baseline.csv"
     write_table(generate(6000, seed=5), data)
     db = open_database(f"sqlite:///{root / 'db.sqlite'}")
-    job = TrainJob(model_name="credit", data=data, mode=Mode.LOCAL, epochs=2)
+    job = TrainingRunSpec(model_name="credit", data=data, mode=Mode.LOCAL, epochs=2)
     result = run_training(
         job=job, db=db, registry=root / "models", checkpoint_root=root / "ckpt", progress=Progress("t")
     )

@@ -259,16 +259,16 @@ def test_lazily_built_builder_and_descriptions(files: dict[str, Path]) -> None:
 
 
 def test_job_key_changes_with_task_and_builder(files: dict[str, Path]) -> None:
-    from training.jobs import TrainJob
+    from training.jobs import TrainingRunSpec
 
     data = files["multiclass"]
-    base = TrainJob(model_name="m", data=data)
-    assert base.key == TrainJob(model_name="m", data=data, task="binary", model_fn=None).key
+    base = TrainingRunSpec(model_name="m", data=data)
+    assert base.key == TrainingRunSpec(model_name="m", data=data, task="binary", model_fn=None).key
     keys = {
         base.key,
-        TrainJob(model_name="m", data=data, task="multiclass").key,
-        TrainJob(model_name="m", data=data, model_fn=normalize(f"{files['builder']}:build")).key,
-        TrainJob(model_name="m", data=data, model_fn=normalize(f"{files['builder']}:build_lazy")).key,
+        TrainingRunSpec(model_name="m", data=data, task="multiclass").key,
+        TrainingRunSpec(model_name="m", data=data, model_fn=normalize(f"{files['builder']}:build")).key,
+        TrainingRunSpec(model_name="m", data=data, model_fn=normalize(f"{files['builder']}:build_lazy")).key,
     }
     assert len(keys) == 4
 
@@ -364,13 +364,13 @@ def test_the_alert_retrain_action_records_why_it_did_nothing(imported_db: tuple[
         )
         s.add(alert)
         s.flush()
-        ctx = lifecycle.Ctx(
+        ctx = lifecycle.Pass(
             session=s,
             settings=settings,
             model_name="imported",
             now=utcnow(),
             silences=[],
-            ev=lifecycle.Evaluation(model_name="imported"),
+            evaluation=lifecycle.Evaluation(model_name="imported"),
         )
         info = lifecycle.retrain(ctx, alert, trigger="alert", key="k1", requested_by=f"alert:{alert.id}")
         assert "was imported without --model-fn" in info["error"]

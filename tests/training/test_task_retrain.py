@@ -19,7 +19,7 @@ from training import service
 from training.builders import normalize
 from training.datagen import TARGETS, generate
 from training.flows import run_training
-from training.jobs import Mode, TrainJob
+from training.jobs import Mode, TrainingRunSpec
 from training.models import JobState
 from training.progress import Progress
 from training.worker import Worker
@@ -54,7 +54,7 @@ def test_a_multiclass_team_version_is_retrained_with_its_own_builder(tmp_path: P
     db = open_database(url, settings=settings, upgrade=True)
     try:
         first = run_training(
-            job=TrainJob(
+            job=TrainingRunSpec(
                 model_name="bands", data=data, mode=Mode.LOCAL, epochs=1.0, task="multiclass", target=TARGET
             ),
             db=db,
@@ -64,7 +64,7 @@ def test_a_multiclass_team_version_is_retrained_with_its_own_builder(tmp_path: P
         )
         assert first.version.lineage["model_fn"]["ref"] == "builtin:mlp"
         team = run_training(
-            job=TrainJob(
+            job=TrainingRunSpec(
                 model_name="bands",
                 data=data,
                 mode=Mode.LOCAL,

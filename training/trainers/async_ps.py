@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from core.network import is_listening
 from training.cluster import ClusterSpec
-from training.jobs import PreparedData, TrainJob, prepare, read_job, save_weights
+from training.jobs import PreparedData, TrainingRunSpec, prepare, read_job, save_weights
 from training.net import model_weights
 from training.progress import Progress, ProgressFile
 from training.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
@@ -55,7 +55,7 @@ class ParameterServerLost(RuntimeError):
 
 def coordinate(
     *,
-    job: TrainJob,
+    job: TrainingRunSpec,
     data: PreparedData,
     spec: ClusterSpec,
     progress: Progress | ProgressFile,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from training.jobs import PreparedData, TrainJob
+from training.jobs import PreparedData, TrainingRunSpec
 from training.net import model_weights
 from training.progress import Progress
 from training.steps import build_net, dataset, encoded_matrix, make_optimizer, make_replica_step
 
 
-def train(job: TrainJob, data: PreparedData, progress: Progress) -> list[np.ndarray]:
+def train(job: TrainingRunSpec, data: PreparedData, progress: Progress) -> list[np.ndarray]:
     """Plain loop over the planned steps; returns the model's weights (in ``net.weights`` order)."""
     x = encoded_matrix(data)
     net = build_net(job, data)
