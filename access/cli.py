@@ -11,8 +11,8 @@ from core.durations import parse_duration
 from core.terminal import make_console
 
 tokens_app = typer.Typer(
-    help="Scoped bearer tokens for the API (predict, feedback, read, admin): create, list, revoke; and the "
-    "key of the signed report links (rotate-link-key).",
+    help="Scoped bearer tokens for the API (predict, feedback, ingest, read, admin): create, list, revoke; "
+    "and the key of the signed report links (rotate-link-key).",
     no_args_is_help=True,
 )
 

@@ -29,6 +29,7 @@ class Scope(StrEnum):
 
     PREDICT = "predict"  # :predict, /infer, model status and metadata (when predict_requires_token)
     FEEDBACK = "feedback"  # POST .../feedback
+    INGEST = "ingest"  # POST /v1/models/{name}/predictions: predictions another stack answered, nothing else
     READ = "read"  # drift reports and history, alerts, rules, silences, jobs, versions
     ADMIN = "admin"  # every change: promote, rollback, labels, retrain, rules, silences, webhooks, runs
 

@@ -353,6 +353,34 @@ def _categorical(
     return out, clean
 
 
+def flag_rows(schema: ModelSchema, rows: Sequence[Mapping[str, Any]]) -> list[list[str] | None]:
+    """The flags of rows a model has already answered (ingested predictions): every rule a row breaks, hard
+    or soft, as ``"<feature>:<rule>"``, and ``"<key>:unknown_feature"`` for a key outside the contract;
+    nothing is refused. Values must be JSON scalars (the caller refuses others)."""
+    flags: list[list[str] | None] = [None] * len(rows)
+    names = set(schema.feature_names)
+    for spec in schema.features:
+        problems: list[Violation] = []
+        check = _numeric if spec.kind is FeatureKind.NUMERIC else _categorical
+        check(spec, [row.get(spec.name) for row in rows], problems, flags)
+        for problem in problems:
+            if problem.row is not None:
+                _add_flag(flags, problem.row, f"{spec.name}:{problem.rule}")
+    for i, row in enumerate(rows):
+        for key in row:
+            if key not in names:
+                _add_flag(flags, i, f"{key}:unknown_feature")
+    return flags
+
+
+def _add_flag(flags: list[list[str] | None], row: int, flag: str) -> None:
+    found = flags[row]
+    if found is None:
+        flags[row] = [flag]
+    elif flag not in found:
+        found.append(flag)
+
+
 def check_outputs(spec: OutputSpec, values: Sequence[float]) -> list[Violation]:
     """Every output value finite and within ``[spec.min, spec.max]`` (one value per row)."""
     lo = spec.min if spec.min is not None else -math.inf

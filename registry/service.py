@@ -549,7 +549,7 @@ class ServingPlan:
     serving: int | None
     labels: dict[str, int]
     paths: dict[int, str]
-    elsewhere: frozenset[int] = field(default_factory=frozenset)  # versions served elsewhere (no model)
+    elsewhere: dict[int, str] = field(default_factory=dict)  # versions served elsewhere (no model): folders
 
 
 def serving_plans(*, session: Session, only: list[str]) -> dict[str, ServingPlan]:
@@ -575,6 +575,6 @@ def serving_plans(*, session: Session, only: list[str]) -> dict[str, ServingPlan
             serving=serving.version if serving else None,
             labels={label: row.version for label, row in live},
             paths={v: row.path for v, row in rows.items() if not served_elsewhere(row)},
-            elsewhere=frozenset(v for v, row in rows.items() if served_elsewhere(row)),
+            elsewhere={v: row.path for v, row in rows.items() if served_elsewhere(row)},
         )
     return out

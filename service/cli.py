@@ -333,8 +333,8 @@ LISTED: dict[str, tuple[str, bool]] = {
     ),
     "webhooks": ("Signed outgoing webhooks (Standard Webhooks): subscriptions and their deliveries.", True),
     "tokens": (
-        "Scoped bearer tokens for the API (predict, feedback, read, admin): create, list, revoke; and the "
-        "key of the signed report links (rotate-link-key).",
+        "Scoped bearer tokens for the API (predict, feedback, ingest, read, admin): create, list, revoke; "
+        "and the key of the signed report links (rotate-link-key).",
         True,
     ),
 }

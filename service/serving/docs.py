@@ -203,6 +203,80 @@ FEEDBACK_RESPONSES = _responses(
     {"stored": 1, "unknown_ids": [], "duplicate_ids": []}, 400, 401, 403, 404, 413
 )
 
+INGEST = _json_body(
+    {
+        "type": "object",
+        "required": ["records"],
+        "properties": {
+            "records": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 10_000,
+                "items": {
+                    "type": "object",
+                    "required": ["inputs", "prediction"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "id": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 128,
+                            "description": "Your own id of the record: a retried record with the same id is "
+                            "stored once.",
+                        },
+                        "time": {
+                            "type": "string",
+                            "format": "date-time",
+                            "description": "When the model answered (RFC 3339 with its offset); default: "
+                            "arrival.",
+                        },
+                        "version": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "description": "The version that answered; default: the model's serving version.",
+                        },
+                        "inputs": {
+                            "type": "object",
+                            "additionalProperties": {"type": ["number", "string", "boolean", "null"]},
+                            "description": "The features as the model received them (flagged against the "
+                            "version's contract, never refused).",
+                        },
+                        "prediction": {
+                            "description": "Binary: the positive class's probability; regression: the value; "
+                            "multi-class: the class probabilities in the version's class order."
+                        },
+                        "label": {"description": "The ground truth, when known (the task's labels)."},
+                    },
+                },
+            }
+        },
+    },
+    {
+        "records": (
+            "Predictions another server answered",
+            {
+                "records": [
+                    {
+                        "id": "order-1841",
+                        "time": "2026-12-01T10:00:00Z",
+                        "inputs": {"income": 52000.0, "employment": "salaried"},
+                        "prediction": 0.18,
+                    }
+                ]
+            },
+        )
+    },
+)
+INGEST_RESPONSES = _responses(
+    {"stored": 1, "duplicate_ids": [], "prediction_ids": [PID], "flagged": 0, "labels_stored": 0},
+    400,
+    401,
+    403,
+    404,
+    413,
+    503,
+)
+
 DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
 DATATYPES += ["FP16", "FP32", "FP64", "BYTES"]
 V2_INFER = _json_body(

@@ -140,7 +140,7 @@ async def predict(
             inputs=checked.rows,
             values=floats,
             flags=answer.flags,
-            layout=_layout(lv.schema),
+            layout=log_layout(lv.schema),
             columns=columns.values if checked.rows is columns.rows else None,
             outputs=answer.vectors,
         )
@@ -205,7 +205,7 @@ def _is_probabilities(row: list[float]) -> bool:
 _LAYOUTS: dict[int, tuple[ModelSchema, Layout]] = {}
 
 
-def _layout(schema: ModelSchema) -> Layout:
+def log_layout(schema: ModelSchema) -> Layout:
     """The typed log layout of a version's contract: its numeric, then categorical features in order, and
     the categories the contract knows."""
     known = _LAYOUTS.get(id(schema))
@@ -228,7 +228,7 @@ def parse_feedback(payload: Any, schema: ModelSchema | None = None) -> list[tupl
     (multi-class, stored as the index); a finite number (regression). A UUID's hex digits are
     case-insensitive (RFC 9562): the ids this server hands out are lower case, and an id sent in upper case
     is the same id."""
-    read = _label_reader(schema)
+    read = label_reader(schema)
     if not isinstance(payload, Mapping) or not isinstance(payload.get("labels"), list):
         raise BadRequest(
             f'the body must be {{"labels": [{{"prediction_id": "...", "label": {read.hint}}}, ...]}}'
@@ -259,7 +259,7 @@ def parse_feedback(payload: Any, schema: ModelSchema | None = None) -> list[tupl
 
 
 @dataclass(frozen=True)
-class _LabelReader:
+class LabelReader:
     """How one task's labels are read: the value stored for a label, or None when it is not one."""
 
     read: Callable[[Any], float | None]
@@ -270,10 +270,10 @@ class _LabelReader:
         return self.read(value)
 
 
-def _label_reader(schema: ModelSchema | None) -> _LabelReader:
+def label_reader(schema: ModelSchema | None) -> LabelReader:
     task = schema.kind if schema is not None else Task.BINARY
     if task is Task.REGRESSION:
-        return _LabelReader(_number, "a finite number (regression)", "a number")
+        return LabelReader(_number, "a finite number (regression)", "a number")
     if task is Task.MULTICLASS and schema is not None:
         classes = schema.classes
         index = {name: float(i) for i, name in enumerate(classes)}
@@ -287,8 +287,8 @@ def _label_reader(schema: ModelSchema | None) -> _LabelReader:
             return None
 
         allowed = f"a class name ({shown}) or its index 0 to {len(classes) - 1} (multi-class)"
-        return _LabelReader(read_class, allowed, "a class name or index")
-    return _LabelReader(_binary, "0 or 1 (binary classification)", "0 or 1")
+        return LabelReader(read_class, allowed, "a class name or index")
+    return LabelReader(_binary, "0 or 1 (binary classification)", "0 or 1")
 
 
 def _binary(value: Any) -> float | None:

@@ -61,7 +61,7 @@ class ServedModel:
     labels: dict[str, int] = field(default_factory=dict)
     loading: set[int] = field(default_factory=set)
     failed: dict[int, str] = field(default_factory=dict)
-    elsewhere: frozenset[int] = frozenset()  # versions registered without a model: monitored, not served
+    elsewhere: dict[int, ModelSchema] = field(default_factory=dict)  # versions without a model: contracts
 
 
 def warmup_columns(schema: ModelSchema) -> dict[str, np.ndarray]:
@@ -161,7 +161,17 @@ class ModelManager:
             lv.batcher.start()
             served.versions[version] = lv
             log.info("loaded %s:%d from %s", served.name, version, lv.path)
-        served.elsewhere = w.elsewhere
+        for version, folder in w.elsewhere.items():
+            if version not in served.elsewhere and not served.failed.get(version):
+                try:
+                    schema = await asyncio.to_thread(read_schema, path=Path(folder))
+                    served.elsewhere[version] = schema
+                    self.metrics.contract_features(served.name, schema.feature_names)
+                except Exception as exc:  # an unreadable contract: reported by the model's health check
+                    served.failed[version] = f"{type(exc).__name__}: {exc}"[:500]
+                    log.error("could not read the contract of %s:%d: %s", served.name, version, exc)
+        for version in set(served.elsewhere) - set(w.elsewhere):
+            del served.elsewhere[version]
         if w.serving in served.versions or w.serving in w.elsewhere:
             if served.serving != w.serving:
                 log.info("%s: serving version %s -> %d", served.name, served.serving, w.serving)
@@ -230,6 +240,28 @@ class ModelManager:
             loaded = ", ".join(map(str, sorted(served.versions))) or "none"
             raise NotServed(f"version {version} of model '{name}' is not loaded (loaded: {loaded})")
         return lv
+
+    def contract(self, name: str, *, version: int | None = None) -> tuple[int, ModelSchema]:
+        """The version (default: the serving one) of ``name`` and its contract, whether served here or
+        elsewhere; :class:`NotServed` names what is missing."""
+        served = self.models.get(name)
+        if served is None:
+            raise NotServed(
+                f"model '{name}' has no serving or labelled version here (see `driftwarden models list`)"
+            )
+        chosen = served.serving if version is None else version
+        if chosen is None:
+            raise NotServed(f"model '{name}' has no version in state 'serving'; promote one")
+        if chosen in served.elsewhere:
+            return chosen, served.elsewhere[chosen]
+        lv = served.versions.get(chosen)
+        if lv is None:
+            known = sorted({*served.versions, *served.elsewhere})
+            raise NotServed(
+                f"version {chosen} of model '{name}' is neither its serving nor a labelled version "
+                f"(known here: {', '.join(map(str, known)) or 'none'})"
+            )
+        return chosen, lv.schema
 
     def ready(self) -> bool:
         """The first registry sync is done (versions it asked for are loaded or reported failed)."""

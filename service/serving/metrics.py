@@ -72,6 +72,9 @@ FAMILIES: dict[str, Family] = {
     "batch_rows": Family("histogram", "Rows per model call.", ("model",), ROW_BUCKETS),
     "requests_in_flight": Family("gauge", "Predict requests being answered.", ("protocol",)),
     "predictions": Family("counter", "Rows predicted.", ("model", "version")),
+    "ingested_predictions": Family(
+        "counter", "Predictions of another serving stack logged, by source (ingest).", ("model", "source")
+    ),
     "contract_flags": Family("counter", "Rows accepted with a contract flag.", ("model", "feature", "rule")),
     "contract_violations": Family(
         "counter", "Input contract violations (400 answers).", ("model", "feature", "rule")
@@ -178,6 +181,9 @@ class Metrics:
         counts = self.counts["predictions"]
         key = (model, str(version))
         counts[key] = counts.get(key, 0.0) + n
+        self._flags(model, flags)
+
+    def _flags(self, model: str, flags: list[list[str] | None]) -> None:
         if any(flags):
             counter = self.counts["contract_flags"]
             for row in flags:
@@ -185,6 +191,12 @@ class Metrics:
                     feature, _, rule = flag.rpartition(":")
                     k = (model, self._feature(model, feature), rule)
                     counter[k] = counter.get(k, 0.0) + 1
+
+    def ingested(self, model: str, source: str, n: int, flags: list[list[str] | None]) -> None:
+        """Predictions another stack answered, logged from ``source``; their contract flags counted."""
+        counts = self.counts["ingested_predictions"]
+        counts[(model, source)] = counts.get((model, source), 0.0) + n
+        self._flags(model, flags)
 
     def violation(self, model: str, problems: Iterable[tuple[str | None, str]]) -> None:
         """One count per distinct (feature, rule) of a rejected request."""
@@ -217,8 +229,11 @@ class Metrics:
         """A version loaded (its schema's features become label values, up to the cap) or failed."""
         counter = self.counts["model_loads" if ok else "model_load_failures"]
         counter[(model,)] = counter.get((model,), 0.0) + 1
-        if not ok:
-            return
+        if ok:
+            self.contract_features(model, features)
+
+    def contract_features(self, model: str, features: list[str]) -> None:
+        """A contract's features become label values of the model's series (up to the cap)."""
         known = self.features.setdefault(model, {})
         new = [f for f in features if f not in known]
         room = max(0, self.max_features - sum(1 for v in known.values() if v != OTHER_FEATURE))
@@ -318,6 +333,9 @@ class NullMetrics(Metrics):
     def violation(self, model: str, problems: Iterable[tuple[str | None, str]]) -> None:
         pass
 
+    def ingested(self, model: str, source: str, n: int, flags: list[list[str] | None]) -> None:
+        pass
+
     def output_violation(self, model: str, rules: list[str]) -> None:
         pass
 
@@ -328,6 +346,9 @@ class NullMetrics(Metrics):
         pass
 
     def model_load(self, model: str, *, ok: bool, features: list[str]) -> None:
+        pass
+
+    def contract_features(self, model: str, features: list[str]) -> None:
         pass
 
     def model_state(self, model: str, *, serving: int | None, loaded: list[int]) -> None:

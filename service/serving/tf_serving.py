@@ -1,4 +1,5 @@
-"""TensorFlow Serving REST routes (``/v1``): predict (row and columnar), status, metadata, feedback.
+"""TensorFlow Serving REST routes (``/v1``): predict (row and columnar), status, metadata, feedback, and the
+ingest route of predictions answered elsewhere.
 
 Thin: read the body, call a flow, shape the answer. Bodies are parsed by hand (not by pydantic) so that
 every client error is a 400 in the ``{"error": ...}`` shape, naming the row, the feature and the rule.
@@ -15,10 +16,12 @@ from fastapi import APIRouter, Request, Response
 from core.auth import Scope
 from core.http import error_response, json_response, read_body, request_id_of, require_scope
 from core.openapi import PREDICT_SCOPE
+from predictions.writer import LogUnavailable
 from registry.schema import FeatureKind, ModelSchema
 from service.serving import docs
 from service.serving.codecs import BadRequest, parse_json, parse_v1
 from service.serving.flows import AppState, Prediction, feedback, parse_feedback
+from service.serving.ingest import LogOff, ingest
 from service.serving.manager import NotServed
 from service.serving.routing import app_state, path_version, predict_route
 
@@ -204,7 +207,7 @@ async def v1_feedback(request: Request, name: str) -> Response:
     state = app_state(request)
     rid = request_id_of(request)
     try:
-        schema = state.manager.resolve(name, version=None, label=None).schema
+        schema = state.manager.contract(name)[1]
         labels = parse_feedback(parse_json(await read_body(request, state.settings.max_body_bytes)), schema)
         result = await feedback(state=state, model_name=name, labels=labels)
     except BadRequest as exc:
@@ -212,3 +215,30 @@ async def v1_feedback(request: Request, name: str) -> Response:
     except NotServed as exc:
         return error_response(404, str(exc), rid)
     return json_response(result, 200, rid)
+
+
+@router.post(
+    "/v1/models/{name}/predictions",
+    summary="Predictions another server answered",
+    openapi_extra=docs.INGEST,
+    responses=docs.INGEST_RESPONSES,
+    tags=["Ingest"],
+    dependencies=[require_scope(Scope.INGEST)],
+)
+async def v1_ingest(request: Request, name: str) -> Response:
+    """Log predictions your own serving answered (Seldon, SageMaker, a custom server, a batch job) into the
+    same prediction log, checked against the version's contract (flagged, never refused): drift, quality,
+    performance and alerts then work on them as on served predictions. A body that does not validate
+    stores nothing."""
+    state = app_state(request)
+    rid = request_id_of(request)
+    try:
+        payload = parse_json(await read_body(request, state.settings.max_body_bytes))
+        result = await ingest(state=state, model_name=name, payload=payload, request_id=rid)
+    except BadRequest as exc:
+        return error_response(exc.status_code, str(exc), rid)
+    except NotServed as exc:
+        return error_response(404, str(exc), rid)
+    except (LogOff, LogUnavailable) as exc:
+        return error_response(503, f"prediction log unavailable: {exc}", rid)
+    return json_response(result.as_dict(), 200, rid)

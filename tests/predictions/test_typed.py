@@ -458,7 +458,7 @@ def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
     schema = infer_schema(reference, target=TARGET)
     docs = documents(3, seed=4)
     docs[1]["age"] = None
-    layout = flows._layout(schema)
+    layout = flows.log_layout(schema)
     [[batch]] = build([request_rows(0, docs, layout)])  # one request: one batch of three predictions
     by_feature = {n: [d.get(n) for d in docs] for n in schema.feature_names}
     [by_column] = build([request_rows(0, docs, layout, by_feature, ids=batch.ids())])

@@ -1,0 +1,377 @@
+"""Predictions answered by another serving stack, written into the same prediction log (``source``).
+
+``POST /v1/models/{name}/predictions`` takes ``{"records": [{"id"?, "time"?, "version"?, "inputs": {...},
+"prediction": ..., "label"?}]}``. The whole body is checked before anything is written, so a refused body
+stores nothing: a record without an ``inputs`` object, a value that is not a JSON scalar, a prediction that
+does not fit the version's task, a label the task cannot take or a time that does not parse is a 400 naming
+``records[i].<field>`` and the rule. The model has already answered, so the input contract flags a record
+(``"<feature>:<rule>"``, hard rules too) and never refuses it.
+
+A record's ``id`` (the caller's own, up to 128 printable characters) becomes its prediction id through a
+UUIDv5 of the model and the id, so a retried record is found and skipped (``duplicate_ids``), and its label
+can be sent later to the feedback route under ``prediction_ids[i]``. A record without ``time`` is logged at
+its arrival; one without ``version`` belongs to the model's serving version (served here or elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from predictions.models import PredictionStatus
+from predictions.pending import RequestRows
+from predictions.service import logged_predictions, new_prediction_ids, record_feedback
+from registry.contracts import OUTPUT_FLAG, flag_rows, output_flags
+from registry.schema import SUM_TOLERANCE, ModelSchema, Task
+from service.serving.codecs import BadRequest
+from service.serving.flows import AppState, label_reader, log_layout
+
+MAX_RECORDS = 10_000  # records per request
+MAX_ID_LENGTH = 128
+SOURCE = "ingest"
+PROTOCOL = "ingest"
+_NAMESPACE = uuid.UUID(
+    "6f1d3a52-8f0e-4c59-9a3e-0d5b1f7c2e41"
+)  # driftwarden's UUIDv5 namespace for record ids
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class LogOff(RuntimeError):
+    """The server runs without its prediction log (``serve --no-log``): nothing can be ingested."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record as sent, its shape checked (its prediction and label are read by the version's task)."""
+
+    index: int
+    id: str | None
+    time: datetime | None
+    version: int | None
+    inputs: dict[str, Any]
+    prediction: Any
+    label: Any
+    has_label: bool
+
+
+@dataclass
+class Ingested:
+    """What one ingest request stored."""
+
+    stored: int
+    duplicate_ids: list[str]
+    prediction_ids: list[str]
+    flagged: int
+    labels_stored: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stored": self.stored,
+            "duplicate_ids": self.duplicate_ids,
+            "prediction_ids": self.prediction_ids,
+            "flagged": self.flagged,
+            "labels_stored": self.labels_stored,
+        }
+
+
+def record_prediction_id(model_name: str, record_id: str) -> str:
+    """The prediction id of a record the caller named ``record_id`` (the same for every retry)."""
+    return str(uuid.uuid5(_NAMESPACE, f"{model_name}\n{record_id}"))
+
+
+def parse_records(payload: Any) -> list[Record]:
+    """The body's records, each shape checked; a :class:`BadRequest` names the first bad field."""
+    if not isinstance(payload, Mapping) or not isinstance(payload.get("records"), list):
+        raise BadRequest(
+            'the body must be {"records": [{"inputs": {...}, "prediction": ..., "id"?: "...", "time"?: '
+            '"RFC 3339", "version"?: N, "label"?: ...}, ...]}'
+        )
+    items = payload["records"]
+    if not items:
+        raise BadRequest('"records" is empty', "empty")
+    if len(items) > MAX_RECORDS:
+        raise BadRequest(f"{len(items)} records exceed the limit of {MAX_RECORDS} per request", "max_rows")
+    records = [_record(i, item) for i, item in enumerate(items)]
+    seen: dict[str, int] = {}
+    for r in records:
+        if r.id is not None:
+            if r.id in seen:
+                raise BadRequest(
+                    f"records[{r.index}].id repeats records[{seen[r.id]}].id ({r.id!r})", "unique"
+                )
+            seen[r.id] = r.index
+    return records
+
+
+def _record(i: int, item: Any) -> Record:
+    where = f"records[{i}]"
+    if not isinstance(item, Mapping):
+        raise BadRequest(f"{where} must be an object", "format")
+    unknown = sorted(set(item) - {"id", "time", "version", "inputs", "prediction", "label"})
+    if unknown:
+        raise BadRequest(
+            f"{where} has unknown field(s) {', '.join(map(repr, unknown))} (allowed: id, time, version, "
+            "inputs, prediction, label)",
+            "format",
+        )
+    inputs = item.get("inputs")
+    if not isinstance(inputs, Mapping):
+        raise BadRequest(f"{where}.inputs is required: an object of feature values", "required")
+    for key, value in inputs.items():
+        if not isinstance(value, _SCALARS):
+            raise BadRequest(f"{where}.inputs.{key} must be a number, a string or null", "type")
+    if "prediction" not in item:
+        raise BadRequest(f"{where}.prediction is required: the model's answer", "required")
+    return Record(
+        index=i,
+        id=_id(where, item.get("id")),
+        time=_time(where, item.get("time")),
+        version=_version(where, item.get("version")),
+        inputs=dict(inputs),
+        prediction=item["prediction"],
+        label=item.get("label"),
+        has_label="label" in item and item["label"] is not None,
+    )
+
+
+def _id(where: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= MAX_ID_LENGTH
+        or not value.isprintable()
+        or value != value.strip()
+    ):
+        raise BadRequest(
+            f"{where}.id must be a string of 1 to {MAX_ID_LENGTH} printable characters without surrounding "
+            "spaces",
+            "type",
+        )
+    return value
+
+
+def _time(where: str, value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            moment = None
+        if moment is not None and moment.tzinfo is not None:
+            return moment.astimezone(UTC)
+    raise BadRequest(
+        f"{where}.time must be an RFC 3339 time with its UTC offset, e.g. 2026-12-01T10:00:00Z, "
+        f"got {value!r}",
+        "time",
+    )
+
+
+def _version(where: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(f"{where}.version must be a version number (an integer from 1)", "type")
+    return value
+
+
+def read_prediction(record: Record, schema: ModelSchema) -> tuple[float, list[float | None] | None]:
+    """The record's prediction as the log holds it: the value, and the vector of a multi-class model."""
+    where = f"records[{record.index}].prediction"
+    value = record.prediction
+    kind = schema.kind
+    if kind is Task.MULTICLASS:
+        k = len(schema.classes)
+        if (
+            isinstance(value, list)
+            and len(value) == k
+            and all(_number(v) is not None and 0.0 <= v <= 1.0 for v in value)
+            and abs(sum(value) - 1.0) <= SUM_TOLERANCE
+        ):
+            vector = [float(v) for v in value]
+            return max(vector), list(vector)
+        raise BadRequest(
+            f"{where} must be the {k} class probabilities (each in [0, 1], summing to 1) in the order "
+            f"{', '.join(map(repr, schema.classes))}, got {str(value)[:60]}",
+            "prediction",
+        )
+    number = _number(value)
+    if kind is Task.BINARY:
+        if number is None or not 0.0 <= number <= 1.0:
+            raise BadRequest(
+                f"{where} must be the positive class's probability, a number in [0, 1], got {value!r}",
+                "prediction",
+            )
+        return number, None
+    if number is None:
+        raise BadRequest(
+            f"{where} must be a finite number (the regression's value), got {value!r}", "prediction"
+        )
+    return number, None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+@dataclass
+class _Checked:
+    """The records of one version, read by its contract."""
+
+    version: int
+    schema: ModelSchema
+    records: list[Record]
+    values: list[float]
+    vectors: list[list[float | None]] | None
+    flags: list[list[str] | None]
+    labels: list[float | None]
+
+
+def check_records(
+    records: Sequence[Record], contracts: Mapping[int | None, tuple[int, ModelSchema]]
+) -> list[_Checked]:
+    """Read every record by its version's contract (``contracts[record.version]``); raise BadRequest."""
+    groups: dict[int, _Checked] = {}
+    for r in records:
+        version, schema = contracts[r.version]
+        group = groups.get(version)
+        if group is None:
+            multi = schema.kind is Task.MULTICLASS
+            group = groups[version] = _Checked(version, schema, [], [], [] if multi else None, [], [])
+        value, vector = read_prediction(r, schema)
+        label: float | None = None
+        if r.has_label:
+            reader = label_reader(schema)
+            label = reader.read(r.label)
+            if label is None:
+                raise BadRequest(
+                    f"records[{r.index}].label must be {reader.allowed}, got {r.label!r}", "label"
+                )
+        group.records.append(r)
+        group.values.append(value)
+        if group.vectors is not None:
+            group.vectors.append(vector or [])
+        group.labels.append(label)
+    for group in groups.values():
+        group.flags = flag_rows(group.schema, [r.inputs for r in group.records])
+        spec = group.schema.output
+        for i in output_flags(spec, group.values):
+            group.flags[i] = [*(group.flags[i] or []), f"{spec.name}:{OUTPUT_FLAG}"]
+    return list(groups.values())
+
+
+async def ingest(*, state: AppState, model_name: str, payload: Any, request_id: str) -> Ingested:
+    """Check a whole body of records, then log the new ones (a known ``id`` is skipped) and store labels."""
+    writer = state.writer
+    if writer is None:
+        raise LogOff("this server runs without its prediction log (serve --no-log): it cannot ingest")
+    records = parse_records(payload)
+    contracts = {v: state.manager.contract(model_name, version=v) for v in {r.version for r in records}}
+    groups = check_records(records, contracts)
+    named = {r.index: record_prediction_id(model_name, r.id) for r in records if r.id is not None}
+    known = await _known(state, model_name, list(named.values())) if named else set()
+    now = datetime.now(UTC)
+    ids: dict[int, str] = {}
+    stored = flagged = 0
+    duplicates: list[str] = []
+    labels: list[tuple[str, float]] = []
+    batches: list[RequestRows] = []
+    for group in groups:
+        for run in _runs(group, now):
+            fresh = iter(new_prediction_ids(sum(1 for i in run if group.records[i].index not in named)))
+            keep = []
+            for i in run:
+                r = group.records[i]
+                pid = named.get(r.index) or next(fresh)
+                ids[r.index] = pid
+                label = group.labels[i]
+                if label is not None:
+                    labels.append((pid, label))
+                if pid in known:
+                    duplicates.append(r.id or pid)
+                else:
+                    keep.append(i)
+            if keep:
+                kept = [ids[group.records[i].index] for i in keep]
+                batches.append(_request_rows(model_name, group, keep, kept, now, request_id))
+                stored += len(keep)
+                flagged += sum(1 for i in keep if group.flags[i])
+    for rows in batches:
+        if not writer.offer(rows):
+            await writer.submit(rows)
+        state.metrics.ingested(model_name, SOURCE, len(rows), rows.flags)
+    labels_stored = await _store_labels(state, model_name, labels) if labels else 0
+    return Ingested(stored, duplicates, [ids[r.index] for r in records], flagged, labels_stored)
+
+
+async def _known(state: AppState, model_name: str, ids: list[str]) -> set[str]:
+    """Which of ``ids`` the log already holds (the writer's queue flushed first, so a retry just after its
+    first attempt is seen)."""
+    writer = state.writer
+    if writer is not None:
+        await asyncio.to_thread(writer.flush, 5.0)
+
+    def _find() -> set[str]:
+        with state.db.session() as session:
+            return set(logged_predictions(session=session, model_name=model_name, ids=ids))
+
+    return await asyncio.to_thread(_find)
+
+
+async def _store_labels(state: AppState, model_name: str, labels: list[tuple[str, float]]) -> int:
+    """Store the records' labels once their predictions are committed."""
+    writer = state.writer
+    if writer is not None:
+        await asyncio.to_thread(writer.flush, 5.0)
+
+    def _store() -> tuple[int, list[str]]:
+        with state.db.session() as session:
+            return record_feedback(session=session, model_name=model_name, labels=labels)
+
+    stored, unknown = await asyncio.to_thread(_store)
+    state.metrics.labels(model_name, stored, len(unknown))
+    return stored
+
+
+def _runs(group: _Checked, now: datetime) -> list[list[int]]:
+    """The group's records split where their time changes (one request row holds one time)."""
+    out: list[list[int]] = []
+    last: datetime | None = None
+    for i, r in enumerate(group.records):
+        moment = r.time or now
+        if not out or moment != last:
+            out.append([])
+        out[-1].append(i)
+        last = moment
+    return out
+
+
+def _request_rows(
+    model_name: str, group: _Checked, keep: list[int], ids: list[str], now: datetime, request_id: str
+) -> RequestRows:
+    first = group.records[keep[0]]
+    return RequestRows(
+        model_name=model_name,
+        model_version=group.version,
+        logged_at=first.time or now,
+        request_id=request_id,
+        protocol=PROTOCOL,
+        latency_ms=0.0,
+        status=PredictionStatus.OK.value,
+        ids=ids,
+        inputs=[group.records[i].inputs for i in keep],
+        values=[group.values[i] for i in keep],
+        flags=[group.flags[i] for i in keep],
+        layout=log_layout(group.schema),
+        outputs=[group.vectors[i] for i in keep] if group.vectors is not None else None,
+        source=SOURCE,
+    )

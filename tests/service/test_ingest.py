@@ -1,0 +1,313 @@
+"""``POST /v1/models/{name}/predictions``: another stack's predictions in the same log, on both backends.
+
+Three models registered from a reference alone (served elsewhere), one per task, behind a real server: the
+records are logged with their times, flags and labels (source ``ingest``), a retried id is stored once, a
+body that does not validate stores nothing (each bad field named), the ``ingest`` scope writes predictions
+and nothing else, and the monitor runs on the ingested window as on served predictions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, text
+
+from access.service import create_token
+from core.database import aware, open_database
+from core.tabular import write_table
+from registry.schema import Task
+from registry.service import promote
+from service.serving.ingest import record_prediction_id
+from tests import own_models
+from tests.support import NO_AUTH, Server, count_rows, serve_settings
+from training.importer import ImportSpec, import_reference
+
+MODELS = {"ing_bin": "binary", "ing_cls": "multiclass", "ing_reg": "regression"}
+TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}
+T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+
+
+def _answers(task: str, data: dict[str, np.ndarray]) -> Any:
+    """What the team's own model answered on ``data``: a probability, a class-probability list or a value."""
+    score = data["a"] + 0.5 * data["b"] + 0.4 * (data["color"] == "red")
+    if task == "binary":
+        return 1.0 / (1.0 + np.exp(-(2.0 * score - 0.4)))
+    if task == "multiclass":  # classes in sorted order: high, low, mid
+        logits = np.stack([score, -score, np.zeros_like(score)], axis=1)
+        probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+        return [json.dumps(row) for row in probs.tolist()]
+    return 2.0 * data["a"] - data["b"] + 0.5 * data["c"]
+
+
+@pytest.fixture(scope="module")
+def ingest_server(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("ingest")
+    data = own_models.reference(1_500, seed=0)
+    registry = root / "registry"
+    db = open_database(module_db_url, upgrade=True)
+    try:
+        for name, task in MODELS.items():
+            answers = _answers(task, data)
+            table = {**data, "answer": np.asarray(answers, dtype=object if task == "multiclass" else float)}
+            write_table(table, root / f"{name}.csv")
+            spec = ImportSpec(
+                model_name=name,
+                path=None,
+                reference=root / f"{name}.csv",
+                target=TARGETS[task],
+                task=Task.parse(task),
+                features=("a", "b", "c", "color"),
+                prediction_column="answer",
+            )
+            import_reference(spec=spec, db=db, registry=registry)
+            with db.session() as s:
+                promote(session=s, model_name=name, version=1)
+    finally:
+        db.dispose()
+    settings = serve_settings(module_db_url, root / "spool", registry_path=registry, log_durability="durable")
+    with Server(settings) as srv:
+        yield srv
+
+
+def _records(name: str, n: int, *, seed: int, shift: float = 0.0, ids: str | None = None) -> list[dict]:
+    task = MODELS[name]
+    data = own_models.reference(n, seed=seed, shift=shift)
+    answers = _answers(task, data)
+    out = []
+    for i in range(n):
+        record: dict[str, Any] = {
+            "inputs": {
+                "a": float(data["a"][i]),
+                "b": float(data["b"][i]),
+                "c": int(data["c"][i]),
+                "color": str(data["color"][i]),
+            },
+            "prediction": json.loads(answers[i]) if task == "multiclass" else float(answers[i]),
+            "time": (T0 + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
+        }
+        if ids is not None:
+            record["id"] = f"{ids}-{i}"
+        out.append(record)
+    return out
+
+
+def _count(srv: Server, name: str) -> int:
+    return count_rows(srv.settings.database_url.get_secret_value(), "model_name = :m", {"m": name})
+
+
+def test_records_are_logged_with_their_times_flags_and_labels(ingest_server: Server) -> None:
+    srv = ingest_server
+    records = _records("ing_bin", 5, seed=1, ids="order")
+    records[0]["inputs"]["a"] = 1e6  # beyond the allowed range: flagged, still logged
+    records[1]["inputs"]["extra"] = "x"  # a key outside the contract: flagged
+    records[2]["inputs"]["color"] = 7  # a number where the contract has a category: flagged
+    records[3]["label"] = 1
+    records[4]["label"] = 0
+    with srv.client() as c:
+        r = c.post("/v1/models/ing_bin/predictions", json={"records": records})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["stored"] == 5 and body["duplicate_ids"] == [] and body["labels_stored"] == 2
+    assert body["flagged"] == 3
+    assert body["prediction_ids"] == [record_prediction_id("ing_bin", f"order-{i}") for i in range(5)]
+    engine = create_engine(srv.settings.database_url.get_secret_value())
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "select source, protocol, status, logged_at, flags, size from prediction_batches "
+                    "where model_name = 'ing_bin' order by logged_at"
+                )
+            ).all()
+            labels = conn.execute(
+                text("select count(*) from prediction_feedback where model_name = 'ing_bin'")
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert [(r.source, r.protocol, r.status, r.size) for r in rows] == [("ingest", "ingest", "ok", 1)] * 5
+    got = [aware(r.logged_at) for r in rows]
+    assert got == [T0 + timedelta(minutes=i) for i in range(5)]
+    flags = [json.loads(r.flags) if isinstance(r.flags, str) else r.flags for r in rows]
+    assert flags[0] == [["a:allowed_range"]] and flags[1] == [["extra:unknown_feature"]]
+    assert flags[2] == [["color:type"]] and flags[3] is None and flags[4] is None
+    assert labels == 2
+
+
+def test_a_retried_record_is_stored_once(ingest_server: Server) -> None:
+    srv = ingest_server
+    records = _records("ing_bin", 4, seed=2, ids="retry")
+    with srv.client() as c:
+        first = c.post("/v1/models/ing_bin/predictions", json={"records": records[:3]})
+        before = _count(srv, "ing_bin")
+        again = c.post("/v1/models/ing_bin/predictions", json={"records": records})
+        no_id = [{k: v for k, v in r.items() if k != "id"} for r in records[:2]]
+        twice = [c.post("/v1/models/ing_bin/predictions", json={"records": no_id}) for _ in range(2)]
+    assert first.status_code == 200 and first.json()["stored"] == 3, first.text
+    assert again.status_code == 200, again.text
+    assert again.json()["stored"] == 1 and again.json()["duplicate_ids"] == ["retry-0", "retry-1", "retry-2"]
+    assert again.json()["prediction_ids"][:3] == first.json()["prediction_ids"]
+    assert _count(srv, "ing_bin") == before + 1 + 4  # records without an id are new every time
+    assert all(t.status_code == 200 and t.json()["stored"] == 2 for t in twice)
+    assert twice[0].json()["prediction_ids"] != twice[1].json()["prediction_ids"]
+
+
+@pytest.mark.parametrize("name", ["ing_cls", "ing_reg"])
+def test_each_tasks_prediction_is_logged(ingest_server: Server, name: str) -> None:
+    srv = ingest_server
+    records = _records(name, 3, seed=3)
+    if name == "ing_reg":
+        records[0]["prediction"] = 1e6  # outside the expected range: flagged
+    with srv.client() as c:
+        r = c.post(f"/v1/models/{name}/predictions", json={"records": records})
+        assert r.status_code == 200 and r.json()["stored"] == 3, r.text
+        ids = r.json()["prediction_ids"]
+        label = "high" if name == "ing_cls" else 2.5
+        fb = c.post(
+            f"/v1/models/{name}/feedback", json={"labels": [{"prediction_id": ids[1], "label": label}]}
+        )
+    assert fb.status_code == 200 and fb.json()["stored"] == 1, fb.text
+    if name == "ing_reg":
+        assert r.json()["flagged"] == 1
+
+
+BAD = [
+    ("not json", b"{nope", "JSON"),
+    ("no records", {"rows": []}, '"records"'),
+    ("empty", {"records": []}, '"records" is empty'),
+    ("no inputs", {"records": [{"prediction": 0.2}]}, "records[0].inputs is required"),
+    ("nested value", {"records": [{"inputs": {"a": [1]}, "prediction": 0.2}]}, "records[0].inputs.a must be"),
+    ("no prediction", {"records": [{"inputs": {"a": 1.0}}]}, "records[0].prediction is required"),
+    ("probability > 1", {"records": [{"inputs": {"a": 1.0}, "prediction": 1.5}]}, "records[0].prediction"),
+    ("bad time", {"records": [{"inputs": {}, "prediction": 0.2, "time": "yesterday"}]}, "records[0].time"),
+    (
+        "naive time",
+        {"records": [{"inputs": {}, "prediction": 0.2, "time": "2026-12-01T10:00:00"}]},
+        "UTC offset",
+    ),
+    ("bad version", {"records": [{"inputs": {}, "prediction": 0.2, "version": "1"}]}, "records[0].version"),
+    (
+        "bad label",
+        {"records": [{"inputs": {}, "prediction": 0.2, "label": 3}]},
+        "records[0].label must be 0 or 1",
+    ),
+    ("bad id", {"records": [{"inputs": {}, "prediction": 0.2, "id": ""}]}, "records[0].id must be"),
+    (
+        "repeated id",
+        {
+            "records": [
+                {"inputs": {}, "prediction": 0.2, "id": "x"},
+                {"inputs": {}, "prediction": 0.1, "id": "x"},
+            ]
+        },
+        "records[1].id repeats records[0].id",
+    ),
+    (
+        "unknown field",
+        {"records": [{"inputs": {}, "prediction": 0.2, "score": 1}]},
+        "unknown field(s) 'score'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "named"), BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_a_400_naming_the_field_and_stores_nothing(
+    ingest_server: Server, case: str, body: Any, named: str
+) -> None:
+    srv = ingest_server
+    good = _records("ing_bin", 2, seed=4)
+    before = _count(srv, "ing_bin")
+    expected = named
+    with srv.client() as c:
+        if isinstance(body, bytes):
+            r = c.post(
+                "/v1/models/ing_bin/predictions", content=body, headers={"Content-Type": "application/json"}
+            )
+        else:
+            if body.get("records"):  # the bad records follow good ones: none of them may be stored
+                body = {"records": [*good, *body["records"]]}
+                expected = named.replace("records[1]", "records[3]").replace("records[0]", "records[2]")
+            r = c.post("/v1/models/ing_bin/predictions", json=body)
+    assert r.status_code == 400, (case, r.status_code, r.text)
+    assert expected in r.json()["error"], (expected, r.json()["error"])
+    assert _count(srv, "ing_bin") == before
+
+
+def test_wrong_shape_per_task_and_unknown_model_or_version(ingest_server: Server) -> None:
+    srv = ingest_server
+    with srv.client() as c:
+        cls = c.post(
+            "/v1/models/ing_cls/predictions", json={"records": [{"inputs": {}, "prediction": [0.5, 0.5]}]}
+        )
+        reg = c.post("/v1/models/ing_reg/predictions", json={"records": [{"inputs": {}, "prediction": "7"}]})
+        unknown = c.post("/v1/models/nope/predictions", json={"records": [{"inputs": {}, "prediction": 0.1}]})
+        version = c.post(
+            "/v1/models/ing_bin/predictions",
+            json={"records": [{"inputs": {}, "prediction": 0.1, "version": 9}]},
+        )
+    assert cls.status_code == 400 and "3 class probabilities" in cls.json()["error"], cls.text
+    assert "'high', 'low', 'mid'" in cls.json()["error"]
+    assert reg.status_code == 400 and "finite number" in reg.json()["error"], reg.text
+    assert unknown.status_code == 404 and "nope" in unknown.json()["error"], unknown.text
+    assert version.status_code == 404 and "version 9" in version.json()["error"], version.text
+
+
+def test_the_ingest_scope_writes_predictions_and_nothing_else(ingest_server: Server) -> None:
+    srv = ingest_server
+    db = open_database(srv.settings.database_url.get_secret_value())
+    try:
+        with db.session() as s:
+            ingest_secret = create_token(session=s, name="kserve", scopes=["ingest"], expires_in=None).secret
+            read_secret = create_token(session=s, name="viewer", scopes=["read"], expires_in=None).secret
+    finally:
+        db.dispose()
+    body = {"records": _records("ing_bin", 1, seed=5)}
+    with srv.client() as c:
+        ok = c.post(
+            "/v1/models/ing_bin/predictions", json=body, headers={"Authorization": f"Bearer {ingest_secret}"}
+        )
+        refused = c.post(
+            "/v1/models/ing_bin/predictions", json=body, headers={"Authorization": f"Bearer {read_secret}"}
+        )
+        anonymous = c.post("/v1/models/ing_bin/predictions", json=body, headers=NO_AUTH)
+        feedback = c.post(
+            "/v1/models/ing_bin/feedback",
+            json={"labels": [{"prediction_id": ok.json()["prediction_ids"][0], "label": 1}]},
+            headers={"Authorization": f"Bearer {ingest_secret}"},
+        )
+        alerts = c.get("/v1/alerts", headers={"Authorization": f"Bearer {ingest_secret}"})
+    assert ok.status_code == 200, ok.text
+    assert refused.status_code == 403 and "ingest" in refused.json()["error"], refused.text
+    assert anonymous.status_code == 401, anonymous.text
+    assert feedback.status_code == 403 and alerts.status_code == 403
+
+
+def test_the_monitor_runs_on_ingested_predictions(ingest_server: Server) -> None:
+    """Input drift, the prediction's drift and realised and estimated performance on an ingested window."""
+    from monitors.flows import run_monitor
+
+    srv = ingest_server
+    records = _records("ing_bin", 600, seed=11, shift=1.5, ids="window")
+    data = own_models.reference(600, seed=11, shift=1.5)
+    for i in range(0, 600, 2):
+        records[i]["label"] = int(data["y_bin"][i])
+    with srv.client() as c:
+        for part in range(0, 600, 200):
+            r = c.post("/v1/models/ing_bin/predictions", json={"records": records[part : part + 200]})
+            assert r.status_code == 200 and r.json()["stored"] == 200, r.text
+    db = open_database(srv.settings.database_url.get_secret_value())
+    try:
+        settings = srv.settings.model_copy(update={"monitor_min_rows": 100, "monitor_window_rows": 600})
+        outcome = run_monitor(db=db, settings=settings, model_name="ing_bin")
+    finally:
+        db.dispose()
+    report = outcome.report.as_dict()
+    drifted = {f["name"] for f in report["features"] if f["drifted"]}
+    assert "a" in drifted and "b" not in drifted, drifted
+    assert report["prediction"]["rows"] == 600
+    assert report["performance"]["rows"] == 300
+    assert report["estimated_performance"], report.get("estimated_performance")
