@@ -294,12 +294,34 @@ def monitor_cmd(
     interval: Annotated[
         float | None, typer.Option("--interval", min=0.1, help="Seconds between passes (default: settings).")
     ] = None,
+    backfill: Annotated[
+        bool,
+        typer.Option(
+            "--backfill",
+            help="Evaluate the past windows of one --model by the predictions' own times (imported history) "
+            "instead of its current window: one stored run per window, no notifications.",
+        ),
+    ] = False,
+    since: Annotated[
+        str, typer.Option("--since", help="With --backfill: how far back, e.g. 30d, 2w, 12h.")
+    ] = "30d",
+    every: Annotated[
+        str, typer.Option("--every", help="With --backfill: the length of each window, e.g. 1d, 6h.")
+    ] = "1d",
 ) -> None:
     """Evaluate drift of every serving model every interval, as its own process (or once with --once).
 
     Reads windows from the prediction log (DRIFTWARDEN_MONITOR_WINDOW_ROWS / _MINUTES, or the model's
     monitor.json) and stores each run; the server shows them on /v1/models/{name}/drift.
+
+    With --backfill --model NAME it instead evaluates each window of length --every within the last --since
+    (on the grid of --every: days end at UTC midnight), stores each run at its window's end (the drift
+    history shows them on their own time axis), skips windows that already have a run and windows with
+    fewer than DRIFTWARDEN_MONITOR_MIN_ROWS predictions, and notifies nobody.
     """
+    if backfill:
+        _backfill(model or [], since=since, every=every)
+        return
     import logging
 
     from core.config import get_settings
@@ -336,6 +358,64 @@ def monitor_cmd(
         raise NotEvaluated(f"could not evaluate {len(problems)} model(s): {'; '.join(problems)}")
     if any(r.outcome is not None and r.outcome.report.drifted for r in results):
         raise typer.Exit(code=1)
+
+
+def _backfill(models: list[str], *, since: str, every: str) -> None:
+    """``monitor --backfill``: one model's past windows, a progress bar and a table of what was stored."""
+    from datetime import UTC, datetime
+
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from core.config import get_settings
+    from core.database import open_database
+    from core.durations import require_duration
+    from core.terminal import make_console
+    from monitors.backfill import backfill, windows
+
+    if len(models) != 1:
+        raise typer.BadParameter(
+            "--backfill evaluates one model: give exactly one --model", param_hint="--model"
+        )
+    span = require_duration(since, where="--since")
+    step = require_duration(every, where="--every")
+    settings = get_settings()
+    db = open_database()
+    console = make_console(stderr=True)
+    total = len(windows(since=span, every=step, now=datetime.now(UTC)))
+    try:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(f"backfill {models[0]}", total=total)
+            results = backfill(
+                db=db,
+                settings=settings,
+                model_name=models[0],
+                since=span,
+                every=step,
+                progress=lambda _: bar.advance(task),
+            )
+    finally:
+        db.dispose()
+    table = Table(title=f"Backfill of {models[0]}: windows of {every} over the last {since}")
+    for col in ("window start", "window end", "rows", "run", "drifted features", "result"):
+        table.add_column(col)
+    for r in results:
+        table.add_row(
+            f"{r.start:%Y-%m-%d %H:%M}",
+            f"{r.end:%Y-%m-%d %H:%M}",
+            str(r.rows) if r.outcome != "existing" else "",
+            str(r.run_id or ""),
+            str(r.drifted) if r.run_id else "",
+            r.summary or r.outcome,
+        )
+    make_console().print(table)
+    stored = sum(1 for r in results if r.run_id)
+    existing = sum(1 for r in results if r.outcome == "existing")
+    thin = sum(1 for r in results if r.outcome == "too few rows")
+    typer.echo(
+        f"{stored} run(s) stored, {existing} window(s) already had one, {thin} with fewer than "
+        f"{settings.monitor_min_rows} predictions"
+    )
 
 
 reports_app = typer.Typer(

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
 
@@ -154,15 +154,19 @@ def _known(*, db: Database, model_name: str) -> ModelVersion:
     )
 
 
-def run_monitor(
-    *,
-    db: Database,
-    settings: Settings,
-    model_name: str,
-    now: datetime | None = None,
-) -> Outcome:
-    """Evaluate the serving version of ``model_name`` on its window and store the run."""
-    started = time.perf_counter()
+class Prepared(NamedTuple):
+    """What an evaluation of a model needs besides its window: the serving version, its reference profile,
+    the model's monitor config and where that config lives."""
+
+    version: ModelVersion
+    profile: Profile
+    config: MonitorConfig
+    where: Path
+
+
+def prepare(*, db: Database, settings: Settings, model_name: str) -> Prepared:
+    """The serving version of ``model_name``, its profile and its monitor config (MonitorError subclasses
+    name what is missing or unreadable)."""
     version = _known(db=db, model_name=model_name)
     path = Path(version.path)
     try:
@@ -181,6 +185,19 @@ def run_monitor(
         config = load_config(registry=settings.registry_path, model_name=model_name)
     except ValueError as exc:  # JSON or validation errors
         raise InvalidConfig(f"the monitor config of '{model_name}' at {where} is invalid: {exc}") from None
+    return Prepared(version, profile, config, where)
+
+
+def run_monitor(
+    *,
+    db: Database,
+    settings: Settings,
+    model_name: str,
+    now: datetime | None = None,
+) -> Outcome:
+    """Evaluate the serving version of ``model_name`` on its window and store the run."""
+    started = time.perf_counter()
+    version, profile, config, where = prepare(db=db, settings=settings, model_name=model_name)
     spec = window_spec(settings=settings, config=config, version=version.version)
     window = read_window(
         engine=window_engine(db=db, settings=settings),
@@ -279,6 +296,7 @@ def run_summary(run: MonitorRun) -> dict[str, Any]:
         "prediction_drifted": run.prediction_drifted,
         "multivariate_drifted": run.multivariate_drifted,
         "concept_drifted": run.concept_drifted,
+        "backfill": bool(run.report.get("backfill")),  # a past window evaluated later, stored at its end
     }
 
 

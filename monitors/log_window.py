@@ -117,7 +117,12 @@ class Window:
             "end": self.end.isoformat() if self.end else None,
             "first_id": self.first_id,
             "last_id": self.last_id,
-            "spec": {"rows": self.spec.rows, "minutes": self.spec.minutes, "version": self.spec.version},
+            "spec": {
+                "rows": self.spec.rows,
+                "minutes": self.spec.minutes,
+                "version": self.spec.version,
+                **({"until": self.spec.until.isoformat()} if self.spec.until is not None else {}),
+            },
             "reader": self.reader,
         } | (
             {}

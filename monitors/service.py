@@ -12,7 +12,7 @@ from sqlalchemy import and_, delete, func, not_, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from core.database import utcnow
+from core.database import aware, utcnow
 from monitors.models import FeatureResult, MonitorRun, WindowSketchBlock
 from monitors.report import DriftReport, FeatureDrift
 
@@ -42,8 +42,10 @@ def record_run(
     window_end: datetime | None = None,
     duration_s: float | None = None,
     extra: dict[str, Any] | None = None,
+    created_at: datetime | None = None,
 ) -> MonitorRun:
-    """Persist ``report`` (plus ``extra`` keys in its JSON) as a monitor run with one row per feature."""
+    """Persist ``report`` (plus ``extra`` keys in its JSON) as a monitor run with one row per feature
+    (``created_at``: a past window's own time, for a backfilled run; default now)."""
     run = MonitorRun(
         model_name=model_name,
         model_version=model_version,
@@ -58,6 +60,7 @@ def record_run(
         multivariate_drifted=report.multivariate.drifted if report.multivariate else None,
         concept_drifted=bool(report.concept_drift["drifted"]) if report.concept_drift else None,
         report={**report.as_dict(), **(extra or {})},
+        **({"created_at": created_at} if created_at is not None else {}),
     )
     more = [x for x in (report.prediction, report.multivariate) if x is not None]
     run.features = [_feature_row(f) for f in [*report.features, *more]]
@@ -75,6 +78,16 @@ def list_runs(*, session: Session, model_name: str, limit: int = 50) -> list[Mon
         .limit(limit)
     )
     return list(session.scalars(stmt))
+
+
+def backfilled_windows(
+    *, session: Session, model_name: str, since: datetime
+) -> set[tuple[datetime, datetime]]:
+    """The (start, end) of the model's runs whose window ends after ``since`` (a backfill skips them)."""
+    stmt = select(MonitorRun.window_start, MonitorRun.window_end).where(
+        MonitorRun.model_name == model_name, MonitorRun.window_end > since
+    )
+    return {(aware(a), aware(b)) for a, b in session.execute(stmt) if a is not None and b is not None}
 
 
 def latest_run(*, session: Session, model_name: str) -> MonitorRun | None:

@@ -70,6 +70,7 @@ class WindowSpec:
     rows: int | None = None
     minutes: float | None = None
     version: int | None = None  # only predictions of this model version (None: every version)
+    until: datetime | None = None  # only predictions logged before this time (a past window: backfill)
 
     def __post_init__(self) -> None:
         if self.rows is not None and self.rows <= 0:
@@ -84,6 +85,8 @@ class WindowSpec:
         if self.minutes is not None:
             parts.append(f"last {self.minutes:g} minutes")
         what = " within the ".join(parts) or "every prediction"
+        if self.until is not None:
+            what += f" before {self.until.isoformat()}"
         return what + ("" if self.version is None else f" of version {self.version}")
 
 
@@ -124,6 +127,8 @@ def _filters(
         out.append(log.model_version == spec.version)
     if since is not None:
         out.append(log.logged_at >= since)
+    if spec.until is not None:
+        out.append(log.logged_at < spec.until)
     if upto is not None:
         out.append(log.id <= upto)
     return out
@@ -550,6 +555,9 @@ def _range_params(summary: WindowSummary) -> tuple[str, dict[str, Any]]:
     if summary.since is not None:
         extra += " AND p.logged_at >= %(since)s"
         params["since"] = summary.since
+    if summary.spec.until is not None:
+        extra += " AND p.logged_at < %(until)s"
+        params["until"] = summary.spec.until
     return _RANGE_SQL.replace("{extra}", extra), params
 
 
@@ -711,6 +719,8 @@ def _label_filters(summary: WindowSummary, lo: int, hi: int) -> list[ColumnEleme
         where.append(fb.model_version == summary.spec.version)
     if summary.since is not None:
         where.append(fb.logged_at >= summary.since)
+    if summary.spec.until is not None:
+        where.append(fb.logged_at < summary.spec.until)
     if summary.start is not None and summary.end is not None:
         where += [fb.logged_at >= summary.start, fb.logged_at <= summary.end]
     if summary.skip and lo == summary.first_id:

@@ -27,7 +27,7 @@ from tests import own_models
 from tests.support import NO_AUTH, Server, count_rows, serve_settings
 from training.importer import ImportSpec, import_reference
 
-MODELS = {"ing_bin": "binary", "ing_cls": "multiclass", "ing_reg": "regression"}
+MODELS = {"ing_bin": "binary", "ing_cls": "multiclass", "ing_reg": "regression", "ing_hist": "binary"}
 TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 
@@ -74,7 +74,9 @@ def ingest_server(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) 
         yield srv
 
 
-def _records(name: str, n: int, *, seed: int, shift: float = 0.0, ids: str | None = None) -> list[dict]:
+def _records(
+    name: str, n: int, *, seed: int, shift: float = 0.0, ids: str | None = None, start: datetime = T0
+) -> list[dict]:
     task = MODELS[name]
     data = own_models.reference(n, seed=seed, shift=shift)
     answers = _answers(task, data)
@@ -88,7 +90,7 @@ def _records(name: str, n: int, *, seed: int, shift: float = 0.0, ids: str | Non
                 "color": str(data["color"][i]),
             },
             "prediction": json.loads(answers[i]) if task == "multiclass" else float(answers[i]),
-            "time": (T0 + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
+            "time": (start + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
         }
         if ids is not None:
             record["id"] = f"{ids}-{i}"
@@ -311,3 +313,97 @@ def test_the_monitor_runs_on_ingested_predictions(ingest_server: Server) -> None
     assert report["prediction"]["rows"] == 600
     assert report["performance"]["rows"] == 300
     assert report["estimated_performance"], report.get("estimated_performance")
+
+
+NOW = datetime(
+    2026, 11, 30, 6, 0, tzinfo=UTC
+)  # the backfill's "now": its last window ends at midnight before
+
+
+def test_backfill_stores_one_run_per_past_window_at_its_own_time(ingest_server: Server) -> None:
+    """30 days of imported history (the last 10 with ``a`` shifted): 30 daily runs, each at its window's end,
+    drift found in the shifted days; a second backfill finds every window done."""
+    from monitors.backfill import backfill
+    from monitors.flows import history
+
+    srv = ingest_server
+    midnight = datetime(2026, 11, 30, tzinfo=UTC)
+    with srv.client() as c:
+        for day in range(30):
+            start = midnight - timedelta(days=30 - day) + timedelta(minutes=30)
+            shift = 1.5 if day >= 20 else 0.0
+            records = _records("ing_hist", 120, seed=100 + day, shift=shift, ids=f"d{day}", start=start)
+            r = c.post("/v1/models/ing_hist/predictions", json={"records": records})
+            assert r.status_code == 200 and r.json()["stored"] == 120, r.text
+    settings = srv.settings.model_copy(update={"monitor_min_rows": 100})
+    db = open_database(srv.settings.database_url.get_secret_value())
+    try:
+        seen: list[str] = []
+        results = backfill(
+            db=db,
+            settings=settings,
+            model_name="ing_hist",
+            since=timedelta(days=30),
+            every=timedelta(days=1),
+            now=NOW,
+            progress=lambda r: seen.append(r.outcome),
+        )
+        again = backfill(
+            db=db,
+            settings=settings,
+            model_name="ing_hist",
+            since=timedelta(days=30),
+            every=timedelta(days=1),
+            now=NOW,
+        )
+        doc = history(db=db, model_name="ing_hist", limit=100)
+    finally:
+        db.dispose()
+    assert seen == ["stored"] * 30
+    assert [r.end for r in results] == [midnight - timedelta(days=29 - k) for k in range(30)]
+    assert all(r.rows == 120 and r.run_id is not None for r in results)
+    drifted = [r.drifted > 0 for r in results]
+    assert all(drifted[20:]), drifted
+    assert sum(drifted[:20]) <= 3, drifted
+    assert [r.outcome for r in again] == ["existing"] * 30
+    runs = [run for run in doc["runs"] if run.get("window_end")]
+    ends = [
+        aware(run["window_end"]) if isinstance(run["window_end"], str) else run["window_end"] for run in runs
+    ]
+    assert ends == sorted(ends, reverse=True) and len(runs) == 30
+    created = [datetime.fromisoformat(run["created_at"]) for run in runs]
+    assert [aware(c) for c in created] == ends  # each run at its own time
+
+
+def test_backfill_command_and_its_bad_input(ingest_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from core.config import get_settings
+    from service.cli import app
+
+    srv = ingest_server
+    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", srv.settings.database_url.get_secret_value())
+    monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(srv.settings.registry_path))
+    get_settings.cache_clear()
+    runner = CliRunner()
+    try:
+        ok = runner.invoke(
+            app, ["monitor", "--backfill", "--model", "ing_reg", "--since", "2d", "--every", "1d"]
+        )
+        no_model = runner.invoke(app, ["monitor", "--backfill", "--since", "2d"])
+        bad = runner.invoke(app, ["monitor", "--backfill", "--model", "ing_reg", "--every", "soon"])
+        longer = runner.invoke(
+            app, ["monitor", "--backfill", "--model", "ing_reg", "--since", "1d", "--every", "2d"]
+        )
+        unknown = runner.invoke(app, ["monitor", "--backfill", "--model", "nope"])
+    finally:
+        get_settings.cache_clear()
+    assert ok.exit_code == 0, ok.output
+    assert "0 run(s) stored" in ok.output and "2 with fewer than" in ok.output, ok.output
+    for result, named in ((no_model, "--model"), (bad, "--every"), (longer, "--every"), (unknown, "nope")):
+        err = result.stderr.strip()
+        assert result.exit_code == 2 and err.startswith("error: ") and "\n" not in err, (
+            result.exit_code,
+            err,
+        )
+        assert named in err, err
