@@ -12,6 +12,7 @@ how to fix it (answered by the CLI root as ``error: ...`` with exit code 2).
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import re
 import threading
@@ -148,6 +149,10 @@ def _batch_column(array: pa.Array) -> Column:
     """Numbers as ``read_table`` types them (int64, or float64 with NaN for nulls; zero-copy where Arrow
     allows, so read-only), anything else as codes."""
     t = array.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        # a list per cell (a multi-class model's probabilities): its JSON text, as a CSV would hold it
+        text = [None if v is None else json.dumps(v) for v in array.to_pylist()]
+        return _coded(pa.array(text, type=pa.string()))
     if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)):
         return _coded(array)
     if array.null_count or (pa.types.is_floating(t) and t != pa.float64()):

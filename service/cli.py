@@ -239,7 +239,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "training.import_cli": ("models",),
     "training.cli": ("train", "worker", "data", "cluster", "jobs"),
     "service.serving.cli": ("serve",),
-    "predictions.cli": ("predictions",),
+    "service.predictions_cli": ("predictions",),
     "monitors.cli": ("drift", "monitor", "reports"),
     "alerts.cli": ("alerts", "webhooks"),
     "access.cli": ("tokens",),

@@ -7,10 +7,12 @@ does not fit the version's task, a label the task cannot take or a time that doe
 ``records[i].<field>`` and the rule. The model has already answered, so the input contract flags a record
 (``"<feature>:<rule>"``, hard rules too) and never refuses it.
 
-A record's ``id`` (the caller's own, up to 128 printable characters) becomes its prediction id through a
-UUIDv5 of the model and the id, so a retried record is found and skipped (``duplicate_ids``), and its label
-can be sent later to the feedback route under ``prediction_ids[i]``. A record without ``time`` is logged at
-its arrival; one without ``version`` belongs to the model's serving version (served here or elsewhere).
+Records that carry an ``id`` (the caller's own, up to 128 printable characters) form runs (consecutive
+records of one time, up to 2048) whose prediction ids derive from the model and every id of the run
+(:func:`keyed_ids`): one log row per run, and a run sent again (a retried batch) gets the same ids, is found
+in the log and skipped (``duplicate_ids``). Labels sent later go to the feedback route under
+``prediction_ids[i]``. A record without ``time`` is logged at its arrival; one without ``version`` belongs to
+the model's serving version (served here or elsewhere).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from service.serving.flows import AppState, label_reader, log_layout
 
 MAX_RECORDS = 10_000  # records per request
 MAX_ID_LENGTH = 128
+MAX_RUN = 2048  # named records per log row (the ids' three counted hex digits, as the serving path's)
 SOURCE = "ingest"
-PROTOCOL = "ingest"
 _NAMESPACE = uuid.UUID(
     "6f1d3a52-8f0e-4c59-9a3e-0d5b1f7c2e41"
 )  # driftwarden's UUIDv5 namespace for record ids
@@ -79,9 +81,12 @@ class Ingested:
         }
 
 
-def record_prediction_id(model_name: str, record_id: str) -> str:
-    """The prediction id of a record the caller named ``record_id`` (the same for every retry)."""
-    return str(uuid.uuid5(_NAMESPACE, f"{model_name}\n{record_id}"))
+def keyed_ids(model_name: str, keys: Sequence[str]) -> list[str]:
+    """The prediction ids of a run of records the caller named ``keys`` (in order, at most
+    :data:`MAX_RUN`): one UUIDv5 prefix of the model and every key, counted in its last three hex digits, so
+    the run is one log row and the same run sent again gets the same ids (and is found in the log)."""
+    base = str(uuid.uuid5(_NAMESPACE, "\n".join((model_name, *keys))))
+    return [f"{base[:33]}{i:03x}" for i in range(len(keys))]
 
 
 def parse_records(payload: Any) -> list[Record]:
@@ -224,7 +229,7 @@ def _number(value: Any) -> float | None:
 
 
 @dataclass
-class _Checked:
+class Checked:
     """The records of one version, read by its contract."""
 
     version: int
@@ -238,15 +243,15 @@ class _Checked:
 
 def check_records(
     records: Sequence[Record], contracts: Mapping[int | None, tuple[int, ModelSchema]]
-) -> list[_Checked]:
+) -> list[Checked]:
     """Read every record by its version's contract (``contracts[record.version]``); raise BadRequest."""
-    groups: dict[int, _Checked] = {}
+    groups: dict[int, Checked] = {}
     for r in records:
         version, schema = contracts[r.version]
         group = groups.get(version)
         if group is None:
             multi = schema.kind is Task.MULTICLASS
-            group = groups[version] = _Checked(version, schema, [], [], [] if multi else None, [], [])
+            group = groups[version] = Checked(version, schema, [], [], [] if multi else None, [], [])
         value, vector = read_prediction(r, schema)
         label: float | None = None
         if r.has_label:
@@ -269,48 +274,73 @@ def check_records(
     return list(groups.values())
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Records of one group, one time and one kind (all named by the caller, or none) that become one log
+    row: their positions in the group and their prediction ids."""
+
+    group: Checked
+    keep: list[int]
+    ids: list[str]
+    keyed: bool
+
+
+def segments(model_name: str, group: Checked, now: datetime) -> list[Segment]:
+    """The group's log rows: split where the time changes, where records start or stop carrying an ``id``,
+    and every :data:`MAX_RUN` named records; named runs get :func:`keyed_ids`, the others fresh ids."""
+    out: list[Segment] = []
+    for run in runs(group, now):
+        start = 0
+        while start < len(run):
+            keyed = group.records[run[start]].id is not None
+            end = start + 1
+            while end < len(run) and (group.records[run[end]].id is not None) == keyed:
+                end += 1
+            part = run[start:end]
+            if keyed:
+                for k in range(0, len(part), MAX_RUN):
+                    chunk = part[k : k + MAX_RUN]
+                    keys = [group.records[i].id or "" for i in chunk]
+                    out.append(Segment(group, chunk, keyed_ids(model_name, keys), True))
+            else:
+                out.append(Segment(group, part, new_prediction_ids(len(part)), False))
+            start = end
+    return out
+
+
 async def ingest(*, state: AppState, model_name: str, payload: Any, request_id: str) -> Ingested:
-    """Check a whole body of records, then log the new ones (a known ``id`` is skipped) and store labels."""
+    """Check a whole body of records, then log them (a named run the log has is skipped), store labels."""
     writer = state.writer
     if writer is None:
         raise LogOff("this server runs without its prediction log (serve --no-log): it cannot ingest")
     records = parse_records(payload)
     contracts = {v: state.manager.contract(model_name, version=v) for v in {r.version for r in records}}
-    groups = check_records(records, contracts)
-    named = {r.index: record_prediction_id(model_name, r.id) for r in records if r.id is not None}
-    known = await _known(state, model_name, list(named.values())) if named else set()
     now = datetime.now(UTC)
+    parts = [seg for group in check_records(records, contracts) for seg in segments(model_name, group, now)]
+    firsts = [seg.ids[0] for seg in parts if seg.keyed]
+    known = await _known(state, model_name, firsts) if firsts else set()
     ids: dict[int, str] = {}
-    stored = flagged = 0
-    duplicates: list[str] = []
+    result = Ingested(0, [], [], 0, 0)
     labels: list[tuple[str, float]] = []
-    batches: list[RequestRows] = []
-    for group in groups:
-        for run in _runs(group, now):
-            fresh = iter(new_prediction_ids(sum(1 for i in run if group.records[i].index not in named)))
-            keep = []
-            for i in run:
-                r = group.records[i]
-                pid = named.get(r.index) or next(fresh)
-                ids[r.index] = pid
-                label = group.labels[i]
-                if label is not None:
-                    labels.append((pid, label))
-                if pid in known:
-                    duplicates.append(r.id or pid)
-                else:
-                    keep.append(i)
-            if keep:
-                kept = [ids[group.records[i].index] for i in keep]
-                batches.append(_request_rows(model_name, group, keep, kept, now, request_id))
-                stored += len(keep)
-                flagged += sum(1 for i in keep if group.flags[i])
-    for rows in batches:
+    for seg in parts:
+        group = seg.group
+        for i, pid in zip(seg.keep, seg.ids, strict=True):
+            ids[group.records[i].index] = pid
+            label = group.labels[i]
+            if label is not None:
+                labels.append((pid, label))
+        if seg.keyed and seg.ids[0] in known:
+            result.duplicate_ids += [group.records[i].id or "" for i in seg.keep]
+            continue
+        rows = request_rows(model_name, group, seg.keep, seg.ids, now, request_id)
         if not writer.offer(rows):
             await writer.submit(rows)
         state.metrics.ingested(model_name, SOURCE, len(rows), rows.flags)
-    labels_stored = await _store_labels(state, model_name, labels) if labels else 0
-    return Ingested(stored, duplicates, [ids[r.index] for r in records], flagged, labels_stored)
+        result.stored += len(rows)
+        result.flagged += sum(1 for f in rows.flags if f)
+    result.labels_stored = await _store_labels(state, model_name, labels) if labels else 0
+    result.prediction_ids = [ids[r.index] for r in records]
+    return result
 
 
 async def _known(state: AppState, model_name: str, ids: list[str]) -> set[str]:
@@ -342,7 +372,7 @@ async def _store_labels(state: AppState, model_name: str, labels: list[tuple[str
     return stored
 
 
-def _runs(group: _Checked, now: datetime) -> list[list[int]]:
+def runs(group: Checked, now: datetime) -> list[list[int]]:
     """The group's records split where their time changes (one request row holds one time)."""
     out: list[list[int]] = []
     last: datetime | None = None
@@ -355,16 +385,24 @@ def _runs(group: _Checked, now: datetime) -> list[list[int]]:
     return out
 
 
-def _request_rows(
-    model_name: str, group: _Checked, keep: list[int], ids: list[str], now: datetime, request_id: str
+def request_rows(
+    model_name: str,
+    group: Checked,
+    keep: list[int],
+    ids: list[str],
+    now: datetime,
+    request_id: str,
+    *,
+    source: str = SOURCE,
 ) -> RequestRows:
+    """The log rows of records ``keep`` of one run of ``group`` (one time), with their prediction ids."""
     first = group.records[keep[0]]
     return RequestRows(
         model_name=model_name,
         model_version=group.version,
         logged_at=first.time or now,
         request_id=request_id,
-        protocol=PROTOCOL,
+        protocol=source,
         latency_ms=0.0,
         status=PredictionStatus.OK.value,
         ids=ids,
@@ -373,5 +411,5 @@ def _request_rows(
         flags=[group.flags[i] for i in keep],
         layout=log_layout(group.schema),
         outputs=[group.vectors[i] for i in keep] if group.vectors is not None else None,
-        source=SOURCE,
+        source=source,
     )

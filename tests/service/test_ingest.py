@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,12 +23,18 @@ from core.database import aware, open_database
 from core.tabular import write_table
 from registry.schema import Task
 from registry.service import promote
-from service.serving.ingest import record_prediction_id
+from service.serving.ingest import keyed_ids
 from tests import own_models
 from tests.support import NO_AUTH, Server, count_rows, serve_settings
 from training.importer import ImportSpec, import_reference
 
-MODELS = {"ing_bin": "binary", "ing_cls": "multiclass", "ing_reg": "regression", "ing_hist": "binary"}
+MODELS = {
+    "ing_bin": "binary",
+    "ing_cls": "multiclass",
+    "ing_reg": "regression",
+    "ing_hist": "binary",
+    "ing_file": "binary",
+}
 TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 
@@ -116,7 +123,8 @@ def test_records_are_logged_with_their_times_flags_and_labels(ingest_server: Ser
     body = r.json()
     assert body["stored"] == 5 and body["duplicate_ids"] == [] and body["labels_stored"] == 2
     assert body["flagged"] == 3
-    assert body["prediction_ids"] == [record_prediction_id("ing_bin", f"order-{i}") for i in range(5)]
+    # each record has its own time, so each is a run of its own, its id derived from its key alone
+    assert body["prediction_ids"] == [keyed_ids("ing_bin", [f"order-{i}"])[0] for i in range(5)]
     engine = create_engine(srv.settings.database_url.get_secret_value())
     try:
         with engine.connect() as conn:
@@ -138,6 +146,37 @@ def test_records_are_logged_with_their_times_flags_and_labels(ingest_server: Ser
     assert flags[0] == [["a:allowed_range"]] and flags[1] == [["extra:unknown_feature"]]
     assert flags[2] == [["color:type"]] and flags[3] is None and flags[4] is None
     assert labels == 2
+
+
+def test_a_retried_batch_of_one_time_is_one_log_row_stored_once(ingest_server: Server) -> None:
+    srv = ingest_server
+    records = _records("ing_bin", 300, seed=6, ids="same-time")
+    for r in records:
+        r["time"] = "2026-11-21T08:00:00Z"
+    with srv.client() as c:
+        first = c.post("/v1/models/ing_bin/predictions", json={"records": records})
+        again = c.post("/v1/models/ing_bin/predictions", json={"records": records})
+    assert first.status_code == 200 and first.json()["stored"] == 300, first.text
+    assert again.status_code == 200 and again.json()["stored"] == 0, again.text
+    assert again.json()["duplicate_ids"] == [f"same-time-{i}" for i in range(300)]
+    assert again.json()["prediction_ids"] == first.json()["prediction_ids"]
+    assert first.json()["prediction_ids"] == keyed_ids("ing_bin", [f"same-time-{i}" for i in range(300)])
+    engine = create_engine(srv.settings.database_url.get_secret_value())
+    try:
+        with engine.connect() as conn:
+            sizes = (
+                conn.execute(
+                    text(
+                        "select size from prediction_batches where model_name = 'ing_bin' and request_id = :r"
+                    ),
+                    {"r": first.headers["x-request-id"]},
+                )
+                .scalars()
+                .all()
+            )
+    finally:
+        engine.dispose()
+    assert sizes == [300]  # one log row for the run
 
 
 def test_a_retried_record_is_stored_once(ingest_server: Server) -> None:
@@ -407,3 +446,185 @@ def test_backfill_command_and_its_bad_input(ingest_server: Server, monkeypatch: 
             err,
         )
         assert named in err, err
+
+
+def _cli(srv: Server, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from core.config import get_settings
+    from service.cli import app
+
+    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", srv.settings.database_url.get_secret_value())
+    monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(srv.settings.registry_path))
+    monkeypatch.setenv("DRIFTWARDEN_SPOOL_PATH", str(srv.settings.spool_path))
+    get_settings.cache_clear()
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        get_settings.cache_clear()
+
+
+def _scored(n: int, *, seed: int) -> dict[str, np.ndarray]:
+    data = own_models.reference(n, seed=seed)
+    return {
+        **{k: data[k] for k in ("a", "b", "c", "color")},
+        "score": np.asarray(_answers("binary", data), dtype=float),
+        "row_id": np.array([f"job7-{i}" for i in range(n)], dtype=object),
+        "scored_at": np.array(
+            [(T0 + timedelta(hours=i // 1000)).isoformat() for i in range(n)], dtype=object
+        ),
+        "truth": data["y_bin"],
+    }
+
+
+def test_a_scored_file_is_imported_once(
+    ingest_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    srv = ingest_server
+    write_table(_scored(3_000, seed=21), tmp_path / "scored.csv")
+    args = [
+        "predictions",
+        "import",
+        str(tmp_path / "scored.csv"),
+        "--model",
+        "ing_file",
+        "--prediction-column",
+        "score",
+        "--id-column",
+        "row_id",
+        "--time-column",
+        "scored_at",
+        "--label-column",
+        "truth",
+    ]
+    dry = _cli(srv, monkeypatch, *args, "--dry-run")
+    assert dry.exit_code == 0 and "3000 rows checked for ing_file:1" in dry.output, dry.output
+    assert _count(srv, "ing_file") == 0
+    first = _cli(srv, monkeypatch, *args)
+    assert first.exit_code == 0, first.output
+    assert "3000 of 3000 rows logged for ing_file:1" in first.output and "3000 labels" in first.output, (
+        first.output
+    )
+    assert _count(srv, "ing_file") == 3_000
+    again = _cli(srv, monkeypatch, *args)
+    assert again.exit_code == 0 and "0 of 3000 rows logged" in again.output, again.output
+    assert "3000 already logged" in again.output
+    assert _count(srv, "ing_file") == 3_000
+    engine = create_engine(srv.settings.database_url.get_secret_value())
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "select source, min(logged_at), max(logged_at), sum(size) from prediction_batches "
+                    "where model_name = 'ing_file' group by source"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    ((source, lo, hi, size),) = rows
+    assert source == "import" and size == 3_000
+    assert aware(lo) == T0 and aware(hi) == T0 + timedelta(hours=2)
+    # runs of one scoring time (1000 rows each here): their ids derive from the run's row ids
+    ids = [
+        keyed_ids("ing_file", [f"job7-{i}" for i in range(1000)])[0],
+        keyed_ids("ing_file", [f"job7-{i}" for i in range(2000, 3000)])[999],
+    ]
+    with srv.client() as c:
+        r = c.post(
+            "/v1/models/ing_file/feedback", json={"labels": [{"prediction_id": p, "label": 1} for p in ids]}
+        )
+    assert r.status_code == 200 and r.json()["stored"] == 2, r.text
+
+
+def test_a_multiclass_parquet_with_list_predictions(
+    ingest_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    srv = ingest_server
+    data = own_models.reference(500, seed=22)
+    probs = [json.loads(v) for v in _answers("multiclass", data)]
+    table = {k: pa.array(data[k].tolist()) for k in ("a", "b", "c", "color")}
+    table["probs"] = pa.array(probs, type=pa.list_(pa.float64()))
+    table["at"] = pa.array([T0 + timedelta(seconds=i) for i in range(500)], type=pa.timestamp("us", tz="UTC"))
+    pq.write_table(pa.table(table), tmp_path / "bands.parquet")
+    before = _count(srv, "ing_cls")
+    done = _cli(
+        srv,
+        monkeypatch,
+        "predictions",
+        "import",
+        str(tmp_path / "bands.parquet"),
+        "--model",
+        "ing_cls",
+        "--prediction-column",
+        "probs",
+        "--time-column",
+        "at",
+    )
+    assert done.exit_code == 0 and "500 of 500 rows logged for ing_cls:1" in done.output, done.output
+    assert _count(srv, "ing_cls") == before + 500
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"score": 1.5}, "row 7: prediction must be the positive class's probability"),
+        ({"scored_at": "yesterday"}, "row 7: scored_at 'yesterday' is not a time"),
+        ({"truth": 3}, "row 7: label must be 0 or 1"),
+    ],
+)
+def test_a_bad_row_stops_the_import_before_anything_is_written(
+    ingest_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, change: dict, named: str
+) -> None:
+    srv = ingest_server
+    table = _scored(50, seed=23)
+    for column, value in change.items():
+        values = table[column].astype(object)
+        values[7] = value
+        table[column] = values
+    write_table(table, tmp_path / "bad.csv")
+    before = _count(srv, "ing_file")
+    done = _cli(
+        srv,
+        monkeypatch,
+        "predictions",
+        "import",
+        str(tmp_path / "bad.csv"),
+        "--model",
+        "ing_file",
+        "--prediction-column",
+        "score",
+        "--time-column",
+        "scored_at",
+        "--label-column",
+        "truth",
+    )
+    err = done.stderr.strip()
+    assert done.exit_code == 2 and err.startswith("error: ") and "\n" not in err, (
+        done.exit_code,
+        done.output,
+    )
+    assert named in err, err
+    assert _count(srv, "ing_file") == before
+
+
+def test_import_names_a_missing_column_or_model(
+    ingest_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    srv = ingest_server
+    write_table(_scored(10, seed=24), tmp_path / "few.csv")
+    path = str(tmp_path / "few.csv")
+    cases = [
+        (
+            ("--model", "ing_file", "--prediction-column", "nope"),
+            "--prediction-column 'nope' is not a column",
+        ),
+        (("--model", "ing_file", "--prediction-column", "score", "--id-column", "id"), "--id-column 'id'"),
+        (("--model", "nope", "--prediction-column", "score"), "model 'nope' has no serving version"),
+    ]
+    for args, named in cases:
+        done = _cli(srv, monkeypatch, "predictions", "import", path, *args)
+        err = done.stderr.strip()
+        assert done.exit_code == 2 and err.startswith("error: ") and named in err, (args, done.output)
