@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import threading
@@ -63,6 +64,12 @@ def decode_row(line: bytes) -> LogBatch:
 
 class SpoolFull(OSError):
     """The spool holds ``max_bytes`` not yet replayed: the rows were not appended."""
+
+
+def spool_dir(root: Path, url: str) -> Path:
+    """The spool folder of one database under ``root`` (setting ``spool_path``), so that replays never
+    cross databases: every process writing to that database (servers, imports) shares its slots."""
+    return root / hashlib.sha256(url.encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,13 @@ from core.errors import Invalid, NotFound
 from core.tabular import CodedColumn, Column, TableStream
 from predictions.pending import RequestRows
 from predictions.service import logged_predictions
-from predictions.spool import Spool
+from predictions.spool import Spool, spool_dir
 from predictions.writer import LogWriter
-from registry.schema import ModelSchema
+from registry.schema import ModelSchema, Task
 from registry.service import get_version, read_schema, serving_version
 from service.serving.codecs import BadRequest
-from service.serving.ingest import Checked, Record, check_records, request_rows, segments
+from service.serving.readers import label_reader
+from service.serving.records import Checked, Record, check_records, read_prediction, request_rows, segments
 
 log = logging.getLogger("driftwarden.service.file_import")
 
@@ -81,11 +82,10 @@ def import_file(
     columns = _columns(stream, spec, schema)
     result = Imported(version=version)
     for batch, first in _batches(stream, columns):  # pass 1: every row checked, nothing written
-        records = _records(batch, spec, schema, first)
-        _check(records, version, schema)
-        result.rows += len(records)
+        n = _validate(batch, spec, schema, version, first)
+        result.rows += n
         if progress is not None:
-            progress(len(records))
+            progress(n)
     if not spec.dry_run:
         _write(
             spec=spec,
@@ -204,6 +204,55 @@ def _records(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, fi
     ]
 
 
+def _validate(
+    batch: dict[str, Column], spec: FileImport, schema: ModelSchema, version: int, first: int
+) -> int:
+    """Pass 1 over one batch: what can refuse a row (its prediction, label, time, id), checked by column;
+    the first bad row is read as a record, so its error is the ingest route's. Returns the batch's rows."""
+    predictions = _predictions(batch[spec.prediction_column], schema, spec.prediction_column, first)
+    n = len(predictions)
+    if spec.id_column:
+        _ids(batch[spec.id_column], spec.id_column, first)
+    if spec.time_column:
+        _times(batch[spec.time_column], spec.time_column, first)
+    bad = _bad_predictions(predictions, schema)
+    labels = _values(batch[spec.label_column]) if spec.label_column else None
+    if labels is not None:
+        read = label_reader(schema)
+        verdict: dict[Any, bool] = {}
+        for i, label in enumerate(labels):
+            if label is None or i >= bad:
+                continue
+            ok = verdict.get(label)
+            if ok is None:
+                ok = verdict[label] = read(label) is not None
+            if not ok:
+                bad = i
+                break
+    if bad < n:
+        one = {name: column[bad : bad + 1] for name, column in batch.items()}
+        _check(_records(one, spec, schema, first + bad), version, schema)  # raises, naming the row
+        raise Invalid(f"row {first + bad}: its prediction or label does not fit the {schema.kind.short} task")
+    return n
+
+
+def _bad_predictions(predictions: list[Any], schema: ModelSchema) -> int:
+    """The index of the first prediction the task cannot take (``len`` when none)."""
+    if schema.kind is Task.MULTICLASS:
+        for i, value in enumerate(predictions):
+            try:
+                read_prediction(Record(i, None, None, None, {}, value, None, False), schema)
+            except BadRequest:
+                return i
+        return len(predictions)
+    values = np.array([np.nan if v is None else v for v in predictions], dtype=np.float64)
+    ok = np.isfinite(values)
+    if schema.kind is Task.BINARY:
+        ok &= (values >= 0.0) & (values <= 1.0)
+    wrong = np.flatnonzero(~ok)
+    return int(wrong[0]) if wrong.size else len(predictions)
+
+
 def _predictions(column: Column, schema: ModelSchema, name: str, first: int) -> list[Any]:
     if isinstance(column, CodedColumn):  # text: a multi-class model's lists (JSON arrays, or a list column)
         import json
@@ -283,13 +332,12 @@ def _write(
 ) -> None:
     """Pass 2: the rows through the log's writer (ids the log holds skipped), their labels as feedback."""
     from predictions.service import record_feedback
-    from service.serving.components import spool_dir
 
     url = settings.database_url.get_secret_value()
     engine = make_engine(url)
     writer = LogWriter(
         engine=engine,
-        spool=Spool.claim(spool_dir(settings, url), max_bytes=settings.spool_max_bytes),
+        spool=Spool.claim(spool_dir(settings.spool_path, url), max_bytes=settings.spool_max_bytes),
         durability="fast",
         queue_max_rows=4 * BATCH_ROWS,
         batch_max_rows=BATCH_ROWS,

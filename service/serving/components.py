@@ -5,7 +5,6 @@ manager that starts the component on entry and stops it on exit. The app's lifes
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,7 +17,7 @@ from core.lifecycle import Component, periodic
 from core.runtime import Runtime
 from monitors.scheduled import start_in_app as start_monitors
 from predictions.scheduled import start_retention
-from predictions.spool import Spool
+from predictions.spool import Spool, spool_dir
 from predictions.writer import LogWriter, writer_engine
 from service.serving.batcher import Runner
 from service.serving.flows import AppState
@@ -29,11 +28,6 @@ from training.scheduled import start_in_app as start_worker
 from training.worker import Worker
 
 log = logging.getLogger("driftwarden.serving")
-
-
-def spool_dir(settings: Settings, url: str) -> Path:
-    """One spool folder per database, so that replays never cross databases."""
-    return settings.spool_path / hashlib.sha256(url.encode()).hexdigest()[:12]
 
 
 @asynccontextmanager
@@ -74,7 +68,7 @@ async def log_writer(cfg: Settings, metrics: Metrics) -> AsyncIterator[LogWriter
         writer = LogWriter(
             engine=engine,
             # one spool slot per process (--workers N)
-            spool=Spool.claim(spool_dir(cfg, url), max_bytes=cfg.spool_max_bytes),
+            spool=Spool.claim(spool_dir(cfg.spool_path, url), max_bytes=cfg.spool_max_bytes),
             durability=cfg.log_durability,
             queue_max_rows=cfg.log_queue_max_rows,
             batch_max_rows=cfg.log_batch_max_rows,

@@ -8,7 +8,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +20,6 @@ from core.runtime import Runtime
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import new_prediction_ids, record_feedback
-from predictions.typed import Layout, make_layout
 from predictions.writer import LogWriter
 from registry.contracts import (
     OUTPUT_FLAG,
@@ -30,11 +29,12 @@ from registry.contracts import (
     check_vectors,
     output_flags,
 )
-from registry.schema import SUM_TOLERANCE, FeatureKind, ModelSchema, OutputSpec, Task
+from registry.schema import SUM_TOLERANCE, ModelSchema, OutputSpec
 from service.serving.batcher import BatcherClosed
 from service.serving.codecs import BadRequest, Columns
 from service.serving.manager import ModelManager, NotServed
 from service.serving.metrics import Metrics
+from service.serving.readers import label_reader, log_layout
 
 log = logging.getLogger("driftwarden.serving")
 
@@ -202,22 +202,6 @@ def _is_probabilities(row: list[float]) -> bool:
     return all(0.0 <= v <= 1.0 for v in row) and abs(math.fsum(row) - 1.0) <= SUM_TOLERANCE
 
 
-_LAYOUTS: dict[int, tuple[ModelSchema, Layout]] = {}
-
-
-def log_layout(schema: ModelSchema) -> Layout:
-    """The typed log layout of a version's contract: its numeric, then categorical features in order, and
-    the categories the contract knows."""
-    known = _LAYOUTS.get(id(schema))
-    if known is not None and known[0] is schema:
-        return known[1]
-    numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
-    categorical = [f for f in schema.features if f.kind is not FeatureKind.NUMERIC]
-    layout = make_layout(numeric, [f.name for f in categorical], [f.categories for f in categorical])
-    _LAYOUTS[id(schema)] = (schema, layout)  # the schema is kept alive, so its id is not reused
-    return layout
-
-
 UUID_TEXT = re.compile(r"^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$")
 
 
@@ -256,52 +240,6 @@ def parse_feedback(payload: Any, schema: ModelSchema | None = None) -> list[tupl
             raise BadRequest(f"labels[{i}].label must be {read.allowed}, got {item.get('label')!r}", "label")
         out.append((pid.lower() if UUID_TEXT.match(pid) else pid, label))
     return out
-
-
-@dataclass(frozen=True)
-class LabelReader:
-    """How one task's labels are read: the value stored for a label, or None when it is not one."""
-
-    read: Callable[[Any], float | None]
-    allowed: str  # what the error message says a label must be
-    hint: str  # the label in the body's shape
-
-    def __call__(self, value: Any) -> float | None:
-        return self.read(value)
-
-
-def label_reader(schema: ModelSchema | None) -> LabelReader:
-    task = schema.kind if schema is not None else Task.BINARY
-    if task is Task.REGRESSION:
-        return LabelReader(_number, "a finite number (regression)", "a number")
-    if task is Task.MULTICLASS and schema is not None:
-        classes = schema.classes
-        index = {name: float(i) for i, name in enumerate(classes)}
-        shown = ", ".join(map(repr, classes[:10])) + (", ..." if len(classes) > 10 else "")
-
-        def read_class(value: Any) -> float | None:
-            if isinstance(value, str):
-                return index.get(value)
-            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(classes):
-                return float(value)
-            return None
-
-        allowed = f"a class name ({shown}) or its index 0 to {len(classes) - 1} (multi-class)"
-        return LabelReader(read_class, allowed, "a class name or index")
-    return LabelReader(_binary, "0 or 1 (binary classification)", "0 or 1")
-
-
-def _binary(value: Any) -> float | None:
-    if isinstance(value, bool):
-        value = int(value)
-    return float(value) if isinstance(value, int | float) and value in (0, 1) else None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 async def feedback(*, state: AppState, model_name: str, labels: list[tuple[str, float]]) -> dict[str, Any]:

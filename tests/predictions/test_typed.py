@@ -33,7 +33,7 @@ from predictions.pending import build
 from predictions.service import recent_predictions, record_feedback, write_log_rows
 from predictions.windows import Chunk, WindowSpec, WindowSummary, read_chunks, summarize_window
 from registry.schema import infer_schema
-from service.serving import flows
+from service.serving import readers
 from tests.predictions.logdata import plain, write_requests
 from tests.predictions.test_pending import request_rows
 from tests.predictions.test_prediction_log import old_line, old_rows
@@ -458,7 +458,7 @@ def test_the_serving_flow_writes_the_typed_copy(profile: Profile) -> None:
     schema = infer_schema(reference, target=TARGET)
     docs = documents(3, seed=4)
     docs[1]["age"] = None
-    layout = flows.log_layout(schema)
+    layout = readers.log_layout(schema)
     [[batch]] = build([request_rows(0, docs, layout)])  # one request: one batch of three predictions
     by_feature = {n: [d.get(n) for d in docs] for n in schema.feature_names}
     [by_column] = build([request_rows(0, docs, layout, by_feature, ids=batch.ids())])

@@ -23,7 +23,7 @@ from core.database import aware, open_database
 from core.tabular import write_table
 from registry.schema import Task
 from registry.service import promote
-from service.serving.ingest import keyed_ids
+from service.serving.records import keyed_ids
 from tests import own_models
 from tests.support import NO_AUTH, Server, count_rows, serve_settings
 from training.importer import ImportSpec, import_reference

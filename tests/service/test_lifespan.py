@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from core.config import Settings
-from predictions.spool import Spool
+from predictions.spool import Spool, spool_dir
 from service.serving import components
 from service.serving.app import create_app
 from tests.support import TrainedModels, seed_registry, serve_settings
@@ -80,7 +80,7 @@ def test_a_component_failing_at_start_stops_the_components_already_started(
     left = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     assert left == [], f"threads of the started components still run: {left}"
     # the log writer gave its spool slot back: the next process claims the first slot again
-    folder = components.spool_dir(settings, url)
+    folder = spool_dir(settings.spool_path, url)
     spool = Spool.claim(folder)
     try:
         assert spool.directory == folder
