@@ -18,9 +18,8 @@ from datetime import UTC, datetime, timedelta
 from core.config import Settings
 from core.database import Database
 from core.errors import Invalid
-from monitors.engine import evaluate
 from monitors.findings import headline
-from monitors.flows import InvalidConfig, Prepared, prepare, window_engine
+from monitors.flows import Prepared, evaluate_window, prepare, window_engine
 from monitors.log_window import read_window
 from monitors.service import backfilled_windows, record_run
 from predictions.windows import WindowSpec
@@ -92,7 +91,7 @@ def _evaluate(
     grid: list[tuple[datetime, datetime]],
     done: set[tuple[datetime, datetime]],
 ) -> Iterator[WindowResult]:
-    version, profile, config, where = prepared
+    version, profile, config, _ = prepared
     engine = window_engine(db=db, settings=settings)
     for start, end in grid:
         if (start, end) in done:
@@ -114,12 +113,7 @@ def _evaluate(
         if window.rows < settings.monitor_min_rows:
             yield WindowResult(start, end, window.rows, None, "too few rows")
             continue
-        try:
-            report = evaluate(profile=profile, sketch=window.sketch, config=config)
-        except ValueError as exc:
-            raise InvalidConfig(
-                f"the monitor config of '{model_name}' at {where} is invalid: {exc}"
-            ) from None
+        report = evaluate_window(prepared, window, model_name=model_name)
         with db.session() as session:
             run = record_run(
                 session=session,

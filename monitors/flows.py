@@ -188,6 +188,16 @@ def prepare(*, db: Database, settings: Settings, model_name: str) -> Prepared:
     return Prepared(version, profile, config, where)
 
 
+def evaluate_window(prepared: Prepared, window: Window, *, model_name: str) -> DriftReport:
+    """The engine's report on ``window`` (a config the engine refuses is an InvalidConfig naming its file)."""
+    try:
+        return evaluate(profile=prepared.profile, sketch=window.sketch, config=prepared.config)
+    except ValueError as exc:  # e.g. an unknown test name in the config
+        raise InvalidConfig(
+            f"the monitor config of '{model_name}' at {prepared.where} is invalid: {exc}"
+        ) from None
+
+
 def run_monitor(
     *,
     db: Database,
@@ -214,10 +224,7 @@ def run_monitor(
             f"the window of {model_name}:{version.version} ({spec.describe()}) holds {window.rows} answered "
             f"predictions, fewer than the minimum of {settings.monitor_min_rows}"
         )
-    try:
-        report = evaluate(profile=profile, sketch=window.sketch, config=config)
-    except ValueError as exc:  # e.g. an unknown test name in the config
-        raise InvalidConfig(f"the monitor config of '{model_name}' at {where} is invalid: {exc}") from None
+    report = evaluate_window(Prepared(version, profile, config, where), window, model_name=model_name)
     with db.session() as session:
         run = record_run(
             session=session,

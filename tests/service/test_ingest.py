@@ -105,6 +105,16 @@ def _records(
     return out
 
 
+def _query(srv: Server, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    """The rows of ``sql`` on the server's database, through a connection of its own."""
+    engine = create_engine(srv.settings.database_url.get_secret_value())
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text(sql), params or {}).all())
+    finally:
+        engine.dispose()
+
+
 def _count(srv: Server, name: str) -> int:
     return count_rows(srv.settings.database_url.get_secret_value(), "model_name = :m", {"m": name})
 
@@ -125,20 +135,12 @@ def test_records_are_logged_with_their_times_flags_and_labels(ingest_server: Ser
     assert body["flagged"] == 3
     # each record has its own time, so each is a run of its own, its id derived from its key alone
     assert body["prediction_ids"] == [keyed_ids("ing_bin", [f"order-{i}"])[0] for i in range(5)]
-    engine = create_engine(srv.settings.database_url.get_secret_value())
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                text(
-                    "select source, protocol, status, logged_at, flags, size from prediction_batches "
-                    "where model_name = 'ing_bin' order by logged_at"
-                )
-            ).all()
-            labels = conn.execute(
-                text("select count(*) from prediction_feedback where model_name = 'ing_bin'")
-            ).scalar_one()
-    finally:
-        engine.dispose()
+    rows = _query(
+        srv,
+        "select source, protocol, status, logged_at, flags, size from prediction_batches "
+        "where model_name = 'ing_bin' order by logged_at",
+    )
+    ((labels,),) = _query(srv, "select count(*) from prediction_feedback where model_name = 'ing_bin'")
     assert [(r.source, r.protocol, r.status, r.size) for r in rows] == [("ingest", "ingest", "ok", 1)] * 5
     got = [aware(r.logged_at) for r in rows]
     assert got == [T0 + timedelta(minutes=i) for i in range(5)]
@@ -161,21 +163,14 @@ def test_a_retried_batch_of_one_time_is_one_log_row_stored_once(ingest_server: S
     assert again.json()["duplicate_ids"] == [f"same-time-{i}" for i in range(300)]
     assert again.json()["prediction_ids"] == first.json()["prediction_ids"]
     assert first.json()["prediction_ids"] == keyed_ids("ing_bin", [f"same-time-{i}" for i in range(300)])
-    engine = create_engine(srv.settings.database_url.get_secret_value())
-    try:
-        with engine.connect() as conn:
-            sizes = (
-                conn.execute(
-                    text(
-                        "select size from prediction_batches where model_name = 'ing_bin' and request_id = :r"
-                    ),
-                    {"r": first.headers["x-request-id"]},
-                )
-                .scalars()
-                .all()
-            )
-    finally:
-        engine.dispose()
+    sizes = [
+        size
+        for (size,) in _query(
+            srv,
+            "select size from prediction_batches where model_name = 'ing_bin' and request_id = :r",
+            {"r": first.headers["x-request-id"]},
+        )
+    ]
     assert sizes == [300]  # one log row for the run
 
 
@@ -510,17 +505,11 @@ def test_a_scored_file_is_imported_once(
     assert again.exit_code == 0 and "0 of 3000 rows logged" in again.output, again.output
     assert "3000 already logged" in again.output
     assert _count(srv, "ing_file") == 3_000
-    engine = create_engine(srv.settings.database_url.get_secret_value())
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                text(
-                    "select source, min(logged_at), max(logged_at), sum(size) from prediction_batches "
-                    "where model_name = 'ing_file' group by source"
-                )
-            ).all()
-    finally:
-        engine.dispose()
+    rows = _query(
+        srv,
+        "select source, min(logged_at), max(logged_at), sum(size) from prediction_batches "
+        "where model_name = 'ing_file' group by source",
+    )
     ((source, lo, hi, size),) = rows
     assert source == "import" and size == 3_000
     assert aware(lo) == T0 and aware(hi) == T0 + timedelta(hours=2)

@@ -30,3 +30,17 @@ def workspace(tmp_path: Path, baseline_csv: Path) -> Iterator[Workspace]:
         for pid in pids:
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def cli(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The CLI on ``database_url`` with a registry of its own (yields the registry's folder)."""
+    from core.config import get_settings
+    from core.database import open_database
+
+    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", database_url)
+    monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(tmp_path / "registry"))
+    get_settings.cache_clear()
+    open_database(database_url, upgrade=True).dispose()
+    yield tmp_path / "registry"
+    get_settings.cache_clear()

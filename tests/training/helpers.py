@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def pid_alive(pid: int) -> bool:
@@ -110,3 +111,21 @@ def wait_for(
 
 def kill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
+
+
+def run_cli(*args: str | Path) -> Any:
+    """``driftwarden ARGS`` through typer's runner (stderr kept apart)."""
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def refused(result: Any, *parts: str) -> None:
+    """``result`` is one ``error:`` line naming each of ``parts``, with exit code 2 and no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    err = result.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in result.output, err
+    for part in parts:
+        assert part in err, (part, err)

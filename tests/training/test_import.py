@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner, Result
 
-from core.config import get_settings
 from core.database import open_database
 from core.tabular import write_table
 from registry.saved_model import load
 from registry.service import list_versions
-from service.cli import app
 from tests import own_models
-
-runner = CliRunner()
+from tests.training.helpers import refused, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -39,21 +34,6 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "multiclass": own_models.write_multiclass(root / "multiclass", data),
         "regression": own_models.write_regression(root / "regression", data),
     }
-
-
-@pytest.fixture
-def cli(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """The CLI on ``database_url`` with a registry of its own."""
-    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", database_url)
-    monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(tmp_path / "registry"))
-    get_settings.cache_clear()
-    open_database(database_url, upgrade=True).dispose()
-    yield tmp_path / "registry"
-    get_settings.cache_clear()
-
-
-def _run(*args: str | Path) -> Result:
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def _versions(database_url: str) -> list[int]:
@@ -80,7 +60,7 @@ def _meta(registry: Path, version: int, name: str) -> dict:
 def test_import_each_task(
     sources: dict[str, Path], cli: Path, database_url: str, task: str, extra: tuple[str, ...], target: str
 ) -> None:
-    r = _run(
+    r = run_cli(
         "models",
         "import",
         "own",
@@ -107,9 +87,9 @@ def test_import_each_task(
     assert lineage["model_fn"] is None and lineage["task"] == task
     assert metrics["measured_on"] == "reference" and metrics["rows"] == 2_000
     assert profile["prediction"]["count"] == 2_000
-    shown = _run("models", "show", "own:1")
+    shown = run_cli("models", "show", "own:1")
     assert shown.exit_code == 0 and 'measured_on: "reference"' in shown.stdout, shown.output
-    assert _run("models", "list", "--model", "own").exit_code == 0
+    assert run_cli("models", "list", "--model", "own").exit_code == 0
     data = own_models.reference(300, seed=5)
     runner_ = load(cli / "own" / "1")  # the registry's copy, through the serving loader
     names = [f["name"] for f in schema["features"]]
@@ -134,28 +114,20 @@ def test_import_each_task(
 
 def test_task_inferred_without_target_and_settled_by_task(sources: dict[str, Path], cli: Path) -> None:
     # probabilities in [0, 1] and no target: binary or regression cannot be told apart
-    r = _run("models", "import", "own", sources["binary"], "--reference", sources["reference"])
+    r = run_cli("models", "import", "own", sources["binary"], "--reference", sources["reference"])
     assert r.exit_code == 2 and "--task binary or --task regression" in r.stderr, r.output
-    r = _run("models", "import", "own", sources["binary"], "-r", sources["reference"], "--task", "binary")
+    r = run_cli("models", "import", "own", sources["binary"], "-r", sources["reference"], "--task", "binary")
     assert r.exit_code == 0 and "registered own:1 (staged, imported): binary" in r.stdout, r.output
     assert _meta(cli, 1, "metrics") == {}  # no target: nothing measured
     # values outside [0, 1]: a regression, inferred
-    r = _run("models", "import", "own", sources["regression"], "-r", sources["reference"])
+    r = run_cli("models", "import", "own", sources["regression"], "-r", sources["reference"])
     assert r.exit_code == 0 and "own:2 (staged, imported): regression" in r.stdout, r.output
     # a [batch, 3] probability vector: multi-class, classes 0..2 without a target or --classes
-    r = _run(
+    r = run_cli(
         "models", "import", "own", sources["multiclass"], "-r", sources["reference"], "--features", "a,b,c"
     )
     assert r.exit_code == 0 and "multiclass (3 classes)" in r.stdout, r.output
     assert _meta(cli, 3, "schema")["classes"] == ["0", "1", "2"]
-
-
-def _refused(result: Result, *parts: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    err = result.stderr.strip()
-    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in result.output, err
-    for part in parts:
-        assert part in err, (part, err)
 
 
 def test_bad_input_is_one_line_and_registers_nothing(
@@ -229,7 +201,7 @@ def test_bad_input_is_one_line_and_registers_nothing(
         (("models", "import", "own", sources["binary"], "-r", tmp_path / "none.csv"), "is not a file"),
     ]
     for args, part in cases:
-        _refused(_run(*args), part)
+        refused(run_cli(*args), part)
     assert _versions(database_url) == []
     assert not any((cli / "own").glob("[0-9]*")) if (cli / "own").exists() else True
 
@@ -253,7 +225,8 @@ def test_dtype_and_outputs_the_contract_cannot_describe(
         odd, str(tmp_path / "odd"), signatures={"serving_default": odd.flag, "logits": odd.logits}
     )
     ref = sources["reference"]
-    _refused(_run("models", "import", "own", tmp_path / "odd", "-r", ref), "dtype bool")
-    _refused(
-        _run("models", "import", "own", tmp_path / "odd", "-r", ref, "--signature", "logits"), "fit no task"
+    refused(run_cli("models", "import", "own", tmp_path / "odd", "-r", ref), "dtype bool")
+    refused(
+        run_cli("models", "import", "own", tmp_path / "odd", "-r", ref, "--signature", "logits"),
+        "fit no task",
     )

@@ -8,25 +8,20 @@ and stays ready; ``models list|show`` say so. Bad input is one line, exit 2, not
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner, Result
 
-from core.config import get_settings
 from core.database import open_database
 from core.tabular import write_table
 from monitors.performance import metrics_for
 from registry.schema import Task
 from registry.service import SERVED_ELSEWHERE, list_versions, serving_plans
-from service.cli import app
 from tests import own_models
-
-runner = CliRunner()
+from tests.training.helpers import refused, run_cli
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -58,21 +53,6 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-@pytest.fixture
-def cli(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
-    """The CLI on ``database_url`` with a registry of its own."""
-    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", database_url)
-    monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(tmp_path / "registry"))
-    get_settings.cache_clear()
-    open_database(database_url, upgrade=True).dispose()
-    yield tmp_path / "registry"
-    get_settings.cache_clear()
-
-
-def _run(*args: str | Path) -> Result:
-    return runner.invoke(app, [str(a) for a in args])
-
-
 def _meta(registry: Path, name: str, version: int, doc: str) -> dict:
     return json.loads((registry / name / str(version) / "driftwarden" / f"{doc}.json").read_text())
 
@@ -89,7 +69,7 @@ def _meta(registry: Path, name: str, version: int, doc: str) -> dict:
 def test_each_task_registers_without_a_model(
     tables: dict[str, Path], cli: Path, database_url: str, table: str, column: str, target: str, task: str
 ) -> None:
-    done = _run(
+    done = run_cli(
         "models",
         "import",
         "ext",
@@ -132,10 +112,10 @@ def test_each_task_registers_without_a_model(
     profile = _meta(cli, "ext", 1, "profile")
     assert profile, "the reference profile is written"
 
-    listed = _run("models", "list", "--model", "ext")
+    listed = run_cli("models", "list", "--model", "ext")
     assert listed.exit_code == 0 and "served elsewhere" in listed.output, listed.output
     for ref in ("ext", "ext:1"):
-        shown = _run("models", "show", ref)
+        shown = run_cli("models", "show", ref)
         assert shown.exit_code == 0 and "served elsewhere" in shown.output, shown.output
 
 
@@ -143,7 +123,7 @@ def test_promoted_version_is_planned_as_served_elsewhere(
     tables: dict[str, Path], cli: Path, database_url: str
 ) -> None:
     assert (
-        _run(
+        run_cli(
             "models",
             "import",
             "ext",
@@ -156,7 +136,7 @@ def test_promoted_version_is_planned_as_served_elsewhere(
         ).exit_code
         == 0
     )
-    assert _run("models", "promote", "ext", "1").exit_code == 0
+    assert run_cli("models", "promote", "ext", "1").exit_code == 0
     db = open_database(database_url)
     try:
         with db.session() as s:
@@ -168,34 +148,26 @@ def test_promoted_version_is_planned_as_served_elsewhere(
     assert version.lineage["serving"] == SERVED_ELSEWHERE
 
 
-def _refused(result: Result, *parts: str) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    err = result.stderr.strip()
-    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in result.output, err
-    for part in parts:
-        assert part in err, (part, err)
-
-
 def test_bad_input_is_one_line_and_registers_nothing(
     tables: dict[str, Path], cli: Path, database_url: str, tmp_path: Path
 ) -> None:
     ref = tables["binary"]
-    _refused(_run("models", "import", "ext", "--reference", ref), "--prediction-column COL")
-    _refused(
-        _run("models", "import", "ext", tmp_path, "--reference", ref, "--prediction-column", "p_default"),
+    refused(run_cli("models", "import", "ext", "--reference", ref), "--prediction-column COL")
+    refused(
+        run_cli("models", "import", "ext", tmp_path, "--reference", ref, "--prediction-column", "p_default"),
         "not both",
     )
-    _refused(
-        _run("models", "import", "ext", "--reference", ref, "--prediction-column", "nope"),
+    refused(
+        run_cli("models", "import", "ext", "--reference", ref, "--prediction-column", "nope"),
         "--prediction-column 'nope' is not a column",
         "p_default",
     )
-    _refused(
-        _run("models", "import", "ext", "--reference", ref, "--prediction-column", "color"),
+    refused(
+        run_cli("models", "import", "ext", "--reference", ref, "--prediction-column", "color"),
         "--prediction-column 'color' must hold numbers",
     )
-    _refused(
-        _run(
+    refused(
+        run_cli(
             "models",
             "import",
             "ext",
@@ -208,8 +180,8 @@ def test_bad_input_is_one_line_and_registers_nothing(
         ),
         "--model-fn and --signature describe a SavedModel",
     )
-    _refused(
-        _run(
+    refused(
+        run_cli(
             "models",
             "import",
             "ext",
@@ -222,12 +194,12 @@ def test_bad_input_is_one_line_and_registers_nothing(
         ),
         "--features names 'zz'",
     )
-    _refused(  # probabilities without --task or --target are ambiguous
-        _run("models", "import", "ext", "--reference", ref, "--prediction-column", "p_default"),
+    refused(  # probabilities without --task or --target are ambiguous
+        run_cli("models", "import", "ext", "--reference", ref, "--prediction-column", "p_default"),
         "--task binary",
     )
-    _refused(
-        _run(
+    refused(
+        run_cli(
             "models", "import", "ext", "--reference", ref, "--prediction-column", "y_reg", "--task", "binary"
         ),
         "--task binary needs probabilities",
