@@ -23,7 +23,7 @@ from predictions.service import new_prediction_ids
 from registry.contracts import OUTPUT_FLAG, flag_rows, output_flags
 from registry.schema import SUM_TOLERANCE, ModelSchema, Task
 from service.serving.codecs import BadRequest
-from service.serving.readers import label_reader, log_layout
+from service.serving.readers import LabelReader, label_reader, log_layout
 
 MAX_RECORDS = 10_000  # records per request
 MAX_ID_LENGTH = 128
@@ -214,16 +214,18 @@ def check_records(
 ) -> list[Checked]:
     """Read every record by its version's contract (``contracts[record.version]``); raise BadRequest."""
     groups: dict[int, Checked] = {}
+    readers: dict[int, LabelReader] = {}  # one per version: a multi-class reader indexes its classes once
     for r in records:
         version, schema = contracts[r.version]
         group = groups.get(version)
         if group is None:
             multi = schema.kind is Task.MULTICLASS
             group = groups[version] = Checked(version, schema, [], [], [] if multi else None, [], [])
+            readers[version] = label_reader(schema)
         value, vector = read_prediction(r, schema)
         label: float | None = None
         if r.has_label:
-            reader = label_reader(schema)
+            reader = readers[version]
             label = reader.read(r.label)
             if label is None:
                 raise BadRequest(

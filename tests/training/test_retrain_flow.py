@@ -26,25 +26,13 @@ from predictions.service import labelled_rows, record_feedback
 from registry.models import VersionState
 from registry.service import get_version, history, read_meta, serving_version
 from tests.predictions.logdata import log_columns
-from tests.support import TrainedModels, seed_registry
+from tests.support import CREDIT_FEATURES, TrainedModels, seed_registry
 from training import service
 from training.datagen import TARGET, generate
 from training.models import JobState, TrainingJob
 from training.worker import Worker
 
 ROWS = 3000
-FEATURES = [
-    "age",
-    "income",
-    "debt_to_income",
-    "credit_score",
-    "loan_amount",
-    "employment_years",
-    "num_open_accounts",
-    "home_ownership",
-    "loan_purpose",
-    "region",
-]
 
 
 @dataclass
@@ -86,7 +74,7 @@ class World:
 def log_traffic(db: Database, *, rows: int = ROWS, seed: int = 11, labelled: int | None = None) -> np.ndarray:
     """Predictions of drifted-concept traffic served by version 1, with feedback on the first ``labelled``."""
     cols = generate(rows, scenario="concept_drift", seed=seed)
-    ids = log_columns(db.engine, cols, features=FEATURES, model="credit", version=1)
+    ids = log_columns(db.engine, cols, features=CREDIT_FEATURES, model="credit", version=1)
     n = rows if labelled is None else labelled
     with db.session() as s:
         record_feedback(
