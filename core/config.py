@@ -151,6 +151,25 @@ class Settings(BaseSettings):
         "driftwarden_prediction_log_rows_dropped_total and failing the prediction_log health check (fast "
         "mode still answers; durable mode answers 503).",
     )
+    cloudevents_wait_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="POST /v1/cloudevents: how long a request event waits for its response (and a response "
+        "for its request) before the pair is settled: a request alone is logged with its inputs and no "
+        "prediction (input drift counts it), a response alone is counted as expired.",
+    )
+    cloudevents_keep_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How long a settled pair's tombstone is kept: a copy of one of its events arriving "
+        "within this time is known as a duplicate.",
+    )
+    cloudevents_sweep_interval_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds between passes that settle CloudEvent pairs whose wait is over and replay "
+        "halves spooled while the database was down (0: off).",
+    )
     retention_days: float = Field(
         default=30.0,
         gt=0,

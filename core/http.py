@@ -195,18 +195,23 @@ class AuthFailed(DomainError):
         super().__init__(f"{message} (rule: {rule})")
 
 
-async def authorize(request: Request, scope: str, *, alternative: str = "") -> Grant | None:
+async def authorize(
+    request: Request, scope: str, *, alternative: str = "", token_param: str | None = None
+) -> Grant | None:
     """The caller's grant for ``scope``; raises 401 without a valid token, 403 with one lacking the scope.
 
     ``DRIFTWARDEN_ADMIN_TOKEN`` (when set) is a bootstrap admin credential; any other token goes to the
     :class:`core.auth.TokenVerifier` in ``request.app.state.verifier``. ``predict`` is open (None) unless
     ``predict_requires_token`` is on. ``alternative``: how else the route may be opened, said in the 401
-    of a request without a token.
+    of a request without a token. ``token_param``: a query parameter that may carry the token instead of the
+    header (for senders that can only be given a URL; the server's logs never show a query).
     """
     settings = request.app.state.dw.settings
     if scope == Scope.PREDICT and not settings.predict_requires_token:
         return None
     token = bearer_token(request)
+    if token is None and token_param is not None:
+        token = request.query_params.get(token_param) or None
     if token is None:
         raise AuthFailed(
             401,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -11,6 +12,30 @@ NOISY = ("absl", "tensorflow", "alembic")  # INFO chatter of libraries (export, 
 # TensorFlow's C++ logs are configured from the environment when TensorFlow loads, so these must be set before
 # its first import (every command calls setup_logging first). An operator's own values win.
 TF_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # no C++ INFO lines (cpu_feature_guard, ...)
+
+
+_URL_SECRET = re.compile(r"([?&](?:token|signature)=)[^&\s\"'#]+")
+
+
+class MaskUrlSecrets(logging.Filter):
+    """Masks a credential carried in a URL (``?token=``, a signed link's ``signature=``) in every record a
+    handler writes: ``POST /v1/cloudevents?model=m&token=***``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = _URL_SECRET.sub(r"\1***", message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+MASK = MaskUrlSecrets()
+
+
+def mask_secrets(handler: logging.Handler) -> logging.Handler:
+    """``handler`` with :class:`MaskUrlSecrets` (once)."""
+    handler.addFilter(MASK)
+    return handler
 
 
 def quiet_libraries() -> None:
@@ -48,6 +73,8 @@ def setup_logging(level: str | None = None, *, driftwarden_level: str | None = N
             level=level or _configured_level(),
             format="%(asctime)s %(levelname)s %(name)s %(message)s",
         )
+    for handler in logging.getLogger().handlers:
+        mask_secrets(handler)
     if driftwarden_level:
         logging.getLogger("driftwarden").setLevel(driftwarden_level)
 
@@ -67,7 +94,7 @@ def log_to_file(path: Path, *, verbose: bool = False) -> None:
         console = logging.StreamHandler()
         console.setLevel(logging.WARNING)
         console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        logging.basicConfig(level=logging.WARNING, handlers=[console])
+        logging.basicConfig(level=logging.WARNING, handlers=[mask_secrets(console)])
         logging.getLogger("driftwarden").setLevel(logging.INFO)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("")
@@ -75,7 +102,7 @@ def log_to_file(path: Path, *, verbose: bool = False) -> None:
     # the process) reopens its file at the next record; one opened to write anew ("w") would drop them all
     file = logging.FileHandler(path, mode="a", encoding="utf-8")
     file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    logging.getLogger().addHandler(file)
+    logging.getLogger().addHandler(mask_secrets(file))
 
 
 def _configured_level() -> str:

@@ -197,3 +197,27 @@ FEEDBACK_COLUMNS: tuple[str, ...] = (
     "model_version",
     "status",
 )
+
+
+class CloudEventPair(Base):
+    """The two halves of one inference KServe's logger reports (a request event and a response event sharing
+    one ``ce-id``), kept until both have come or the wait is over (``predictions.service.pairing``).
+
+    A half is present once its ``*_at`` is set; the bodies go once the pair is settled (``settled_at``:
+    logged, expired or refused), and the row stays as a tombstone for a while so that a duplicate event is
+    known."""
+
+    __tablename__ = "cloudevent_pairs"
+    __table_args__ = (Index("ix_cloudevent_pairs_opened_at", "opened_at"),)
+
+    model_name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime())  # when the first half arrived
+    request_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)  # arrival
+    request_time: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)  # ce-time
+    request_body: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    response_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    response_time: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    response_body: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    outcome: Mapped[str | None] = mapped_column(String(24), default=None)  # how it was settled

@@ -128,3 +128,53 @@ def direct(path: Path, columns: dict[str, np.ndarray]) -> np.ndarray:
             feeds[name] = tf.expand_dims(value, 1) if spec.shape.rank == 2 else value
     (out,) = fn(**feeds).values()
     return np.asarray(out.numpy(), dtype=np.float64)
+
+
+def answers(task: str, data: dict[str, np.ndarray]) -> np.ndarray:
+    """What a team's own model served elsewhere answered on ``data``: the positive class's probability
+    (binary) or the probabilities of :data:`CLASSES` (multi-class, one row each)."""
+    score = data["a"] + 0.5 * data["b"] + 0.4 * (data["color"] == "red")
+    if task == "binary":
+        return np.asarray(1.0 / (1.0 + np.exp(-(2.0 * score - 0.4))))
+    logits = np.stack([score, -score, np.zeros_like(score)], axis=1)
+    return np.asarray(np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True))
+
+
+def register_served_elsewhere(url: str, root: Path, models: dict[str, str]) -> Path:
+    """Register and promote each model of ``models`` (name -> ``binary`` or ``multiclass``) from a reference
+    file alone (served elsewhere, answers from :func:`answers`); returns the registry folder."""
+    import json
+
+    from core.database import open_database
+    from core.tabular import write_table
+    from registry.schema import Task
+    from registry.service import promote
+    from training.importer import ImportSpec, import_reference
+
+    data = reference(1_500, seed=0)
+    registry = root / "registry"
+    db = open_database(url, upgrade=True)
+    try:
+        for name, task in models.items():
+            answered = answers(task, data)
+            column = (
+                np.asarray([json.dumps(row) for row in answered.tolist()], dtype=object)
+                if task == "multiclass"
+                else answered
+            )
+            write_table({**data, "answer": column}, root / f"{name}.csv")
+            spec = ImportSpec(
+                model_name=name,
+                path=None,
+                reference=root / f"{name}.csv",
+                target="y_bin" if task == "binary" else "y_cls",
+                task=Task.parse(task),
+                features=FEATURES,
+                prediction_column="answer",
+            )
+            import_reference(spec=spec, db=db, registry=registry)
+            with db.session() as s:
+                promote(session=s, model_name=name, version=1)
+    finally:
+        db.dispose()
+    return registry

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import orjson
 import psycopg
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from predictions import typed
@@ -170,3 +170,25 @@ def classify_write_error(exc: BaseException) -> WriteFailure:
     if isinstance(exc, orjson.JSONEncodeError):
         return "data"
     return "unavailable"
+
+
+def insert_batches(*, connection: Connection, rows: Sequence[LogBatch]) -> None:
+    """Insert batch rows inside the caller's transaction (the CloudEvents pairing's), skipping a batch the
+    table already has; their layouts are written every time (a rolled-back transaction takes them along, so
+    this path never trusts the process's record of written layouts)."""
+    if not rows:
+        return
+    layouts = [(i, *typed.KNOWN[i].as_json()) for i in {b.layout for b in rows if b.layout is not None}]
+    raw: Any = connection.connection.dbapi_connection
+    cur = raw.cursor()
+    try:
+        if connection.dialect.name == "postgresql":
+            for values in layouts:
+                cur.execute(PG_LAYOUT, values)
+            cur.execute(PG_INSERT_IDEMPOTENT, (batch_json(rows),))
+        else:
+            if layouts:
+                cur.executemany(SQLITE_LAYOUT, layouts)
+            cur.executemany(SQLITE_INSERT_IDEMPOTENT, [_sqlite_values(b) for b in rows])
+    finally:
+        cur.close()

@@ -25,7 +25,7 @@ from core.logs import setup_logging
 from core.memory import fix_mmap_threshold
 from monitors.views import router as monitors_router
 from registry.views import router as registry_router
-from service.serving import components, open_inference, operations, tf_serving
+from service.serving import cloudevents_route, components, open_inference, operations, tf_serving
 from service.serving.batcher import Runner
 from service.serving.docs import mount_docs
 from service.serving.flows import AppState
@@ -114,6 +114,7 @@ def create_app(
     mount_docs(app)
     for router in (
         tf_serving.router,
+        cloudevents_route.router,
         open_inference.router,
         operations.router,
         registry_router,

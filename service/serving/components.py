@@ -20,6 +20,7 @@ from predictions.scheduled import start_retention
 from predictions.spool import Spool, spool_dir
 from predictions.writer import LogWriter, writer_engine
 from service.serving.batcher import Runner
+from service.serving.cloudevents import start_sweeps
 from service.serving.flows import AppState
 from service.serving.health import Observability, start_observability
 from service.serving.manager import ModelManager
@@ -144,12 +145,13 @@ async def embedded_worker(runtime: Runtime) -> AsyncIterator[Worker | None]:
             await asyncio.to_thread(worker.stop, runtime.settings.shutdown_timeout_s)
 
 
-def periodic_jobs(runtime: Runtime) -> list[Component[asyncio.Task[None] | None]]:
+def periodic_jobs(state: AppState) -> list[Component[asyncio.Task[None] | None]]:
     """Every domain's periodic jobs in the API process: each starts when entered (its handle None when
     switched off) and is cancelled on exit."""
     return [
-        periodic(start_retention, runtime),  # the prediction log's retention
-        periodic(start_monitors, runtime),  # the drift scheduler
-        periodic(start_sender, runtime),  # the webhook outbox
-        periodic(start_outbox_retention, runtime),  # delivered/dead messages after N days
+        periodic(start_retention, state),  # the prediction log's retention
+        periodic(start_monitors, state),  # the drift scheduler
+        periodic(start_sender, state),  # the webhook outbox
+        periodic(start_outbox_retention, state),  # delivered/dead messages after N days
+        periodic(start_sweeps, state),  # CloudEvent pairs whose wait is over, halves spooled
     ]

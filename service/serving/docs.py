@@ -277,6 +277,71 @@ INGEST_RESPONSES = _responses(
     503,
 )
 
+CLOUDEVENTS: dict[str, Any] = {
+    "security": [{"HTTPBearer": []}],  # or the same token as ?token= (KServe's logger sends no header)
+    "requestBody": {
+        "required": True,
+        "description": "A CloudEvent 1.0 as KServe's logger sends it. Binary mode (what KServe sends): the "
+        "headers ce-id, ce-type (org.kubeflow.serving.inference.request or ...response), ce-source, "
+        "ce-specversion, ce-time and the extension ce-inferenceservicename; the body is the model's request "
+        "or response (TF Serving REST or Open Inference Protocol v2). Structured mode: the whole event as "
+        "application/cloudevents+json.",
+        "content": {
+            "application/json": {
+                "schema": {"type": "object"},
+                "example": {"instances": [{"age": 41, "income": 52000.0}]},
+            },
+            "application/cloudevents+json": {
+                "schema": {"type": "object", "required": ["id", "type", "source", "specversion"]},
+                "example": {
+                    "specversion": "1.0",
+                    "id": "5f0c7c1e-3d2a-4c55-9a1e-2f7d0b6a8c11",
+                    "type": "org.kubeflow.serving.inference.response",
+                    "source": "http://credit-predictor.default/",
+                    "inferenceservicename": "credit",
+                    "datacontenttype": "application/json",
+                    "data": {"predictions": [0.12]},
+                },
+            },
+        },
+    },
+    "parameters": [
+        {
+            "name": name,
+            "in": "header",
+            "required": False,
+            "description": f"Binary mode: {text}",
+            "schema": schema,
+        }
+        for name, text, schema in (
+            ("ce-id", "the inference's id, shared by its request and response", {"type": "string"}),
+            (
+                "ce-type",
+                "which half this is",
+                {
+                    "type": "string",
+                    "enum": [
+                        "org.kubeflow.serving.inference.request",
+                        "org.kubeflow.serving.inference.response",
+                    ],
+                },
+            ),
+            ("ce-specversion", "1.0", {"type": "string", "enum": ["1.0"]}),
+            ("ce-source", "the component's URL", {"type": "string"}),
+            ("ce-time", "when the half was sent (RFC 3339); default: arrival", {"type": "string"}),
+            ("ce-inferenceservicename", "the model (else ?model=)", {"type": "string"}),
+        )
+    ],
+}
+CLOUDEVENTS_RESPONSES = _responses(
+    {"outcome": "logged", "model": "credit", "id": "5f0c7c1e-...", "prediction_ids": [PID]},
+    400,
+    401,
+    403,
+    404,
+    413,
+)
+
 DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]
 DATATYPES += ["FP16", "FP32", "FP64", "BYTES"]
 V2_INFER = _json_body(

@@ -73,7 +73,16 @@ FAMILIES: dict[str, Family] = {
     "requests_in_flight": Family("gauge", "Predict requests being answered.", ("protocol",)),
     "predictions": Family("counter", "Rows predicted.", ("model", "version")),
     "ingested_predictions": Family(
-        "counter", "Predictions of another serving stack logged, by source (ingest).", ("model", "source")
+        "counter",
+        "Predictions of another serving stack logged, by source (ingest, cloudevents).",
+        ("model", "source"),
+    ),
+    "cloudevents": Family(
+        "counter",
+        "KServe logger events by outcome: waiting (first half kept), logged (a pair logged), duplicate, "
+        "spooled (the database down), unanswered (a request logged without its response), mismatched, "
+        "error_response, expired_response.",
+        ("model", "outcome"),
     ),
     "contract_flags": Family("counter", "Rows accepted with a contract flag.", ("model", "feature", "rule")),
     "contract_violations": Family(
@@ -197,6 +206,11 @@ class Metrics:
         counts = self.counts["ingested_predictions"]
         counts[(model, source)] = counts.get((model, source), 0.0) + n
         self._flags(model, flags)
+
+    def cloudevent(self, model: str, outcome: str, n: int = 1) -> None:
+        """``n`` CloudEvents (or settled pairs) of ``model`` that ended as ``outcome``."""
+        counts = self.counts["cloudevents"]
+        counts[(model, outcome)] = counts.get((model, outcome), 0.0) + n
 
     def violation(self, model: str, problems: Iterable[tuple[str | None, str]]) -> None:
         """One count per distinct (feature, rule) of a rejected request."""
@@ -334,6 +348,9 @@ class NullMetrics(Metrics):
         pass
 
     def ingested(self, model: str, source: str, n: int, flags: list[list[str] | None]) -> None:
+        pass
+
+    def cloudevent(self, model: str, outcome: str, n: int = 1) -> None:
         pass
 
     def output_violation(self, model: str, rules: list[str]) -> None:

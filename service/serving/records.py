@@ -154,10 +154,24 @@ def _version(where: str, value: Any) -> int | None:
     return value
 
 
+UNANSWERED: Any = object()
+"""The prediction of a record whose model never answered (a KServe request whose response did not come): the
+log keeps its inputs (they count for input drift) and NaN as its output."""
+
+
 def read_prediction(record: Record, schema: ModelSchema) -> tuple[float, list[float | None] | None]:
     """The record's prediction as the log holds it: the value, and the vector of a multi-class model."""
-    where = f"records[{record.index}].prediction"
-    value = record.prediction
+    if record.prediction is UNANSWERED:
+        vector: list[float | None] | None = (
+            [None] * len(schema.classes) if schema.kind is Task.MULTICLASS else None
+        )
+        return math.nan, vector
+    return read_value(record.prediction, schema, f"records[{record.index}].prediction")
+
+
+def read_value(value: Any, schema: ModelSchema, where: str) -> tuple[float, list[float | None] | None]:
+    """A prediction ``value`` read by the task (``where`` names it in the 400): the value the log holds, and
+    the vector of a multi-class model."""
     kind = schema.kind
     if kind is Task.MULTICLASS:
         k = len(schema.classes)
@@ -300,6 +314,7 @@ def request_rows(
     request_id: str,
     *,
     source: str = SOURCE,
+    protocol: str | None = None,
 ) -> RequestRows:
     """The log rows of records ``keep`` of one run of ``group`` (one time), with their prediction ids."""
     first = group.records[keep[0]]
@@ -308,7 +323,7 @@ def request_rows(
         model_version=group.version,
         logged_at=first.time or now,
         request_id=request_id,
-        protocol=source,
+        protocol=protocol or source,
         latency_ms=0.0,
         status=PredictionStatus.OK.value,
         ids=ids,

@@ -1,0 +1,183 @@
+"""KServe's inference logger as a source of the prediction log: ``POST /v1/cloudevents``.
+
+An arriving half (:func:`receive`) is read and checked on its own (a 400 names what is wrong; nothing is
+kept), then offered to the pairing table (:mod:`predictions.service.pairing`): the first half of an
+inference waits there, the second completes the pair, whose rows (source ``cloudevents``, at the response's
+``ce-time``) are logged and the pair settled in one transaction, so a pair is logged once, whichever worker
+or replica each half reached. With the database down the half goes to a local spool
+(:class:`predictions.halves.HalfSpool`, fsynced before the answer: KServe never resends) and a periodic pass
+(:func:`sweep`) offers it again once the database is back; the same pass settles the pairs whose wait
+(``cloudevents_wait_s``) is over. Every outcome is counted in ``driftwarden_cloudevents_total{model,outcome}``
+and the logged rows in ``driftwarden_ingested_predictions_total{model,source="cloudevents"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from core.runtime import Runtime
+from core.scheduling import every
+from predictions.batch import LogBatch
+from predictions.halves import HalfSpool
+from predictions.service.pairing import Arrival, Pair, offer_half, sweep_pairs
+from predictions.spool import spool_dir
+from registry.schema import ModelSchema
+from service.serving.codecs import BadRequest
+from service.serving.flows import AppState
+from service.serving.kserve import SOURCE, check_half, pair_rows, prediction_ids, read_event
+from service.serving.manager import NotServed
+
+log = logging.getLogger("driftwarden.serving.cloudevents")
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What became of one event: its outcome and, once its pair is logged, the prediction ids."""
+
+    outcome: str
+    model: str
+    event_id: str
+    prediction_ids: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "model": self.model,
+            "id": self.event_id,
+            "prediction_ids": self.prediction_ids,
+        }
+
+
+def half_spool(state: Runtime) -> HalfSpool:
+    """The server's spool of halves (beside the log's spool of the same database)."""
+    url = state.settings.database_url.get_secret_value()
+    return HalfSpool(spool_dir(state.settings.spool_path, url) / "cloudevents")
+
+
+async def receive(*, state: AppState, headers: Mapping[str, str], body: bytes, model: str | None) -> Receipt:
+    """Read one event, check its half, offer it to the pairing table (or the spool, the database down)."""
+    event = read_event(headers, body, model)
+    contract = state.manager.contract(event.model)  # NotServed: an unknown model is a 404
+    rows = check_half(contract[1], event)
+    now = datetime.now(UTC)
+    arrival = Arrival(
+        model_name=event.model,
+        event_id=event.id,
+        half=event.half,
+        body=event.body,
+        time=event.time or now,
+        received_at=now,
+    )
+    try:
+        outcome, logged = await asyncio.to_thread(_offer, state, arrival, contract)
+    except SQLAlchemyError as exc:
+        log.warning("cloudevents: database unavailable (%s); the %s half is spooled", exc, event.half)
+        await asyncio.to_thread(half_spool(state).put, arrival)
+        outcome, logged = "spooled", []
+    _count(state, event.model, outcome, logged)
+    ids = prediction_ids(event.model, event.id, rows) if outcome == "logged" and rows else []
+    return Receipt(outcome=outcome, model=event.model, event_id=event.id, prediction_ids=ids)
+
+
+def _offer(state: Runtime, arrival: Arrival, contract: tuple[int, ModelSchema]) -> tuple[str, list[LogBatch]]:
+    """Offer one half in one transaction; the outcome and the rows it logged."""
+    logged: list[LogBatch] = []
+
+    def settle(pair: Pair) -> tuple[str, list[LogBatch]]:
+        outcome, rows = pair_rows(pair, contract, received_at=arrival.received_at)
+        logged.extend(rows)
+        return outcome, rows
+
+    with state.db.session() as session:
+        outcome = offer_half(session=session, arrival=arrival, settle=settle)
+    return outcome, logged if outcome not in ("waiting", "duplicate") else []
+
+
+Settled = tuple[str, str, list[LogBatch]]
+"""One event or pair settled by a pass: its model, its outcome and the rows it logged."""
+
+
+def _count(state: AppState, model: str, outcome: str, rows: list[LogBatch]) -> None:
+    """Count on the event loop's thread (the metrics' dictionaries are bumped there only)."""
+    state.metrics.cloudevent(model, outcome)
+    for batch in rows:
+        state.metrics.ingested(model, SOURCE, batch.size, batch.flags or [])
+
+
+async def sweep(state: AppState) -> dict[str, int]:
+    """One pass (:func:`sweep_once` in a thread), its outcomes counted; returns them by outcome."""
+    settled = await asyncio.to_thread(sweep_once, state)
+    counts: dict[str, int] = {}
+    for model, outcome, rows in settled:
+        _count(state, model, outcome, rows)
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def sweep_once(state: AppState) -> list[Settled]:
+    """Offer the spooled halves again (until the database fails), then settle the pairs whose wait is over
+    and forget old tombstones."""
+    settled: list[Settled] = []
+    spool = half_spool(state)
+    claimed = spool.claim()
+    for k, (path, arrival) in enumerate(claimed):
+        try:
+            contract = state.manager.contract(arrival.model_name)
+            outcome, logged = _offer(state, arrival, contract)
+        except NotServed:
+            log.warning("cloudevents: spooled half of %s: the model is no longer known", arrival.model_name)
+            outcome, logged = "unknown_model", []
+        except SQLAlchemyError:
+            for rest, _ in claimed[k:]:
+                spool.release(rest)
+            return settled
+        except BadRequest as exc:  # checked on arrival; a contract changed since
+            log.warning("cloudevents: spooled half of %s refused: %s", arrival.model_name, exc)
+            outcome, logged = "refused", []
+        spool.done(path)
+        settled.append((arrival.model_name, outcome, logged))
+    return settled + _settle_due(state)
+
+
+def _settle_due(state: AppState) -> list[Settled]:
+    """Settle the pairs whose wait is over, each by its model's contract."""
+    settings = state.settings
+    now = datetime.now(UTC)
+    done: list[Settled] = []
+
+    def settle(pair: Pair) -> tuple[str, list[LogBatch]]:
+        try:
+            contract = state.manager.contract(pair.model_name)
+            outcome, rows = pair_rows(pair, contract, received_at=now)
+        except (NotServed, BadRequest) as exc:
+            log.warning("cloudevents: pair %s of %s not logged: %s", pair.event_id, pair.model_name, exc)
+            outcome, rows = "refused", []
+        done.append((pair.model_name, outcome, rows))
+        return outcome, rows
+
+    try:
+        with state.db.session() as session:
+            sweep_pairs(
+                session=session,
+                now=now,
+                wait=timedelta(seconds=settings.cloudevents_wait_s),
+                keep=timedelta(seconds=settings.cloudevents_keep_s),
+                settle=settle,
+            )
+    except SQLAlchemyError as exc:
+        log.warning("cloudevents: pairs not swept (%s); the next pass tries again", exc)
+        return []
+    return done
+
+
+def start_sweeps(state: AppState) -> asyncio.Task[None] | None:
+    """Run :func:`sweep` every ``cloudevents_sweep_interval_s`` (None when 0)."""
+    return every(state.settings.cloudevents_sweep_interval_s, partial(sweep, state), name="cloudevent pairs")
