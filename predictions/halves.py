@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
 import time
 import uuid
@@ -21,6 +22,8 @@ from pathlib import Path
 import orjson
 
 from predictions.service.pairing import Arrival
+
+log = logging.getLogger("driftwarden.predictions.halves")
 
 SUFFIX = ".half"
 _CLAIMED = ".claimed-"
@@ -68,7 +71,13 @@ class HalfSpool:
                 os.rename(path, mine)
             except FileNotFoundError:  # another process took it
                 continue
-            taken.append((mine, _read(mine)))
+            try:
+                taken.append((mine, _read(mine)))
+            except (OSError, ValueError, KeyError, TypeError) as exc:  # never offered again, kept to look at
+                os.rename(mine, path.with_name(f"{path.name}.bad"))
+                log.error(
+                    "cloudevents: spooled half %s cannot be read (%s): moved to %s.bad", path, exc, path.name
+                )
         return taken
 
     def done(self, path: Path) -> None:

@@ -431,3 +431,6 @@ def test_half_spool_keeps_halves_in_order(tmp_path: Path) -> None:
     )
     assert orphan.exists() and [a.event_id for _, a in spool.claim()] == ["e1"]  # pid 999999 is gone
     assert spool.pending() == 2  # e1 claimed again, e2 still claimed
+    broken = spool.put(Arrival("m", "e3", "request", b"{}", now, now))
+    broken.write_bytes(b"{not json")
+    assert spool.claim() == [] and broken.with_name(broken.name + ".bad").exists()  # set aside, not retried
