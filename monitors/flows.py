@@ -295,6 +295,7 @@ def run_summary(run: MonitorRun) -> dict[str, Any]:
         "window_start": run.window_start.isoformat() if run.window_start else None,
         "window_end": run.window_end.isoformat() if run.window_end else None,
         "rows": run.rows,
+        "rows_by_source": (run.report.get("window") or {}).get("rows_by_source"),  # None: stored before it
         "duration_s": run.duration_s,
         "dataset_drifted": run.dataset_drifted,
         "n_features": run.n_features,

@@ -40,6 +40,7 @@ from monitors.service import (
     store_blocks,
 )
 from monitors.window import (
+    SKETCH_FORMAT,
     MulticlassCounts,
     WindowSketch,
     decode_counts,
@@ -108,10 +109,17 @@ class Window:
     counted_blocks: int | None = None  # with the sketch cache: blocks read (the edges, new or changed ones)
     cache_seconds: dict[str, float] | None = None  # with the sketch cache: wall seconds per step
 
+    @property
+    def rows_by_source(self) -> dict[str, int]:
+        """The window's predictions by the source of their log rows (``serve``, ``ingest``, ``import``, ...),
+        by name; a source without a prediction in the window is absent."""
+        return {source: n for source, n in sorted(self.sketch.sources.items()) if n > 0}
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "model_name": self.model_name,
             "rows": self.rows,
+            "rows_by_source": self.rows_by_source,
             "labelled": self.labelled,
             "start": self.start.isoformat() if self.start else None,
             "end": self.end.isoformat() if self.end else None,
@@ -420,7 +428,7 @@ def _key(model_name: str, spec: WindowSpec, profile: Profile, threshold: float, 
     return SketchKey(
         model_name=model_name,
         version_filter=spec.version or 0,
-        fingerprint=fingerprint(profile, float(threshold)),
+        fingerprint=fingerprint(profile, float(threshold), SKETCH_FORMAT),
         block_ids=block_ids,
     )
 
@@ -715,6 +723,7 @@ def add_chunk(*, sketch: WindowSketch, profile: Profile, chunk: Chunk, labels: b
     before = sketch.rows
     sketch.update(profile, chunk.columns, predictions=chunk.predictions, labels=found)
     sketch.rows = before + chunk.rows  # counted here: the columns may hold only the numeric features
+    sketch.sources.update(chunk.sources)
     for name, counts in chunk.category_counts.items():
         if isinstance(profile.features.get(name), CategoricalProfile):
             sketch.categorical.setdefault(name, Counter()).update(counts)

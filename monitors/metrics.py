@@ -16,7 +16,10 @@ Series (one value per model, feature, ...): ``driftwarden_drift_statistic{model,
 ``driftwarden_model_performance{model,metric,source}`` (source ``estimated`` = CBPE, ``realized`` = labels),
 ``driftwarden_model_reference_performance{model,metric}``,
 ``driftwarden_label_coverage_ratio{model}``, ``driftwarden_monitor_last_run_timestamp_seconds{model}``,
-``driftwarden_monitor_run_duration_seconds{model}``, ``driftwarden_monitor_window_rows{model}``.
+``driftwarden_monitor_run_duration_seconds{model}``, ``driftwarden_monitor_window_rows{model}``,
+``driftwarden_monitor_window_predictions{model,source}`` (the window's predictions by the source of their log
+rows: ``serve``, ``ingest``, ``import``, ``cloudevents``; a source without a prediction in the window has no
+series, nor has a run stored before the count).
 """
 
 from __future__ import annotations
@@ -84,6 +87,12 @@ def label_coverage(report: dict[str, Any]) -> float:
     return float(_num(performance.get("label_coverage")) or 0.0)
 
 
+def window_sources(report: dict[str, Any]) -> dict[str, float]:
+    """The window's predictions by source as the run stored them (empty for a run stored before the count)."""
+    found = (report.get("window") or {}).get("rows_by_source") or {}
+    return {str(source): n for source, value in sorted(found.items()) if (n := _num(value))}
+
+
 class DriftFamilies:
     """The gauge families of the drift and quality series, filled run by run."""
 
@@ -135,6 +144,11 @@ class DriftFamilies:
         self.window_rows = _gauge(
             "monitor_window_rows", "Rows in the window of the latest monitor run.", ["model"]
         )
+        self.window_sources = _gauge(
+            "monitor_window_predictions",
+            "Predictions in the window of the latest monitor run by the source of their log rows.",
+            ["model", "source"],
+        )
 
     def families(self) -> list[GaugeMetricFamily]:
         return list(vars(self).values())
@@ -181,6 +195,8 @@ class DriftFamilies:
         if run.duration_s is not None:
             self.duration.add_metric([m], run.duration_s)
         self.window_rows.add_metric([m], float(run.rows))
+        for source, n in window_sources(report).items():
+            self.window_sources.add_metric([m, source], n)
 
 
 class DriftCollector(CachedCollector[list[RunView]]):

@@ -123,7 +123,7 @@ class SketchKey:
 
     model_name: str
     version_filter: int  # the window's version, 0 for every version
-    fingerprint: str  # of the reference profile and the threshold
+    fingerprint: str  # of the reference profile, the threshold and the stored layout (SKETCH_FORMAT)
     block_ids: int  # ids per block
 
 

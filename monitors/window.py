@@ -183,6 +183,7 @@ class WindowSketch:
     threshold: float = 0.5
     regression: RegressionSums = field(default_factory=RegressionSums)  # a regression's labelled rows
     multiclass: MulticlassCounts | None = None  # a multi-class model's vectors (read apart: log_window)
+    sources: Counter[str] = field(default_factory=Counter)  # rows of the log by source (log_window)
 
     def update(
         self,
@@ -270,18 +271,21 @@ class WindowSketch:
             setattr(out, attr, b if a is None else a if b is None else a.merge(b))
         out.labels = self.labels.merge(other.labels)
         out.regression = self.regression.merge(other.regression)
+        out.sources = self.sources + other.sources
         out.multiclass = self.multiclass if other.multiclass is None else other.multiclass
         return out
 
 
-_FORMAT = 1  # the version of encode_counts' layout
+SKETCH_FORMAT = 2
+"""The version of :func:`encode_counts`' layout (2: the rows by source). Part of the sketch cache's key, so a
+block stored in another layout is never read back, only pruned."""
 
 
 def encode_counts(sketch: WindowSketch) -> bytes:
     """The parts of ``sketch`` fixed once its rows are in (rows; numeric, categorical, prediction and
-    PCA-error counts; not the labels nor the error stream) as bytes: a JSON header (orjson) naming each
-    array's dtype and shape, then the arrays' bytes in that order. No pickle. Raises TypeError for a
-    category that is neither text nor None."""
+    PCA-error counts; rows by source; not the labels nor the error stream) as bytes: a JSON header (orjson)
+    naming each array's dtype and shape, then the arrays' bytes in that order. No pickle. Raises TypeError
+    for a category that is neither text nor None."""
     grids: list[tuple[str, GridCounts]] = [(f"numeric:{name}", g) for name, g in sketch.numeric.items()]
     grids += [(attr, g) for attr in ("prediction", "pca_error") if (g := getattr(sketch, attr)) is not None]
     arrays: list[np.ndarray] = []
@@ -296,7 +300,16 @@ def encode_counts(sketch: WindowSketch) -> bytes:
             if category is not None and not isinstance(category, str):
                 raise TypeError(f"category {category!r} of {name} is not text")
         categorical[name] = [[c, int(n)] for c, n in counter.items()]
-    head = orjson.dumps({"v": _FORMAT, "rows": sketch.rows, "grids": described, "categorical": categorical})
+    sources = sorted(sketch.sources.items())
+    head = orjson.dumps(
+        {
+            "v": SKETCH_FORMAT,
+            "rows": sketch.rows,
+            "grids": described,
+            "categorical": categorical,
+            "sources": sources,
+        }
+    )
     return len(head).to_bytes(4, "little") + head + b"".join(a.tobytes() for a in arrays)
 
 
@@ -304,7 +317,7 @@ def decode_counts(data: bytes, *, threshold: float = 0.5) -> WindowSketch:
     """The sketch :func:`encode_counts` wrote (empty labels and error stream)."""
     size = int.from_bytes(data[:4], "little")
     head = orjson.loads(data[4 : 4 + size])
-    if head.get("v") != _FORMAT:
+    if head.get("v") != SKETCH_FORMAT:
         raise ValueError(f"unknown sketch format {head.get('v')!r}")
     at = 4 + size
     sketch = WindowSketch(rows=int(head["rows"]), threshold=threshold)
@@ -327,6 +340,7 @@ def decode_counts(data: bytes, *, threshold: float = 0.5) -> WindowSketch:
         raise ValueError(f"{len(data) - at} bytes left over after the sketch's arrays")
     for name, pairs in head["categorical"].items():
         sketch.categorical[name] = Counter({key: int(n) for key, n in pairs})
+    sketch.sources = Counter({str(key): int(n) for key, n in head["sources"]})
     return sketch
 
 

@@ -17,7 +17,8 @@ in two steps:
    typed in one layout holding every asked feature (a request that bypassed the contract, a window across
    versions with other features) is read batch by batch and decoded in Python, so a window may mix both and
    the values stay the same. SQLite reads batch by batch. Two threads fetch the next ranges while the current
-   one is counted (PostgreSQL).
+   one is counted (PostgreSQL). Each chunk also counts its predictions by their batch's ``source`` (``serve``,
+   ``ingest``, ``cloudevents``, ``import``) from the batches' sizes (``Chunk.sources``), with no other read.
 
 The labels (:func:`labelled_arrays`) are read from ``prediction_feedback`` alone: each label carries its
 prediction's batch id, position, output, version and status, so a window's labels are a range of the
@@ -109,13 +110,15 @@ class WindowSummary:
 @dataclass
 class Chunk:
     """One chunk of a window as numpy columns: every numeric feature (floats), the categorical features
-    counted (``category_counts``), the predictions and the labels (NaN: none)."""
+    counted (``category_counts``), the predictions, the labels (NaN: none) and the predictions counted by
+    their batch's ``source`` (``serve``, ``ingest``, ``import``, ...; only sources the chunk holds)."""
 
     rows: int
     columns: dict[str, np.ndarray]
     predictions: np.ndarray
     labels: np.ndarray
     category_counts: dict[str, Counter[str | None]] = field(default_factory=dict)
+    sources: Counter[str] = field(default_factory=Counter)
 
 
 def _filters(
@@ -360,10 +363,34 @@ class _Batches:
     outputs: list[bytes]
     inputs: list[Any]  # the documents (a list, or JSON text on SQLite), None where typed
     joined: tuple[int, bytes, str | None] | None = None
+    sources: list[str] = field(default_factory=list)  # each batch's source, in id order
 
     @property
     def total(self) -> int:
         return int(self.sizes.sum())
+
+    def by_source(self, skip: int) -> Counter[str]:
+        """The predictions by their batch's source (``skip``: the first batch's oldest ones left out)."""
+        return count_sources(self.sources, self.sizes, skip)
+
+
+def count_sources(sources: Sequence[str], sizes: np.ndarray, skip: int = 0) -> Counter[str]:
+    """Predictions by source from each batch's source and size (``skip``: the first batch's oldest ones left
+    out); sources without predictions are absent. One source (the usual range) is one sum."""
+    if len(sources) != sizes.size:
+        raise ValueError(f"{len(sources)} sources for {sizes.size} batches")
+    distinct = set(sources)
+    if len(distinct) <= 1:
+        counts = Counter({s: int(sizes.sum()) for s in distinct})
+    else:
+        names = sorted(distinct)
+        at = {name: i for i, name in enumerate(names)}
+        codes = np.fromiter(map(at.__getitem__, sources), dtype=np.int64, count=sizes.size)
+        totals = np.bincount(codes, weights=sizes, minlength=len(names))
+        counts = Counter({name: int(n) for name, n in zip(names, totals.tolist(), strict=True)})
+    if skip:
+        counts[sources[0]] -= skip
+    return +counts
 
 
 def _documents(value: Any, size: int) -> list[Any]:
@@ -432,13 +459,18 @@ class _Part:
         for name in self.categorical:
             self.counts[name].update(_text_values(docs, name))
 
-    def chunk(self, rows: int, predictions: np.ndarray, labels: np.ndarray) -> Chunk:
+    def chunk(self, rows: int, predictions: np.ndarray, labels: np.ndarray, sources: Counter[str]) -> Chunk:
         columns = {
             name: np.concatenate(parts) if parts else np.empty(0) for name, parts in self.columns.items()
         }
         counts = {name: c for name, c in self.counts.items()}
         return Chunk(
-            rows=rows, columns=columns, predictions=predictions, labels=labels, category_counts=counts
+            rows=rows,
+            columns=columns,
+            predictions=predictions,
+            labels=labels,
+            category_counts=counts,
+            sources=sources,
         )
 
 
@@ -482,7 +514,7 @@ def _decode(
     if predictions.size != total:
         raise ValueError(f"{predictions.size} outputs for {total} predictions")
     found = labels if labels is not None else np.full(total, np.nan)
-    return part.chunk(total - skip, predictions[skip:], found[skip:])
+    return part.chunk(total - skip, predictions[skip:], found[skip:], got.by_source(skip))
 
 
 def _kind(got: _Batches, layouts: dict[int, typed.Layout], i: int, asked: Sequence[str]) -> int | str:
@@ -514,7 +546,7 @@ def _fetch_rows(engine: Engine, summary: WindowSummary, lo: int, hi: int) -> _Ba
     """A range's batches, one database row each."""
     log = PredictionBatch
     stmt = (
-        select(log.id, log.size, log.layout, log.numbers, log.categories, log.outputs, log.inputs)
+        select(log.id, log.size, log.layout, log.numbers, log.categories, log.outputs, log.inputs, log.source)
         .where(*_range_where(summary, lo, hi))
         .order_by(log.id)
     )
@@ -528,17 +560,20 @@ def _fetch_rows(engine: Engine, summary: WindowSummary, lo: int, hi: int) -> _Ba
         categories=[r[4] for r in rows],
         outputs=[as_bytes(r[5]) or b"" for r in rows],
         inputs=[r[6] for r in rows],
+        sources=[str(r[7]) for r in rows],
     )
 
 
 # PostgreSQL: one row per range, every column of the range concatenated in id order (the rows come sorted
-# from the subquery: one sort for every aggregate); the ids come along, so the reader checks the order
+# from the subquery: one sort for every aggregate); the ids come along, so the reader checks the order; the
+# sources one line each (a few letters a batch: the window's predictions by source cost no other read)
 _RANGE_SQL = """
 SELECT count(*), count(layout), min(layout), max(layout), count(numbers),
     string_agg(int8send(id), ''::bytea), string_agg(int8send(size::int8), ''::bytea),
-    string_agg(numbers, ''::bytea), string_agg(categories, E'\\n'), string_agg(outputs, ''::bytea)
+    string_agg(numbers, ''::bytea), string_agg(categories, E'\\n'), string_agg(outputs, ''::bytea),
+    string_agg(source, E'\\n')
 FROM (
-    SELECT p.id, p.size, p.layout, p.numbers, p.categories, p.outputs
+    SELECT p.id, p.size, p.layout, p.numbers, p.categories, p.outputs, p.source
     FROM prediction_batches p
     WHERE p.model_name = %(model_name)s AND p.status = %(status)s AND p.id BETWEEN %(lo)s AND %(hi)s {extra}
     ORDER BY p.id
@@ -579,7 +614,7 @@ def _fetch_joined(
         with pg.cursor() as cur:
             cur.execute(_NO_SORT)
             cur.execute(sql, {**params, "lo": lo, "hi": hi}, binary=True)
-            n, typed_n, low, high, numbered, ids, sizes, numbers, texts, outputs = cur.fetchone()
+            n, typed_n, low, high, numbered, ids, sizes, numbers, texts, outputs, sources = cur.fetchone()
         raw.commit()
     finally:
         raw.close()
@@ -602,6 +637,7 @@ def _fetch_joined(
         outputs=[bytes(outputs or b"")],
         inputs=[],
         joined=(int(low), bytes(numbers or b""), texts) if n else None,
+        sources=sources.split("\n") if sources else [],
     )
 
 

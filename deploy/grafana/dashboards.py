@@ -601,7 +601,9 @@ def model_drift_quality() -> dash.Dashboard:
             _series(
                 ids,
                 "Drifted-feature share over time",
-                "Share of drifted features at each monitor run.",
+                "Share of drifted features of the latest monitor run, as each scrape saw it: a run shows "
+                "from when it is stored. Backfilled runs (stored at their past window's end) never replace "
+                "a newer run here; GET /v1/models/{name}/drift/history lists every run by its own time.",
                 [Query(f"max by (model) (driftwarden_dataset_drift_share{m})", "{{model}}")],
                 unit="percentunit",
                 minimum=0,
@@ -806,7 +808,45 @@ def model_drift_quality() -> dash.Dashboard:
             )
         )
     )
-    return board
+    return _sources(board, ids, m)
+
+
+def _sources(board: dash.Dashboard, ids: _Ids, m: str) -> dash.Dashboard:
+    """The row of the model's predictions by source: in the latest run's window, and per second now."""
+    served = f'label_replace(rate(driftwarden_predictions_total{m}[{RATE}]), "source", "serve", "", "")'
+    return (
+        board.with_row(dash.Row("Predictions by source"))
+        .with_panel(
+            _series(
+                ids,
+                "Predictions by source",
+                "The latest monitor run's window by the source of its predictions: serve (answered "
+                "here), ingest (POST /v1/models/{name}/predictions), cloudevents (KServe's inference "
+                "logger), import (the predictions import command, which exports no counter of its own: its "
+                "rows show here).",
+                [
+                    Query(
+                        f"max by (model, source) (driftwarden_monitor_window_predictions{m})",
+                        "{{source}}",
+                    )
+                ],
+                minimum=0,
+            )
+        )
+        .with_panel(
+            _series(
+                ids,
+                "Predictions per second by source",
+                "Predictions logged per second now: served by this API (serve) and ingested from other "
+                "serving stacks (ingest, cloudevents). Imported files are counted in the window only.",
+                [
+                    Query(_rate("driftwarden_ingested_predictions_total", "model, source", m), "{{source}}"),
+                    Query(f"sum by (model, source) ({served})", "{{source}}"),
+                ],
+                minimum=0,
+            )
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------- infrastructure

@@ -64,6 +64,9 @@ AGREED = {
     "driftwarden_monitor_last_run_timestamp_seconds",
     "driftwarden_monitor_run_duration_seconds",
     "driftwarden_monitor_window_rows",
+    # every prediction counted by source: the window's by the log rows' source, the ingested ones live
+    "driftwarden_monitor_window_predictions",
+    "driftwarden_ingested_predictions_total",
     "driftwarden_health_check_up",
     "driftwarden_health_check_duration_seconds",
     "driftwarden_database_up",

@@ -84,3 +84,43 @@ def test_every_query_reads_agreed_metric_names_and_its_legend_names_labels() -> 
         used |= names
     # every agreed series is on some dashboard
     assert AGREED - used == set()
+
+
+def test_drift_dashboard_counts_predictions_by_source() -> None:
+    """The window of the latest run by source (imports show only there: the CLI exports no counter) and the
+    live rate of each source: ingested (ingest, cloudevents) and served, each series labelled ``source``."""
+    board = dashboards()["driftwarden-drift.json"]
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert "Predictions by source" in rows
+    panels = {p["title"]: p for p in board["panels"] if p["type"] != "row"}
+    window = panels["Predictions by source"]
+    assert window["type"] == "timeseries" and "import" in window["description"]
+    assert [(t["expr"], t["legendFormat"]) for t in window["targets"]] == [
+        ('max by (model, source) (driftwarden_monitor_window_predictions{model="$model"})', "{{source}}")
+    ]
+    live = panels["Predictions per second by source"]
+    assert [(t["expr"], t["legendFormat"]) for t in live["targets"]] == [
+        (
+            "sum by (model, source) "
+            '(rate(driftwarden_ingested_predictions_total{model="$model"}[$__rate_interval]))',
+            "{{source}}",
+        ),
+        (
+            "sum by (model, source) (label_replace("
+            'rate(driftwarden_predictions_total{model="$model"}[$__rate_interval]), '
+            '"source", "serve", "", ""))',
+            "{{source}}",
+        ),
+    ]
+    queries = [
+        q for q in panel_queries() if q.panel in {"Predictions by source", "Predictions per second by source"}
+    ]
+    assert len(queries) == 3 and all(q.labels == {"source"} for q in queries)
+
+
+def test_drift_history_panel_says_what_it_plots() -> None:
+    """The drift share over time is the latest run at each scrape: the panel says so and points to the
+    history route, which lists backfilled runs at their own time."""
+    board = dashboards()["driftwarden-drift.json"]
+    (panel,) = [p for p in board["panels"] if p["title"] == "Drifted-feature share over time"]
+    assert "Backfilled runs" in panel["description"] and "/drift/history" in panel["description"]

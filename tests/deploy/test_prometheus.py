@@ -2,19 +2,19 @@
 Alertmanager (configured from ``deploy/alertmanager/``) delivers the firing drift alert to the API.
 
 One module-scoped scenario: a server on SQLite with the session's trained model (monitors run on request,
-health checks every second, a configured training cluster that cannot be reached), a ``prometheus``
-process (Debian's) scraping it every second with the rules of ``deploy/prometheus/rules`` evaluated every
-second (their ``for:`` shortened to 1 s), and traffic: baseline rows over TF Serving REST and OIP v2, a
-flagged row, refused rows (400 on both protocols), a monitor run, covariate-shifted rows with their
-labels, and a second run. Then every PromQL expression of every dashboard panel (template variables
-substituted from their own queries) and of every alerting rule (comparisons made ``bool``) is evaluated
-through Prometheus' HTTP API and must return series carrying the labels its legend or annotations use,
-and the planted drift must make ``DriftwardenDatasetDrift`` fire. Prometheus sends its alerts to an
-``prometheus-alertmanager`` process (Debian's) whose config is ``deploy/alertmanager/alertmanager.yml``
-with the API's address, its bearer token and second-long group timers: the drift alert (label
-``action: retrain``) reaches ``POST /v1/alerts/alertmanager`` and a retraining job of the model results.
-The API's own alert rules for the model are set (by ``DRIFTWARDEN_ALERT_RULES_FILE``) without the retrain
-action, so the job can only come from Alertmanager; the worker is off, so the job stays queued.
+health checks every second, a configured training cluster that cannot be reached), a ``prometheus`` process
+(Debian's) scraping it every second with the rules of ``deploy/prometheus/rules`` evaluated every second
+(their ``for:`` shortened to 1 s), and traffic: baseline rows over TF Serving REST and OIP v2, a few of them
+ingested as another stack's answers, a flagged row, refused rows (400 on both protocols), a monitor run,
+covariate-shifted rows with their labels, and a second run. Then every PromQL expression of every dashboard
+panel (template variables substituted from their own queries) and of every alerting rule (comparisons made
+``bool``) is evaluated through Prometheus' HTTP API and must return series carrying the labels its legend or
+annotations use, and the planted drift must make ``DriftwardenDatasetDrift`` fire. Prometheus sends its alerts
+to an ``prometheus-alertmanager`` process (Debian's) whose config is ``deploy/alertmanager/alertmanager.yml``
+with the API's address, its bearer token and second-long group timers: the drift alert (label ``action:
+retrain``) reaches ``POST /v1/alerts/alertmanager`` and a retraining job of the model results. The API's own
+alert rules for the model are set (by ``DRIFTWARDEN_ALERT_RULES_FILE``) without the retrain action, so the job
+can only come from Alertmanager; the worker is off, so the job stays queued.
 """
 
 from __future__ import annotations
@@ -112,6 +112,16 @@ def _predict_v1(client: httpx.Client, rows: list[dict[str, Any]]) -> list[str]:
     return ids
 
 
+def _ingest(client: httpx.Client, rows: list[dict[str, Any]]) -> None:
+    """The rows as another serving stack would report them (its answers: this server's), logged through the
+    ingest route (source ``ingest``)."""
+    r = client.post("/v1/models/credit:predict", json={"instances": rows})
+    assert r.status_code == 200, r.text
+    records = [{"inputs": row, "prediction": p} for row, p in zip(rows, r.json()["predictions"], strict=True)]
+    r = client.post("/v1/models/credit/predictions", json={"records": records}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["stored"] == len(rows), r.text
+
+
 def _v2_inputs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {
@@ -129,6 +139,7 @@ def _traffic(client: httpx.Client, pause: Callable[[], None]) -> None:
     baseline = _rows(generate(WINDOW, seed=21))
     _predict_v1(client, baseline[:400])
     pause()
+    _ingest(client, baseline[:40])  # the ingested counter and a window of two sources
     for lo in range(400, WINDOW, 50):  # the rest over the Open Inference Protocol
         r = client.post("/v2/models/credit/infer", json={"inputs": _v2_inputs(baseline[lo : lo + 50])})
         assert r.status_code == 200, r.text

@@ -208,6 +208,12 @@ def test_quality_performance_and_run_series(scenario: Scenario) -> None:
     )
     run = next(h for h in scenario.history if h["run_id"] == scenario.runs["drifted"]["run_id"])
     assert series(m, "driftwarden_monitor_window_rows") == {(("model", "credit"),): float(WINDOW)}
+    # every prediction of the window was served here: one source, as the run's report counts it
+    window = scenario.runs["drifted"]["window"]
+    assert isinstance(window, dict) and window["rows_by_source"] == {"serve": WINDOW}
+    assert series(m, "driftwarden_monitor_window_predictions") == {
+        (("model", "credit"), ("source", "serve")): float(WINDOW)
+    }
     stamp = series(m, "driftwarden_monitor_last_run_timestamp_seconds")[(("model", "credit"),)]
     assert stamp == pytest.approx(datetime.fromisoformat(str(run["created_at"])).timestamp(), abs=1e-3)
     duration = series(m, "driftwarden_monitor_run_duration_seconds")[(("model", "credit"),)]
