@@ -34,6 +34,7 @@ MODELS = {
     "ing_reg": "regression",
     "ing_hist": "binary",
     "ing_file": "binary",
+    "ing_mix": "binary",
 }
 TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
@@ -617,3 +618,71 @@ def test_import_names_a_missing_column_or_model(
         done = _cli(srv, monkeypatch, "predictions", "import", path, *args)
         err = done.stderr.strip()
         assert done.exit_code == 2 and err.startswith("error: ") and named in err, (args, done.output)
+
+
+def test_one_window_holds_all_three_sources(
+    ingest_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A model registered from a reference alone, monitored from a window of imported, ingested and KServe
+    rows: the run counts each source, and drift, the prediction and realised performance read them all."""
+    from cloudevents.core.bindings.http import to_binary_event
+    from cloudevents.core.v1.event import CloudEvent
+
+    from monitors.flows import run_monitor
+    from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
+
+    srv = ingest_server
+    scored = _scored(300, seed=41)
+    scored["a"] = scored["a"] + 1.5  # every source sends the same shifted feature
+    scored["row_id"] = np.array([f"mix-{i}" for i in range(300)], dtype=object)
+    write_table(scored, tmp_path / "mix.csv")
+    imported = _cli(
+        srv,
+        monkeypatch,
+        *("predictions", "import", str(tmp_path / "mix.csv"), "--model", "ing_mix"),
+        *("--prediction-column", "score", "--id-column", "row_id", "--label-column", "truth"),
+    )
+    assert imported.exit_code == 0, imported.output
+    records = _records("ing_bin", 300, seed=42, shift=1.5)
+    data = own_models.reference(300, seed=42, shift=1.5)
+    for i, record in enumerate(records):
+        record["label"] = int(data["y_bin"][i])
+    kserve = own_models.reference(300, seed=43, shift=1.5)
+    probs = [float(p) for p in _answers("binary", kserve)]
+    with srv.client() as c:
+        r = c.post("/v1/models/ing_mix/predictions", json={"records": records})
+        assert r.status_code == 200 and r.json()["stored"] == 300, r.text
+        for k in range(3):  # three inferences of 100 rows, response first
+            rows = [
+                {f: (str(kserve[f][i]) if f == "color" else float(kserve[f][i])) for f in own_models.FEATURES}
+                for i in range(100 * k, 100 * (k + 1))
+            ]
+            for kind, body in (
+                (RESPONSE_TYPE, {"predictions": probs[100 * k : 100 * (k + 1)]}),
+                (REQUEST_TYPE, {"instances": rows}),
+            ):
+                attributes = {
+                    "specversion": "1.0",
+                    "id": f"mix-{k}",
+                    "type": kind,
+                    "source": "http://kserve/",
+                }
+                event = CloudEvent(
+                    {**attributes, "inferenceservicename": "ing_mix"}, json.dumps(body).encode()
+                )
+                message = to_binary_event(event)
+                r = c.post("/v1/cloudevents", content=message.body, headers=dict(message.headers))
+                assert r.status_code == 200, r.text
+            assert r.json()["outcome"] == "logged", r.text
+    db = open_database(srv.settings.database_url.get_secret_value())
+    try:
+        settings = srv.settings.model_copy(update={"monitor_min_rows": 100, "monitor_window_rows": 900})
+        outcome = run_monitor(db=db, settings=settings, model_name="ing_mix")
+    finally:
+        db.dispose()
+    report = outcome.report.as_dict()
+    assert outcome.window.rows_by_source == {"cloudevents": 300, "import": 300, "ingest": 300}
+    assert report["prediction"]["rows"] == 900
+    assert report["performance"]["rows"] == 600  # the imported and the ingested labels
+    drifted = {f["name"] for f in report["features"] if f["drifted"]}
+    assert "a" in drifted and "b" not in drifted, drifted
