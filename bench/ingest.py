@@ -1,7 +1,7 @@
 """Ingest benchmark: predictions another stack answered, into the log on PostgreSQL.
 
 Run: ``.venv/bin/python bench/ingest.py [--seconds 10] [--concurrency 16] [--batch 100] [--file-rows 1000000]
-[--skip-route] [--skip-file]``.
+[--skip-route] [--skip-file] [--skip-cloudevents] [--ce-rows 1]``.
 
 A scratch PostgreSQL database (dropped at the end) gets a model registered from a reference alone (served
 elsewhere: 7 numeric and 3 categorical features, a probability column), then:
@@ -11,6 +11,10 @@ elsewhere: 7 numeric and 3 categorical features, a probability column), then:
   process, so the server shares the 2 cores with it and with PostgreSQL), each sending ``--batch`` records a
   request, with ids and times, for ``--seconds``. Prints records/s answered, and the records the log holds
   once the server stopped (they must equal the records answered).
+- **cloudevents**: the same server takes KServe's logger events at ``POST /v1/cloudevents`` from
+  ``--concurrency`` clients, each posting an inference's request event then its response event (binary mode,
+  KServe's headers, ``--ce-rows`` rows a TF Serving v1 body): pairs/s logged (each pair is two events and one
+  transaction that pairs, logs and settles), and the rows the log holds after.
 - **file**: ``driftwarden predictions import`` of a Parquet file of ``--file-rows`` scored rows (ids, one
   scoring time per 10,000 rows, labels on every tenth row), run as its own process under ``/usr/bin/time``:
   wall time and peak RSS; then the log's count.
@@ -184,9 +188,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def route(url: str, root: Path, args: argparse.Namespace) -> None:
+@contextlib.contextmanager
+def serving(url: str, root: Path) -> Iterator[str]:
+    """``driftwarden serve --workers 1`` on a free port until the block ends (a graceful stop)."""
     port = free_port()
-    log = (root / "serve.log").open("wb")
+    log = (root / "serve.log").open("ab")
     proc = subprocess.Popen(
         [str(ROOT / ".venv/bin/driftwarden"), "serve", "--workers", "1", "--port", str(port)],
         env=env(url, root),
@@ -201,18 +207,94 @@ def route(url: str, root: Path, args: argparse.Namespace) -> None:
                 if httpx.get(base + "/readyz", timeout=2).status_code == 200:
                     break
             time.sleep(0.3)
-        before = count(url)
-        warm, _, _ = asyncio.run(load(base, 2.0, args.concurrency, args.batch, "warm"))
-        answered, failed, elapsed = asyncio.run(load(base, args.seconds, args.concurrency, args.batch, "run"))
+        yield base
     finally:
         proc.terminate()  # a graceful stop: the writer commits what it queued
         proc.wait(60)
         log.close()
+
+
+def route(url: str, root: Path, args: argparse.Namespace) -> None:
+    before = count(url)
+    with serving(url, root) as base:
+        warm, _, _ = asyncio.run(load(base, 2.0, args.concurrency, args.batch, "warm"))
+        answered, failed, elapsed = asyncio.run(load(base, args.seconds, args.concurrency, args.batch, "run"))
     logged = count(url) - before - warm
     print(
         f"route: c={args.concurrency}, {args.batch} records a request, {elapsed:.1f} s: "
         f"{answered / elapsed:,.0f} records/s answered, {failed} non-2xx; log holds {logged} of {answered} "
         f"({'OK' if logged == answered else 'MISMATCH'})"
+    )
+
+
+def events(n_rows: int) -> tuple[bytes, bytes]:
+    """A TF Serving v1 request and response body of ``n_rows`` rows, as KServe's logger carries them."""
+    import orjson
+
+    rows = data(n_rows, seed=3)
+    instances = [
+        {k: float(rows[k][i]) for k in NUMERIC} | {k: str(rows[k][i]) for k in CATEGORICAL}
+        for i in range(n_rows)
+    ]
+    return orjson.dumps({"instances": instances}), orjson.dumps({"predictions": rows["p"].tolist()})
+
+
+async def pair_load(
+    url: str, seconds: float, concurrency: int, n_rows: int, tag: str
+) -> tuple[int, int, float]:
+    """Pairs logged, non-2xx answers, elapsed seconds: each client posts a request event, then its response
+    event (binary mode, KServe's headers), for ``seconds``."""
+    request, response = events(n_rows)
+    logged = failed = 0
+    stop = time.monotonic() + seconds
+    common = {
+        "Authorization": f"Bearer {TOKEN}",
+        "Content-Type": "application/json",
+        "ce-specversion": "1.0",
+        "ce-source": "http://bench-predictor.default/",
+        "ce-inferenceservicename": "bench",
+        "ce-namespace": "default",
+        "ce-component": "predictor",
+        "ce-endpoint": "default",
+    }
+
+    async def client(k: int) -> None:
+        nonlocal logged, failed
+        n = 0
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers=common) as c:
+            while time.monotonic() < stop:
+                event_id = f"{tag}{k}-{n}"
+                for kind, body in (("request", request), ("response", response)):
+                    headers = {
+                        "ce-id": event_id,
+                        "ce-type": f"org.kubeflow.serving.inference.{kind}",
+                        "ce-time": datetime.now(UTC).isoformat(),
+                    }
+                    r = await c.post("/v1/cloudevents", content=body, headers=headers)
+                    if r.status_code != 200:
+                        failed += 1
+                    elif r.json()["outcome"] == "logged":
+                        logged += 1
+                n += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(client(k) for k in range(concurrency)))
+    return logged, failed, time.monotonic() - started
+
+
+def cloudevents(url: str, root: Path, args: argparse.Namespace) -> None:
+    before = count(url)
+    with serving(url, root) as base:
+        warm, _, _ = asyncio.run(pair_load(base, 2.0, args.concurrency, args.ce_rows, "warm"))
+        pairs, failed, elapsed = asyncio.run(
+            pair_load(base, args.seconds, args.concurrency, args.ce_rows, "ce")
+        )
+    logged = count(url) - before
+    expected = (warm + pairs) * args.ce_rows
+    print(
+        f"cloudevents: c={args.concurrency}, {args.ce_rows} row(s) an inference, {elapsed:.1f} s: "
+        f"{pairs / elapsed:,.0f} pairs/s logged ({2 * pairs / elapsed:,.0f} events/s), {failed} non-2xx; "
+        f"log holds {logged} of {expected} rows ({'OK' if logged == expected else 'MISMATCH'})"
     )
 
 
@@ -277,12 +359,16 @@ def main() -> None:
     parser.add_argument("--file-rows", type=int, default=1_000_000)
     parser.add_argument("--skip-route", action="store_true")
     parser.add_argument("--skip-file", action="store_true")
+    parser.add_argument("--skip-cloudevents", action="store_true")
+    parser.add_argument("--ce-rows", type=int, default=1, help="rows per KServe inference (default 1)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, scratch_database() as url:
         root = Path(tmp)
         register(url, root)
         if not args.skip_route:
             route(url, root, args)
+        if not args.skip_cloudevents:
+            cloudevents(url, root, args)
         if not args.skip_file:
             file_import(url, root, args)
 

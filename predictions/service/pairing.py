@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, cast
 
-from sqlalchemy import Table, delete, select, update
+from sqlalchemy import Engine, Table, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from core.database import begin_sqlite
+from core.database import begin_sqlite, make_engine
 from predictions.batch import LogBatch
 from predictions.models import CloudEventPair
 from predictions.service.inserts import insert_batches
@@ -58,6 +58,27 @@ class Pair:
 
 Settle = Callable[[Pair], tuple[str, Sequence[LogBatch]]]
 """What a pair becomes: the outcome to record (``logged``, ``unanswered``, ...) and the log rows to insert."""
+
+
+def pairing_engine(url: str, *, wait_for_disk: bool) -> Engine:
+    """The engine the pairing uses in a serving process: no ping before each use (a round trip in front of
+    every event; a connection the server closed fails its event, which is spooled and offered again), TCP
+    keepalives, and on PostgreSQL, unless ``wait_for_disk`` (``log_durability=durable``), commits that do
+    not wait for the WAL's flush (``synchronous_commit=off``: a crash of the database server itself may lose
+    the last fraction of a second of events, as ``fast`` mode's writer may lose its queue)."""
+    kwargs: dict[str, Any] = {"pool_pre_ping": False}
+    if not url.startswith("sqlite"):
+        args: dict[str, Any] = {
+            "connect_timeout": 5,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+        if not wait_for_disk:
+            args["options"] = "-c synchronous_commit=off"
+        kwargs["connect_args"] = args
+    return make_engine(url, **kwargs)
 
 
 def _key(model_name: str, event_id: str) -> Any:

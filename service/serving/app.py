@@ -82,7 +82,10 @@ def create_app(
             # them all (a stall of 100+ ms under load). New objects are still collected as usual.
             gc.collect()
             gc.freeze()
-            state = AppState(settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics)
+            pairing = await start(components.pairing(cfg))
+            state = AppState(
+                settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics, pairing=pairing
+            )
             app.state.dw = state
             app.state.verifier = CachedVerifier(db=db, ttl_s=cfg.token_cache_s)  # core.http.require_scope
             # core.http.require_scope_or_signed_link: the key of the signed report links

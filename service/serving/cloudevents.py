@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
 
+from core.database import session_scope
 from core.runtime import Runtime
 from core.scheduling import every
 from predictions.batch import LogBatch
@@ -96,13 +100,27 @@ def _offer(state: Runtime, arrival: Arrival, contract: tuple[int, ModelSchema]) 
         logged.extend(rows)
         return outcome, rows
 
-    with state.db.session() as session:
+    with _session(state) as session:
         outcome = offer_half(session=session, arrival=arrival, settle=settle)
     return outcome, logged if outcome not in ("waiting", "duplicate") else []
 
 
 Settled = tuple[str, str, list[LogBatch]]
 """One event or pair settled by a pass: its model, its outcome and the rows it logged."""
+
+
+_FACTORIES: weakref.WeakKeyDictionary[Engine, sessionmaker[Session]] = weakref.WeakKeyDictionary()
+
+
+def _session(state: Runtime) -> Any:
+    """A session on the pairing's engine (the database's own where the state has none)."""
+    engine = getattr(state, "pairing", None)
+    if engine is None:
+        return state.db.session()
+    factory = _FACTORIES.get(engine)
+    if factory is None:
+        factory = _FACTORIES[engine] = sessionmaker(engine)
+    return session_scope(factory)
 
 
 def _count(state: AppState, model: str, outcome: str, rows: list[LogBatch]) -> None:
@@ -164,7 +182,7 @@ def _settle_due(state: AppState) -> list[Settled]:
         return outcome, rows
 
     try:
-        with state.db.session() as session:
+        with _session(state) as session:
             sweep_pairs(
                 session=session,
                 now=now,

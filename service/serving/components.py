@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from sqlalchemy import Engine
+
 from alerts.scheduled import start_outbox_retention, start_sender
 from core.config import Settings
 from core.database import Database, open_database
@@ -17,6 +19,7 @@ from core.lifecycle import Component, periodic
 from core.runtime import Runtime
 from monitors.scheduled import start_in_app as start_monitors
 from predictions.scheduled import start_retention
+from predictions.service.pairing import pairing_engine
 from predictions.spool import Spool, spool_dir
 from predictions.writer import LogWriter, writer_engine
 from service.serving.batcher import Runner
@@ -97,6 +100,17 @@ async def log_writer(cfg: Settings, metrics: Metrics) -> AsyncIterator[LogWriter
             s.rows_dropped,
             s.rows_rejected,
         )
+        engine.dispose()
+
+
+@asynccontextmanager
+async def pairing(cfg: Settings) -> AsyncIterator[Engine]:
+    """The CloudEvents pairing's engine (``predictions.service.pairing``), disposed on exit."""
+    url = cfg.database_url.get_secret_value()
+    engine = pairing_engine(url, wait_for_disk=cfg.log_durability == "durable")
+    try:
+        yield engine
+    finally:
         engine.dispose()
 
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+from sqlalchemy import Engine
 
 from alerts.flows import firing_findings
 from core.runtime import Runtime
@@ -49,6 +50,7 @@ class AppState(Runtime):
     manager: ModelManager
     writer: LogWriter | None
     metrics: Metrics
+    pairing: Engine | None = None  # the CloudEvents pairing's engine (None: the database's own)
 
     def flush_predictions(self, timeout_s: float) -> None:
         if self.writer is not None:
