@@ -137,11 +137,12 @@ def _coded(array: pa.Array) -> CodedColumn:
     words = array.dictionary.to_pylist()
     if not (pa.types.is_string(array.dictionary.type) or pa.types.is_large_string(array.dictionary.type)):
         words = [None if w is None else str(w) for w in words]
-    if any(w is None for w in words):  # a null inside the dictionary: a null cell
+    if array.dictionary.null_count:  # a null inside the dictionary: a null cell
         nulls = np.array([w is None for w in words] + [True])
         codes = np.where(nulls[codes], -1, codes).astype(np.int32)
+        words = ["" if w is None else w for w in words]
     categories = np.empty(len(words), dtype=object)
-    categories[:] = ["" if w is None else w for w in words]
+    categories[:] = words
     return CodedColumn(codes=codes, categories=categories)
 
 
@@ -229,16 +230,23 @@ class TableStream:
     empty, malformed, unsupported, duplicate names); ``names`` are the columns, ``rows`` the row count when
     the file's metadata knows it (Parquet). A CSV column typed by its first block is widened as
     :func:`read_table` would type it (int -> float -> text) when a later block needs it; iterate with
-    :func:`fold_batches`, which starts the fold again in that case.
+    :func:`fold_batches`, which starts the fold again in that case. ``threads=False`` decodes Parquet in the
+    calling thread (less memory; for a caller whose own threads keep the cores busy).
     """
 
     def __init__(
-        self, path: str | Path, *, batch_rows: int = BATCH_ROWS, block_bytes: int = CSV_BLOCK_BYTES
+        self,
+        path: str | Path,
+        *,
+        batch_rows: int = BATCH_ROWS,
+        block_bytes: int = CSV_BLOCK_BYTES,
+        threads: bool = True,
     ) -> None:
         self.path = Path(path)
         self.format = _readable(self.path)
         self.batch_rows = batch_rows
         self.block_bytes = block_bytes
+        self.threads = threads
         self.rows: int | None = None
         self._types: dict[str, pa.DataType] = {}
         try:
@@ -291,7 +299,7 @@ class TableStream:
                     self.path, read_dictionary=text, pre_buffer=False, buffer_size=PARQUET_BUFFER_BYTES
                 )
                 batches: Iterator[pa.RecordBatch] = source.iter_batches(
-                    batch_size=self.batch_rows, columns=wanted
+                    batch_size=self.batch_rows, columns=wanted, use_threads=self.threads
                 )
             else:
                 batches = iter(self._open_csv(wanted))
@@ -394,6 +402,16 @@ def _parse_float(v: Any) -> float:
         return float(v) if v is not None and v != "" else np.nan
     except (TypeError, ValueError):
         return np.nan
+
+
+def as_python(values: Column) -> list[Any]:
+    """A column as Python values, None for a null (a NaN number, a missing text)."""
+    if isinstance(values, CodedColumn):
+        return values.decode().tolist()
+    out = values.tolist()
+    if values.dtype.kind == "f" and np.isnan(values).any():
+        return [None if v != v else v for v in out]
+    return out
 
 
 def as_float(values: Column) -> np.ndarray:

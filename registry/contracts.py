@@ -16,11 +16,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from registry.schema import SUM_TOLERANCE, FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
+
+if TYPE_CHECKING:
+    from core.tabular import Column
 
 MAX_REPORTED = 20  # violations listed in one error answer
 
@@ -371,6 +374,70 @@ def flag_rows(schema: ModelSchema, rows: Sequence[Mapping[str, Any]]) -> list[li
             if key not in names:
                 _add_flag(flags, i, f"{key}:unknown_feature")
     return flags
+
+
+def flag_columns(schema: ModelSchema, columns: Mapping[str, Column], n: int) -> list[list[str] | None]:
+    """:func:`flag_rows` of the ``n`` rows ``columns`` hold (row ``i``: each column's value at ``i`` as
+    :func:`core.tabular.as_python` reads it; a feature without a column is absent), checked by column."""
+    flags: list[list[str] | None] = [None] * n
+    for spec in schema.features:
+        rows, found = _column_flags(spec, columns.get(spec.name), n)
+        for i, flag in zip(rows, found, strict=True):  # one flag per row and feature, in feature order
+            _add_flag(flags, i, flag)
+    names = set(schema.feature_names)
+    for key in columns:
+        if key not in names:
+            for i in range(n):
+                _add_flag(flags, i, f"{key}:unknown_feature")
+    return flags
+
+
+def _column_flags(spec: FeatureSpec, column: Column | None, n: int) -> tuple[list[int], list[str]]:
+    """The rows one feature's rules flag and their flags: each distinct text (and a missing column) walked
+    once, a number only when :func:`_clean` cannot vouch for it; anything else row by row."""
+    from core.tabular import CodedColumn, as_python  # it imports pyarrow: only when columns are flagged
+
+    if column is None:
+        (flag,) = _value_flags(spec, [None])
+        return (list(range(n)), [flag] * n) if flag is not None else ([], [])
+    if isinstance(column, CodedColumn):
+        looked = _value_flags(spec, [*column.categories.tolist(), None])  # code -1 (a null) takes the last
+        hit = np.array([f is not None for f in looked], dtype=bool)[column.codes]
+        rows = np.flatnonzero(hit)
+        return rows.tolist(), [f for c in column.codes[rows].tolist() if (f := looked[c]) is not None]
+    if spec.kind is FeatureKind.NUMERIC and column.dtype.kind in "iuf":
+        rows = np.flatnonzero(~_clean(spec, column))
+    else:
+        rows = np.arange(len(column))
+    looked = _value_flags(spec, as_python(column[rows]))
+    pairs = [(i, f) for i, f in zip(rows.tolist(), looked, strict=True) if f is not None]
+    return [i for i, _ in pairs], [f for _, f in pairs]
+
+
+def _value_flags(spec: FeatureSpec, values: list[Any]) -> list[str | None]:
+    """Each value's flag (``"<feature>:<rule>"``) by the row walk of :func:`flag_rows`, or None."""
+    check = _numeric if spec.kind is FeatureKind.NUMERIC else _categorical
+    problems: list[Violation] = []
+    flags: list[list[str] | None] = [None] * len(values)
+    check(spec, values, problems, flags)
+    for problem in problems:
+        if problem.row is not None:
+            _add_flag(flags, problem.row, f"{spec.name}:{problem.rule}")
+    return [None if f is None else f[0] for f in flags]
+
+
+def _clean(spec: FeatureSpec, values: np.ndarray) -> np.ndarray:
+    """Numbers no rule flags (finite, within float32 and both ranges): a conservative mask."""
+    f = values.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(f) & (np.abs(f) <= FLOAT32_MAX)
+        for low in (spec.allowed_min, spec.observed_min):
+            if low is not None:
+                ok &= f >= low
+        for high in (spec.allowed_max, spec.observed_max):
+            if high is not None:
+                ok &= f <= high
+    return ok
 
 
 def _add_flag(flags: list[list[str] | None], row: int, flag: str) -> None:

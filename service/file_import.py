@@ -3,15 +3,21 @@
 The file is read twice in batches (bounded memory whatever its size): the first pass checks every row the way
 the ingest route checks a record (the prediction fits the version's task, the label the task's labels, the
 time parses, the id is usable) and stops at the first bad row, naming it, before anything is written; the
-second pass writes. A row's inputs are the columns of the version's contract; the contract flags, never
-refuses. Rows go through the log's own writer (:class:`predictions.writer.LogWriter`, its spool included:
-rows the database cannot take now are replayed by the next server that adopts the spool slot). With
-``--id-column`` the rows' prediction ids derive from their ids as the ingest route's do (per run of one time,
-up to 2048 rows), and runs the log already holds are skipped, so an import run again stores nothing twice.
+second pass writes. Both read a batch column by column (numbers as arrays, each distinct text once); a bad
+row is then read as a record, so that its error is the ingest route's. A row's inputs are the columns of the
+version's contract; the contract flags, never refuses (:func:`registry.contracts.flag_columns`: the flags of
+:func:`~registry.contracts.flag_rows`, by column). Rows go through the log's own writer
+(:class:`predictions.writer.LogWriter`, its spool included: rows the database cannot take now are replayed by
+the next server that adopts the spool slot), each run with its values by feature, which the writer types by
+the contract's layout. With ``--id-column`` the rows' prediction ids derive from their ids as the ingest
+route's do (per run of one time, up to 2048 rows), and runs the log already holds are skipped, so an import
+run again stores no row twice. Labels are stored as feedback once their rows are committed; a run again sends
+every label again (a label of a run whose rows were written before an import died is stored then).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -26,16 +32,18 @@ import numpy as np
 from core.config import Settings
 from core.database import Database, make_engine
 from core.errors import Invalid, NotFound
-from core.tabular import CodedColumn, Column, TableStream
+from core.tabular import CodedColumn, Column, TableStream, as_python
+from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
-from predictions.service import logged_predictions
+from predictions.service import logged_predictions, new_prediction_ids
 from predictions.spool import Spool, spool_dir
 from predictions.writer import LogWriter
+from registry.contracts import OUTPUT_FLAG, flag_columns, output_flags
 from registry.schema import ModelSchema, Task
 from registry.service import get_version, read_schema, serving_version
 from service.serving.codecs import BadRequest
-from service.serving.readers import label_reader
-from service.serving.records import Checked, Record, check_records, read_prediction, request_rows, segments
+from service.serving.readers import label_reader, log_layout
+from service.serving.records import MAX_RUN, Checked, Record, check_records, keyed_ids, read_prediction
 
 log = logging.getLogger("driftwarden.service.file_import")
 
@@ -78,11 +86,12 @@ def import_file(
     (both passes)."""
     started = time.perf_counter()
     version, schema = _contract(db=db, spec=spec)
-    stream = TableStream(spec.path, batch_rows=BATCH_ROWS)
+    # decoded in this thread: the log's writer and the database keep the other cores busy (and less memory)
+    stream = TableStream(spec.path, batch_rows=BATCH_ROWS, threads=False)
     columns = _columns(stream, spec, schema)
     result = Imported(version=version)
     for batch, first in _batches(stream, columns):  # pass 1: every row checked, nothing written
-        n = _validate(batch, spec, schema, version, first)
+        n = _read(batch, spec, schema, version, first).n
         result.rows += n
         if progress is not None:
             progress(n)
@@ -167,28 +176,23 @@ def _batches(stream: TableStream, columns: Sequence[str]) -> Iterator[tuple[dict
             continue
 
 
-def _values(column: Column) -> list[Any]:
-    """A column as Python values: None for a missing number or text."""
-    if isinstance(column, CodedColumn):
-        return column.decode().tolist()
-    values = column.tolist()
-    if column.dtype.kind == "f":
-        return [None if v != v else v for v in values]
-    return values
-
-
 def _records(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, first: int) -> list[Record]:
-    """One record per row (``index``: the row number in the file, from 0)."""
+    """One record per row (``index``: the row number in the file, from 0): how a bad row is named."""
     features = [f for f in schema.feature_names if f in batch]
     inputs = [
         dict(zip(features, row, strict=True))
-        for row in zip(*(_values(batch[f]) for f in features), strict=True)
+        for row in zip(*(as_python(batch[f]) for f in features), strict=True)
     ]
     n = len(inputs)
-    predictions = _predictions(batch[spec.prediction_column], schema, spec.prediction_column, first)
+    column = batch[spec.prediction_column]
+    parsed = _parsed(column, spec.prediction_column, first)
+    predictions = [parsed[c] for c in column.codes.tolist()] if isinstance(column, CodedColumn) else parsed
     ids = _ids(batch[spec.id_column], spec.id_column, first) if spec.id_column else [None] * n
-    times = _times(batch[spec.time_column], spec.time_column, first) if spec.time_column else [None] * n
-    labels = _values(batch[spec.label_column]) if spec.label_column else [None] * n
+    times: list[datetime | None] = [None] * n
+    if spec.time_column:
+        moments, index = _times(batch[spec.time_column], spec.time_column, first)
+        times = [moments[k] for k in index.tolist()]
+    labels = as_python(batch[spec.label_column]) if spec.label_column else [None] * n
     return [
         Record(
             index=first + i,
@@ -204,110 +208,161 @@ def _records(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, fi
     ]
 
 
-def _validate(
-    batch: dict[str, Column], spec: FileImport, schema: ModelSchema, version: int, first: int
-) -> int:
-    """Pass 1 over one batch: what can refuse a row (its prediction, label, time, id), checked by column;
-    the first bad row is read as a record, so its error is the ingest route's. Returns the batch's rows."""
-    predictions = _predictions(batch[spec.prediction_column], schema, spec.prediction_column, first)
-    n = len(predictions)
-    if spec.id_column:
-        _ids(batch[spec.id_column], spec.id_column, first)
+@dataclass
+class _Read:
+    """One batch read by the contract, column by column: each row's prediction as the log holds it (the
+    value, a multi-class model's vector), its label (None: none), its id, and the runs of one time."""
+
+    n: int
+    values: list[float]
+    vectors: list[list[float | None]] | None
+    labels: list[float | None] | None
+    ids: list[str] | None
+    runs: list[tuple[int, int, datetime | None]]  # [start, end) of one time (None: no time column)
+
+
+def _read(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, version: int, first: int) -> _Read:
+    """One batch read by the contract (both passes): the first row whose prediction, label, time or id is
+    unusable stops the import, read as a record so that its error is the ingest route's."""
+    values, vectors, bad = _outputs(batch[spec.prediction_column], schema, spec.prediction_column, first)
+    n = len(values)
+    ids = _ids(batch[spec.id_column], spec.id_column, first) if spec.id_column else None
+    runs: list[tuple[int, int, datetime | None]] = [(0, n, None)] if n else []
     if spec.time_column:
-        _times(batch[spec.time_column], spec.time_column, first)
-    bad = _bad_predictions(predictions, schema)
-    labels = _values(batch[spec.label_column]) if spec.label_column else None
-    if labels is not None:
-        read = label_reader(schema)
-        verdict: dict[Any, bool] = {}
-        for i, label in enumerate(labels):
-            if label is None or i >= bad:
-                continue
-            ok = verdict.get(label)
-            if ok is None:
-                ok = verdict[label] = read(label) is not None
-            if not ok:
-                bad = i
-                break
+        runs = _runs(*_times(batch[spec.time_column], spec.time_column, first))
+    labels = None
+    if spec.label_column:
+        labels, bad = _labels(batch[spec.label_column], schema, bad)
     if bad < n:
         one = {name: column[bad : bad + 1] for name, column in batch.items()}
         _check(_records(one, spec, schema, first + bad), version, schema)  # raises, naming the row
         raise Invalid(f"row {first + bad}: its prediction or label does not fit the {schema.kind.short} task")
-    return n
+    return _Read(n, values, vectors, labels, ids, runs)
 
 
-def _bad_predictions(predictions: list[Any], schema: ModelSchema) -> int:
-    """The index of the first prediction the task cannot take (``len`` when none)."""
-    if schema.kind is Task.MULTICLASS:
-        for i, value in enumerate(predictions):
-            try:
-                read_prediction(Record(i, None, None, None, {}, value, None, False), schema)
-            except BadRequest:
-                return i
-        return len(predictions)
-    values = np.array([np.nan if v is None else v for v in predictions], dtype=np.float64)
-    ok = np.isfinite(values)
-    if schema.kind is Task.BINARY:
-        ok &= (values >= 0.0) & (values <= 1.0)
-    wrong = np.flatnonzero(~ok)
-    return int(wrong[0]) if wrong.size else len(predictions)
+def _outputs(
+    column: Column, schema: ModelSchema, name: str, first: int
+) -> tuple[list[float], list[list[float | None]] | None, int]:
+    """Each row's prediction as the log holds it, the vectors of a multi-class model, and the first row the
+    task cannot take (``len`` when none); numbers checked as a column, each distinct text read once."""
+    multi = schema.kind is Task.MULTICLASS
+    if not isinstance(column, CodedColumn):
+        numbers = column.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(numbers) & (not multi)
+            if schema.kind is Task.BINARY:
+                ok &= (numbers >= 0.0) & (numbers <= 1.0)
+        wrong = np.flatnonzero(~ok)
+        n = len(numbers)
+        return numbers.tolist(), [[]] * n if multi else None, int(wrong[0]) if wrong.size else n
+    read: list[tuple[float, list[float | None] | None] | None] = []
+    for i, value in enumerate(_parsed(column, name, first)):
+        try:
+            read.append(read_prediction(Record(i, None, None, None, {}, value, None, False), schema))
+        except BadRequest:
+            read.append(None)
+    codes = column.codes
+    wrong = np.flatnonzero(np.array([r is None for r in read], dtype=bool)[codes])
+    fallback: tuple[float, list[float | None] | None] = (float("nan"), [] if multi else None)
+    rows = [read[c] or fallback for c in codes.tolist()]  # code -1: the null, read last
+    vectors = [r[1] or [] for r in rows] if multi else None
+    return [r[0] for r in rows], vectors, int(wrong[0]) if wrong.size else len(codes)
 
 
-def _predictions(column: Column, schema: ModelSchema, name: str, first: int) -> list[Any]:
-    if isinstance(column, CodedColumn):  # text: a multi-class model's lists (JSON arrays, or a list column)
-        import json
+def _parsed(column: Column, name: str, first: int) -> list[Any]:
+    """A prediction column's values: numbers (None: missing), or each distinct text read as JSON, the null
+    last (text that is not JSON stops the import at its first row)."""
+    if not isinstance(column, CodedColumn):
+        return as_python(column.astype(np.float64))
+    texts = column.categories.tolist()
+    out: list[Any] = []
+    broken = np.zeros(len(texts) + 1, dtype=bool)
+    for k, text in enumerate(texts):
+        try:
+            out.append(json.loads(text) if text else None)
+        except ValueError:
+            out.append(None)
+            broken[k] = True
+    wrong = np.flatnonzero(broken[column.codes])
+    if wrong.size:
+        text = texts[column.codes[wrong[0]]]
+        raise Invalid(
+            f"row {first + int(wrong[0])}: {name} holds {str(text)[:40]!r}, neither a number nor a JSON list "
+            "of class probabilities"
+        )
+    return [*out, None]
 
-        out: list[Any] = []
-        parsed: dict[int, Any] = {}
-        for i, code in enumerate(column.codes.tolist()):
-            if code not in parsed:
-                text = column.categories[code] if code >= 0 else None
-                try:
-                    parsed[code] = json.loads(text) if text else None
-                except ValueError:
-                    raise Invalid(
-                        f"row {first + i}: {name} holds {str(text)[:40]!r}, neither a number nor a JSON list "
-                        "of class probabilities"
-                    ) from None
-            out.append(parsed[code])
-        return out
-    return [None if v != v else v for v in column.astype(np.float64).tolist()]
+
+def _labels(column: Column, schema: ModelSchema, bad: int) -> tuple[list[float | None], int]:
+    """Each row's label as stored (None: no label) and the first row before ``bad`` whose label the task
+    cannot take (``bad`` when none); each distinct value is read once."""
+    read = label_reader(schema)
+    if isinstance(column, CodedColumn):
+        distinct, index = [*column.categories.tolist(), None], column.codes
+    else:  # floats by their bits: -0.0 is read apart from 0.0
+        bits = column.dtype == np.float64
+        uniques, index = np.unique(column.view(np.int64) if bits else column, return_inverse=True)
+        distinct = as_python(uniques.view(np.float64) if bits else uniques)
+    stored = [None if v is None else read(v) for v in distinct]
+    refused = np.array([v is not None and s is None for v, s in zip(distinct, stored, strict=True)])
+    wrong = np.flatnonzero(refused[index[:bad]])
+    lookup = np.empty(len(stored), dtype=object)
+    lookup[:] = stored
+    return lookup[index].tolist(), int(wrong[0]) if wrong.size else bad
 
 
-def _ids(column: Column, name: str, first: int) -> list[str | None]:
-    values = _values(column)
-    out: list[str | None] = []
-    for i, v in enumerate(values):
-        if v is None or v == "":
-            raise Invalid(
-                f"row {first + i}: {name} is empty: every row needs its id (or leave --id-column out)"
-            )
+def _ids(column: Column, name: str, first: int) -> list[str]:
+    """Each row's id as text; an empty one stops the import."""
+    if isinstance(column, CodedColumn):  # text: each distinct id checked once
+        empty = np.array([t == "" for t in column.categories.tolist()] + [True], dtype=bool)
+        wrong = np.flatnonzero(empty[column.codes])
+        if wrong.size:
+            raise Invalid(_no_id(first + int(wrong[0]), name))
+        return list(column.categories[column.codes].tolist())
+    out: list[str] = []
+    for i, v in enumerate(as_python(column)):
+        if v is None:
+            raise Invalid(_no_id(first + i, name))
         out.append(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
     return out
 
 
-def _times(column: Column, name: str, first: int) -> list[datetime | None]:
-    """Each row's time: RFC 3339 text or a Parquet timestamp; a time without its offset is UTC."""
+def _no_id(row: int, name: str) -> str:
+    return f"row {row}: {name} is empty: every row needs its id (or leave --id-column out)"
+
+
+def _times(column: Column, name: str, first: int) -> tuple[list[datetime], np.ndarray]:
+    """The distinct times (RFC 3339 text or a Parquet timestamp; without an offset: UTC) and each row's index
+    into them; a row whose time does not parse stops the import."""
     if not isinstance(column, CodedColumn):
         raise Invalid(f"{name} holds numbers; give times as RFC 3339 text or a Parquet timestamp column")
-    parsed: list[datetime | None] = []
+    distinct: dict[datetime, int] = {}
+    found: list[int] = []
     for text in column.categories.tolist():
         try:
             moment = datetime.fromisoformat(text)
         except ValueError:
-            parsed.append(None)
+            found.append(-1)
             continue
-        parsed.append(moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC))
-    out: list[datetime | None] = []
-    for i, code in enumerate(column.codes.tolist()):
-        found = parsed[code] if code >= 0 else None
-        if found is None:
-            shown = column.categories[code] if code >= 0 else "(empty)"
-            raise Invalid(
-                f"row {first + i}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
-            )
-        out.append(found)
-    return out
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        found.append(distinct.setdefault(moment, len(distinct)))
+    index = np.array([*found, -1], dtype=np.int64)[column.codes]
+    wrong = np.flatnonzero(index < 0)
+    if wrong.size:
+        row = int(wrong[0])
+        code = int(column.codes[row])
+        shown = column.categories[code] if code >= 0 else "(empty)"
+        raise Invalid(
+            f"row {first + row}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
+        )
+    return list(distinct), index
+
+
+def _runs(moments: list[datetime], index: np.ndarray) -> list[tuple[int, int, datetime | None]]:
+    """The rows split where their time changes (one log row holds one time): ``[start, end)`` and the time."""
+    n = len(index)
+    starts = [0, *(np.flatnonzero(index[1:] != index[:-1]) + 1).tolist()] if n else []
+    return [(s, e, moments[int(index[s])]) for s, e in zip(starts, [*starts[1:], n], strict=True)]
 
 
 def _check(records: Sequence[Record], version: int, schema: ModelSchema) -> list[Checked]:
@@ -330,9 +385,9 @@ def _write(
     result: Imported,
     progress: Callable[[int], None] | None,
 ) -> None:
-    """Pass 2: the rows through the log's writer (ids the log holds skipped), their labels as feedback."""
-    from predictions.service import record_feedback
-
+    """Pass 2: the rows through the log's writer (ids the log holds skipped), their labels as feedback once
+    their rows are committed; a batch is read, and the labels of the one before stored, while the writer
+    writes."""
     url = settings.database_url.get_secret_value()
     engine = make_engine(url)
     writer = LogWriter(
@@ -346,44 +401,134 @@ def _write(
     )
     writer.start()
     now = datetime.now(UTC)
+    labels: list[tuple[str, float]] = []  # the previous batch's, stored once its rows are in the table
     try:
         for batch, first in _batches(stream, columns):
-            records = _records(batch, spec, schema, first)
-            if not records:
+            read = _read(batch, spec, schema, version, first)
+            if not read.n:
                 continue
-            (group,) = _check(records, version, schema)
-            parts = segments(spec.model_name, group, now)
+            parts = _segments(spec.model_name, read)
+            rows = _log_rows(batch, spec, schema, version, read, parts, now)
             firsts = [seg.ids[0] for seg in parts if seg.keyed]
-            known: set[str] = set()
-            if firsts:
-                writer.flush(60.0)  # this file's earlier rows are in the table before its ids are looked up
-                with db.session() as session:
-                    known = set(logged_predictions(session=session, model_name=spec.model_name, ids=firsts))
-            labels: list[tuple[str, float]] = []
-            for seg in parts:
-                if seg.keyed and seg.ids[0] in known:
-                    result.duplicates += len(seg.keep)
-                    continue
-                rows = request_rows(spec.model_name, group, seg.keep, seg.ids, now, "import", source=SOURCE)
-                _put(writer, rows)
-                result.stored += len(rows)
-                result.flagged += sum(1 for f in rows.flags if f)
-                for pid, i in zip(seg.ids, seg.keep, strict=True):
-                    label = group.labels[i]
-                    if label is not None:
-                        labels.append((pid, label))
-            if labels:
-                writer.flush(60.0)
-                with db.session() as session:
-                    result.labels += record_feedback(
-                        session=session, model_name=spec.model_name, labels=labels
-                    )[0]
+            if firsts or labels:
+                writer.flush(60.0)  # the file's earlier rows are in the table: their labels, this batch's ids
+            fresh = _unlogged(db, spec.model_name, parts, firsts)
+            for i in fresh:
+                _put(writer, rows[i])
+                result.stored += len(rows[i])
+                result.flagged += sum(1 for f in rows[i].flags if f)
+            result.duplicates += read.n - sum(len(rows[i]) for i in fresh)
+            _store_labels(db, spec.model_name, labels, result)  # while the writer writes this batch
+            # every part's labels, those of runs the log already held too: a run cut short after writing rows
+            # and before storing their labels gets them now (a resent label replaces the same one)
+            labels = _labelled(read, parts)
             if progress is not None:
-                progress(len(records))
+                progress(read.n)
+        if labels:
+            writer.flush(60.0)
+            _store_labels(db, spec.model_name, labels, result)
     finally:
         writer.close(settings.shutdown_timeout_s)
         result.spooled = writer.spool.pending_rows
         engine.dispose()
+
+
+def _unlogged(db: Database, model_name: str, parts: list[_Segment], firsts: list[str]) -> list[int]:
+    """The positions of ``parts`` the log does not hold (``firsts``: the first id of each named part)."""
+    known: set[str] = set()
+    if firsts:
+        with db.session() as session:
+            known = set(logged_predictions(session=session, model_name=model_name, ids=firsts))
+    return [i for i, seg in enumerate(parts) if not (seg.keyed and seg.ids[0] in known)]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Rows ``[start, end)`` of a batch that become one log row: one time, their prediction ids."""
+
+    start: int
+    end: int
+    ids: list[str]
+    keyed: bool
+    at: datetime | None
+
+
+def _segments(model_name: str, read: _Read) -> list[_Segment]:
+    """The batch's log rows, as the ingest route cuts records (:func:`service.serving.records.segments`):
+    a run of one time, named runs cut every :data:`MAX_RUN` rows with :func:`keyed_ids`, others fresh ids."""
+    out: list[_Segment] = []
+    for start, end, at in read.runs:
+        if read.ids is None:
+            out.append(_Segment(start, end, new_prediction_ids(end - start), False, at))
+            continue
+        for s in range(start, end, MAX_RUN):
+            e = min(s + MAX_RUN, end)
+            out.append(_Segment(s, e, keyed_ids(model_name, read.ids[s:e]), True, at))
+    return out
+
+
+def _log_rows(
+    batch: dict[str, Column],
+    spec: FileImport,
+    schema: ModelSchema,
+    version: int,
+    read: _Read,
+    parts: list[_Segment],
+    now: datetime,
+) -> list[RequestRows]:
+    """The log rows of ``parts``: the inputs as columns (the writer types them by the contract's layout) and
+    as row documents, the contract's flags computed column by column."""
+    features = [f for f in schema.feature_names if f in batch]
+    flags = flag_columns(schema, {f: batch[f] for f in features}, read.n)
+    output = schema.output
+    for i in output_flags(output, read.values):
+        flags[i] = [*(flags[i] or []), f"{output.name}:{OUTPUT_FLAG}"]
+    values = {f: as_python(batch[f]) for f in features}
+    documents = [dict(zip(features, row, strict=True)) for row in zip(*values.values(), strict=True)]
+    layout = log_layout(schema)
+    absent = [None] * read.n
+    by_name = {f: values.get(f, absent) for f in (*layout.numeric, *layout.categorical)}
+    return [
+        RequestRows(
+            model_name=spec.model_name,
+            model_version=version,
+            logged_at=seg.at or now,
+            request_id="import",
+            protocol=SOURCE,
+            latency_ms=0.0,
+            status=PredictionStatus.OK.value,
+            ids=seg.ids,
+            inputs=documents[seg.start : seg.end],
+            values=read.values[seg.start : seg.end],
+            flags=flags[seg.start : seg.end],
+            layout=layout,
+            columns={name: column[seg.start : seg.end] for name, column in by_name.items()},
+            outputs=read.vectors[seg.start : seg.end] if read.vectors is not None else None,
+            source=SOURCE,
+        )
+        for seg in parts
+    ]
+
+
+def _labelled(read: _Read, parts: list[_Segment]) -> list[tuple[str, float]]:
+    """The labels of the rows of ``parts``, by prediction id."""
+    if read.labels is None:
+        return []
+    out: list[tuple[str, float]] = []
+    for seg in parts:
+        for pid, label in zip(seg.ids, read.labels[seg.start : seg.end], strict=True):
+            if label is not None:
+                out.append((pid, label))
+    return out
+
+
+def _store_labels(db: Database, model_name: str, labels: list[tuple[str, float]], result: Imported) -> None:
+    """Store ``labels`` as feedback (their predictions are in the table)."""
+    from predictions.service import record_feedback
+
+    if labels:
+        with db.session() as session:
+            result.labels += record_feedback(session=session, model_name=model_name, labels=labels)[0]
 
 
 def _put(writer: LogWriter, rows: RequestRows) -> None:
