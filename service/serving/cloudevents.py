@@ -36,6 +36,7 @@ from predictions.spool import spool_dir
 from registry.schema import ModelSchema
 from service.serving.codecs import BadRequest
 from service.serving.flows import AppState
+from service.serving.ingest import LogOff
 from service.serving.kserve import SOURCE, check_half, pair_rows, prediction_ids, read_event
 from service.serving.manager import NotServed
 
@@ -68,6 +69,8 @@ def half_spool(state: Runtime) -> HalfSpool:
 
 async def receive(*, state: AppState, headers: Mapping[str, str], body: bytes, model: str | None) -> Receipt:
     """Read one event, check its half, offer it to the pairing table (or the spool, the database down)."""
+    if state.writer is None:
+        raise LogOff("this server runs without its prediction log (serve --no-log): it cannot take events")
     event = read_event(headers, body, model)
     contract = state.manager.contract(event.model)  # NotServed: an unknown model is a 404
     rows = check_half(contract[1], event)

@@ -9,6 +9,7 @@ from core.http import authorize, error_response, json_response, read_body, reque
 from service.serving import docs
 from service.serving.cloudevents import receive
 from service.serving.codecs import BadRequest
+from service.serving.ingest import LogOff
 from service.serving.manager import NotServed
 from service.serving.routing import app_state
 
@@ -40,4 +41,6 @@ async def cloudevents(request: Request, model: str | None = None, token: str | N
         return error_response(exc.status_code, str(exc), rid)
     except NotServed as exc:
         return error_response(404, str(exc), rid)
+    except LogOff as exc:
+        return error_response(503, f"prediction log unavailable: {exc}", rid)
     return json_response(receipt.as_dict(), 200, rid)

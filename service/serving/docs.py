@@ -340,6 +340,7 @@ CLOUDEVENTS_RESPONSES = _responses(
     403,
     404,
     413,
+    503,
 )
 
 DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"]

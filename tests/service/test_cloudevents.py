@@ -434,3 +434,17 @@ def test_half_spool_keeps_halves_in_order(tmp_path: Path) -> None:
     broken = spool.put(Arrival("m", "e3", "request", b"{}", now, now))
     broken.write_bytes(b"{not json")
     assert spool.claim() == [] and broken.with_name(broken.name + ".bad").exists()  # set aside, not retried
+
+
+def test_a_server_without_its_log_answers_503_and_keeps_nothing(
+    replicas: tuple[Server, Server], tmp_path: Path
+) -> None:
+    a, _ = replicas
+    settings = a.settings.model_copy(
+        update={"prediction_log_enabled": False, "spool_path": tmp_path / "spool"}
+    )
+    event_id = str(uuid.uuid4())
+    with Server(settings) as off:
+        r = _send(off, _event(REQUEST_TYPE, event_id, {"instances": [{"a": 1}]}, model="ce_bin"))
+    assert r.status_code == 503 and "--no-log" in r.json()["error"], r.text
+    assert _pair(a, event_id) == []
