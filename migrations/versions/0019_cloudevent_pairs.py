@@ -4,7 +4,8 @@ KServe's logger reports one inference as two CloudEvents (the request, then the 
 different workers or replicas of the server, in either order. The first half to arrive is kept here; the
 second completes the pair, which is logged and settled in the same transaction (``predictions.service.
 pairing``). A settled row loses its bodies and stays for a while as a tombstone, so a duplicate event is
-known. A new table: the upgrade writes no row of any other table; the downgrade drops it.
+known. A new table: the upgrade writes no row of any other table; the downgrade drops it. Both are safe to run
+again (an upgrade or downgrade that died after its DDL, before alembic recorded the revision).
 
 Revision ID: 0019_cloudevent_pairs
 Revises: 0018_log_batches
@@ -20,9 +21,16 @@ revision = "0019_cloudevent_pairs"
 down_revision = "0018_log_batches"
 branch_labels = None
 depends_on = None
+TABLE = "cloudevent_pairs"
+
+
+def _exists() -> bool:
+    return sa.inspect(op.get_bind()).has_table(TABLE)
 
 
 def upgrade() -> None:
+    if _exists():
+        return
     op.create_table(
         "cloudevent_pairs",
         sa.Column("model_name", sa.String(128), nullable=False),
@@ -42,5 +50,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if not _exists():
+        return
     op.drop_index("ix_cloudevent_pairs_opened_at", table_name="cloudevent_pairs")
     op.drop_table("cloudevent_pairs")
