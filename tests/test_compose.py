@@ -188,11 +188,21 @@ def test_alertmanager_sends_to_the_api_receiver_grouped_by_model() -> None:
     assert len(urls) >= 2, "the example team webhook is missing"
 
 
+def _api_datasource(provisioning: Path) -> dict[str, Any]:
+    (datasource,) = yaml.safe_load((provisioning / "datasources/driftwarden.yaml").read_text())["datasources"]
+    assert isinstance(datasource, dict)
+    return datasource
+
+
 def test_grafana_provisions_the_prometheus_datasource_and_the_dashboards() -> None:
+    """Every panel reads Prometheus, but the drift dashboard's history panel (in a collapsed row), which reads
+    the driftwarden API: each through a data source provisioned here, with its fixed uid."""
     svc = _compose()["services"]["grafana"]
     provisioning = _in_repo(svc, "/etc/grafana/provisioning")
     (datasource,) = yaml.safe_load((provisioning / "datasources/prometheus.yaml").read_text())["datasources"]
     assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+    api = _api_datasource(provisioning)
+    assert api["uid"] != datasource["uid"]
     (provider,) = yaml.safe_load((provisioning / "dashboards/driftwarden.yaml").read_text())["providers"]
     dashboards = sorted(_in_repo(svc, provider["options"]["path"]).glob("*.json"))
     assert [d.name for d in dashboards] == [
@@ -202,8 +212,31 @@ def test_grafana_provisions_the_prometheus_datasource_and_the_dashboards() -> No
     ]
     for path in dashboards:
         board = json.loads(path.read_text())
-        uids = {p["datasource"]["uid"] for p in board["panels"] if "datasource" in p}
+        panels = [*board["panels"], *(p for row in board["panels"] for p in row.get("panels", []))]
+        uids = {p["datasource"]["uid"] for p in panels if "datasource" in p}
         uids |= {v["datasource"]["uid"] for v in board.get("templating", {}).get("list", [])}
-        assert uids == {datasource["uid"]}, (path.name, uids)
+        expected = {datasource["uid"]} | ({api["uid"]} if path.name == "driftwarden-drift.json" else set())
+        assert uids == expected, (path.name, uids)
     home = _in_repo(svc, svc["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"])
     assert home in dashboards
+
+
+def test_grafana_reads_the_api_with_the_plugin_and_a_token_it_is_given() -> None:
+    """The API data source: the Infinity plugin, installed by the grafana service (on a Grafana it supports);
+    the api service's URL, the only host it may call; a bearer token from the environment variable the grafana
+    service passes on from the host (never a value written in the repository)."""
+    svc = _compose()["services"]["grafana"]
+    api = _api_datasource(_in_repo(svc, "/etc/grafana/provisioning"))
+    assert api["type"] == "yesoreyeram-infinity-datasource"
+    plugins = [entry.split()[0] for entry in svc["environment"]["GF_INSTALL_PLUGINS"].split(",")]
+    assert api["type"] in plugins
+    version = tuple(int(part) for part in svc["image"].split(":", 1)[1].split(".")[:2])
+    assert version >= (11, 6), "the Infinity plugin's releases need Grafana 11.6 or later"
+    url = f"http://api:{_api_port()}"
+    assert api["url"] == url and api["jsonData"]["allowedHosts"] == [url]
+    assert api["jsonData"]["httpHeaderName1"] == "Authorization"
+    match = re.fullmatch(r"Bearer \$\{(\w+)\}", api["secureJsonData"]["httpHeaderValue1"])
+    assert match, api["secureJsonData"]
+    variable = match.group(1)
+    assert not variable.startswith("DRIFTWARDEN_"), "a variable of Grafana's, not a setting of the API"
+    assert svc["environment"][variable] == f"${{{variable}:-}}"

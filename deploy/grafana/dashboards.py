@@ -8,6 +8,12 @@ Regenerate the JSON that provisioning loads (``deploy/grafana/dashboards/*.json`
 (``tests/deploy/test_prometheus.py``) evaluates every query below against a real Prometheus scraping a real
 server. Every query uses only the metric names that the server and its collectors export (the set ``AGREED``
 of ``tests/deploy/promql.py``, which the tests hold every query to); every legend names the labels it shows.
+
+One panel reads the driftwarden API instead of Prometheus: "Drift runs by their own time (backfill included)",
+through Grafana's Infinity plugin (``yesoreyeram-infinity-datasource``, provisioned by
+``deploy/grafana/provisioning/datasources/driftwarden.yaml``), because a backfilled run is stored at its past
+window's end and a Prometheus sample only ever has the time of its scrape. ``tests/deploy/test_dashboards.py``
+checks its URL and every column it reads against the real ``GET /v1/models/{name}/drift/history``.
 """
 
 from __future__ import annotations
@@ -21,12 +27,15 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
     DashboardLinkType,
     DataSourceRef,
+    DataTransformerConfig,
     Threshold,
     ThresholdsMode,
     ValueMap,
@@ -38,6 +47,16 @@ from grafana_foundation_sdk.models.dashboard import (
 OUT = Path(__file__).resolve().parent / "dashboards"
 # the datasource provisioned by deploy/grafana/provisioning/datasources/prometheus.yaml (fixed uid)
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="prometheus")
+# the driftwarden API read through the Infinity plugin, provisioned by
+# deploy/grafana/provisioning/datasources/driftwarden.yaml (fixed uid; its URL is the API's base URL, so a
+# query's URL is a path of the API, and it sends a `read` token)
+API_DATASOURCE = DataSourceRef(type_val="yesoreyeram-infinity-datasource", uid="driftwarden-api")
+# GET /v1/models/{name}/drift/history: {"model_name": ..., "runs": [{"created_at": ISO 8601, "n_drifted": int,
+# "n_features": int, "backfill": bool, ...}, ...]}, newest first, at most 1000 runs (the route's maximum)
+HISTORY_PATH = "/v1/models/${model}/drift/history"
+HISTORY_LIMIT = 1000
+HISTORY_TITLE = "Drift runs by their own time (backfill included)"
+HISTORY_ROW = "Drift history (every run at its own time)"
 RATE = "$__rate_interval"
 TAGS = ["driftwarden"]
 
@@ -56,6 +75,61 @@ def _targets(queries: Sequence[Query], *, instant: bool = False) -> list[prometh
         target = prometheus.Dataquery().expr(q.expr).legend_format(q.legend).ref_id(chr(ord("A") + i))
         out.append(target.instant() if instant else target.range())
     return out
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column an Infinity query reads from each row: the row's key, the field's name, its type."""
+
+    selector: str
+    text: str
+    type: str  # timestamp | number | string | boolean
+
+
+@dataclass(frozen=True)
+class ApiQuery(cogvariants.Dataquery):
+    """An Infinity query of a JSON route of the driftwarden API, parsed by the plugin's backend parser: the
+    rows under ``root_selector`` become a table of ``columns``, then the ``computed`` columns (expressions
+    over the columns' names) are added and ``filter_expression`` keeps the matching rows."""
+
+    ref_id: str
+    path: str  # below the data source's URL; ``${var}`` is a dashboard variable
+    params: tuple[tuple[str, str], ...]
+    root_selector: str
+    columns: tuple[Column, ...]
+    computed: tuple[Column, ...] = ()
+    filter_expression: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        def column(c: Column) -> dict[str, str]:
+            return {"selector": c.selector, "text": c.text, "type": c.type}
+
+        return {
+            "refId": self.ref_id,
+            "datasource": API_DATASOURCE,
+            "type": "json",
+            "source": "url",
+            "parser": "backend",
+            "format": "table",
+            "url": self.path,
+            "url_options": {
+                "method": "GET",
+                "params": [{"key": key, "value": value} for key, value in self.params],
+                "headers": [],  # the token is the data source's (secure), never the dashboard's
+            },
+            "root_selector": self.root_selector,
+            "columns": [column(c) for c in self.columns],
+            "computed_columns": [column(c) for c in self.computed],
+            "filterExpression": self.filter_expression,
+        }
+
+
+class _Target(cogbuilder.Builder[cogvariants.Dataquery]):
+    def __init__(self, query: cogvariants.Dataquery) -> None:
+        self.query = query
+
+    def build(self) -> cogvariants.Dataquery:
+        return self.query
 
 
 class _Ids:
@@ -603,7 +677,8 @@ def model_drift_quality() -> dash.Dashboard:
                 "Drifted-feature share over time",
                 "Share of drifted features of the latest monitor run, as each scrape saw it: a run shows "
                 "from when it is stored. Backfilled runs (stored at their past window's end) never replace "
-                "a newer run here; GET /v1/models/{name}/drift/history lists every run by its own time.",
+                "a newer run here; GET /v1/models/{name}/drift/history lists every run by its own time, and "
+                f"the panel '{HISTORY_TITLE}' (row '{HISTORY_ROW}', at the bottom) plots it.",
                 [Query(f"max by (model) (driftwarden_dataset_drift_share{m})", "{{model}}")],
                 unit="percentunit",
                 minimum=0,
@@ -808,7 +883,82 @@ def model_drift_quality() -> dash.Dashboard:
             )
         )
     )
-    return _sources(board, ids, m)
+    return _run_history(_sources(board, ids, m), ids)
+
+
+RUN_COLUMNS = (
+    Column("created_at", "created_at", "timestamp"),
+    Column("n_drifted", "n_drifted", "number"),
+    Column("n_features", "n_features", "number"),
+    Column("backfill", "backfill", "boolean"),
+)
+
+
+def _history_query(ref_id: str, series: str, *, backfill: bool) -> ApiQuery:
+    """The model's runs of one kind (backfilled or not), each at its own ``created_at`` with its share of
+    drifted features as the field ``series``."""
+    return ApiQuery(
+        ref_id=ref_id,
+        path=HISTORY_PATH,
+        params=(("limit", str(HISTORY_LIMIT)),),
+        root_selector="runs",
+        columns=RUN_COLUMNS,
+        computed=(Column("n_drifted / n_features", series, "number"),),
+        filter_expression=f"backfill == {str(backfill).lower()}",
+    )
+
+
+def _run_history(board: dash.Dashboard, ids: _Ids) -> dash.Dashboard:
+    """A collapsed row with the model's runs by their own time, read from the drift history route: scheduled
+    and backfilled runs as two series. Collapsed, it calls the API only when opened (each refresh reads up to
+    1000 runs twice)."""
+    helpers = {c.text: True for c in RUN_COLUMNS if c.type != "timestamp"}
+    panel = (
+        timeseries.Panel()
+        .id(ids())
+        .title(HISTORY_TITLE)
+        .description(
+            "Each monitor run of the model at its own time (created_at), from GET "
+            "/v1/models/{name}/drift/history (the newest 1000 runs) through the Infinity data source "
+            "'driftwarden API': the share of drifted features (n_drifted / n_features), scheduled runs "
+            "and backfilled ones (driftwarden monitor --backfill: a past window, stored at its end) as two "
+            "series. The Prometheus panels cannot show a backfilled run: a scrape's sample has the scrape's "
+            "time. Last 30 days, whatever the dashboard's range."
+        )
+        .datasource(API_DATASOURCE)
+        .targets(
+            [
+                _Target(_history_query("A", "scheduled runs", backfill=False)),
+                _Target(_history_query("B", "backfilled runs", backfill=True)),
+            ]
+        )
+        .transformations(
+            [
+                DataTransformerConfig(id_val="organize", options={"excludeByName": helpers}),
+                DataTransformerConfig(
+                    id_val="sortBy", options={"sort": [{"field": "created_at", "desc": False}]}
+                ),
+            ]
+        )
+        .time_from("30d")
+        .unit("percentunit")
+        .min(0)
+        .max(1)
+        .span(24)
+        .height(8)
+        .line_width(1)
+        .fill_opacity(0)
+        .show_points(common.VisibilityMode.ALWAYS)
+        .point_size(6)
+        .legend(
+            common_builders.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI))
+    )
+    return board.with_row(dash.Row(HISTORY_ROW).with_panel(panel))
 
 
 def _sources(board: dash.Dashboard, ids: _Ids, m: str) -> dash.Dashboard:
