@@ -9,6 +9,7 @@ reverse order of their start, and a component that fails to start stops the ones
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TypeAlias, TypeVar
@@ -32,3 +33,14 @@ async def periodic(
     finally:
         if task is not None:
             task.cancel()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import orjson
 
+from core.lifecycle import process_alive
 from predictions.service.pairing import Arrival
 
 log = logging.getLogger("driftwarden.predictions.halves")
@@ -92,7 +93,7 @@ class HalfSpool:
     def _take_back_orphans(self) -> None:
         for path in self.directory.iterdir():
             _, sep, pid = path.name.partition(_CLAIMED)
-            if sep and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if sep and pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
                 self.release(path)
 
 
@@ -106,16 +107,6 @@ def _read(path: Path) -> Arrival:
         time=datetime.fromisoformat(document["time"]),
         received_at=datetime.fromisoformat(document["received_at"]),
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _sync_dir(directory: Path) -> None:

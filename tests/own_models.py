@@ -9,6 +9,7 @@ dtypes (regression).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -178,3 +179,28 @@ def register_served_elsewhere(url: str, root: Path, models: dict[str, str]) -> P
     finally:
         db.dispose()
     return registry
+
+
+def kserve_message(kind: str, event_id: str, body: Any, *, model: str) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of one half as KServe's logger posts it (binary mode, ``ce-type`` ``kind``)."""
+    import json
+
+    from cloudevents.core.bindings.http import to_binary_event
+    from cloudevents.core.v1.event import CloudEvent
+
+    attributes = {
+        "specversion": "1.0",
+        "id": event_id,
+        "type": kind,
+        "source": f"http://{model}-predictor.default/",
+        "inferenceservicename": model,
+        "datacontenttype": "application/json",
+    }
+    message = to_binary_event(CloudEvent(attributes, json.dumps(body).encode()))
+    return message.body, dict(message.headers)
+
+
+def feature_rows(data: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """``data``'s features as request rows (objects of JSON values)."""
+    n = len(data["a"])
+    return [{k: (str(data[k][i]) if k == "color" else float(data[k][i])) for k in FEATURES} for i in range(n)]

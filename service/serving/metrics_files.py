@@ -24,19 +24,11 @@ from typing import Any
 
 import orjson
 
+from core.lifecycle import process_alive
+
 log = logging.getLogger("driftwarden.serving.metrics")
 
 SCRAPE = "scrape"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class SnapshotFiles:
@@ -142,6 +134,6 @@ class SnapshotFiles:
                 snap = orjson.loads(path.read_bytes())
             except (OSError, orjson.JSONDecodeError):
                 continue  # replaced while read: the next poll sees the new one
-            snap["live"] = bool(snap.get("live")) and _alive(int(snap.get("pid", 0)))
+            snap["live"] = bool(snap.get("live")) and process_alive(int(snap.get("pid", 0)))
             out.append(snap)
         return out

@@ -8,14 +8,11 @@ outage, before it or after it.
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
-from cloudevents.core.bindings.http import to_binary_event
-from cloudevents.core.v1.event import CloudEvent
 from sqlalchemy import create_engine, text
 
 from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
@@ -25,19 +22,8 @@ from tests.support import OwnPostgres, Server, serve_settings
 
 
 def _post(client: httpx.Client, kind: str, event_id: str, body: Any) -> str:
-    event = CloudEvent(
-        {
-            "specversion": "1.0",
-            "id": event_id,
-            "type": kind,
-            "source": "http://outage-predictor.default/",
-            "inferenceservicename": "ce_outage",
-            "datacontenttype": "application/json",
-        },
-        json.dumps(body).encode(),
-    )
-    message = to_binary_event(event)
-    r = client.post("/v1/cloudevents", content=message.body, headers=dict(message.headers))
+    content, headers = own_models.kserve_message(kind, event_id, body, model="ce_outage")
+    r = client.post("/v1/cloudevents", content=content, headers=headers)
     assert r.status_code == 200, r.text
     return str(r.json()["outcome"])
 
@@ -68,10 +54,7 @@ def test_pairs_survive_a_database_stopped_mid_stream(
         cloudevents_wait_s=600.0,  # no pair may be settled unanswered while the test runs
     )
     data = own_models.reference(6, seed=3)
-    rows = [
-        {k: (str(data[k][i]) if k == "color" else float(data[k][i])) for k in own_models.FEATURES}
-        for i in range(6)
-    ]
+    rows = own_models.feature_rows(data)
     probs = [float(p) for p in own_models.answers("binary", data)]
     ids = {
         phase: [f"{phase}-{uuid.uuid4()}" for _ in range(8)]

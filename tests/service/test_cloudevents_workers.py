@@ -7,7 +7,6 @@ log row, answered ``logged`` exactly once and ``waiting`` exactly once, whicheve
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,8 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-from cloudevents.core.bindings.http import to_binary_event
-from cloudevents.core.v1.event import CloudEvent
 from sqlalchemy import create_engine, text
 
 from core.network import free_port
@@ -36,19 +33,7 @@ PAIRS = 80
 
 
 def _message(kind: str, event_id: str, body: Any) -> tuple[bytes, dict[str, str]]:
-    event = CloudEvent(
-        {
-            "specversion": "1.0",
-            "id": event_id,
-            "type": kind,
-            "source": "http://workers-predictor.default/",
-            "inferenceservicename": "ce_workers",
-            "datacontenttype": "application/json",
-        },
-        json.dumps(body).encode(),
-    )
-    message = to_binary_event(event)
-    return message.body, dict(message.headers)
+    return own_models.kserve_message(kind, event_id, body, model="ce_workers")
 
 
 def test_pairs_split_across_two_workers_are_logged_once(postgres_url: str, tmp_path: Path) -> None:
@@ -78,10 +63,7 @@ def test_pairs_split_across_two_workers_are_logged_once(postgres_url: str, tmp_p
             base = f"http://127.0.0.1:{port}"
             wait_http_ready(f"{base}/readyz", log=log, deadline=time.monotonic() + 120, proc=proc)
             data = own_models.reference(3, seed=7)
-            rows = [
-                {k: (str(data[k][i]) if k == "color" else float(data[k][i])) for k in own_models.FEATURES}
-                for i in range(3)
-            ]
+            rows = own_models.feature_rows(data)
             probs = [float(p) for p in own_models.answers("binary", data)]
             halves = []
             for k in range(PAIRS):
