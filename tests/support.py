@@ -204,6 +204,16 @@ def serve_settings(url: str, spool: Path, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def query_rows(url: str, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    """The rows of ``sql`` on the database at ``url``, through a connection of its own."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text(sql), params or {}).all())
+    finally:
+        engine.dispose()
+
+
 def count_rows(url: str, where: str = "1=1", params: dict[str, Any] | None = None) -> int:
     """Logged predictions in the batches matching ``where`` (a condition on ``prediction_batches``' columns:
     request_id, status, model_name...), read with a separate connection."""

@@ -27,14 +27,13 @@ import numpy as np
 import pytest
 from cloudevents.core.bindings.http import to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
-from sqlalchemy import create_engine, text
 
 from access.service import create_token
 from core.database import open_database
 from predictions.batch import floats
 from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE, prediction_ids
 from tests import own_models
-from tests.support import NO_AUTH, Server, serve_settings
+from tests.support import NO_AUTH, Server, query_rows, serve_settings
 
 MODELS = {"ce_bin": "binary", "ce_cls": "multiclass"}
 FEATURES = own_models.FEATURES
@@ -65,16 +64,7 @@ def replicas(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 def _rows(n: int, seed: int) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     data = own_models.reference(n, seed=seed)
-    rows = [
-        {
-            "a": float(data["a"][i]),
-            "b": float(data["b"][i]),
-            "c": int(data["c"][i]),
-            "color": str(data["color"][i]),
-        }
-        for i in range(n)
-    ]
-    return rows, data
+    return own_models.feature_rows(data), data
 
 
 def _event(
@@ -107,12 +97,8 @@ def _send(
 
 
 def _query(srv: Server, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-    engine = create_engine(srv.settings.database_url.get_secret_value())
-    try:
-        with engine.connect() as conn:
-            return list(conn.execute(text(sql), params or {}).all())
-    finally:
-        engine.dispose()
+    """The rows of ``sql`` on the server's database."""
+    return query_rows(srv.settings.database_url.get_secret_value(), sql, params)
 
 
 def _batches(srv: Server, request_id: str) -> list[Any]:

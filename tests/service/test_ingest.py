@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import create_engine, text
 
 from access.service import create_token
 from core.database import aware, open_database
@@ -25,7 +24,7 @@ from registry.schema import Task
 from registry.service import promote
 from service.serving.records import keyed_ids
 from tests import own_models
-from tests.support import NO_AUTH, Server, count_rows, serve_settings
+from tests.support import NO_AUTH, Server, count_rows, query_rows, serve_settings
 from training.importer import ImportSpec, import_reference
 
 MODELS = {
@@ -107,13 +106,8 @@ def _records(
 
 
 def _query(srv: Server, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-    """The rows of ``sql`` on the server's database, through a connection of its own."""
-    engine = create_engine(srv.settings.database_url.get_secret_value())
-    try:
-        with engine.connect() as conn:
-            return list(conn.execute(text(sql), params or {}).all())
-    finally:
-        engine.dispose()
+    """The rows of ``sql`` on the server's database."""
+    return query_rows(srv.settings.database_url.get_secret_value(), sql, params)
 
 
 def _count(srv: Server, name: str) -> int:
