@@ -107,7 +107,7 @@ class _Open:
 
     rule: str
     firing: bool
-    consecutive: int = 1
+    active_runs: int = 1
 
 
 @dataclass
@@ -149,8 +149,8 @@ class Replay:
             if alert.firing:
                 self.fired[spec.name] += 1
             return
-        alert.consecutive += 1
-        if not alert.firing and alert.consecutive >= spec.for_runs:
+        alert.active_runs += 1
+        if not alert.firing and alert.active_runs >= spec.for_runs:
             alert.firing = True
             self.fired[spec.name] += 1
 
