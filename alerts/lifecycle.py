@@ -4,7 +4,8 @@ validation gate's alerts) and Prometheus Alertmanager (``alerts.flows.receive_al
 
 Each source describes an active condition as a :class:`Signal`; :func:`open_or_advance` opens its alert or
 advances the open one, :func:`resolve` resolves it. These two are the only places that set an alert's
-``state``, ``consecutive`` and ``resolved_at``. Around them: silences (:func:`mark_silenced`), actions
+``state``, ``consecutive`` and ``resolved_at``, firing a pending alert by :func:`is_firing` (the pure rule,
+shared with ``alerts.backtest``'s in-memory replay). Around them: silences (:func:`mark_silenced`), actions
 (retrain, roll back) and :func:`announce`, the one fan-out writing an outbox row per subscription for what
 changed. Everything is written in the caller's session (one transaction with the change it announces).
 """
@@ -312,6 +313,11 @@ def act(pass_: Pass, spec: RuleSpec, alert: Alert) -> None:
 # --- the lifecycle ------------------------------------------------------------------------------------------
 
 
+def is_firing(*, firing: bool, active_runs: int, for_runs: int) -> bool:
+    """Whether an open alert fires after ``active_runs`` consecutive active evaluations (a new alert: 1)."""
+    return firing or active_runs >= for_runs
+
+
 def open_or_advance(pass_: Pass, alert: Alert | None, signal: Signal) -> Alert:
     """The one entry for an active condition from any source. No open alert: a new one, ``firing`` (or
     ``pending`` while ``signal.for_runs`` > 1). An open one: one more consecutive report, its labels,
@@ -319,7 +325,8 @@ def open_or_advance(pass_: Pass, alert: Alert | None, signal: Signal) -> Alert:
     its announcement by ``signal.cadence`` and, when first announced, the actions of ``signal.rule``."""
     evaluation = pass_.evaluation
     if alert is None:
-        state = AlertState.FIRING if signal.for_runs <= 1 else AlertState.PENDING
+        fires = is_firing(firing=False, active_runs=1, for_runs=signal.for_runs)  # consecutive starts at 1
+        state = AlertState.FIRING if fires else AlertState.PENDING
         alert = service.add_alert(
             session=pass_.session,
             fingerprint=signal.fingerprint,
@@ -346,7 +353,8 @@ def open_or_advance(pass_: Pass, alert: Alert | None, signal: Signal) -> Alert:
         alert.last_evaluated_at = pass_.now
         if signal.advanced is not None:
             record(pass_, alert, alert.state, signal.advanced, from_state=alert.state)
-        if alert.state == AlertState.PENDING.value and alert.consecutive >= signal.for_runs:
+        pending = alert.state == AlertState.PENDING.value
+        if pending and is_firing(firing=False, active_runs=alert.consecutive, for_runs=signal.for_runs):
             alert.state = AlertState.FIRING.value
             alert.fired_at = pass_.now
             record(

@@ -154,7 +154,7 @@ def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Impor
     column = spec.prediction_column
     assert column is not None, "a reference import names its prediction column"
     reference = read_table(spec.reference)
-    raw = _prediction_column(reference, column, spec.reference)
+    raw = read_prediction_column(reference, column, spec.reference)
     names = spec.features or tuple(c for c in reference if c not in {column, spec.target})
     missing = [name for name in names if name not in reference]
     if missing:
@@ -196,8 +196,8 @@ def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Impor
     )
 
 
-def _prediction_column(reference: Columns, column: str, path: Path) -> np.ndarray:
-    """The reference predictions as float64: one value per row, or [rows, K] from list values."""
+def read_prediction_column(reference: Columns, column: str, path: Path) -> np.ndarray:
+    """A table's prediction ``column`` (of ``path``) as float64: a value per row, or [rows, K] from lists."""
     if column not in reference:
         raise Invalid(
             f"--prediction-column {column!r} is not a column of the reference {path} (its columns: "

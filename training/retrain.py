@@ -595,7 +595,7 @@ def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int
     return result.version.version
 
 
-def _score(path: Path, schema: ModelSchema, columns: Columns) -> np.ndarray:
+def score_version(path: Path, schema: ModelSchema, columns: Columns) -> np.ndarray:
     """The version's output (``schema.output.name``) on the rows: ``[n]``, or ``[n, K]`` (multi-class)."""
     from registry.saved_model import load
     from training.features import raw_inputs
@@ -632,11 +632,11 @@ def validate(control: JobControl, plan: Plan, candidate: int, data: JobData) -> 
         labels = label_codes(target, cand_schema.classes)
     else:
         labels = np.asarray(target, dtype=np.float64)
-    cand = _score(Path(row.path), cand_schema, columns)
+    cand = score_version(Path(row.path), cand_schema, columns)
     serving = None
     if current is not None and current.version != candidate:
         path = Path(current.path)
-        serving = _score(path, read_schema(path=path), columns)
+        serving = score_version(path, read_schema(path=path), columns)
     holdout = Holdout(columns=columns, labels=labels, candidate=cand, serving=serving)
     return evaluate(schema=cand_schema, holdout=holdout, policy=GatePolicy.from_settings(control.settings))
 
