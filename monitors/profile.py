@@ -18,12 +18,20 @@ Regression, one value per row: ``"prediction"`` summarises the values, ``"perfor
 :func:`monitors.performance.regression_metrics` and ``"loss_model"`` the direct-loss-estimation model of
 :func:`monitors.performance.fit_loss_model`. Keys a task does not use are not written (binary profiles
 are unchanged).
-A PCA of the standardised numeric features (``"multivariate"``) lets joint shifts be detected.
+
+With labels, every task also keeps ``"performance_spread"`` (else None): how much each realised metric
+varies between consecutive chunks of the labelled reference rows (:func:`performance_spread`), from which
+:func:`metric_sd` gives the sd expected of a window's metric against the reference value.
+
+A PCA of the standardised numeric features (``"multivariate"``) lets joint shifts be detected. It is
+cross-fitted: the axes are fitted on half the sampled rows and the reference error distribution comes
+from the other half, so it is the distribution fresh rows of the same population have.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +53,9 @@ MISSING_CATEGORY = None  # categorical missing values: None or ""
 PCA_MAX_ROWS = 200_000
 PCA_VARIANCE = 0.9
 CALIBRATION_BINS = 20
+SPREAD_CHUNK_ROWS = 500  # labelled rows per chunk at least (fewer chunks when there are fewer rows)
+SPREAD_MAX_CHUNKS = 50  # more chunks, a closer estimate of the sd (relative error ~ 1 / sqrt(2 (chunks - 1)))
+SPREAD_MIN_CHUNKS = 5  # fewer chunks than this: no performance spread
 
 
 def _cores() -> int:
@@ -147,6 +158,7 @@ class Profile:
     class_probabilities: dict[str, NumericProfile] = field(default_factory=dict)  # multi-class, by name
     predicted_class: CategoricalProfile | None = None  # multi-class: the predicted class names
     loss_model: dict[str, Any] | None = None  # regression: the direct-loss-estimation model
+    performance_spread: dict[str, Any] | None = None  # sd of each metric across reference chunks
 
 
 # ---------------------------------------------------------------- building
@@ -232,6 +244,13 @@ def categorical_summary(values: Column, *, name: str) -> dict[str, Any]:
 
 
 def _pca_summary(columns: Mapping[str, Column], names: list[str]) -> dict[str, Any] | None:
+    """PCA of the standardised ``names`` with a held-out reference error distribution (None: too few rows).
+
+    The sampled rows are cross-fitted: the PCA (center, scale, axes) is fitted on the even positions and the
+    reconstruction errors summarised are those of the odd positions under it, standardised as
+    :func:`pca_errors` standardises a window's rows. Errors of the fitting rows would be biased low (the
+    discarded axes are their own smallest-variance directions), so fresh rows would look drifted.
+    """
     if len(names) < 2:
         return None
     rows = len(columns[names[0]])
@@ -239,17 +258,19 @@ def _pca_summary(columns: Mapping[str, Column], names: list[str]) -> dict[str, A
     x = np.empty((min(rows, PCA_MAX_ROWS), len(names)), order="F")  # sampled rows first, one column a time
     for j, n in enumerate(names):
         x[:, j] = as_float(columns[n][pick])
-    center = np.nanmean(x, axis=0)
-    scale = np.nanstd(x, axis=0)
+    fit = x[0::2]  # the fitting fold (a view); the odd positions x[1::2] are held out
+    if fit.shape[0] < 2 * len(names):
+        return None
+    center = np.nanmean(fit, axis=0)
+    scale = np.nanstd(fit, axis=0)
     scale[~(scale > 0)] = 1.0
     center = np.nan_to_num(center)
-    x -= center  # standardised in place: z
+    x -= center  # both folds standardised in place with the fitted center and scale: z
     x /= scale
-    z = np.nan_to_num(x, copy=False)
-    if z.shape[0] < 2 * len(names):
-        return None
+    z = np.nan_to_num(x, copy=False)  # a missing value at the center (0), as pca_errors
+    z_fit, z_held = np.ascontiguousarray(z[0::2]), z[1::2]
     # principal axes from the d x d scatter matrix (the right singular vectors of z), largest first
-    eigenvalues, vectors = np.linalg.eigh(z.T @ z)
+    eigenvalues, vectors = np.linalg.eigh(z_fit.T @ z_fit)
     order = np.argsort(eigenvalues)[::-1]
     energy = np.clip(eigenvalues[order], 0.0, None)
     vt = np.ascontiguousarray(vectors[:, order].T)
@@ -257,7 +278,7 @@ def _pca_summary(columns: Mapping[str, Column], names: list[str]) -> dict[str, A
     k = int(np.searchsorted(np.cumsum(var), PCA_VARIANCE) + 1)
     k = min(max(k, 1), len(names) - 1)
     comps, resid = vt[:k], vt[k:]
-    err = reconstruction_error(z, resid)
+    err = reconstruction_error(z_held, resid)
     return {
         "features": names,
         "center": center.tolist(),
@@ -364,6 +385,7 @@ def build_reference_profile(
         "performance": None,
         "calibration": None,
         "multivariate": multivariate,
+        "performance_spread": None,
     }
     if predictions is not None and schema.kind is Task.MULTICLASS:
         out.update(_multiclass_outputs(predictions, labels, schema.classes))
@@ -381,6 +403,7 @@ def build_reference_profile(
             ok = ~np.isnan(p)
             out["performance"] = classification_metrics(y_true=y[ok], y_prob=p[ok]).as_dict()
             out["calibration"] = _calibration(p[ok], y[ok])
+            out["performance_spread"] = performance_spread(Task.BINARY, y_true=y, predictions=p)
     return out
 
 
@@ -416,6 +439,7 @@ def _multiclass_outputs(
             raise ValueError(f"labels ({y.size}) and predictions ({p.shape[0]}) differ in length")
         out["performance"] = metrics_for(Task.MULTICLASS, y_true=y, predictions=p)
         out["calibration"] = fit_multiclass_calibration(p, y)
+        out["performance_spread"] = performance_spread(Task.MULTICLASS, y_true=y, predictions=p)
     return out
 
 
@@ -430,9 +454,67 @@ def _regression_outputs(
     if labels is not None:
         y = np.asarray(labels, dtype=np.float64).reshape(-1)
         out["performance"] = metrics_for(Task.REGRESSION, y_true=y, predictions=p)
+        out["performance_spread"] = performance_spread(Task.REGRESSION, y_true=y, predictions=p)
         features = [(spec.name, spec.kind.value) for spec in schema.features]
         out["loss_model"] = fit_loss_model(cols, p, y, features=features)
     return out
+
+
+def performance_spread(task: Task, *, y_true: np.ndarray, predictions: np.ndarray) -> dict[str, Any] | None:
+    """Sample sd of each realised metric across consecutive equal chunks of the labelled reference rows.
+
+    The labelled rows (label and prediction not NaN, in their order) are cut into ``chunks =
+    min(SPREAD_MAX_CHUNKS, labelled_rows // SPREAD_CHUNK_ROWS)`` chunks of ``chunk_rows`` rows (the remainder
+    dropped), each measured by :func:`monitors.performance.metrics_for`. Returns ``{"chunk_rows", "chunks",
+    "labelled_rows", "sd": {metric: sd}}`` (every metric but ``rows``, less those NaN in some chunk), or None
+    with fewer than :data:`SPREAD_MIN_CHUNKS` chunks or labels that are not numbers.
+    """
+    from monitors.performance import metrics_for
+
+    try:
+        y = np.asarray(y_true, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        return None
+    p = np.asarray(predictions, dtype=np.float64)
+    if task is not Task.MULTICLASS:
+        p = p.reshape(-1)
+    elif p.ndim != 2:
+        p = p.reshape(y.size, -1)
+    if p.shape[0] != y.size:
+        raise ValueError(f"labels ({y.size}) and predictions ({p.shape[0]}) differ in length")
+    ok = ~np.isnan(y) & ~(np.isnan(p).any(axis=1) if p.ndim == 2 else np.isnan(p))
+    y, p = y[ok], p[ok]
+    chunks = min(SPREAD_MAX_CHUNKS, y.size // SPREAD_CHUNK_ROWS)
+    if chunks < SPREAD_MIN_CHUNKS:
+        return None
+    size = y.size // chunks
+    per_chunk = [
+        metrics_for(task, y_true=y[i * size : (i + 1) * size], predictions=p[i * size : (i + 1) * size])
+        for i in range(chunks)
+    ]
+    sd: dict[str, float] = {}
+    for name in per_chunk[0]:
+        values = np.array([float(m.get(name, math.nan)) for m in per_chunk])
+        if name != "rows" and not np.isnan(values).any():
+            sd[name] = float(np.std(values, ddof=1))
+    return {"chunk_rows": int(size), "chunks": int(chunks), "labelled_rows": int(y.size), "sd": sd}
+
+
+def metric_sd(spread: Mapping[str, Any] | None, metric: str, *, rows: int) -> float | None:
+    """Expected sd of a window's ``metric`` (``rows`` labelled rows) minus the reference value; None: unknown.
+
+    With ``s`` the sd across reference chunks of ``chunk_rows`` rows, the window's own variance is
+    ``s^2 chunk_rows / rows`` and the reference value's ``s^2 chunk_rows / labelled_rows``; the result is the
+    root of their sum.
+    """
+    if spread is None or rows <= 0:
+        return None
+    sd = (spread.get("sd") or {}).get(metric)
+    labelled = int(spread.get("labelled_rows") or 0)
+    if sd is None or labelled <= 0:
+        return None
+    variance = float(sd) ** 2 * int(spread["chunk_rows"])
+    return math.sqrt(variance / rows + variance / labelled)
 
 
 # ---------------------------------------------------------------- reading
@@ -495,7 +577,16 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
             explained_variance=float(mv["explained_variance"]),
             error=_numeric_from_dict(mv["error"]),
         )
-    known = {"format", "rows", "features", "prediction", "performance", "calibration", "multivariate"}
+    known = {
+        "format",
+        "rows",
+        "features",
+        "prediction",
+        "performance",
+        "calibration",
+        "multivariate",
+        "performance_spread",
+    }
     classes = data.get("classes") or {}
     predicted = classes.get("predicted")
     return Profile(
@@ -512,6 +603,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
         },
         predicted_class=_categorical_from_dict(predicted) if predicted else None,
         loss_model=data.get("loss_model"),
+        performance_spread=data.get("performance_spread"),
     )
 
 

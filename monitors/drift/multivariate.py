@@ -1,11 +1,13 @@
 """Multivariate drift: PCA reconstruction error of the standardised numeric features.
 
-The reference profile holds a PCA fitted on the training rows (components explaining about 90 % of
-the variance, at most ``d - 1``) and the distribution of each row's reconstruction error
-``||z - z V^T V||^2 / d`` (computed as the energy along the discarded axes). A window whose rows
-break the reference correlations (even with unchanged marginals) reconstructs worse; its error
-distribution is compared with the reference one by the default numeric test (KS significance and
-a minimum normalised Wasserstein distance).
+The reference profile holds a PCA fitted on half of the sampled reference rows (those at even positions;
+components explaining about 90 % of the variance, at most ``d - 1``) and the distribution of the
+reconstruction error ``||z - z V^T V||^2 / d`` (the energy along the discarded axes) of the OTHER half's rows
+under it: rows the PCA never saw, as a window's are. (Errors of the fitting rows themselves are biased low,
+the discarded axes being their own smallest-variance directions, which made clean windows look drifted.)
+A window whose rows break the reference correlations (even with unchanged marginals) reconstructs worse; its
+error distribution is compared with the reference one by the default numeric test (KS significance and a
+minimum normalised Wasserstein distance).
 """
 
 from __future__ import annotations

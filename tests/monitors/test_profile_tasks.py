@@ -136,6 +136,7 @@ def test_binary_profile_has_no_new_keys_and_old_profiles_parse() -> None:
         "performance",
         "calibration",
         "multivariate",
+        "performance_spread",  # the metrics' spread over the reference's chunks (None: under 2,500 rows)
     ]
     assert doc["task"] == Task.BINARY.value
     prof = profile_from_dict(json.loads(json.dumps(doc)))
