@@ -45,14 +45,14 @@ DEFAULT_RULES: tuple[RuleSpec, ...] = (
         "performance_drop",
         Kind.PERFORMANCE,
         severity="critical",
-        params={"metric": "roc_auc", "margin": 0.05},
+        params={"metric": "roc_auc"},
         actions=["notify", "retrain"],
     ),
     _rule(
         "estimated_performance_drop",
         Kind.ESTIMATED_PERFORMANCE,
         severity="warning",
-        params={"metric": "roc_auc", "margin": 0.05},
+        params={"metric": "roc_auc"},
     ),
     _rule(
         "unseen_categories",
@@ -131,7 +131,10 @@ def _prediction(report: Mapping[str, Any]) -> list[Finding] | None:
 
 
 def _performance(
-    current: Mapping[str, Any] | None, reference: Mapping[str, Any] | None, params: Mapping[str, Any]
+    current: Mapping[str, Any] | None,
+    reference: Mapping[str, Any] | None,
+    params: Mapping[str, Any],
+    limits: Mapping[str, Any] | None,
 ) -> list[Finding] | None:
     if not current:
         return None
@@ -159,8 +162,14 @@ def _performance(
         evidence["above"] = above
         return [Finding(value > above, value, evidence)]
     margin = _num(params.get("margin"))
-    if ref is None or margin is None:
+    limit = _num((limits or {}).get(metric)) if margin is None else None
+    if ref is None:
         return None
+    if limit is not None:  # beyond the variability of the reference's own chunks (monitors/horizon.py)
+        evidence["limit"] = limit
+        worse = value > limit if metric in LOWER_IS_BETTER else value < limit
+        return [Finding(worse, value, evidence)]
+    margin = DEFAULT_MARGIN if margin is None else margin
     evidence["margin"] = margin
     if metric in LOWER_IS_BETTER:  # worse is higher; the margin is a share of the reference's value
         evidence["drop"] = ref - value
@@ -168,6 +177,9 @@ def _performance(
     return [Finding(ref - value > margin, value, evidence)]
 
 
+DEFAULT_MARGIN = 0.05
+"""A rule without a bound compares with the report's limits; on a report without them (a profile built before
+the reference's chunks were measured) it allows this margin."""
 TASK_METRICS = ("macro_f1", "rmse")
 """What the default ``roc_auc`` stands for on a multi-class or regression model (the first its report has)."""
 
@@ -211,9 +223,19 @@ def evaluate(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None:
         case Kind.PREDICTION_DRIFT:
             return _prediction(report)
         case Kind.PERFORMANCE:
-            return _performance(report.get("performance"), report.get("reference_performance"), p)
+            return _performance(
+                report.get("performance"),
+                report.get("reference_performance"),
+                p,
+                report.get("performance_limits"),
+            )
         case Kind.ESTIMATED_PERFORMANCE:
-            return _performance(report.get("estimated_performance"), report.get("reference_performance"), p)
+            return _performance(
+                report.get("estimated_performance"),
+                report.get("reference_performance"),
+                p,
+                report.get("estimated_performance_limits"),
+            )
         case Kind.DATA_QUALITY:
             return _quality(report, p)
         case Kind.CONCEPT_DRIFT:

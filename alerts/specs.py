@@ -27,6 +27,7 @@ from pydantic import (
 from alerts.labels import LABEL_NAME, LABEL_RULE, Matcher, check_matcher
 from core.durations import require_duration
 from core.errors import Invalid
+from monitors.horizon import LOWER_IS_BETTER  # re-exported: metrics that grow when the model gets worse
 
 
 class Kind(enum.StrEnum):
@@ -59,9 +60,6 @@ Event = Literal["alert.firing", "alert.resolved", "job.finished", "job.rejected"
 Metric = Literal[
     "roc_auc", "accuracy", "f1", "precision", "recall", "macro_f1", "log_loss", "mae", "rmse", "r2"
 ]
-LOWER_IS_BETTER = frozenset({"log_loss", "mae", "rmse"})
-"""Metrics that grow when the model gets worse: a rule on one fires when it rises (``above``, or ``margin``
-as a share of the reference's value)."""
 
 
 def _path(prefix: str, loc: tuple[int | str, ...]) -> str:
@@ -105,8 +103,10 @@ class PerformanceParams(_Params):
     A metric that falls when the model gets worse (ROC AUC, accuracy, F1, macro-F1, R², ...): ``below`` a
     bound, or lower than the reference by more than ``margin`` (absolute). One that grows (``rmse``, ``mae``,
     ``log_loss``): ``above`` a bound, or higher than the reference by more than ``margin`` x the reference's
-    value (0.05: 5 % worse). ``roc_auc``, the default, stands for the model's task's own metric on a model of
-    another task (multi-class ``macro_f1``, regression ``rmse``).
+    value (0.05: 5 % worse). None of the three (the default): worse than the report's limit of the metric,
+    the variability of the reference's own chunks on a window of this size (``monitors/horizon.py``), or by
+    more than 0.05 on a report without limits. ``roc_auc``, the default, stands for the model's task's own
+    metric on a model of another task (multi-class ``macro_f1``, regression ``rmse``).
     """
 
     metric: Metric = "roc_auc"
@@ -131,8 +131,6 @@ class PerformanceParams(_Params):
             raise ValueError(
                 f"'{self.metric}' grows when the model gets worse: bound it with 'above', not 'below'"
             )
-        if not given:
-            self.margin = 0.05
         return self
 
 

@@ -113,7 +113,9 @@ def _evaluate(
         if window.rows < settings.monitor_min_rows:
             yield WindowResult(start, end, window.rows, None, "too few rows")
             continue
-        report = evaluate_window(prepared, window, model_name=model_name)
+        report = evaluate_window(
+            prepared, window, model_name=model_name, every_s=(end - start).total_seconds()
+        )
         with db.session() as session:
             run = record_run(
                 session=session,

@@ -36,7 +36,18 @@ class MonitorConfig(BaseModel):
     """
 
     alpha: float = Field(
-        default=0.05, gt=0, lt=1, description="Significance level per feature (after adjustment)."
+        default=0.05,
+        gt=0,
+        lt=1,
+        description="Significance level per feature (after adjustment) of a one-off comparison, and the most "
+        "a scheduled run tests at (monitors/horizon.py).",
+    )
+    false_alarms_per_30d: float = Field(
+        default=0.5,
+        gt=0,
+        le=100,
+        description="Expected false alarms of the scheduled runs of a model per 30 days, over all its "
+        "detectors: a scheduled run tests at min(alpha, this / 7 / runs in 30 days) (monitors/horizon.py).",
     )
     correction: Correction = Field(
         default=Correction.BH, description="Multiple-testing adjustment across features."

@@ -22,6 +22,7 @@ from monitors.drift import catalog
 from monitors.drift.base import DriftTest, Measurement, TestResult, adjust_p_values
 from monitors.drift.categorical import CategoricalCounts, aligned, shown_category
 from monitors.drift.numeric import NumericCounts, NumericDefault
+from monitors.horizon import performance_limits, run_alpha
 from monitors.performance import (
     estimate_classification_metrics,
     estimate_regression_from_design,
@@ -148,12 +149,13 @@ def _numeric_feature(
     counts: GridCounts,
     override: FeatureOverride | None,
     config: MonitorConfig,
+    quality_alpha: float,
 ) -> FeatureMeasurement:
     """A numeric feature's test, statistics and quality checks (missing, out of range, contract)."""
     ref, cur = _numeric_pair(ref_profile, counts)
     test = _test_for(kind=FeatureKind.NUMERIC, override=override, config=config)
     total = counts.count + counts.missing
-    rate = {"alpha": config.alpha, "min_increase": config.quality_min_increase}
+    rate = {"alpha": quality_alpha, "min_increase": config.quality_min_increase}
     return FeatureMeasurement(
         name=name,
         kind=FeatureKind.NUMERIC,
@@ -192,13 +194,14 @@ def _categorical_feature(
     counts: Counter[str | None],
     override: FeatureOverride | None,
     config: MonitorConfig,
+    quality_alpha: float,
 ) -> FeatureMeasurement:
     """A categorical feature's test, statistics and quality checks (missing, unseen categories)."""
     cats, missing = split_missing(counts)
     ref, cur = CategoricalCounts.from_profile(ref_profile), CategoricalCounts(counts=cats)
     test = _test_for(kind=FeatureKind.CATEGORICAL, override=override, config=config)
     statistics = catalog.statistics(FeatureKind.CATEGORICAL, ref, cur)
-    rate = {"alpha": config.alpha, "min_increase": config.quality_min_increase}
+    rate = {"alpha": quality_alpha, "min_increase": config.quality_min_increase}
     unseen = sum(v for k, v in cats.items() if k not in ref_profile.categories)
     return FeatureMeasurement(
         name=name,
@@ -230,11 +233,16 @@ def _categorical_feature(
     )
 
 
+QUALITY_CHECKS_PER_FEATURE = 2  # missing, and out of range or unseen category (violations are counted)
+
+
 def _measure_features(
     *, profile: Profile, sketch: WindowSketch, config: MonitorConfig
 ) -> list[FeatureMeasurement]:
-    """Every enabled input feature the window has values for, in profile order."""
+    """Every enabled input feature the window has values for, in profile order; the quality checks of all
+    features share the level (Bonferroni)."""
     out: list[FeatureMeasurement] = []
+    quality_alpha = config.alpha / max(1, QUALITY_CHECKS_PER_FEATURE * len(profile.features))
     for name, feature in profile.features.items():
         override = config.features.get(name)
         if override is not None and not override.enabled:
@@ -247,6 +255,7 @@ def _measure_features(
                     counts=sketch.numeric[name],
                     override=override,
                     config=config,
+                    quality_alpha=quality_alpha,
                 )
             )
         elif isinstance(feature, CategoricalProfile) and name in sketch.categorical:
@@ -257,14 +266,25 @@ def _measure_features(
                     counts=sketch.categorical[name],
                     override=override,
                     config=config,
+                    quality_alpha=quality_alpha,
                 )
             )
     return out
 
 
-def evaluate(*, profile: Profile, sketch: WindowSketch, config: MonitorConfig | None = None) -> DriftReport:
-    """Compare a window's sketch with the reference profile under ``config``."""
+def evaluate(
+    *,
+    profile: Profile,
+    sketch: WindowSketch,
+    config: MonitorConfig | None = None,
+    every_s: float | None = None,
+) -> DriftReport:
+    """Compare a window's sketch with the reference profile under ``config``; a run scheduled every
+    ``every_s`` seconds tests at the level its false-alarm budget allows (:mod:`monitors.horizon`), a one-off
+    comparison (None) at ``config.alpha``."""
     config = config or MonitorConfig()
+    level = run_alpha(alpha=config.alpha, budget=config.false_alarms_per_30d, every_s=every_s)
+    config = config.model_copy(update={"alpha": level})
     measured = _measure_features(profile=profile, sketch=sketch, config=config)
     raw = np.array([np.nan if m.measurement.p_value is None else m.measurement.p_value for m in measured])
     adjusted = adjust_p_values(raw, method=config.correction) if raw.size else raw
@@ -299,6 +319,13 @@ def evaluate(*, profile: Profile, sketch: WindowSketch, config: MonitorConfig | 
         report.performance = prediction.performance
         report.concept_drift = prediction.concept_drift
         report.outputs = prediction.outputs
+        spread, reference = profile.performance_spread, profile.performance
+        report.performance_limits = performance_limits(
+            prediction.performance, reference=reference, spread=spread, level=level
+        )
+        report.estimated_performance_limits = performance_limits(
+            prediction.estimated_performance, reference=reference, spread=spread, level=level
+        )
     report.multivariate = _multivariate(profile=profile, sketch=sketch, config=config)
     return report
 
@@ -432,6 +459,7 @@ def _multiclass(
                     counts=counts,
                     override=config.prediction,
                     config=config,
+                    quality_alpha=config.alpha,  # an output's quality checks are not reported
                 )
             )
     if profile.predicted_class is not None:
@@ -445,6 +473,7 @@ def _multiclass(
                 counts=predicted,
                 override=None,
                 config=config,
+                quality_alpha=config.alpha,
             )
         )
     raw = np.array([np.nan if m.measurement.p_value is None else m.measurement.p_value for m in measured])

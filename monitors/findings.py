@@ -1,7 +1,8 @@
 """Every finding of a drift report in one list, and the headline that summarises them (pure).
 
 A report is "green" only when nothing stands: no drifted feature, prediction or multivariate detector, no
-flagged data-quality check, no realised or estimated metric below the reference by more than the margin,
+flagged data-quality check, no realised or estimated metric below the reference beyond its limit (the
+variability of the reference's own chunks, :mod:`monitors.horizon`; the margin for a profile without it),
 no concept-drift alarm, and no extra finding a caller adds (the firing alerts of the model, from
 ``alerts/``). The HTML report, ``GET /v1/models/{name}/drift`` and the terminal table all use this one
 summary, so they can never disagree.
@@ -38,13 +39,28 @@ def _below(
     current: Mapping[str, Any] | None,
     reference: Mapping[str, Any] | None,
     margin: float,
+    limits: Mapping[str, float] | None = None,
 ) -> list[Finding]:
+    """Metrics below the reference: beyond the report's limit of the metric (the reference chunks'
+    variability) when it has one, else by more than ``margin``."""
     out: list[Finding] = []
     if not current or not reference:
         return out
     for metric in METRICS:
         now, ref = current.get(metric), reference.get(metric)
         if not isinstance(now, int | float) or not isinstance(ref, int | float) or now != now or ref != ref:
+            continue
+        limit = (limits or {}).get(metric)
+        if limit is not None:
+            if now < limit:
+                out.append(
+                    Finding(
+                        kind,
+                        metric,
+                        f"{label} {metric} {now:.3f} is below the reference {ref:.3f} by {ref - now:.3f} "
+                        f"(beyond its limit {limit:.3f})",
+                    )
+                )
             continue
         if ref - now > margin:
             out.append(
@@ -90,13 +106,21 @@ def report_findings(report: DriftReport, *, margin: float = DEFAULT_MARGIN) -> l
         for q in report.quality
         if q.flagged
     ]
-    out += _below("performance", "realised", report.performance, report.reference_performance, margin)
+    out += _below(
+        "performance",
+        "realised",
+        report.performance,
+        report.reference_performance,
+        margin,
+        report.performance_limits,
+    )
     out += _below(
         "estimated_performance",
         "estimated",
         report.estimated_performance,
         report.reference_performance,
         margin,
+        report.estimated_performance_limits,
     )
     if report.concept_drift and report.concept_drift.get("drifted"):
         out.append(

@@ -188,10 +188,15 @@ def prepare(*, db: Database, settings: Settings, model_name: str) -> Prepared:
     return Prepared(version, profile, config, where)
 
 
-def evaluate_window(prepared: Prepared, window: Window, *, model_name: str) -> DriftReport:
-    """The engine's report on ``window`` (a config the engine refuses is an InvalidConfig naming its file)."""
+def evaluate_window(
+    prepared: Prepared, window: Window, *, model_name: str, every_s: float | None
+) -> DriftReport:
+    """The engine's report on ``window`` of runs every ``every_s`` seconds (a config the engine refuses is an
+    InvalidConfig naming its file)."""
     try:
-        return evaluate(profile=prepared.profile, sketch=window.sketch, config=prepared.config)
+        return evaluate(
+            profile=prepared.profile, sketch=window.sketch, config=prepared.config, every_s=every_s
+        )
     except ValueError as exc:  # e.g. an unknown test name in the config
         raise InvalidConfig(
             f"the monitor config of '{model_name}' at {prepared.where} is invalid: {exc}"
@@ -224,7 +229,12 @@ def run_monitor(
             f"the window of {model_name}:{version.version} ({spec.describe()}) holds {window.rows} answered "
             f"predictions, fewer than the minimum of {settings.monitor_min_rows}"
         )
-    report = evaluate_window(Prepared(version, profile, config, where), window, model_name=model_name)
+    report = evaluate_window(
+        Prepared(version, profile, config, where),
+        window,
+        model_name=model_name,
+        every_s=settings.monitor_interval_s,
+    )
     with db.session() as session:
         run = record_run(
             session=session,

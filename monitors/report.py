@@ -79,6 +79,9 @@ class DriftReport:
     concept_drift: dict[str, Any] | None = None
     outputs: list[FeatureDrift] = field(default_factory=list)  # multi-class: each class's probability, the
     # predicted-class distribution
+    performance_limits: dict[str, float] | None = None  # per metric, the realised value worse than the
+    # reference beyond its chunks' variability (monitors/horizon.py); None: a profile without that spread
+    estimated_performance_limits: dict[str, float] | None = None  # the same for the estimated metrics
 
     @property
     def estimate_method(self) -> str:
@@ -103,6 +106,10 @@ class DriftReport:
             "reference_performance": self.reference_performance,
             "concept_drift": self.concept_drift,
         }
+        if self.performance_limits:
+            out["performance_limits"] = self.performance_limits
+        if self.estimated_performance_limits:
+            out["estimated_performance_limits"] = self.estimated_performance_limits
         if self.outputs:
             out["outputs"] = [f.as_dict() for f in self.outputs]
         return dict(_json_number(out))
@@ -167,4 +174,6 @@ def report_from_dict(data: dict[str, Any]) -> DriftReport:
         reference_performance=data.get("reference_performance"),
         concept_drift=data.get("concept_drift"),
         outputs=[_feature_from_dict(f) for f in data.get("outputs") or []],
+        performance_limits=data.get("performance_limits"),
+        estimated_performance_limits=data.get("estimated_performance_limits"),
     )

@@ -127,6 +127,37 @@ def test_estimated_performance_misses_concept_drift(reports: dict[str, dict[str,
     assert active(evaluate(strict, reports["baseline"]))
 
 
+def test_a_performance_rule_without_a_bound_compares_with_the_reports_limits() -> None:
+    """The default rule: worse than the limit the engine drew from the reference's chunks; a report without
+    limits (an older profile) falls back to a margin of 0.05; a rule's own margin wins over the limits."""
+    auto = rule("performance")
+    doc: dict[str, Any] = {
+        "performance": {"roc_auc": 0.80, "rows": 1000.0},
+        "reference_performance": {"roc_auc": 0.85},
+        "performance_limits": {"roc_auc": 0.82},
+    }
+    (found,) = evaluate(auto, doc) or []
+    assert found.active and found.evidence["limit"] == 0.82 and "margin" not in found.evidence
+    (found,) = evaluate(auto, {**doc, "performance_limits": {"roc_auc": 0.79}}) or []
+    assert not found.active
+    older = {k: v for k, v in doc.items() if k != "performance_limits"}
+    (found,) = evaluate(auto, older) or []
+    assert not found.active and found.evidence["margin"] == 0.05  # a drop of 0.05 is not more than 0.05
+    (found,) = evaluate(auto, {**older, "performance": {"roc_auc": 0.79, "rows": 1000.0}}) or []
+    assert found.active
+    own = rule("performance", params={"margin": 0.1})
+    (found,) = evaluate(own, doc) or []
+    assert not found.active and found.evidence["margin"] == 0.1
+    rmse = rule("estimated_performance", params={"metric": "rmse"})
+    regression = {
+        "estimated_performance": {"rmse": 1.3, "rows": 500.0},
+        "reference_performance": {"rmse": 1.0},
+        "estimated_performance_limits": {"rmse": 1.2},
+    }
+    (found,) = evaluate(rmse, regression) or []
+    assert found.active and found.evidence["limit"] == 1.2
+
+
 def test_data_quality_unseen_category(reports: dict[str, dict[str, Any]]) -> None:
     r = rule("data_quality", params={"check": "unseen_category", "above": 0.05})
     assert not active(evaluate(r, reports["baseline"]))
@@ -170,7 +201,8 @@ def test_defaults_cover_every_kind_sensibly() -> None:
         by_name["dataset_drift"].actions == ["notify", "retrain"] and by_name["dataset_drift"].for_runs == 1
     )
     assert by_name["performance_drop"].severity == "critical"
-    assert by_name["performance_drop"].params["margin"] == 0.05
+    assert by_name["performance_drop"].params["margin"] is None  # the report's limits (monitors/horizon.py)
+    assert by_name["estimated_performance_drop"].params["margin"] is None
     assert by_name["model_unhealthy"].for_runs == 2 and by_name["model_unhealthy"].severity == "critical"
     assert by_name["feature_drift"].severity == "info" and by_name["feature_drift"].actions == ["notify"]
     assert by_name["unseen_categories"].params == {"check": "unseen_category", "above": 0.05, "feature": "*"}
@@ -255,7 +287,7 @@ def test_rules_file_errors_name_the_file_the_path_and_the_rule() -> None:
     with pytest.raises(Invalid, match=r"^rules\.yml: models\.bad name: .*model name"):
         parse_text("models:\n  bad name: []\n", where="rules.yml")
     wildcard = parse_text("models:\n  '*': [{name: perf, kind: performance}]\n", where="r.yml")
-    assert wildcard["*"][0].params["margin"] == 0.05
+    assert wildcard["*"][0].params["margin"] is None  # no bound given: the report's limits
 
 
 # --- fingerprints and matchers ------------------------------------------------------------------------------
