@@ -11,7 +11,10 @@ stored and nothing is sent.
 
 A **false notification** is an alert that starts firing on the stream without drift (a new alert firing at
 once, or a pending one reaching its ``for``); the **detection delay** of a shift is the first run, counted
-from the first run whose window holds shifted rows (0), at which one of the rule's alerts is firing.
+from the first run whose window holds shifted rows (0), at which one of the rule's alerts is firing. A shift
+is **visible** from the first run whose window a one-off comparison (``alpha``, no budget spent over repeated
+runs: what a single-window test finds) flags for what was planted (:func:`seen`); a gradual shift is followed
+for at most :data:`GRADUAL_DAYS` days.
 """
 
 from __future__ import annotations
@@ -25,20 +28,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from alerts import rules as rule_kinds
-from alerts.backtest_traffic import GRADUAL, Pool, Shift, Traffic
+from alerts.backtest_traffic import GRADUAL, Pool, Shift, ShiftKind, Traffic
 from alerts.backtest_window import Layout, SlidingWindow
 from alerts.labels import fingerprint
-from alerts.lifecycle import alert_labels
+from alerts.lifecycle import alert_labels, is_firing
 from alerts.specs import RuleSpec
 from monitors.config import MonitorConfig
 from monitors.engine import evaluate
-from monitors.findings import headline
+from monitors.findings import headline, report_findings
 from monitors.profile import Profile
 from monitors.report import DriftReport, FeatureDrift, Histogram
 from monitors.window import WindowSketch
 
 NO_DRIFT = "no_drift"
 DAYS_PER_NOTICE = 30.0  # false notifications are reported per this many days
+GRADUAL_DAYS = 3.0  # a gradual shift not caught within this many days counts as never caught
 
 Progress = Callable[[int], None]
 
@@ -50,6 +54,7 @@ class RunOutcome:
 
     green: bool
     findings: dict[str, tuple[tuple[str, bool], ...] | None]
+    visible: bool = False  # a one-off comparison of the window flags the planted shift (:func:`seen`)
 
 
 @dataclass(frozen=True)
@@ -60,11 +65,30 @@ class Judge:
     config: MonitorConfig
     rules: tuple[RuleSpec, ...]
     model_name: str
+    every_s: float  # seconds between runs: the level a run tests at (monitors.horizon)
 
-    def __call__(self, sketch: WindowSketch) -> RunOutcome:
-        report = evaluate(profile=self.profile, sketch=sketch, config=self.config)
+    def __call__(self, sketch: WindowSketch, shift: Shift | None = None) -> RunOutcome:
+        """The run's outcome; with ``shift``, also whether a one-off comparison of the window sees it."""
+        report = evaluate(profile=self.profile, sketch=sketch, config=self.config, every_s=self.every_s)
         findings = rule_findings(self.rules, self.model_name, rules_view(report))
-        return RunOutcome(green=headline(report).ok, findings=findings)
+        once = None if shift is None else evaluate(profile=self.profile, sketch=sketch, config=self.config)
+        visible = once is not None and shift is not None and seen(once, shift)
+        return RunOutcome(green=headline(report).ok, findings=findings, visible=visible)
+
+
+def seen(report: DriftReport, shift: Shift) -> bool:
+    """Whether a report flags what ``shift`` planted: the feature of a mean shift drifted; the feature of a
+    new category drifted or its unseen-category check flagged; flipped labels: a realised metric worse than
+    its limit, or the concept-drift alarm."""
+    if shift.kind is ShiftKind.PERFORMANCE_DROP:
+        concept = bool(report.concept_drift and report.concept_drift.get("drifted"))
+        return concept or any(f.kind == "performance" for f in report_findings(report))
+    feature = next((f for f in report.features if f.name == shift.feature), None)
+    if feature is not None and feature.drifted:
+        return True
+    return shift.kind is ShiftKind.NEW_CATEGORY and any(
+        q.flagged and q.feature == shift.feature and q.check == "unseen_category" for q in report.quality
+    )
 
 
 def rule_findings(
@@ -113,7 +137,8 @@ class _Open:
 @dataclass
 class Replay:
     """The rules' alerts through their life, in memory: a new alert fires at once, or is pending until its
-    rule's ``for`` consecutive active runs; an open alert no longer active (its rule evaluated) resolves."""
+    rule's ``for`` consecutive active runs (``alerts.lifecycle.is_firing``); an open alert no longer active
+    (its rule evaluated) resolves."""
 
     rules: tuple[RuleSpec, ...]
     open: dict[str, _Open] = field(default_factory=dict)
@@ -143,16 +168,17 @@ class Replay:
         self.runs += 1
 
     def _advance(self, spec: RuleSpec, fp: str) -> None:
+        """One more active run of an alert (a new one: its first), firing by ``alerts.lifecycle``'s rule."""
+
         alert = self.open.get(fp)
         if alert is None:
-            alert = self.open[fp] = _Open(spec.name, firing=spec.for_runs <= 1)
-            if alert.firing:
-                self.fired[spec.name] += 1
-            return
-        alert.active_runs += 1
-        if not alert.firing and alert.active_runs >= spec.for_runs:
-            alert.firing = True
+            alert = self.open[fp] = _Open(spec.name, firing=False)
+        else:
+            alert.active_runs += 1
+        firing = is_firing(firing=alert.firing, active_runs=alert.active_runs, for_runs=spec.for_runs)
+        if firing and not alert.firing:
             self.fired[spec.name] += 1
+        alert.firing = firing
 
     @property
     def all_fired(self) -> bool:
@@ -198,10 +224,10 @@ class Setup:
 
 
 def horizon(plan: Plan, shift: Shift, rules: tuple[RuleSpec, ...]) -> int:
-    """The runs a shift is followed for: a gradual one the whole backtest; another until the window holds only
-    shifted rows, then the longest ``for`` more."""
+    """The runs a shift is followed for: a gradual one :data:`GRADUAL_DAYS` days (at most the backtest);
+    another until the window holds only shifted rows, then the longest ``for`` more."""
     if shift.kind in GRADUAL:
-        return plan.runs
+        return min(plan.runs, math.ceil(GRADUAL_DAYS * plan.runs / plan.days))
     longest = max((spec.for_runs for spec in rules), default=1)
     return min(plan.runs, math.ceil(plan.window / plan.step) + longest)
 
@@ -217,8 +243,11 @@ def run_stream(
     )
     replay = Replay(judge.rules) if scenario.until_all_fired else None
     out: list[RunOutcome] = []
+    looking = scenario.shift  # asked whether the shift is visible until it is
     for _ in range(first, last):
-        out.append(judge(window.next()))
+        out.append(judge(window.next(), looking))
+        if out[-1].visible:
+            looking = None
         if progress is not None:
             progress(1)
         if replay is not None:
@@ -308,6 +337,7 @@ class BacktestResult:
     rules: list[RuleResult]
     green_runs: int
     shifts: list[Shift]
+    visible_at_run: dict[str, int | None] = field(default_factory=dict)  # per shift (None: never visible)
 
     @property
     def headline_green_fraction(self) -> float:
@@ -330,6 +360,7 @@ class BacktestResult:
             ],
             "total_false_notifications_per_30d": self.total_false_notifications_per_30d,
             "headline_green_fraction": round(self.headline_green_fraction, 4),
+            "visible_at_run": self.visible_at_run,
         }
 
 
@@ -357,7 +388,14 @@ def backtest(
         replay = replays[name] = Replay(rules)
         for outcome in runs:
             replay.step(outcome)
-    return summarize(plan=plan, rules=rules, replays=replays, outcomes=outcomes[NO_DRIFT], shifts=shifts)
+    result = summarize(plan=plan, rules=rules, replays=replays, outcomes=outcomes[NO_DRIFT], shifts=shifts)
+    visible = {s.kind.value: first_visible(outcomes[s.kind.value]) for s in shifts}
+    return replace(result, visible_at_run=visible)
+
+
+def first_visible(outcomes: list[RunOutcome]) -> int | None:
+    """The first run whose window a one-off comparison sees the shift in (None: never)."""
+    return next((i for i, outcome in enumerate(outcomes) if outcome.visible), None)
 
 
 def summarize(

@@ -4,7 +4,9 @@ the model's monitor config, its reference rows and the rules; then :func:`alerts
 The version backtested is the serving one (else the newest). Its traffic is resampled from its reference
 rows: the file its lineage names (``reference`` of a version registered by ``driftwarden models import``,
 ``data_source`` of a trained one), the model's answers from the file's prediction column (a model served
-elsewhere) or from the version's SavedModel, the labels from the contract's target column. The rules are
+elsewhere) or from the version's SavedModel, the labels from the contract's target column. Half of those
+rows (even positions) are profiled as the version was, the traffic is drawn from the other half
+(:func:`split_reference`): a window never holds a row of the profile it is compared with. The rules are
 the model's (its own, the ``*`` ones, else the defaults) or those a rules file gives it; only the rules a
 monitor run evaluates, and enabled, take part. Every refusal is a :class:`core.errors.DomainError` (one
 line, exit 2): nothing is written anywhere.
@@ -30,7 +32,7 @@ from core.errors import Invalid, NotFound
 from core.tabular import Columns, as_float, read_table
 from monitors.config import MonitorConfig, load_config
 from monitors.flows import load_profile
-from monitors.profile import Profile
+from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from registry.models import ModelVersion
 from registry.names import check_name
 from registry.schema import FeatureKind, ModelSchema, Task, label_codes
@@ -40,6 +42,7 @@ DEFAULT_RATE = 100.0  # rows a minute
 DEFAULT_DAYS = 30.0
 DEFAULT_INTERVAL = "5m"
 MAX_RUNS = 10_000_000
+MIN_HALF_ROWS = 500
 
 
 @dataclass(frozen=True)
@@ -87,9 +90,32 @@ def prepare(*, db: Database, settings: Settings, request: BacktestRequest) -> tu
     version = _version(db=db, settings=settings, model_name=request.model_name)
     plan = _plan(request, settings=settings, config=version.config)
     rules = _rules(db=db, request=request)
-    pool = _pool(version)
-    judge = Judge(version.profile, version.config, tuple(rules), request.model_name)
+    profile, pool = split_reference(_pool(version), version.schema)
+    every_s = require_duration(request.interval, where="--interval").total_seconds()
+    judge = Judge(profile, version.config, tuple(rules), request.model_name, every_s)
     return Setup(judge=judge, pool=pool, plan=plan), _shifts(request, version.schema, pool)
+
+
+def split_reference(pool: Pool, schema: ModelSchema) -> tuple[Profile, Pool]:
+    """The reference's rows at even positions profiled as the version's were, those at odd positions the
+    traffic: no window ever holds a row of the profile, as fresh production traffic does not (resampling the
+    profiled rows themselves would hide the reference's own sampling noise from every test)."""
+    n = pool.rows
+    if n < 2 * MIN_HALF_ROWS:
+        raise Invalid(
+            f"the reference has {n} rows: a backtest profiles half of them and resamples the other half, "
+            f"at least {MIN_HALF_ROWS} each"
+        )
+    profiled, drawn = np.arange(0, n, 2), np.arange(1, n, 2)
+
+    def half(index: np.ndarray) -> Pool:
+        labels = None if pool.labels is None else pool.labels[index]
+        columns = {name: values[index] for name, values in pool.columns.items()}
+        return Pool(columns=columns, predictions=pool.predictions[index], labels=labels, task=pool.task)
+
+    ref = half(profiled)
+    built = build_reference_profile(ref.columns, schema, predictions=ref.predictions, labels=ref.labels)
+    return profile_from_dict(built), half(drawn)
 
 
 def _version(*, db: Database, settings: Settings, model_name: str) -> _Version:
@@ -201,11 +227,11 @@ def _reference(version: _Version) -> tuple[Columns, str]:
 
 def _answers(version: _Version, table: Columns, columns: Columns, where: str) -> np.ndarray:
     """The model's answers on the reference rows: its prediction column, else its SavedModel's."""
-    from training.importer import _prediction_column  # one reading of a prediction column (see the report)
+    from training.importer import read_prediction_column  # one reading of a prediction column
 
     column = (version.row.lineage or {}).get("prediction_column")
     if column:
-        raw = _prediction_column(table, str(column), Path(where))
+        raw = read_prediction_column(table, str(column), Path(where))
         binary_pair = version.schema.kind is Task.BINARY and raw.ndim == 2
         return raw[:, 1] if binary_pair else raw
     path = Path(version.row.path)
@@ -213,9 +239,9 @@ def _answers(version: _Version, table: Columns, columns: Columns, where: str) ->
         raise Invalid(
             f"{version.label} has neither a prediction column nor a SavedModel to answer its reference"
         )
-    from training.retrain import _score  # the version's answers, as the validation gate scores it
+    from training.retrain import score_version  # the version's answers, as the validation gate scores it
 
-    return _score(path, version.schema, columns)
+    return score_version(path, version.schema, columns)
 
 
 def _labels(schema: ModelSchema, table: Columns) -> np.ndarray | None:

@@ -66,16 +66,16 @@ def test_demo_trains_serves_flags_the_planted_drift_and_closes_the_loop(tmp_path
         "passes the gate",
         "promoted",
         "new version serves",
-        "next run: no feature drift",
+        "next run: green",
         "bad candidate rejected",
     ):
         assert f"│ {stage}" in out and f"{stage} │ ok" in " ".join(out.replace("│", " │ ").split()), stage
     assert "signature verified with standardwebhooks" in flat and "(trigger alert," in flat
     assert "credit: serving version 1 -> 2" in log  # the server switched to the retrained version
-    # the next run's stage quotes its headline: never "clean" beside "Attention"
+    # the next run, on clean traffic for the retrained version, is green: its stage quotes the headline
     table = " ".join(out.replace("│", " │ ").split())
-    row = table.split("next run: no feature drift │ ok │", 1)[1].split("│ bad candidate rejected", 1)[0]
-    assert "headline: " in row and "clean" not in row
+    row = table.split("next run: green │ ok │", 1)[1].split("│ bad candidate rejected", 1)[0]
+    assert "no feature drifted; headline: No findings:" in row, row
     assert "job 2: rejected" in flat and "gate: FAIL metric: roc_auc" in flat  # the drill, with its reason
     from sqlalchemy import create_engine, text
 

@@ -18,7 +18,16 @@ import typer
 from typer.testing import CliRunner
 
 from alerts import flows, service
-from alerts.backtest import Plan, Replay, RunOutcome, rule_findings, rules_view, summarize
+from alerts.backtest import (
+    GRADUAL_DAYS,
+    Plan,
+    Replay,
+    RunOutcome,
+    horizon,
+    rule_findings,
+    rules_view,
+    summarize,
+)
 from alerts.backtest_traffic import Pool, Shift, ShiftKind, Traffic
 from alerts.backtest_window import Layout, SlidingWindow
 from alerts.cli import register
@@ -134,7 +143,12 @@ def test_false_notifications_are_the_transitions_to_firing_counted_by_hand() -> 
     plan = Plan(window=1000, step=500, runs=11, days=15.0, rate=100.0)
     result = summarize(plan=plan, rules=rules, replays={"no_drift": replay}, outcomes=runs, shifts=[])
     doc = result.as_dict()
-    assert set(doc) == {"rules", "total_false_notifications_per_30d", "headline_green_fraction"}
+    assert set(doc) == {
+        "rules",
+        "total_false_notifications_per_30d",
+        "headline_green_fraction",
+        "visible_at_run",
+    }
     assert [(r["name"], r["false_notifications_per_30d"]) for r in doc["rules"]] == [
         ("now", 6.0),
         ("three", 4.0),
@@ -296,7 +310,13 @@ def test_an_abrupt_shift_is_caught_at_the_run_it_enters_the_window(
     code, out, err = run(cli, "alerts", "backtest", "--model", MODEL, "--shift", "abrupt_mean", *args)
     assert code == 0, err
     doc = json.loads(out)
-    assert set(doc) == {"rules", "total_false_notifications_per_30d", "headline_green_fraction"}
+    assert set(doc) == {
+        "rules",
+        "total_false_notifications_per_30d",
+        "headline_green_fraction",
+        "visible_at_run",
+    }
+    assert doc["visible_at_run"] == {"abrupt_mean": 0}  # a one-off comparison of run 0's window sees it
     delays = {r["name"]: r["detection_delay_runs"] for r in doc["rules"]}
     assert delays == {
         "a_now": {"abrupt_mean": 0},
@@ -349,3 +369,13 @@ def test_bad_input_is_one_line_and_exit_2(cli: typer.Typer, registered: Path, tm
     code, out, err = run(cli, "alerts", "backtest", "--model", MODEL)
     assert (code, out) == (2, "") and len(err.splitlines()) == 1
     assert f"the reference of {MODEL}:1, {registered.resolve()}, is gone" in err
+
+
+def test_a_gradual_shift_is_followed_for_three_days_and_an_abrupt_one_until_the_window_is_shifted() -> None:
+    rules = tuple(r for r in DEFAULT_RULES if r.kind in MONITOR_KINDS)
+    plan = Plan(window=10_000, step=500, runs=8_640, days=30.0, rate=100.0)  # every 5 minutes
+    assert GRADUAL_DAYS == 3.0
+    assert horizon(plan, Shift(ShiftKind.GRADUAL_MEAN, "a", 1.0), rules) == 864  # 3 days of runs
+    assert horizon(plan, Shift(ShiftKind.ABRUPT_MEAN, "a", 1.0), rules) == 20 + 1  # whole window, then for
+    short = Plan(window=10_000, step=500, runs=288, days=1.0, rate=100.0)
+    assert horizon(short, Shift(ShiftKind.GRADUAL_MEAN, "a", 1.0), rules) == 288  # at most the backtest
