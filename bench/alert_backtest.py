@@ -111,9 +111,14 @@ def show(result: BacktestResult, *, window: int, minutes: int, seconds: float) -
         delays = [r.detection_delay_runs[s] for s in shifts]
         shown = "  ".join(f"{'-' if d is None else d:>16}" for d in delays)
         print(f"  {r.name:28} {r.false_notifications_per_30d:>9g}  {shown}")
+    visible = [result.visible_at_run.get(s) for s in shifts]
+    print(
+        f"  {'(one-off test sees it)':28} {'':>9}  "
+        + "  ".join(f"{'-' if v is None else v:>16}" for v in visible)
+    )
     print(
         f"  {'total':28} {result.total_false_notifications_per_30d:>9g}  headline green in "
-        f"{result.headline_green_fraction:.1%} of the runs without drift"
+        f"{result.headline_green_fraction:.2%} of the runs without drift"
     )
 
 
