@@ -297,13 +297,18 @@ def _numeric(
                 spec,
                 i,
                 "observed_range",
-                f"value {v} is outside the training range [{lo_o:g}, {hi_o:g}]",
+                f"value {v} is outside the training range {_bounds(lo_o, hi_o)}",
                 problems,
                 flags,
             )
         out[i] = f
         clean.append(v)
     return out, clean
+
+
+def _bounds(low: float | None, high: float | None) -> str:
+    """A range as a message shows it; an open side (a contract may bound one side only) is infinite."""
+    return f"[{'-inf' if low is None else format(low, 'g')}, {'inf' if high is None else format(high, 'g')}]"
 
 
 def _categorical(

@@ -131,3 +131,18 @@ def test_outputs_must_be_finite_and_in_range() -> None:
         ("output_range", 3),
     ]
     assert check_outputs(OutputSpec("probability"), [0.0, 0.5, 1.0]) == []
+
+
+def test_a_training_range_open_on_one_side_is_named_not_a_crash() -> None:
+    """A contract may bound one side only (observed_max unset): a value below its minimum is a soft rule
+    whose message shows the open side as infinite (it raised TypeError, a 500, before)."""
+    x = replace(
+        SCHEMA.features[0], observed_max=None, allowed_min=-10.0, allowed_max=None, policy=Policy.REJECT
+    )
+    one_sided = replace(SCHEMA, features=(x, SCHEMA.features[1]))
+    with pytest.raises(ContractViolation) as info:
+        cols = parse_v1(one_sided, {"inputs": {"x": [-0.5], "c": ["a"]}})
+        check_inputs(one_sided, cols.values, cols.n)
+    v = info.value.violations[0]
+    assert (v.rule, v.row, v.feature) == ("observed_range", 0, "x")
+    assert "outside the training range [0, inf]" in v.message
