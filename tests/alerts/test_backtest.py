@@ -325,6 +325,13 @@ def test_an_abrupt_shift_is_caught_at_the_run_it_enters_the_window(
     }
     assert 0.0 <= doc["headline_green_fraction"] <= 1.0
 
+    table_args = [a for a in args if a != "--json"]
+    code, out, err = run(cli, "alerts", "backtest", "--model", MODEL, "--shift", "abrupt_mean", *table_args)
+    assert code == 0, err
+    lines = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 2}
+    assert lines["a_three"].split("│")[-2].strip() == "2"  # the delay of the rule with for: 3
+    assert lines["(a one-off test sees it)"].split("│")[-2].strip() == "0"
+
     code, out, err = run(cli, "alerts", "backtest", "--model", MODEL, "--shift", "performance_drop", *args)
     assert code == 0, err
     perf = next(r for r in json.loads(out)["rules"] if r["name"] == "perf")
