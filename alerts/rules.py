@@ -58,7 +58,7 @@ DEFAULT_RULES: tuple[RuleSpec, ...] = (
         "unseen_categories",
         Kind.DATA_QUALITY,
         severity="warning",
-        params={"check": "unseen_category", "above": 0.05, "feature": "*"},
+        params={"check": "unseen_category", "feature": "*"},
     ),
     _rule("concept_drift", Kind.CONCEPT_DRIFT, severity="warning"),
     _rule("model_unhealthy", Kind.HEALTH, severity="critical", for_runs=2, params={"check": "model:{model}"}),
@@ -186,8 +186,7 @@ TASK_METRICS = ("macro_f1", "rmse")
 
 def _quality(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Finding] | None:
     check, wanted = params.get("check"), params.get("feature", "*")
-    above = _num(params.get("above"))
-    above = 0.05 if above is None else above
+    above = _num(params.get("above"))  # None: the report's verdict (flagged)
     checks = [q for q in report.get("quality") or [] if q.get("check") == check]
     if wanted != "*":
         checks = [q for q in checks if q.get("feature") == wanted]
@@ -197,9 +196,8 @@ def _quality(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Findi
     for q in checks:
         rate = _num(q.get("rate")) or 0.0
         evidence = {**q, "above": above}
-        out.append(
-            Finding(rate > above, rate, evidence, {"feature": str(q.get("feature")), "check": str(check)})
-        )
+        active = bool(q.get("flagged")) if above is None else rate > above
+        out.append(Finding(active, rate, evidence, {"feature": str(q.get("feature")), "check": str(check)}))
     return out
 
 
@@ -302,9 +300,10 @@ def default_summary(spec: RuleSpec, model_name: str, finding: Finding) -> str:
                 bound = f"{_g(e.get('drop'), '.3f')} below the reference {_g(e.get('reference'), '.3f')}"
             return f"{model_name}: {which} {e.get('metric')} {_g(e.get('value'), '.3f')}, {bound}"
         case Kind.DATA_QUALITY:
-            return (
-                f"{model_name}: {_pct(e.get('rate'))} of {e.get('feature')} fail {e.get('check')} "
-                f"(above {_pct(e.get('above'))})"
+            return f"{model_name}: {_pct(e.get('rate'))} of {e.get('feature')} fail {e.get('check')} " + (
+                f"(expected {_pct(e.get('expected_rate'))})"
+                if e.get("above") is None
+                else f"(above {_pct(e.get('above'))})"
             )
         case Kind.CONCEPT_DRIFT:
             return f"{model_name}: concept drift ({e.get('detector')}: {e.get('n_alarms')} alarms)"

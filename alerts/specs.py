@@ -135,10 +135,12 @@ class PerformanceParams(_Params):
 
 
 class QualityParams(_Params):
-    """The share of rows failing ``check`` above ``above``, per feature (``*``: every feature)."""
+    """The share of rows failing ``check`` above ``above``, per feature (``*``: every feature); without
+    ``above`` (the default), the report's own verdict on the check: higher than the reference's rate by at
+    least ``quality_min_increase`` and significant at the run's level (docs/monitoring.md)."""
 
     check: Literal["missing", "out_of_range", "unseen_category", "contract_violation"]
-    above: float = Field(default=0.05, ge=0, le=1)
+    above: float | None = Field(default=None, ge=0, le=1)
     feature: str = Field(default="*", min_length=1, max_length=128)
 
 

@@ -168,6 +168,14 @@ def test_data_quality_unseen_category(reports: dict[str, dict[str, Any]]) -> Non
     assert not active(evaluate(higher, reports["new_category"]))
     other = rule("data_quality", params={"check": "missing", "feature": "no_such_feature"})
     assert evaluate(other, reports["baseline"]) is None
+    # without `above`: the report's own verdict on the check, whatever the share
+    verdict = rule("data_quality", params={"check": "unseen_category"})
+    assert not active(evaluate(verdict, reports["baseline"]))
+    (flagged,) = active(evaluate(verdict, reports["new_category"]))
+    assert flagged.labels["feature"] == "loan_purpose" and flagged.evidence["flagged"] is True
+    doc = {"quality": [{"feature": "f", "check": "unseen_category", "rate": 0.9, "flagged": False}]}
+    assert not active(evaluate(verdict, doc))  # a high share the report does not flag (a rare category)
+    assert active(evaluate(r, doc))  # a fixed share does
 
 
 def test_concept_drift(reports: dict[str, dict[str, Any]]) -> None:
@@ -205,7 +213,8 @@ def test_defaults_cover_every_kind_sensibly() -> None:
     assert by_name["estimated_performance_drop"].params["margin"] is None
     assert by_name["model_unhealthy"].for_runs == 2 and by_name["model_unhealthy"].severity == "critical"
     assert by_name["feature_drift"].severity == "info" and by_name["feature_drift"].actions == ["notify"]
-    assert by_name["unseen_categories"].params == {"check": "unseen_category", "above": 0.05, "feature": "*"}
+    # the report's verdict on the check (significant at the run's level), not a fixed share
+    assert by_name["unseen_categories"].params == {"check": "unseen_category", "above": None, "feature": "*"}
 
 
 def test_annotations_render_templates_and_keep_unknown_names(reports: dict[str, dict[str, Any]]) -> None:
