@@ -246,10 +246,11 @@ def categorical_summary(values: Column, *, name: str) -> dict[str, Any]:
 def _pca_summary(columns: Mapping[str, Column], names: list[str]) -> dict[str, Any] | None:
     """PCA of the standardised ``names`` with a held-out reference error distribution (None: too few rows).
 
-    The sampled rows are cross-fitted: the PCA (center, scale, axes) is fitted on the even positions and the
-    reconstruction errors summarised are those of the odd positions under it, standardised as
-    :func:`pca_errors` standardises a window's rows. Errors of the fitting rows would be biased low (the
-    discarded axes are their own smallest-variance directions), so fresh rows would look drifted.
+    The sampled rows are cross-fitted in two folds (even and odd positions): a PCA (center, scale, axes) is
+    fitted on each, and the reconstruction errors summarised are those of each fold under the OTHER fold's
+    PCA, standardised as :func:`pca_errors` standardises a window's rows; the even fold's PCA is kept. Errors
+    of the fitting rows would be biased low (the discarded axes are their own smallest-variance directions),
+    so fresh rows would look drifted; both folds' held-out errors keep every sampled row in the distribution.
     """
     if len(names) < 2:
         return None
@@ -258,36 +259,57 @@ def _pca_summary(columns: Mapping[str, Column], names: list[str]) -> dict[str, A
     x = np.empty((min(rows, PCA_MAX_ROWS), len(names)), order="F")  # sampled rows first, one column a time
     for j, n in enumerate(names):
         x[:, j] = as_float(columns[n][pick])
-    fit = x[0::2]  # the fitting fold (a view); the odd positions x[1::2] are held out
-    if fit.shape[0] < 2 * len(names):
+    even, odd = np.ascontiguousarray(x[0::2]), np.ascontiguousarray(x[1::2])
+    if odd.shape[0] < 2 * len(names):  # the smaller fold (odd has at most as many rows as even)
         return None
-    center = np.nanmean(fit, axis=0)
-    scale = np.nanstd(fit, axis=0)
+    kept = _fit_pca(even)
+    other = _fit_pca(odd, k=kept.components.shape[0])  # as many axes kept: errors on one scale
+    err = np.concatenate([_fold_errors(odd, kept), _fold_errors(even, other)])
+    return {
+        "features": names,
+        "center": kept.center.tolist(),
+        "scale": kept.scale.tolist(),
+        "components": kept.components.tolist(),
+        "residual_components": kept.residual_components.tolist(),
+        "explained_variance": kept.explained_variance,
+        "error": numeric_summary(err, name="pca_reconstruction_error"),
+    }
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    """A PCA fitted on one fold: its standardisation, kept and discarded axes, explained variance."""
+
+    center: np.ndarray
+    scale: np.ndarray
+    components: np.ndarray
+    residual_components: np.ndarray
+    explained_variance: float
+
+
+def _fit_pca(rows: np.ndarray, *, k: int | None = None) -> _Fitted:
+    """The principal axes of ``rows`` standardised (a missing value at the center); ``k`` kept axes, or as
+    many as explain :data:`PCA_VARIANCE` of the variance (at most ``d - 1``)."""
+    center = np.nan_to_num(np.nanmean(rows, axis=0))
+    scale = np.nanstd(rows, axis=0)
     scale[~(scale > 0)] = 1.0
-    center = np.nan_to_num(center)
-    x -= center  # both folds standardised in place with the fitted center and scale: z
-    x /= scale
-    z = np.nan_to_num(x, copy=False)  # a missing value at the center (0), as pca_errors
-    z_fit, z_held = np.ascontiguousarray(z[0::2]), z[1::2]
+    z = np.nan_to_num((rows - center) / scale)
     # principal axes from the d x d scatter matrix (the right singular vectors of z), largest first
-    eigenvalues, vectors = np.linalg.eigh(z_fit.T @ z_fit)
+    eigenvalues, vectors = np.linalg.eigh(z.T @ z)
     order = np.argsort(eigenvalues)[::-1]
     energy = np.clip(eigenvalues[order], 0.0, None)
     vt = np.ascontiguousarray(vectors[:, order].T)
     var = energy / max(float(energy.sum()), 1e-300)
-    k = int(np.searchsorted(np.cumsum(var), PCA_VARIANCE) + 1)
-    k = min(max(k, 1), len(names) - 1)
-    comps, resid = vt[:k], vt[k:]
-    err = reconstruction_error(z_held, resid)
-    return {
-        "features": names,
-        "center": center.tolist(),
-        "scale": scale.tolist(),
-        "components": comps.tolist(),
-        "residual_components": resid.tolist(),
-        "explained_variance": float(var[:k].sum()),
-        "error": numeric_summary(err, name="pca_reconstruction_error"),
-    }
+    d = rows.shape[1]
+    if k is None:
+        k = min(max(int(np.searchsorted(np.cumsum(var), PCA_VARIANCE) + 1), 1), d - 1)
+    return _Fitted(center, scale, vt[:k], vt[k:], float(var[:k].sum()))
+
+
+def _fold_errors(rows: np.ndarray, pca: _Fitted) -> np.ndarray:
+    """The reconstruction errors of ``rows`` under a PCA fitted on other rows (as :func:`pca_errors`)."""
+    z = np.nan_to_num((rows - pca.center) / pca.scale)
+    return reconstruction_error(z, pca.residual_components)
 
 
 def pca_errors(columns: Mapping[str, Column], pca: PCAProfile) -> np.ndarray:

@@ -41,7 +41,7 @@ def test_reference_error_is_the_error_of_fresh_rows_not_of_the_fitting_rows() ->
     pca = profile_from_dict(json.loads(json.dumps(doc))).multivariate
     assert pca is not None and pca.features == tuple(names)
     assert 20 <= pca.components.shape[0] < features
-    assert pca.error.count == rows // 2  # the held-out fold (odd positions)
+    assert pca.error.count == rows  # each fold's rows under the other fold's PCA
 
     fresh = factor_rows(np.random.default_rng(8), loadings, 20_000)
     fresh_errors = pca_errors({n: fresh[:, j] for j, n in enumerate(names)}, pca)
@@ -67,9 +67,9 @@ def test_the_pca_needs_twice_as_many_fitting_rows_as_features() -> None:
         cols["y"] = np.arange(rows) % 2
         return build_reference_profile(cols, infer_schema(cols, target="y"))["multivariate"]
 
-    assert multivariate(10) is None  # 5 fitting rows for 3 features
-    eleven = multivariate(11)  # 6 fitting rows, 5 held out
-    assert isinstance(eleven, dict) and eleven["error"]["count"] == 5
+    assert multivariate(11) is None  # folds of 6 and 5 rows for 3 features
+    twelve = multivariate(12)  # two folds of 6 rows, each fitted and held out
+    assert isinstance(twelve, dict) and twelve["error"]["count"] == 12
 
 
 # ---------------------------------------------------------------- performance spread
