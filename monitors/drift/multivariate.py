@@ -4,8 +4,9 @@ The reference profile holds a PCA fitted on half of the sampled reference rows (
 components explaining about 90 % of the variance, at most ``d - 1``) and the distribution of the
 reconstruction error ``||z - z V^T V||^2 / d`` (the energy along the discarded axes) of rows a PCA was not
 fitted on, as a window's are: the other half's rows under it, and its own half's under a PCA fitted on the
-other half (two-fold cross-fitting, so every sampled row counts). (Errors of the fitting rows themselves are biased low,
-the discarded axes being their own smallest-variance directions, which made clean windows look drifted.)
+other half (two-fold cross-fitting, so every sampled row counts). (Errors of the fitting rows themselves
+are biased low, the discarded axes being their own smallest-variance directions, which made clean windows
+look drifted.)
 A window whose rows break the reference correlations (even with unchanged marginals) reconstructs worse; its
 error distribution is compared with the reference one by the default numeric test (KS significance and a
 minimum normalised Wasserstein distance).
