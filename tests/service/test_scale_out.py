@@ -225,7 +225,7 @@ def test_two_servers_and_one_monitor_share_one_postgres(
                 spec=window_spec(settings=settings, config=config, version=number),
                 threshold=config.classification_threshold,
             )
-            local = evaluate(profile=profile, sketch=window.sketch, config=config)
+            local = evaluate(profile=profile, sketch=window.sketch, config=config, every_s=INTERVAL_S)
         finally:
             db.dispose()
         assert (window.rows, window.labelled, window.first_id, window.last_id) == (total, total, low, high)
