@@ -71,8 +71,9 @@ class Judge:
         """The run's outcome; with ``shift``, also whether a one-off comparison of the window sees it."""
         report = evaluate(profile=self.profile, sketch=sketch, config=self.config, every_s=self.every_s)
         findings = rule_findings(self.rules, self.model_name, rules_view(report))
-        once = None if shift is None else evaluate(profile=self.profile, sketch=sketch, config=self.config)
-        visible = once is not None and shift is not None and seen(once, shift)
+        visible = shift is not None and seen(
+            evaluate(profile=self.profile, sketch=sketch, config=self.config), shift
+        )
         return RunOutcome(green=headline(report).ok, findings=findings, visible=visible)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from alerts.specs import LOWER_IS_BETTER, PARAMS, Kind, RuleSpec
+from monitors.horizon import worse_than
 
 if TYPE_CHECKING:
     from core.health import CheckResult
@@ -167,8 +168,7 @@ def _performance(
         return None
     if limit is not None:  # beyond the variability of the reference's own chunks (monitors/horizon.py)
         evidence["limit"] = limit
-        worse = value > limit if metric in LOWER_IS_BETTER else value < limit
-        return [Finding(worse, value, evidence)]
+        return [Finding(worse_than(metric, value, limit), value, evidence)]
     margin = DEFAULT_MARGIN if margin is None else margin
     evidence["margin"] = margin
     if metric in LOWER_IS_BETTER:  # worse is higher; the margin is a share of the reference's value

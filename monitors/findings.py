@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from monitors.horizon import worse_than
 from monitors.report import DriftReport
 
 METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc")
@@ -52,7 +53,7 @@ def _below(
             continue
         limit = (limits or {}).get(metric)
         if limit is not None:
-            if now < limit:
+            if worse_than(metric, now, limit):
                 out.append(
                     Finding(
                         kind,

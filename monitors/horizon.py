@@ -90,6 +90,12 @@ def performance_limits(
     return {m: ref + z * sd if m in LOWER_IS_BETTER else ref - z * sd for m, (ref, sd) in sds.items()}
 
 
+def worse_than(metric: str, value: float, limit: float) -> bool:
+    """Whether ``value`` of ``metric`` is beyond its limit: above it for a metric that grows when the model
+    gets worse, below it for the others."""
+    return value > limit if metric in LOWER_IS_BETTER else value < limit
+
+
 def sd_allowance(chunks: int) -> float:
     """How much larger than its estimate from ``chunks`` chunks the sd may be (:data:`SD_CONFIDENCE`)."""
     if chunks < 2:
