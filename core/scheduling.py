@@ -94,4 +94,22 @@ async def _loop(
                 await asyncio.to_thread(fn)
         except Exception as exc:  # e.g. the database is down: try again next interval
             log.warning("%s failed: %s", name, exc, exc_info=log.isEnabledFor(logging.DEBUG))
-        await asyncio.sleep(max(interval_s - (time.monotonic() - started), 0.0))
+        await asyncio.sleep(pause_after(started, interval_s=interval_s, name=name))
+
+
+def pause_after(started: float, *, interval_s: float, name: str) -> float:
+    """Seconds to wait before the next run of a fixed-rate job whose run began at ``started`` (monotonic).
+
+    A run longer than the interval is logged (a warning naming the job and both times): the next starts at
+    once, so runs are then further apart than the interval and the log says why.
+    """
+    took = time.monotonic() - started
+    if took > interval_s:
+        log.warning(
+            "%s took %.1f s, longer than its interval of %.1f s: the next starts now (a longer interval "
+            "keeps the schedule)",
+            name,
+            took,
+            interval_s,
+        )
+    return max(interval_s - took, 0.0)

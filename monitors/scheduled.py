@@ -22,7 +22,7 @@ from functools import partial
 from core.config import Settings
 from core.database import Database, open_database, try_lock
 from core.runtime import Runtime
-from core.scheduling import every
+from core.scheduling import every, pause_after
 from monitors.flows import MonitorError, Outcome, is_due, prune_sketches, run_monitor, serving_models
 
 log = logging.getLogger("driftwarden.monitors")
@@ -124,6 +124,6 @@ def run_process(*, settings: Settings, once: bool, only: list[str] | None = None
                 run_pass(db=db, settings=settings, only=only)
             except Exception as exc:  # e.g. the database is down: the daemon goes on, next interval
                 log.warning("monitor pass failed: %s", exc)
-            time.sleep(max(settings.monitor_interval_s - (time.monotonic() - started), 0.0))
+            time.sleep(pause_after(started, interval_s=settings.monitor_interval_s, name="monitor pass"))
     finally:
         db.dispose()

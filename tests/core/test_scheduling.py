@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from core.scheduling import every
+from core.scheduling import every, pause_after
 
 
 def test_runs_repeatedly_in_a_thread_and_survives_failures(caplog: pytest.LogCaptureFixture) -> None:
@@ -56,6 +58,18 @@ def test_coroutine_functions_run_on_the_loop_after_the_initial_delay() -> None:
 
     start = asyncio.run(main())
     assert seen[0] - start >= 0.09
+
+
+def test_a_run_longer_than_its_interval_is_logged_and_the_next_starts_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="driftwarden.scheduling"):
+        assert 0.5 <= pause_after(now - 0.3, interval_s=1.0, name="quick job") <= 0.7
+        assert not caplog.records
+        assert pause_after(now - 2.5, interval_s=1.0, name="slow job") == 0.0
+    (record,) = caplog.records
+    assert "slow job took 2.5 s, longer than its interval of 1.0 s" in record.getMessage()
 
 
 def test_no_task_when_switched_off() -> None:

@@ -193,7 +193,11 @@ def test_two_servers_and_one_monitor_share_one_postgres(
         gaps = [(b - a).total_seconds() for a, b in zip(started, started[1:], strict=False)]
         context = (len(runs), gaps, durations, mlog.read_text()[-2000:])
         assert len(runs) >= INTERVALS + 1, context
-        assert all(0.9 * INTERVAL_S <= g < 1.5 * INTERVAL_S for g in gaps), context
+        assert all(g >= 0.9 * INTERVAL_S for g in gaps), context
+        # a gap of an interval and a half or more only after a pass that overran its interval (a cold first
+        # pass under load took 3.8 s of 2), which the monitor logs
+        overruns = mlog.read_text().count("monitor pass took")
+        assert sum(g >= 1.5 * INTERVAL_S for g in gaps) <= overruns, context
         # and it kept going: the newest run began less than an interval and a half before `seen` (plus the
         # time a run takes, since the one after it may be under way, not yet stored)
         tail = (seen - started[-1]).total_seconds()
