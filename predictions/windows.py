@@ -225,7 +225,7 @@ def _span(conn: Any, where: list[ColumnElement[bool]], *, below: int | None, k: 
 
 
 def _newest(
-    conn: Any, where: list[ColumnElement[bool]], rows: int
+    conn: Any, where: list[ColumnElement[bool]], rows: int, *, blocks: _Grouped | None = None
 ) -> tuple[int, datetime | None, datetime | None, int, int] | None:
     """The newest batches holding ``rows`` predictions (the oldest of them may hold more): predictions, time
     span and id range; None when there is none.
@@ -233,8 +233,13 @@ def _newest(
     Aggregates over the newest k batches of the ``(model_name, id)`` index (index-only on PostgreSQL), k
     sized from the mean size of the newest :data:`_PROBE`; while they hold too few, the next older ones are
     added the same way; batches holding only predictions beyond ``rows`` (k overshot) are then cut from the
-    oldest end, read one by one (few: k is sized to the mean)."""
-    count, held, start, end, low, high, smallest, largest = _span(conn, where, below=None, k=_PROBE)
+    oldest end, read one by one (few: k is sized to the mean). With ``blocks``, every scan is grouped by
+    block there as well."""
+
+    def span(below: int | None, k: int) -> tuple[Any, ...]:
+        return _span(conn, where, below=below, k=k) if blocks is None else blocks.span(below=below, k=k)
+
+    count, held, start, end, low, high, smallest, largest = span(None, _PROBE)
     if not count:
         return None
     total, n = int(held), int(count)
@@ -244,7 +249,7 @@ def _newest(
     while total < rows and more:
         need = rows - total
         k = min(need, -(-need // int(mean)) if even else int(need / mean * 1.1) + 16)
-        count, held, older_start, _, older_low, _, _, _ = _span(conn, where, below=low, k=k)
+        count, held, older_start, _, older_low, _, _, _ = span(low, k)
         if not count:
             break
         more = int(count) == k
@@ -323,11 +328,94 @@ def summarize_blocks(
     now: datetime | None = None,
     upto: int | None = None,
 ) -> tuple[WindowSummary | None, list[BlockStat]]:
-    """:func:`summarize_window` and :func:`block_stats` of the window (``upto`` as there)."""
-    summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now, upto=upto)
-    if summary is None:
-        return None, []
-    return summary, block_stats(engine=engine, summary=summary, block_ids=block_ids)
+    """:func:`summarize_window` and :func:`block_stats` of the window (``upto`` as there).
+
+    A last-N window without a time bound gets both from one scan of its newest batches, grouped by block
+    (the monitor's steady state reads this every run); a window with a time bound takes the two queries
+    (its blocks are not cut by the bound, its summary is)."""
+    if spec.rows is None or spec.minutes is not None:
+        summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now, upto=upto)
+        if summary is None:
+            return None, []
+        return summary, block_stats(engine=engine, summary=summary, block_ids=block_ids)
+    where = _filters(model_name=model_name, spec=spec, since=None, upto=upto)
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(_NO_SORT)
+        blocks = _Grouped(conn, where, block_ids)
+        found = _newest(conn, where, spec.rows, blocks=blocks)
+        if found is None:
+            return None, []
+        held, first, last, low, high = found
+        stats = blocks.stats(low=low, high=high)
+    skip = max(0, held - spec.rows)
+    summary = WindowSummary(model_name, spec, held - skip, aware(first), aware(last), low, high, None, skip)
+    if stats and skip:  # the first batch's oldest predictions are outside the window
+        stats[0] = replace(stats[0], rows=stats[0].rows - skip)
+    return summary, stats
+
+
+class _Grouped:
+    """The block statistics of the batches :func:`_newest` scans, gathered while it scans them: each scan of
+    the newest k batches (below an id) grouped by block, the blocks of successive scans merged."""
+
+    def __init__(self, conn: Any, where: list[ColumnElement[bool]], block_ids: int) -> None:
+        self.conn, self.where, self.block_ids = conn, where, block_ids
+        self.rows: dict[int, int] = {}
+        self.oldest: dict[int, datetime] = {}
+
+    def span(self, *, below: int | None, k: int) -> tuple[Any, ...]:
+        """:func:`_span` of the newest ``k`` batches (below ``below``), their blocks kept."""
+        log = PredictionBatch
+        terms = [*self.where] if below is None else [*self.where, log.id < below]
+        newest = (
+            select(log.id, log.logged_at, log.size).where(*terms).order_by(log.id.desc()).limit(k).subquery()
+        )
+        block = newest.c.id.op("/")(literal(self.block_ids)).label("block")
+        stmt = select(
+            block,
+            func.count(),
+            func.sum(newest.c.size),
+            func.min(newest.c.logged_at),
+            func.max(newest.c.logged_at),
+            func.min(newest.c.id),
+            func.max(newest.c.id),
+            func.min(newest.c.size),
+            func.max(newest.c.size),
+        ).group_by(block)
+        found = self.conn.execute(stmt).all()
+        if not found:
+            return (0, 0, None, None, None, None, None, None)
+        for b, _, held, oldest, *_ in found:
+            b, at = int(b), aware(oldest) or datetime.min.replace(tzinfo=UTC)
+            self.rows[b] = self.rows.get(b, 0) + int(held)
+            self.oldest[b] = min(at, self.oldest.get(b, at))
+        return (
+            sum(int(r[1]) for r in found),
+            sum(int(r[2]) for r in found),
+            min(r[3] for r in found),
+            max(r[4] for r in found),
+            min(r[5] for r in found),
+            max(r[6] for r in found),
+            min(r[7] for r in found),
+            max(r[8] for r in found),
+        )
+
+    def stats(self, *, low: int, high: int) -> list[BlockStat]:
+        """The blocks of the batches ``low..high`` (the scans may have gone below ``low``: the batches cut
+        from the oldest end leave their blocks, and the block holding ``low`` is counted again)."""
+        first = low // self.block_ids
+        out = [BlockStat(b, self.rows[b], self.oldest[b]) for b in sorted(self.rows) if b > first]
+        log = PredictionBatch
+        end = min(high, (first + 1) * self.block_ids - 1)
+        held, oldest = self.conn.execute(
+            select(func.sum(log.size), func.min(log.logged_at)).where(
+                *self.where, log.id >= low, log.id <= end
+            )
+        ).one()
+        if held:
+            out.insert(0, BlockStat(first, int(held), aware(oldest) or datetime.min.replace(tzinfo=UTC)))
+        return out
 
 
 def narrow(summary: WindowSummary, *, first_id: int, last_id: int, rows: int) -> WindowSummary:

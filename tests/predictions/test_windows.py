@@ -412,6 +412,47 @@ def expected_blocks(
     return [out[b] for b in sorted(out)]
 
 
+def test_one_scan_gives_the_summary_and_blocks_of_the_two_queries(database_url: str) -> None:
+    """Requests of uneven sizes (1 to 40 predictions, some far larger than the rest, with gaps of other
+    models' ids): for many last-N windows and block sizes, the one-scan :func:`summarize_blocks` (a cut
+    batch, a cut across blocks, a window reaching the oldest batch) equals :func:`summarize_window` and
+    :func:`block_stats` read apart."""
+    db = open_database(database_url)
+    rng = np.random.default_rng(41)
+    sizes = rng.integers(1, 8, 220)
+    sizes[rng.random(220) < 0.1] = 40
+    start = datetime.now(UTC) - timedelta(minutes=30)
+    docs = documents(make_columns(int(sizes.sum()), seed=42))
+    lo = 0
+    for k, n in enumerate(sizes.tolist()):
+        write_requests(
+            db.engine, docs[lo : lo + n], per_request=n, start=start + timedelta(seconds=k), layout=LAYOUT
+        )
+        if k % 9 == 0:  # another model's batch between two of this model's
+            write_requests(db.engine, docs[:2], model="other", per_request=2, start=start)
+        lo += n
+    total = int(sizes.sum())
+    for rows in (1, 3, 7, 40, 41, 100, 257, 600, total - 1, total, total + 5):
+        spec = WindowSpec(rows=rows)
+        for block_ids in (1, 3, 16, 64, 1024):
+            summary, stats = summarize_blocks(
+                engine=db.engine, model_name="credit", spec=spec, block_ids=block_ids
+            )
+            apart = summarize_window(engine=db.engine, model_name="credit", spec=spec)
+            assert summary == apart, (rows, block_ids)
+            assert summary is not None
+            assert stats == block_stats(engine=db.engine, summary=summary, block_ids=block_ids), (
+                rows,
+                block_ids,
+            )
+            assert sum(st.rows for st in stats) == min(rows, total)
+    assert summarize_blocks(engine=db.engine, model_name="none", spec=WindowSpec(rows=5), block_ids=4) == (
+        None,
+        [],
+    )
+    db.dispose()
+
+
 def test_a_version_filter_takes_that_versions_requests_only(database_url: str) -> None:
     """Requests of two versions alternate in the log: a window of one version holds its predictions, its
     labels and its blocks only, and its last N end inside one of its requests."""
