@@ -200,16 +200,16 @@ FEEDBACK_TABLE = "prediction_feedback"
 def _repeat_sql() -> tuple[str, str]:
     """INSERT ... SELECT of batches ``lo..hi`` (and their labels) again, ``shift`` ids and ``span`` seconds
     later (prefixes unchanged: the keys hold the time)."""
-    from predictions.models import FEEDBACK_COLUMNS, LOG_COLUMNS
+    from predictions.models import FEEDBACK_COLUMNS, LOG_TABLE_COLUMNS
 
     later = "{} + make_interval(secs => :span)"
-    batches = ", ".join(later.format(c) if c == "logged_at" else c for c in LOG_COLUMNS)
+    batches = ", ".join(later.format(c) if c == "logged_at" else c for c in LOG_TABLE_COLUMNS)
     labels = ", ".join(
         later.format(c) if c in ("logged_at", "received_at") else "log_id + :shift" if c == "log_id" else c
         for c in FEEDBACK_COLUMNS
     )
     return (
-        f"INSERT INTO {LOG_TABLE} (id, {', '.join(LOG_COLUMNS)}) OVERRIDING SYSTEM VALUE "
+        f"INSERT INTO {LOG_TABLE} (id, {', '.join(LOG_TABLE_COLUMNS)}) OVERRIDING SYSTEM VALUE "
         f"SELECT id + :shift, {batches} FROM {LOG_TABLE} "
         "WHERE model_name = 'bench' AND id BETWEEN :lo AND :hi",
         f"INSERT INTO {FEEDBACK_TABLE} ({', '.join(FEEDBACK_COLUMNS)}) "
@@ -239,7 +239,7 @@ def fill_log(url: str, rows: int, *, request_rows: int, labels: float = 0.0, app
     from sqlalchemy import text
 
     from core.database import open_database
-    from predictions.models import FEEDBACK_COLUMNS, LOG_COLUMNS
+    from predictions.models import FEEDBACK_COLUMNS, LOG_TABLE_COLUMNS
     from predictions.service import new_prediction_ids
     from predictions.typed import encode_columns, make_layout
 
@@ -269,7 +269,7 @@ def fill_log(url: str, rows: int, *, request_rows: int, labels: float = 0.0, app
     t0 = datetime.now(UTC) - timedelta(seconds=0 if append else total / 1000)
     width = 8 * layout.width
     step = max(request_rows, FILL_STEP // request_rows * request_rows)
-    batch_cols = ", ".join(("id", *LOG_COLUMNS))
+    batch_cols = ", ".join(("id", *LOG_TABLE_COLUMNS))
     feedback_cols = ", ".join(FEEDBACK_COLUMNS)
     next_id = first_id
     labelled = 0
@@ -288,8 +288,7 @@ def fill_log(url: str, rows: int, *, request_rows: int, labels: float = 0.0, app
             batches.append(
                 (
                     next_id,
-                    prefix,
-                    low,
+                    first,
                     end - start,
                     "bench",
                     "bench",
@@ -343,7 +342,7 @@ def fill_log(url: str, rows: int, *, request_rows: int, labels: float = 0.0, app
                 cur = raw.cursor()
                 cur.executemany(
                     f"INSERT INTO {LOG_TABLE} ({batch_cols}) VALUES ({', '.join('?' * len(batches[0]))})",
-                    [(*r[:7], _sqlite_time(r[7]), *r[8:]) for r in batches],
+                    [(*r[:6], _sqlite_time(r[6]), *r[7:]) for r in batches],
                 )
                 if feedback:
                     cur.executemany(

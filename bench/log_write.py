@@ -2,13 +2,16 @@
 
 Run: ``.venv/bin/python bench/log_write.py [--seconds 2] [--batches 1 32 256] [--requests-per-write 64]
 [--shapes serve wide] [--variants current,float8-arrays,...] [--legacy] [--size-predictions 10000]
-[--detail] [--repeat 1] [--admin-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]``.
+[--detail] [--request-ids none|caller] [--repeat 1]
+[--admin-url postgresql+psycopg://postgres@127.0.0.1:5432/postgres]``.
 
 A scratch database (dropped at the end) is migrated to head; each variant gets its own schema (a variant
 may change the table: drop an index, change a column's type). Requests are made as the serving flow makes
 them (``service/serving/flows.py``: a :class:`predictions.pending.RequestRows` of the request's row
-documents, outputs and UUIDv7 prediction ids) in one of two shapes: ``serve``, the serving bench's rows
-(``training.datagen``: 7 numeric and 3 categorical features), and ``wide`` (20 numeric, 5 categorical). Each
+documents, outputs and UUIDv7 prediction ids; ``--request-ids``: ``none``, the default, as a request without
+``X-Request-Id`` is logged, with a NULL request id, or ``caller``, each with its caller's 32-hex id) in one of
+two shapes: ``serve``, the serving bench's rows (``training.datagen``: 7 numeric and 3 categorical
+features), and ``wide`` (20 numeric, 5 categorical). Each
 write is what the writer thread does with what it dequeued: :func:`predictions.pending.build` (the
 ``prediction_batches`` rows: one per request, the typed copies of all its requests encoded together) and one
 insert. The cells (``rows/req x req/write``):
@@ -142,6 +145,7 @@ class Requests:
     layout: Layout
     docs: list[dict[str, Any]]
     outputs: list[float]
+    caller_ids: bool = False  # each request with the caller's X-Request-Id (else none, as most callers)
 
     def make(self, pos: int, rows: int, count: int) -> tuple[list[RequestRows], int]:
         """``count`` requests of ``rows`` rows from document ``pos`` on (wrapping around); the next pos."""
@@ -155,7 +159,7 @@ class Requests:
                     model_name="bench",
                     model_version=1,
                     logged_at=datetime.now(UTC),  # each request its own time, as served
-                    request_id=uuid.uuid4().hex,
+                    request_id=uuid.uuid4().hex if self.caller_ids else None,  # None: the log keeps NULL
                     protocol="v2",
                     latency_ms=1.25,
                     status="ok",
@@ -170,10 +174,10 @@ class Requests:
         return out, pos
 
 
-def requests_of(shape: str, n: int) -> Requests:
+def requests_of(shape: str, n: int, caller_ids: bool = False) -> Requests:
     numeric, categorical, cats, docs = SHAPES[shape](n)
     outputs = [round(0.05 + 0.9 * ((i * 7919) % 1000) / 1000, 6) for i in range(n)]
-    return Requests(make_layout(numeric, categorical, cats), docs, outputs)
+    return Requests(make_layout(numeric, categorical, cats), docs, outputs, caller_ids)
 
 
 # -- variants ---------------------------------------------------------------------------------------------
@@ -315,10 +319,13 @@ def legacy_rows(requests: Sequence[RequestRows]) -> list[tuple[Any, ...]]:
         layout_id = r.layout.id if r.layout is not None else None
         typed = per_row.get(id(r)) or [(None, None)] * len(r)
         vectors = r.outputs if r.outputs is not None else [None] * len(r)
+        rid = (
+            r.request_id or uuid.uuid4().hex
+        )  # the layout kept the id the server made up for a caller's none
         out += [
             (
                 pid,
-                r.request_id,
+                rid,
                 r.model_name,
                 r.model_version,
                 r.logged_at,
@@ -612,6 +619,12 @@ def main() -> int:
         action="store_true",
         help="also print each cell's bytes per prediction by index and by column (pg_column_size)",
     )
+    parser.add_argument(
+        "--request-ids",
+        choices=["none", "caller"],
+        default="none",
+        help="none: requests without X-Request-Id (logged as NULL); caller: each with a caller's 32-hex id",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="passes over every cell (interleaved)")
     parser.add_argument("--admin-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     args = parser.parse_args()
@@ -641,7 +654,7 @@ def main() -> int:
                 for ddl in v.ddl:
                     conn.execute(text(ddl))
             engines[v.name] = engine
-        data = {shape: requests_of(shape, 4096) for shape in args.shapes}
+        data = {shape: requests_of(shape, 4096, args.request_ids == "caller") for shape in args.shapes}
         print(f"uptime: {uptime()}")
         print(
             f"{'variant':13} {'shape':5} {'cell':>6} {'preds':>7} {'build us':>8} {'client us':>9} "

@@ -62,9 +62,10 @@ WIDTH = 5  # float64 per prediction in a batch's typed copy (numbers)
 # one batch row per request: ``g`` numbers the batches; each holds {size} predictions (numbers and outputs:
 # md5 bytes, as little compressible as measured floats)
 FILL = """
-INSERT INTO prediction_batches (id_prefix, id_low, size, request_id, model_name, model_version, logged_at,
+INSERT INTO prediction_batches (first_id, size, request_id, model_name, model_version, logged_at,
                                 latency_ms, status, protocol, source, layout, numbers, categories, outputs)
-SELECT substr(md5(g::text)::uuid::text, 1, 33), 0, {size}, md5((-g)::text), 'model_' || (g % {models}), 1,
+SELECT (substr(md5(g::text)::uuid::text, 1, 33) || '000')::uuid, {size}, md5((-g)::text),
+       'model_' || (g % {models}), 1,
        timestamptz '{start}' + g * interval '1 microsecond' * {step}, 1.5 + random(), 'ok', 'v2', 'serve',
        1234567,
        substr(decode((SELECT string_agg(md5(g || '.' || k), '') FROM generate_series(1, {numbers_md5}) AS k),
@@ -78,7 +79,9 @@ FROM generate_series({first}, {last}) AS g
 LABELS_PARTITIONED = """
 INSERT INTO prediction_feedback (prediction_id, logged_at, model_name, label, received_at,
                                  log_id, position, probability, model_version, status)
-SELECT b.id_prefix || lpad(to_hex(b.id_low + pos), 3, '0'), b.logged_at, b.model_name, (random() < 0.5)::int,
+SELECT left(b.first_id::text, 33)
+       || lpad(to_hex(('x' || right(b.first_id::text, 3))::bit(12)::int + pos), 3, '0'),
+       b.logged_at, b.model_name, (random() < 0.5)::int,
        b.logged_at + interval '1 hour', b.id, pos, random(), b.model_version, b.status
 FROM prediction_batches b CROSS JOIN LATERAL generate_series(0, b.size - 1) AS pos
 WHERE (b.id * b.size + pos) % 10 = 0

@@ -174,8 +174,14 @@ def error_response(status: int, message: str, request_id: str | None, **extra: A
 
 def request_id_of(request: Request) -> str:
     """The caller's ``X-Request-Id`` when it is sane, else a new one."""
+    return caller_request_id(request) or f"{_random.getrandbits(128):032x}"
+
+
+def caller_request_id(request: Request) -> str | None:
+    """The caller's ``X-Request-Id`` when it is sane (what :func:`request_id_of` echoes), else None: the id a
+    prediction log row keeps (one the server made up links nothing the answer's prediction ids do not)."""
     rid = request.headers.get("x-request-id")
-    return rid if rid and REQUEST_ID.match(rid) else f"{_random.getrandbits(128):032x}"
+    return rid if rid and REQUEST_ID.match(rid) else None
 
 
 def bearer_token(request: Request) -> str | None:

@@ -1,18 +1,22 @@
 """A log batch: the predictions of one request as one row of ``prediction_batches``, column by column.
 
 Prediction ids are time-ordered UUIDs whose last three hex digits count up within a run of up to 4096
-(:func:`predictions.service.new_prediction_ids` hands out runs of up to 2048): a run is stored as its prefix
-(the first 33 characters), the tail of its first id (``id_low``) and its length (``size``), so the id of the
-prediction at position ``i`` is ``id_prefix + f"{id_low + i:03x}"``. A request whose ids form several runs
-(more than 2048 rows, or ids that do not count up) is stored as one batch per run (:func:`runs`).
+(:func:`predictions.service.new_prediction_ids` hands out runs of up to 2048): a run is carried as its prefix
+(the first 33 characters, ``id_prefix``), the tail of its first id (``id_low``) and its length (``size``), so
+the id of the prediction at position ``i`` is ``id_prefix + f"{id_low + i:03x}"``. The table stores the
+run's first id whole (``first_id``, :func:`first_id`: a 16-byte uuid on PostgreSQL), from which
+:func:`ids_from` gives them all back. A request whose ids form several runs (more than 2048 rows, or ids that
+do not count up) is stored as one batch per run (:func:`runs`).
 
 The values travel between the request, the writer thread, the spool and the database as :class:`LogBatch`
 tuples: binary columns as hex text (one JSON document per insert carries a whole write, and the spool's
-lines are JSON), which :func:`as_bytes` turns back into bytes on the SQLite path and the readers.
+lines are JSON), which :func:`as_bytes` turns back into bytes on the SQLite path and the readers. The
+request id is the caller's (None when the caller named none: the answer's prediction ids are the link).
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Sequence
 from datetime import datetime
@@ -25,6 +29,7 @@ from predictions.models import LOG_COLUMNS
 PREFIX = 33  # characters of an id before its counted tail
 TAIL = 3  # hex digits of the counted tail
 _HEX3 = tuple(f"{i:03x}" for i in range(4096))
+_STORED = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _NAN = float("nan")
 
 
@@ -34,7 +39,7 @@ class LogBatch(NamedTuple):
     id_prefix: str
     id_low: int
     size: int
-    request_id: str
+    request_id: str | None  # the caller's request id; None: the caller sent none
     model_name: str
     model_version: int
     logged_at: datetime
@@ -68,14 +73,21 @@ def ids_of(prefix: str, low: int, size: int) -> list[str]:
     return [prefix + tail for tail in _HEX3[low : low + size]]
 
 
+def first_id(prefix: str, low: int) -> str:
+    """A run's first id (the table's ``first_id``)."""
+    return f"{prefix}{low:03x}"
+
+
+def ids_from(first: str, size: int) -> list[str]:
+    """The ids of a stored run: ``size`` ids counting up from ``first`` (as the table returns it)."""
+    return ids_of(first[:PREFIX], int(first[PREFIX:], 16), size)
+
+
 def split_id(prediction_id: str) -> tuple[str, int] | None:
-    """An id's prefix and counted tail (None: not of the stored form)."""
-    if len(prediction_id) != PREFIX + TAIL:
+    """An id's prefix and counted tail (None: not of the stored form, a UUID as lowercase canonical text)."""
+    if len(prediction_id) != PREFIX + TAIL or _STORED.fullmatch(prediction_id) is None:
         return None
-    try:
-        return prediction_id[:PREFIX], int(prediction_id[PREFIX:], 16)
-    except ValueError:
-        return None
+    return prediction_id[:PREFIX], int(prediction_id[PREFIX:], 16)
 
 
 def runs(ids: Sequence[str]) -> list[tuple[int, int]] | None:

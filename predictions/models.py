@@ -1,19 +1,23 @@
 """Prediction log tables.
 
 ``prediction_batches`` holds one row per request (or ingested batch) of one model version: the model, the
-version, the time, the source, the request's id, protocol, status and latency, its predictions' ids as a
-shared prefix with a counted tail (``id_prefix``, ``id_low``, ``size``: :mod:`predictions.batch`), and the
-predictions column by column: the inputs' typed copy (``numbers``: one little-endian float64 per feature and
-prediction in a recorded layout, :mod:`predictions.typed`; ``categories``: the texts of the rows holding a
-category outside the layout), the outputs (``outputs``: one float64 per prediction; ``vectors``: a
-multi-class model's probabilities), the flags, and the row documents only where the typed copy cannot hold
-them exactly (``inputs``). A prediction is a position in its batch; its time is the batch's ``logged_at``.
+version, the time, the source, the request id (the caller's ``X-Request-Id``, an import's or a CloudEvent's
+id; NULL when the caller sent none: the answer's prediction ids link it to its rows), protocol, status and
+latency, its predictions' ids as the first one (``first_id``, a UUID) and their number (``size``: the ids
+count up in their last three hex digits, :mod:`predictions.batch`), and the predictions column by column:
+the inputs' typed copy (``numbers``: one little-endian float64 per feature and prediction in a recorded
+layout, :mod:`predictions.typed`; ``categories``: the texts of the rows holding a category outside the
+layout), the outputs (``outputs``: one float64 per prediction; ``vectors``: a multi-class model's
+probabilities), the flags, and the row documents only where the typed copy cannot hold them exactly
+(``inputs``). A prediction is a position in its batch; its time is the batch's ``logged_at``.
 
 The monitors read "the last N predictions" or "the last T minutes" of one model, so the table carries two
 composite indexes led by ``model_name``: ``(model_name, logged_at)`` for time windows and ``(model_name,
-id)``, which carries ``size`` and the filters, for last-N reads (``id`` grows with insertion order). A
-prediction id is found through the unique key ``(id_prefix, id_low, logged_at)`` (the conflict target of the
-writer's idempotent replay: a replayed batch carries its original time).
+id)``, which carries ``size`` and the filters, for last-N reads (``id`` grows with insertion order; a read by
+``id`` names the model too, so one of them serves it). A prediction id is found through the primary key
+``(first_id, logged_at)``: its batch is one whose ``first_id`` lies between the id's prefix followed by
+``000`` and the id itself, and whose ``size`` reaches it (the key is the conflict target of the writer's
+idempotent replay: a replayed batch carries its original time).
 
 ``prediction_feedback`` holds the ground-truth label of a prediction (one per prediction; a resent label
 replaces the previous one), with a copy of what a window reads of its prediction, filled by
@@ -26,10 +30,12 @@ the rest), never joined with the batches.
 On PostgreSQL both tables are range-partitioned by ``logged_at`` with the same ranges
 (:mod:`predictions.partitions`): retention drops the partitions of a span of time that has wholly expired,
 batches and feedback in one transaction, instead of deleting rows. A partitioned table's primary and unique
-keys must contain the partition key, so there the batches' primary key is ``(id, logged_at)`` (``id`` still
-comes from one sequence and stays unique) and the feedback's key ``(prediction_id, logged_at)``; the feedback
-has no foreign key to the batches. SQLite keeps single tables (primary key ``id``, SQLite's autoincrementing
-rowid). These models describe the PostgreSQL layout.
+keys must contain the partition key, so there the batches' primary key is ``(first_id, logged_at)`` (``id``
+comes from one sequence, unique without an index of its own) and the feedback's key ``(prediction_id,
+logged_at)``; the feedback has no foreign key to the batches. SQLite keeps single tables: the batches'
+primary key is ``id`` (SQLite's autoincrementing rowid) and ``(first_id, logged_at)`` a unique key
+(``SQLITE_FIRST_ID_KEY``, left out of these models: :func:`predictions.partitions.include_object`). These
+models describe the PostgreSQL layout.
 
 ``status`` is ``ok`` for answered predictions and ``output_violation`` when the model's output broke its
 contract (the caller got an error, the event is kept for the on-call engineer); monitors read ``ok`` rows.
@@ -48,15 +54,21 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    PrimaryKeyConstraint,
     String,
     Text,
-    UniqueConstraint,
+    Uuid,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.database import Base, UTCDateTime
 
 BigId = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER PRIMARY KEY only
+# a prediction id: PostgreSQL's 16-byte uuid; on SQLite its 36-character text (lowercase, compared as text)
+PredictionId = Uuid(as_uuid=False).with_variant(String(36), "sqlite")
+SQLITE_FIRST_ID_KEY = "uq_prediction_batches_first_id"
+"""The SQLite log's unique key ``(first_id, logged_at)`` (there the primary key is the rowid ``id``)."""
 
 
 class PredictionStatus(enum.StrEnum):
@@ -69,7 +81,7 @@ class PredictionBatch(Base):
 
     __tablename__ = "prediction_batches"
     __table_args__ = (
-        UniqueConstraint("id_prefix", "id_low", "logged_at", name="uq_prediction_batches_ids"),
+        PrimaryKeyConstraint("first_id", "logged_at", name="pk_prediction_batches"),
         Index("ix_prediction_batches_model_name_logged_at", "model_name", "logged_at"),
         # covering: a window's summary and its block statistics are index-only scans
         Index(
@@ -81,18 +93,18 @@ class PredictionBatch(Base):
         {"postgresql_partition_by": "RANGE (logged_at)"},
     )
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    # insertion order (the prediction_batches_id_seq sequence); SQLite: the rowid, its primary key
+    id: Mapped[int] = mapped_column(BigId, server_default=text("nextval('prediction_batches_id_seq')"))
     model_name: Mapped[str] = mapped_column(String(128))
     model_version: Mapped[int] = mapped_column(Integer)
     logged_at: Mapped[datetime] = mapped_column(UTCDateTime())
     source: Mapped[str] = mapped_column(String(16), default="serve")
-    request_id: Mapped[str] = mapped_column(String(128))
+    request_id: Mapped[str | None] = mapped_column(String(128), default=None)  # the caller's, or NULL
     protocol: Mapped[str] = mapped_column(String(8))
     status: Mapped[str] = mapped_column(String(24), default=PredictionStatus.OK.value)
     latency_ms: Mapped[float] = mapped_column(Float)
-    # the predictions' ids: id_prefix, then three hex digits counting up from id_low (predictions/batch.py)
-    id_prefix: Mapped[str] = mapped_column(String(33))
-    id_low: Mapped[int] = mapped_column(Integer)
+    # the predictions' ids: the first one, then its last three hex digits counting up (predictions/batch.py)
+    first_id: Mapped[str] = mapped_column(PredictionId)
     size: Mapped[int] = mapped_column(Integer)
     # the inputs' typed copy (predictions/typed.py): size x width little-endian float64, row by row
     layout: Mapped[int | None] = mapped_column(BigInteger, default=None)
@@ -161,8 +173,9 @@ class PredictionFeedback(Base):
     status: Mapped[str | None] = mapped_column(String(24), default=None)
 
 
-# Column order of a batch as the writer and the spool carry it (tuples, not ORM objects: the write path is
-# hot; predictions.batch.LogBatch). ``id`` is assigned by the database.
+# Field order of a batch as the writer and the spool carry it (tuples, not ORM objects: the write path is
+# hot; predictions.batch.LogBatch): its ids as the prefix and the first tail (``id_prefix``, ``id_low``),
+# which the table stores as one ``first_id`` (LOG_TABLE_COLUMNS). ``id`` is assigned by the database.
 LOG_COLUMNS: tuple[str, ...] = (
     "id_prefix",
     "id_low",
@@ -183,6 +196,8 @@ LOG_COLUMNS: tuple[str, ...] = (
     "flags",
     "inputs",
 )
+# The table's columns of a batch (``id`` aside) in the same order: ``first_id`` for the first two fields.
+LOG_TABLE_COLUMNS: tuple[str, ...] = ("first_id", *LOG_COLUMNS[2:])
 
 # Column order of a feedback row where rows are copied between tables (partition maintenance).
 FEEDBACK_COLUMNS: tuple[str, ...] = (

@@ -19,8 +19,8 @@ Layout:
   into it in the same transaction (PostgreSQL refuses the partition otherwise); retention deletes expired
   default rows with the chunked DELETE.
 - Indexes are declared once on the parent (PostgreSQL builds them per partition): the primary key
-  ``(id, logged_at)``, the unique ``(id_prefix, id_low, logged_at)`` (a partitioned table's unique keys must
-  hold the partition key), ``(model_name, logged_at)`` and ``(model_name, id)``.
+  ``(first_id, logged_at)`` (a partitioned table's keys must hold the partition key), ``(model_name,
+  logged_at)`` and ``(model_name, id)``.
 - There is no foreign key from the feedback to the log on PostgreSQL: a referenced partition cannot be
   dropped, only detached first, and detaching checks every row of the partition against the feedback
   while it holds an ACCESS EXCLUSIVE lock on ``prediction_batches`` (measured: 0.4-0.9 s per million rows, in
@@ -46,7 +46,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from core.errors import Unavailable
-from predictions.models import FEEDBACK_COLUMNS, LOG_COLUMNS
+from predictions.models import FEEDBACK_COLUMNS, LOG_TABLE_COLUMNS, SQLITE_FIRST_ID_KEY
 
 LOG = "prediction_batches"
 FEEDBACK = "prediction_feedback"
@@ -72,12 +72,17 @@ def is_partition_table(name: str) -> bool:
 
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
-    """alembic's ``include_object`` hook: the partitions exist in the database only (made at run time), so
-    autogenerate and ``compare_metadata`` must not take them for tables to drop."""
-    return not (type_ == "table" and reflected and compare_to is None and is_partition_table(name or ""))
+    """alembic's ``include_object`` hook: the partitions exist in the database only (made at run time), and
+    so does the SQLite log's unique key ``(first_id, logged_at)`` (the models describe PostgreSQL's, where
+    it is the primary key): autogenerate and ``compare_metadata`` must not take them for objects to drop."""
+    if not reflected or compare_to is not None:
+        return True
+    if type_ == "table":
+        return not is_partition_table(name or "")
+    return not (type_ in ("index", "unique_constraint") and name == SQLITE_FIRST_ID_KEY)
 
 
-_LOG_COLS = ", ".join(("id", *LOG_COLUMNS))
+_LOG_COLS = ", ".join(("id", *LOG_TABLE_COLUMNS))
 _FEEDBACK_COLS = ", ".join(FEEDBACK_COLUMNS)
 _BOUNDS = """
 SELECT c.relname, b[1]::timestamptz, b[2]::timestamptz

@@ -42,7 +42,7 @@ class RequestRows:
     model_name: str
     model_version: int
     logged_at: datetime
-    request_id: str
+    request_id: str | None  # the caller's request id (None: the caller sent none)
     protocol: str
     latency_ms: float
     status: str
@@ -171,7 +171,8 @@ def _encode_one(layout: Layout, request: RequestRows) -> Encoded | None:
     try:
         return encode_columns(layout, {name: request.feature(name) for name in names}, len(request))
     except Exception:  # never lose the rows over their copy: the documents hold the values
-        log.exception(
-            "prediction log: typed copy of request %s failed; logged with its documents", request.request_id
+        log.exception(  # the request by its caller's id, else by its first prediction id
+            "prediction log: typed copy of request %s failed; logged with its documents",
+            request.request_id or (request.ids[0] if request.ids else "?"),
         )
         return None

@@ -15,44 +15,58 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from predictions import typed
-from predictions.batch import LogBatch, as_bytes
-from predictions.models import LOG_COLUMNS
+from predictions.batch import LogBatch, as_bytes, first_id
+from predictions.models import LOG_TABLE_COLUMNS
 
 # One statement per write: the whole write travels as one JSON array (serialized by orjson in C) and the
-# database unpacks it, so the writer thread holds the GIL for well under a microsecond per batch row.
-_COLS = ", ".join(LOG_COLUMNS)
+# database unpacks it, so the writer thread holds the GIL for well under a microsecond per batch row. A batch
+# travels as LogBatch's fields (its ids as a prefix and a first tail); the table stores its first id whole,
+# ``first_id``, made here from the first two (PostgreSQL: in the statement; SQLite: in _sqlite_values).
+_COLS = ", ".join(LOG_TABLE_COLUMNS)
+_PG_FIRST_ID = "(e->>0 || lpad(to_hex((e->>1)::int), 3, '0'))::uuid"
 PG_INSERT = (
     f"INSERT INTO prediction_batches ({_COLS}) "
-    "SELECT e->>0, (e->>1)::int, (e->>2)::int, e->>3, e->>4, (e->>5)::int, (e->>6)::timestamptz, "
+    f"SELECT {_PG_FIRST_ID}, (e->>2)::int, e->>3, e->>4, (e->>5)::int, (e->>6)::timestamptz, "
     "(e->>7)::float8, e->>8, e->>9, e->>10, (e->>11)::int8, decode(e->>12, 'hex'), e->>13, "
     "decode(e->>14, 'hex'), decode(e->>15, 'hex'), nullif(e->16, 'null'::jsonb), "
     "nullif(e->17, 'null'::jsonb) "
     "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n"
 )
-# the conflict target is the unique key (id_prefix, id_low, logged_at): on the partitioned PostgreSQL log a
-# unique key must hold the partition key; a replayed batch carries its original logged_at, so it conflicts
+# The conflict target is the primary key (first_id, logged_at): on the partitioned PostgreSQL log a key must
+# hold the partition key; a replayed batch carries its original logged_at, so it conflicts.
 # A replay also skips a batch whose first prediction a stored batch already holds (an older version's spool
-# line of one prediction whose request migration 0018 stored as one batch): the unique key serves the probe
+# line of one prediction whose request migration 0018 stored as one batch): a stored batch of the same prefix
+# and time whose first id is at most the probed one and whose run reaches it. The primary key serves the
+# probe: a range of first_id (the prefix's ``000`` up to the probed id) at one logged_at. ``OFFSET 0`` keeps
+# the probe a subquery run per batch (an index probe of the one partition of its time): pulled up into an
+# anti-join, the range's selectivity is unknown to the planner, which then hashes the whole log.
+_PG_TAIL = "('x' || right(b.first_id::text, 3))::bit(12)::int"  # a stored first id's counted tail
 PG_INSERT_IDEMPOTENT = (
     PG_INSERT.replace(
         " ORDER BY n",
-        " WHERE NOT EXISTS (SELECT 1 FROM prediction_batches b WHERE b.id_prefix = e->>0 "
-        "AND b.logged_at = (e->>6)::timestamptz AND b.id_low <= (e->>1)::int "
-        "AND (e->>1)::int < b.id_low + b.size) ORDER BY n",
+        " WHERE NOT EXISTS (SELECT 1 FROM prediction_batches b "
+        f"WHERE b.first_id BETWEEN (e->>0 || '000')::uuid AND {_PG_FIRST_ID} "
+        f"AND b.logged_at = (e->>6)::timestamptz AND {_PG_TAIL} + b.size > (e->>1)::int OFFSET 0) ORDER BY n",
     )
-    + " ON CONFLICT (id_prefix, id_low, logged_at) DO NOTHING"
+    + " ON CONFLICT (first_id, logged_at) DO NOTHING"
 )
-# ``ON CONFLICT DO NOTHING`` skips only a batch the table has; ``INSERT OR IGNORE`` would also skip a row
-# breaking NOT NULL, silently: such a row must be refused (the writer sets it aside)
+# ``ON CONFLICT DO NOTHING`` skips only a batch the table has (the unique key SQLITE_FIRST_ID_KEY); ``INSERT
+# OR IGNORE`` would also skip a row breaking NOT NULL, silently: such a row must be refused (the writer sets
+# it aside)
 SQLITE_INSERT = (
-    f"INSERT INTO prediction_batches ({_COLS}) VALUES ({', '.join('?' * len(LOG_COLUMNS))}) "
+    f"INSERT INTO prediction_batches ({_COLS}) VALUES ({', '.join('?' * len(LOG_TABLE_COLUMNS))}) "
     "ON CONFLICT DO NOTHING"
+)
+# the stored first id's tail: its last three hex digits as a number (SQLite has no hex parsing)
+_SQLITE_TAIL = " + ".join(
+    f"(instr('0123456789abcdef', substr(b.first_id, {34 + k}, 1)) - 1) * {16 ** (2 - k)}" for k in range(3)
 )
 SQLITE_INSERT_IDEMPOTENT = (
     f"INSERT INTO prediction_batches ({_COLS}) "
-    f"SELECT {', '.join(f'?{i}' for i in range(1, len(LOG_COLUMNS) + 1))} "
-    "WHERE NOT EXISTS (SELECT 1 FROM prediction_batches b WHERE b.id_prefix = ?1 AND b.logged_at = ?7 "
-    "AND b.id_low <= ?2 AND ?2 < b.id_low + b.size) ON CONFLICT DO NOTHING"
+    f"SELECT {', '.join(f'?{i}' for i in range(1, len(LOG_TABLE_COLUMNS) + 1))} "
+    "WHERE NOT EXISTS (SELECT 1 FROM prediction_batches b "
+    "WHERE b.first_id BETWEEN substr(?1, 1, 33) || '000' AND ?1 AND b.logged_at = ?6 "
+    f"AND {_SQLITE_TAIL} + b.size > {_SQLITE_TAIL.replace('b.first_id', '?1')}) ON CONFLICT DO NOTHING"
 )
 PG_LAYOUT = (
     "INSERT INTO prediction_log_layouts (id, numeric, categorical, categories) VALUES (%s, %s, %s, %s) "
@@ -85,7 +99,8 @@ def _sqlite_time(moment: datetime) -> str:
 def _sqlite_values(batch: LogBatch) -> tuple[Any, ...]:
     dumps = orjson.dumps
     return (
-        *batch[:6],
+        first_id(batch.id_prefix, batch.id_low),
+        *batch[2:6],
         _sqlite_time(batch.logged_at),
         *batch[7:12],
         as_bytes(batch.numbers),

@@ -8,12 +8,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, or_, select
 from sqlalchemy.orm import Session
 
 from core.database import aware
 from predictions import typed
-from predictions.batch import as_bytes, floats, ids_of, split_id
+from predictions.batch import PREFIX, as_bytes, first_id, floats, ids_from, split_id
 from predictions.models import PredictionBatch, PredictionLogLayout
 
 
@@ -31,7 +31,9 @@ class LoggedPrediction(NamedTuple):
 def logged_predictions(
     *, session: Session, model_name: str, ids: Iterable[str]
 ) -> dict[str, LoggedPrediction]:
-    """Each of ``ids`` that is a logged prediction of ``model_name``, found by its batch's id prefix."""
+    """Each of ``ids`` that is a logged prediction of ``model_name``. The batches of one id prefix are a range
+    of the primary key ``(first_id, logged_at)``: from the prefix's ``000`` up to the greatest id asked; a
+    batch holds an id when its run (``size`` ids from its first) reaches it."""
     batch = PredictionBatch
     tails: dict[str, list[tuple[str, int]]] = {}
     for pid in dict.fromkeys(ids):
@@ -42,19 +44,22 @@ def logged_predictions(
     found: dict[str, LoggedPrediction] = {}
     for start in range(0, len(prefixes), 500):
         chunk = prefixes[start : start + 500]
+        ranges = [
+            batch.first_id.between(first_id(p, 0), first_id(p, max(t for _, t in tails[p]))) for p in chunk
+        ]
         stmt = select(
-            batch.id_prefix,
-            batch.id_low,
+            batch.first_id,
             batch.size,
             batch.logged_at,
             batch.id,
             batch.outputs,
             batch.model_version,
             batch.status,
-        ).where(batch.model_name == model_name, batch.id_prefix.in_(chunk))
-        for prefix, low, size, when, log_id, outputs, version, status in session.execute(stmt):
+        ).where(batch.model_name == model_name, or_(*ranges))
+        for first, size, when, log_id, outputs, version, status in session.execute(stmt):
+            prefix, low = first[:PREFIX], int(first[PREFIX:], 16)
             values = floats(as_bytes(outputs), size)
-            for pid, tail in tails[prefix]:
+            for pid, tail in tails.get(prefix, ()):
                 if low <= tail < low + size:
                     value = float(values[tail - low])
                     found[pid] = LoggedPrediction(
@@ -79,7 +84,7 @@ class Logged(NamedTuple):
     """One logged prediction, decoded (what :func:`recent_predictions` returns)."""
 
     prediction_id: str
-    request_id: str
+    request_id: str | None
     model_name: str
     model_version: int
     logged_at: datetime
@@ -135,7 +140,7 @@ def recent_predictions(
         vectors = as_bytes(batch.vectors)
         width = len(vectors) // (8 * batch.size) if vectors else 0
         matrix = floats(vectors, batch.size * width).reshape(batch.size, width) if width else None
-        ids = ids_of(batch.id_prefix, batch.id_low, batch.size)
+        ids = ids_from(batch.first_id, batch.size)
         for i in reversed(range(batch.size)):
             value = float(values[i])
             out.append(

@@ -35,7 +35,9 @@ def purge_predictions(*, session: Session, before: datetime, chunk: int = 5000) 
         ids = [i for i, _ in found]
         # the time bound prunes PostgreSQL's partitions (a label's logged_at is its prediction's)
         session.execute(delete(fb).where(fb.model_name == model, fb.log_id.in_(ids), fb.logged_at < before))
-        session.execute(delete(batch).where(batch.id.in_(ids), batch.logged_at < before))
+        session.execute(
+            delete(batch).where(batch.model_name == model, batch.id.in_(ids), batch.logged_at < before)
+        )
         deleted += sum(n for _, n in found)
         taken += len(found)
         if taken >= chunk:

@@ -99,11 +99,12 @@ async def predict(
     version: int | None,
     label: str | None,
     parse: Any,
-    request_id: str,
+    request_id: str | None,
     protocol: str,
     started: float,
 ) -> Prediction:
-    """Resolve the version, check the inputs, run the batched model, check the outputs, log every row."""
+    """Resolve the version, check the inputs, run the batched model, check the outputs, log every row (with
+    ``request_id``: the caller's, None when it sent none)."""
     for attempt in (1, 2):
         lv = state.manager.resolve(model_name, version=version, label=label)
         columns: Columns = parse(lv.schema)

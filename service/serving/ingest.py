@@ -51,7 +51,7 @@ class Ingested:
         }
 
 
-async def ingest(*, state: AppState, model_name: str, payload: Any, request_id: str) -> Ingested:
+async def ingest(*, state: AppState, model_name: str, payload: Any, request_id: str | None) -> Ingested:
     """Check a whole body of records, then log them (a named run the log has is skipped), store labels."""
     writer = state.writer
     if writer is None:

@@ -311,7 +311,7 @@ def request_rows(
     keep: list[int],
     ids: list[str],
     now: datetime,
-    request_id: str,
+    request_id: str | None,
     *,
     source: str = SOURCE,
     protocol: str | None = None,

@@ -11,7 +11,15 @@ from typing import Any
 from fastapi import Request, Response
 
 from core.auth import Scope
-from core.http import BodyRefused, authorize, error_response, json_response, read_body, request_id_of
+from core.http import (
+    BodyRefused,
+    authorize,
+    caller_request_id,
+    error_response,
+    json_response,
+    read_body,
+    request_id_of,
+)
 from predictions.writer import LogUnavailable
 from registry.contracts import ContractViolation
 from registry.names import InvalidVersion, parse_version
@@ -45,7 +53,8 @@ async def predict_route(
     if state.settings.predict_requires_token:  # inline, not a route dependency: nothing to pay when off
         await authorize(request, Scope.PREDICT)
     metrics = state.metrics
-    rid = request_id_of(request)
+    logged_rid = caller_request_id(request)  # the log keeps the caller's id only
+    rid = logged_rid or request_id_of(request)
     model = name if name in state.manager.models else ""  # label values come from the registry only
     answered = ""  # the version that answered
     code = 500  # until proven otherwise (an unexpected error is answered 500 by the app's handler)
@@ -63,7 +72,7 @@ async def predict_route(
                 version=path_version(version),
                 label=label,
                 parse=decode(payload, binary),
-                request_id=rid,
+                request_id=logged_rid,
                 protocol=protocol,
                 started=started,
             )

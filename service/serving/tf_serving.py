@@ -14,7 +14,14 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from core.auth import Scope
-from core.http import error_response, json_response, read_body, request_id_of, require_scope
+from core.http import (
+    caller_request_id,
+    error_response,
+    json_response,
+    read_body,
+    request_id_of,
+    require_scope,
+)
 from core.openapi import PREDICT_SCOPE
 from predictions.writer import LogUnavailable
 from registry.schema import FeatureKind, ModelSchema
@@ -234,7 +241,9 @@ async def v1_ingest(request: Request, name: str) -> Response:
     rid = request_id_of(request)
     try:
         payload = parse_json(await read_body(request, state.settings.max_body_bytes))
-        result = await ingest(state=state, model_name=name, payload=payload, request_id=rid)
+        result = await ingest(
+            state=state, model_name=name, payload=payload, request_id=caller_request_id(request)
+        )
     except BadRequest as exc:
         return error_response(exc.status_code, str(exc), rid)
     except NotServed as exc:

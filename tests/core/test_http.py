@@ -13,7 +13,15 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict
 
 from core.errors import DomainError
-from core.http import JsonBody, error_response, json_response, read_body, runtime
+from core.http import (
+    JsonBody,
+    caller_request_id,
+    error_response,
+    json_response,
+    read_body,
+    request_id_of,
+    runtime,
+)
 
 EXAMPLE = '{"version": 3}'
 OBJECT = JsonBody(limit=1024, rule="test body limit", example=EXAMPLE, nul="text fields")
@@ -51,6 +59,10 @@ def client() -> TestClient:
     @app.post("/value")
     async def read_value(request: Request) -> Response:
         return json_response({"value": await SETTING.value(request)})
+
+    @app.get("/ids")
+    async def ids(request: Request) -> Response:
+        return json_response({"echoed": request_id_of(request), "logged": caller_request_id(request)})
 
     @app.post("/raw")
     async def raw(request: Request) -> Response:
@@ -115,3 +127,20 @@ def test_a_route_family_keeps_its_words(client: TestClient) -> None:
     )
     assert _error(client.post("/value", content=b" " * 65), 413).endswith("(rule: max_body_bytes)")
     assert client.post("/value", content=b"[1]").json() == {"value": [1]}
+
+
+@pytest.mark.parametrize(
+    ("header", "logged"),
+    [(None, None), ("", None), ("caller-7", "caller-7"), ("has space", None), ("x" * 129, None)],
+)
+def test_only_a_callers_sane_request_id_is_the_one_logged(
+    client: TestClient, header: str | None, logged: str | None
+) -> None:
+    """``request_id_of`` echoes the caller's sane id or makes one up; ``caller_request_id`` is the caller's
+    sane id or None (what the prediction log keeps)."""
+    found = client.get("/ids", headers={} if header is None else {"X-Request-Id": header}).json()
+    assert found["logged"] == logged
+    if logged is None:
+        assert len(found["echoed"]) == 32 and found["echoed"] != header
+    else:
+        assert found["echoed"] == logged

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from predictions.batch import LogBatch, ids_of, pack_floats
+from predictions.batch import LogBatch, ids_from, pack_floats
 from predictions.service import new_prediction_ids
 from predictions.spool import SUFFIX, decode_row
 from tests.support import OwnPostgres, postgres_schema
@@ -153,8 +153,8 @@ def logged_ids(url: str) -> list[str]:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            found = conn.execute(text("select id_prefix, id_low, size from prediction_batches order by id"))
-            return [pid for prefix, low, size in found for pid in ids_of(prefix, low, size)]
+            found = conn.execute(text("select first_id, size from prediction_batches order by id"))
+            return [pid for first, size in found for pid in ids_from(str(first), size)]
     finally:
         engine.dispose()
 

@@ -23,7 +23,7 @@ from sqlalchemy import Engine, create_engine, text
 from core import migrate
 from core.database import Database, aware, open_database
 from predictions import typed
-from predictions.batch import floats, ids_of, pack_floats
+from predictions.batch import floats, ids_from, pack_floats
 from predictions.service import labelled_rows as training_rows
 from predictions.service import record_feedback, write_log_rows
 from predictions.windows import (
@@ -52,16 +52,16 @@ def _predictions(engine: Engine, model: str) -> list[tuple[str, int, int, float,
     with engine.connect() as conn:
         found = conn.execute(
             text(
-                "SELECT id, id_prefix, id_low, size, outputs, model_version, status, logged_at "
+                "SELECT id, first_id, size, outputs, model_version, status, logged_at "
                 "FROM prediction_batches WHERE model_name = :m ORDER BY id"
             ),
             {"m": model},
         ).all()
     out = []
-    for key, prefix, low, size, outputs, version, status, when in found:
+    for key, first, size, outputs, version, status, when in found:
         values = floats(bytes(outputs), size).tolist()
         at = _utc(when)
-        for position, pid in enumerate(ids_of(prefix, low, size)):
+        for position, pid in enumerate(ids_from(str(first), size)):
             out.append((pid, int(key), position, values[position], int(version), str(status), at))
     return out
 

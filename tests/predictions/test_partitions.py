@@ -25,8 +25,8 @@ from core.config import Settings, get_settings
 from core.database import Base, Database, open_database
 from core.runtime import Runtime
 from predictions import partitions
-from predictions.batch import LogBatch, as_bytes, ids_of
-from predictions.models import LOG_COLUMNS
+from predictions.batch import LogBatch, as_bytes, ids_from
+from predictions.models import LOG_TABLE_COLUMNS
 from predictions.partitions import AHEAD, Span, missing, slot
 from predictions.scheduled import purge_expired
 from predictions.service import (
@@ -143,12 +143,8 @@ def _log(engine: Engine) -> set[tuple[str, str, datetime]]:
     per prediction of a revision before 0018."""
     with engine.connect() as conn:
         if inspect(conn).has_table(partitions.LOG):
-            found = conn.execute(
-                text("SELECT id_prefix, id_low, size, model_name, logged_at FROM prediction_batches")
-            )
-            return {
-                (pid, str(m), _utc(w)) for prefix, low, n, m, w in found for pid in ids_of(prefix, low, n)
-            }
+            found = conn.execute(text("SELECT first_id, size, model_name, logged_at FROM prediction_batches"))
+            return {(pid, str(m), _utc(w)) for first, n, m, w in found for pid in ids_from(str(first), n)}
         found = conn.execute(text("SELECT prediction_id, model_name, logged_at FROM prediction_log"))
         return {(str(p), str(m), _utc(w)) for p, m, w in found}
 
@@ -156,11 +152,11 @@ def _log(engine: Engine) -> set[tuple[str, str, datetime]]:
 def _batches(engine: Engine) -> dict[str, tuple[int, int, datetime]]:
     """prediction id -> (its batch's id, its position there, its time)."""
     with engine.connect() as conn:
-        found = conn.execute(text("SELECT id, id_prefix, id_low, size, logged_at FROM prediction_batches"))
+        found = conn.execute(text("SELECT id, first_id, size, logged_at FROM prediction_batches"))
         return {
             pid: (int(i), position, _utc(w))
-            for i, prefix, low, n, w in found
-            for position, pid in enumerate(ids_of(prefix, low, n))
+            for i, first, n, w in found
+            for position, pid in enumerate(ids_from(str(first), n))
         }
 
 
@@ -168,12 +164,14 @@ def _read_batches(engine: Engine, limit: int) -> list[LogBatch]:
     """The oldest ``limit`` batches as the writer carries them (binary columns as hex)."""
     with engine.connect() as conn:
         found = conn.execute(
-            text(f"SELECT {', '.join(LOG_COLUMNS)} FROM prediction_batches ORDER BY id LIMIT :n"),
+            text(f"SELECT {', '.join(LOG_TABLE_COLUMNS)} FROM prediction_batches ORDER BY id LIMIT :n"),
             {"n": limit},
         ).all()
     out: list[LogBatch] = []
     for row in found:
-        values = dict(zip(LOG_COLUMNS, row, strict=True))
+        values = dict(zip(LOG_TABLE_COLUMNS, row, strict=True))
+        first = str(values.pop("first_id"))
+        values.update(id_prefix=first[:33], id_low=int(first[33:], 16))
         for name in ("numbers", "outputs", "vectors"):
             blob = as_bytes(values[name])
             values[name] = None if blob is None else blob.hex()
@@ -198,10 +196,8 @@ def _where(engine: Engine, table: str) -> dict[str, str]:
     """prediction_id -> the partition of ``table`` holding it."""
     with engine.connect() as conn:
         if table == partitions.LOG:
-            found = conn.execute(
-                text("SELECT id_prefix, id_low, size, tableoid::regclass FROM prediction_batches")
-            )
-            return {pid: str(t) for prefix, low, n, t in found for pid in ids_of(prefix, low, n)}
+            found = conn.execute(text("SELECT first_id, size, tableoid::regclass FROM prediction_batches"))
+            return {pid: str(t) for first, n, t in found for pid in ids_from(str(first), n)}
         return {
             str(p): str(t)
             for p, t in conn.execute(text(f"SELECT prediction_id, tableoid::regclass FROM {table}"))

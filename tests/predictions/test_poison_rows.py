@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from core import migrate
 from core.config import get_settings
 from core.database import make_engine, open_database
-from predictions.batch import LogBatch, ids_of
+from predictions.batch import LogBatch, ids_from
 from predictions.health import log_check
 from predictions.models import LOG_COLUMNS, PredictionBatch
 from predictions.rejected import DeadLetter
@@ -57,7 +57,7 @@ def _stored(url: str) -> list[str]:
     db = open_database(url)
     with db.session() as s:
         batches = s.scalars(select(PredictionBatch).order_by(PredictionBatch.id))
-        found = [pid for b in batches for pid in ids_of(b.id_prefix, b.id_low, b.size)]
+        found = [pid for b in batches for pid in ids_from(b.first_id, b.size)]
     db.dispose()
     return found
 

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from core import migrate
 from core.database import make_engine, open_database
 from predictions import typed
-from predictions.batch import LogBatch, ids_of
+from predictions.batch import LogBatch, ids_from
 from predictions.models import PredictionBatch, PredictionFeedback
 from predictions.pending import RequestRows, build
 from predictions.service import (
@@ -163,7 +163,7 @@ def stored_ids(url: str) -> list[str]:
     try:
         with db.session() as s:
             batches = s.scalars(select(PredictionBatch).order_by(PredictionBatch.id))
-            return [pid for b in batches for pid in ids_of(b.id_prefix, b.id_low, b.size)]
+            return [pid for b in batches for pid in ids_from(b.first_id, b.size)]
     finally:
         db.dispose()
 

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, select
 
 from core import migrate
 from core.database import make_engine, open_database
-from predictions.batch import ids_of
+from predictions.batch import ids_from
 from predictions.models import PredictionBatch
 from predictions.service import recent_predictions
 from predictions.spool import Spool
@@ -38,7 +38,7 @@ def _stored(url: str) -> list[tuple[int, str]]:
     try:
         with db.session() as s:
             batches = s.execute(select(PredictionBatch).order_by(PredictionBatch.id)).scalars()
-            return [(b.id, pid) for b in batches for pid in ids_of(b.id_prefix, b.id_low, b.size)]
+            return [(b.id, pid) for b in batches for pid in ids_from(b.first_id, b.size)]
     finally:
         db.dispose()
 

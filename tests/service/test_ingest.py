@@ -151,7 +151,9 @@ def test_a_retried_batch_of_one_time_is_one_log_row_stored_once(ingest_server: S
     for r in records:
         r["time"] = "2026-11-21T08:00:00Z"
     with srv.client() as c:
-        first = c.post("/v1/models/ing_bin/predictions", json={"records": records})
+        first = c.post(
+            "/v1/models/ing_bin/predictions", json={"records": records}, headers={"X-Request-Id": "same-time"}
+        )
         again = c.post("/v1/models/ing_bin/predictions", json={"records": records})
     assert first.status_code == 200 and first.json()["stored"] == 300, first.text
     assert again.status_code == 200 and again.json()["stored"] == 0, again.text

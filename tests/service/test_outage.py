@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from core.network import free_port
-from predictions.batch import ids_of
+from predictions.batch import ids_from
 from tests.support import Server, TrainedModels, count_rows, seed_registry, serve_settings
 
 
@@ -169,8 +169,8 @@ def test_connection_cut_mid_load_loses_no_row(
     assert count_rows(direct, "request_id = 'outage-down'") > 0
     engine = create_engine(direct)
     with engine.connect() as conn:
-        batches = conn.execute(text("select id_prefix, id_low, size from prediction_batches")).all()
+        batches = conn.execute(text("select first_id, size from prediction_batches")).all()
     engine.dispose()
-    logged = [pid for prefix, low, size in batches for pid in ids_of(prefix, low, size)]
+    logged = [pid for first, size in batches for pid in ids_from(str(first), size)]
     assert len(logged) == len(set(logged)) == answered  # no prediction written twice by the replay
     assert set(logged) == set(answered_ids)
