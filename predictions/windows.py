@@ -45,6 +45,7 @@ import numpy as np
 import orjson
 from sqlalchemy import Engine, func, literal, literal_column, select
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import Subquery
 
 from core.config import Settings
 from core.database import aware
@@ -206,22 +207,31 @@ def summarize_window(
     return WindowSummary(model_name, spec, held - skip, aware(first), aware(last), low, high, since, skip)
 
 
-def _span(conn: Any, where: list[ColumnElement[bool]], *, below: int | None, k: int) -> tuple[Any, ...]:
-    """Of the newest ``k`` batches (below the id ``below``): count, predictions, time span, id range."""
+def _newest_batches(where: list[ColumnElement[bool]], *, below: int | None, k: int) -> Subquery:
+    """The newest ``k`` batches (below the id ``below``): their ids, times and sizes."""
     log = PredictionBatch
     terms = [*where] if below is None else [*where, log.id < below]
-    newest = select(log.id, log.logged_at, log.size).where(*terms).order_by(log.id.desc()).limit(k).subquery()
-    stmt = select(
+    return select(log.id, log.logged_at, log.size).where(*terms).order_by(log.id.desc()).limit(k).subquery()
+
+
+def _span_columns(newest: Subquery) -> list[ColumnElement[Any]]:
+    """Count, predictions, time span, id range and smallest and largest size of ``newest``'s batches."""
+    c = newest.c
+    return [
         func.count(),
-        func.coalesce(func.sum(newest.c.size), 0),
-        func.min(newest.c.logged_at),
-        func.max(newest.c.logged_at),
-        func.min(newest.c.id),
-        func.max(newest.c.id),
-        func.min(newest.c.size),
-        func.max(newest.c.size),
-    )
-    return tuple(conn.execute(stmt).one())
+        func.coalesce(func.sum(c.size), 0),
+        func.min(c.logged_at),
+        func.max(c.logged_at),
+        func.min(c.id),
+        func.max(c.id),
+        func.min(c.size),
+        func.max(c.size),
+    ]
+
+
+def _span(conn: Any, where: list[ColumnElement[bool]], *, below: int | None, k: int) -> tuple[Any, ...]:
+    """Of the newest ``k`` batches (below the id ``below``): count, predictions, time span, id range."""
+    return tuple(conn.execute(select(*_span_columns(_newest_batches(where, below=below, k=k)))).one())
 
 
 def _newest(
@@ -366,24 +376,9 @@ class _Grouped:
 
     def span(self, *, below: int | None, k: int) -> tuple[Any, ...]:
         """:func:`_span` of the newest ``k`` batches (below ``below``), their blocks kept."""
-        log = PredictionBatch
-        terms = [*self.where] if below is None else [*self.where, log.id < below]
-        newest = (
-            select(log.id, log.logged_at, log.size).where(*terms).order_by(log.id.desc()).limit(k).subquery()
-        )
+        newest = _newest_batches(self.where, below=below, k=k)
         block = newest.c.id.op("/")(literal(self.block_ids)).label("block")
-        stmt = select(
-            block,
-            func.count(),
-            func.sum(newest.c.size),
-            func.min(newest.c.logged_at),
-            func.max(newest.c.logged_at),
-            func.min(newest.c.id),
-            func.max(newest.c.id),
-            func.min(newest.c.size),
-            func.max(newest.c.size),
-        ).group_by(block)
-        found = self.conn.execute(stmt).all()
+        found = self.conn.execute(select(block, *_span_columns(newest)).group_by(block)).all()
         if not found:
             return (0, 0, None, None, None, None, None, None)
         for b, _, held, oldest, *_ in found:

@@ -893,9 +893,12 @@ def check_bench_log_downgraded(url: str, filled: Filled) -> None:
     assert all(label["log_id"] == ids[pid] for pid, label in labels.items())
 
 
-def _kill_after(url: str, action: str, revision: str, lines: int, chunk: int) -> str:
-    """Run ``migrate.<action>`` in a child process and SIGKILL it once it has printed ``lines`` progress
-    lines (it is then converting the next chunk); returns what it printed."""
+def kill_after(
+    url: str, action: str, revision: str, lines: int, chunk: int, marker: str = "prediction log:"
+) -> str:
+    """Run ``migrate.<action>`` in a child process (chunks of ``chunk`` rows) and SIGKILL it once it has
+    printed ``lines`` progress lines starting with ``marker`` (one migration's lines: it is then converting
+    the next chunk); returns what it printed."""
     code = f"from core import migrate; migrate.{action}({url!r}, {revision!r})"
     env = {**os.environ, CHUNK_ENV: str(chunk)}
     proc = subprocess.Popen(
@@ -907,7 +910,7 @@ def _kill_after(url: str, action: str, revision: str, lines: int, chunk: int) ->
     try:
         for line in proc.stderr:
             seen.append(line)
-            if sum("prediction log:" in s and "%" in s for s in seen) >= lines:
+            if sum(s.startswith(marker) and "%" in s for s in seen) >= lines:
                 proc.send_signal(signal.SIGKILL)
                 break
             assert time.monotonic() < deadline, "".join(seen)
@@ -949,7 +952,7 @@ def _stamp(url: str, revision: str) -> None:
 def test_a_killed_conversion_finishes_when_run_again(old_url: str) -> None:
     n, chunk = 6000, 40
     filled = fill_log(old_url, n)
-    printed = _kill_after(old_url, "upgrade", "head", 5, chunk)
+    printed = kill_after(old_url, "upgrade", "head", 5, chunk)
     assert f"prediction log: {5 * chunk} of {n} predictions converted" in printed
     log, held = _counts(old_url)
     assert migrate.current(old_url) == OLD
@@ -962,7 +965,7 @@ def test_a_killed_conversion_finishes_when_run_again(old_url: str) -> None:
     migrate.upgrade(old_url)
     assert migrate.current(old_url) == migrate.head() and _counts(old_url) == (None, n)
     check_bench_log(old_url, filled)
-    printed = _kill_after(old_url, "downgrade", OLD, 5, chunk)
+    printed = kill_after(old_url, "downgrade", OLD, 5, chunk)
     log, held = _counts(old_url)
     assert migrate.current(old_url) == NEW  # the later revisions went down first; 0018 was cut short
     assert log is not None and held is not None and 0 < log < n and log + held == n, printed

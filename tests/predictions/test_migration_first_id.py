@@ -17,11 +17,6 @@ a lowercase canonical UUID stops the upgrade before it changes anything.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,11 +39,11 @@ from predictions.service import (
 )
 from tests.predictions.test_migration_batches import (
     CHUNK_ENV,
-    ROOT,
     _prediction_tables_match_the_models,
     _stamp,
     check_bench_log,
     fill_0017,
+    kill_after,
 )
 from tests.support import database_at, postgres_schema
 
@@ -343,35 +338,6 @@ def test_a_replay_skips_what_a_stored_batch_holds(database_url: str) -> None:
 # ---------------------------------------------------------------------------------------------- killed
 
 
-def _kill_after(url: str, action: str, revision: str, lines: int) -> str:
-    """Run ``migrate.<action>`` in a child process (chunks of 40 rows) and SIGKILL it once it has printed
-    ``lines`` progress lines of this migration; returns what it printed."""
-    code = f"from core import migrate; migrate.{action}({url!r}, {revision!r})"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**os.environ, CHUNK_ENV: "40"},
-        stderr=subprocess.PIPE,
-        text=True,
-        bufsize=1,
-    )
-    seen: list[str] = []
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 120
-    try:
-        for line in proc.stderr:
-            seen.append(line)
-            if sum(s.startswith("prediction batches:") and "%" in s for s in seen) >= lines:
-                proc.send_signal(signal.SIGKILL)
-                break
-            assert time.monotonic() < deadline, "".join(seen)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, "".join(seen)
-    return "".join(seen)
-
-
 def _filled(url: str, column: str) -> tuple[int, int]:
     """(rows with ``column`` set, rows without)."""
     engine = create_engine(url)
@@ -394,7 +360,7 @@ def test_a_killed_fill_finishes_when_run_again(postgres_url: str) -> None:
         engine = create_engine(url)
         before = _rows(engine, OLD_COLUMNS)
         engine.dispose()
-        printed = _kill_after(url, "upgrade", "head", 3)
+        printed = kill_after(url, "upgrade", "head", 3, 40, "prediction batches:")
         assert f"prediction batches: 120 of {len(before)} first ids filled" in printed
         assert migrate.current(url) == OLD
         done, left = _filled(url, "first_id")
@@ -409,7 +375,7 @@ def test_a_killed_fill_finishes_when_run_again(postgres_url: str) -> None:
         migrate.upgrade(url)
         assert migrate.current(url) == NEW
         check_bench_log(url, filled, sample=600)
-        _kill_after(url, "downgrade", OLD, 3)
+        kill_after(url, "downgrade", OLD, 3, 40, "prediction batches:")
         assert migrate.current(url) == NEW
         done, left = _filled(url, "id_prefix")
         assert done >= 120 and left > 0
