@@ -127,22 +127,29 @@ def _at_0019(url: str) -> None:
     migrate.upgrade(url, OLD)
     engine = create_engine(url)
     try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO prediction_batches (model_name, model_version, logged_at, source, "
-                    "request_id, protocol, status, latency_ms, id_prefix, id_low, size, outputs) "
-                    "VALUES ('credit', 1, :t, 'serve', '', 'v1', 'ok', 1.0, :p, :l, 1, :o)"
-                ),
-                {
-                    "t": datetime.now(UTC),
-                    "p": (pid := new_prediction_ids(1)[0])[:33],
-                    "l": int(pid[33:], 16),
-                    "o": bytes.fromhex(pack_floats([0.5])),
-                },
-            )
+        pid = new_prediction_ids(1)[0]
+        _insert_at_0019(engine, request_id="", prefix=pid[:33], low=int(pid[33:], 16))
     finally:
         engine.dispose()
+
+
+def _insert_at_0019(engine: Engine, *, request_id: str, prefix: str, low: int) -> None:
+    """One batch of one prediction as a 0019 server wrote it (``id_prefix`` and ``id_low``)."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO prediction_batches (model_name, model_version, logged_at, source, "
+                "request_id, protocol, status, latency_ms, id_prefix, id_low, size, outputs) "
+                "VALUES ('credit', 1, :t, 'serve', :r, 'v1', 'ok', 1.0, :p, :l, 1, :o)"
+            ),
+            {
+                "t": datetime.now(UTC),
+                "r": request_id,
+                "p": prefix,
+                "l": low,
+                "o": bytes.fromhex(pack_floats([0.5])),
+            },
+        )
 
 
 def _upgraded_as(before: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -264,19 +271,7 @@ def test_an_id_that_is_not_a_canonical_uuid_stops_the_upgrade_before_any_change(
     migrate.upgrade(log_url, OLD)
     engine = create_engine(log_url)
     try:
-        with engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO prediction_batches (model_name, model_version, logged_at, source, "
-                    "request_id, protocol, status, latency_ms, id_prefix, id_low, size, outputs) "
-                    "VALUES ('credit', 1, :t, 'serve', 'r', 'v1', 'ok', 1.0, :p, 5, 1, :o)"
-                ),
-                {
-                    "t": datetime.now(UTC),
-                    "p": new_prediction_ids(1)[0][:33].upper(),
-                    "o": bytes.fromhex(pack_floats([0.5])),
-                },
-            )
+        _insert_at_0019(engine, request_id="r", prefix=new_prediction_ids(1)[0][:33].upper(), low=5)
         before = _rows(engine, OLD_COLUMNS)
         with pytest.raises(RuntimeError, match="1 batches hold ids that are not lowercase canonical UUIDs"):
             migrate.upgrade(log_url)
