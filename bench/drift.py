@@ -17,8 +17,10 @@ the model) is read in chunks into a sketch and evaluated: the path ``POST /v1/mo
 takes. With ``--incremental`` (PostgreSQL), each window is then reported through the sketch cache
 (``monitors.log_window.SketchCache``): cold (empty cache), warm (the same window again) and moving (1 % of
 the window appended as new predictions, then the report again: a monitor's steady state), and without the
-cache on the same window. At the end, the targets beside the figures measured (1M predictions, 10 %
-labelled, PostgreSQL: cold <= 0.8 s, uncached <= 0.7 s; 10M uncached <= 6 s, with flat memory).
+cache on the same window; then the summary and block statistics every cached run reads first, in one scan
+and as two queries, in interleaved pairs (``bench_summary``). At the end, the targets beside the figures
+measured (1M predictions, 10 % labelled, PostgreSQL: cold <= 0.8 s, uncached <= 0.7 s; 10M uncached <= 6 s,
+with flat memory).
 """
 
 from __future__ import annotations
@@ -453,6 +455,37 @@ def bench_sketch_cache(
     with db.session() as session:
         stored = session.query(WindowSketchBlock).count()
     print(f"  sketch cache: {stored} blocks stored")
+    bench_summary(db=db, spec=spec, block_ids=cache.block_ids, request_rows=request_rows)
+
+
+def bench_summary(*, db: Any, spec: Any, block_ids: int, request_rows: int, pairs: int = 6) -> None:
+    """What every cached run reads first: the window's summary and block statistics, in one scan
+    (``summarize_blocks``) against the two queries apart (``summarize_window`` + ``block_stats``), in
+    interleaved pairs on the same window (the medians printed; both give the same answer)."""
+    import statistics
+
+    from monitors.log_window import block_span
+    from predictions.windows import block_stats, mean_size, summarize_blocks, summarize_window
+
+    engine = db.engine
+    span = block_span(block_ids, mean_size(engine=engine, model_name="bench", spec=spec))
+    one: list[float] = []
+    two: list[float] = []
+    for _ in range(pairs):
+        t0 = time.perf_counter()
+        summary, stats = summarize_blocks(engine=engine, model_name="bench", spec=spec, block_ids=span)
+        one.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        apart = summarize_window(engine=engine, model_name="bench", spec=spec)
+        assert apart is not None
+        apart_stats = block_stats(engine=engine, summary=apart, block_ids=span)
+        two.append(time.perf_counter() - t0)
+        assert (summary, stats) == (apart, apart_stats)
+    print(
+        f"  summary + block statistics ({request_rows} per request, blocks of {span} ids, {pairs} "
+        f"interleaved pairs, load {os.getloadavg()[0]:.1f}): one scan {statistics.median(one):.3f} s, "
+        f"two queries {statistics.median(two):.3f} s (medians)"
+    )
 
 
 # The targets (PostgreSQL, 10 % of the predictions labelled): window rows -> stage -> seconds
