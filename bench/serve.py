@@ -19,7 +19,12 @@ Configurations (``--configs``, comma-separated; ``-wN`` runs N worker processes)
 
 Servers run one at a time (this is a 2-core machine): start, wait for every worker, warm up (``--warmup``
 seconds per size at c=8), then every rows-per-request size at concurrency 1, 8 and 64 (``--levels``) for
-``--seconds`` each; ``--repeat N`` runs the whole sequence N times and the tables show medians. ``wrk``
+``--seconds`` each; ``--repeat N`` runs the whole sequence N times and the tables show medians. With
+``--interleave``, every server is started once and stays up (one measured at a time, the others idle), and
+the ``--repeat`` rounds run config by config within each cell: a log-on cell and its ``--no-log`` cell are
+then measured back to back, and the log-on / ``--no-log`` ratios are also given as the median of the
+rounds' paired ratios (req/s, and the server's CPU per request), which this VM's drifting speed moves far
+less than a ratio of two medians taken minutes apart. ``wrk``
 runs min(c, 2) threads; its latency percentiles are its own (with its correction for coordinated
 omission), the Python generator's are raw. With the log on, the bench waits after every cell until no
 request is in flight and the log's queue and spool are empty, so that a cell does not inherit the backlog
@@ -51,6 +56,8 @@ the exit code 1.
 
     .venv/bin/python bench/serve.py                 # default configs, 1 and 32 rows, ~6 minutes
     .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,a-pg-durable,b --compare-fastapi
+    .venv/bin/python bench/serve.py --seconds 4 --configs a-pg-fast,a-pg-durable,b --levels 64 \
+        --interleave --repeat 8                     # log on / --no-log, paired rounds
     .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,b,a-pg-fast-w2,b-w2 --rows 1
     .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,a-pg-fast-nometrics   # metrics' cost
     .venv/bin/python bench/serve.py --driver python --seconds 3 --configs a-sqlite-durable,b,c --rows 1
@@ -98,6 +105,8 @@ CONFIG_RE = re.compile(
 CONFIG_RULE = "a-{sqlite,pg}-{fast,durable}[-nometrics][-wN], b[-wN], c or f[-wN]"
 # the ratios with a target: (numerator, denominator, rows per request, target)
 LOG_TARGETS = {("a-pg-fast", 1): 0.95, ("a-pg-fast", 32): 0.90, ("a-pg-durable", 1): 0.85}  # issue 27
+# issue 27: the serving process's CPU per request with the log on (fast) at most 15 % above --no-log's
+CPU_TARGETS = {"a-pg-fast": 1.15}
 
 
 # -- configurations -------------------------------------------------------------------------------
@@ -818,80 +827,137 @@ def run_config(
 ) -> tuple[list[Measure], dict[str, Any] | None]:
     """Start one server, warm it up, measure every size and level, stop it, check its log."""
     with contextlib.ExitStack() as stack:
-        db_url = f"sqlite:///{root / f'{config.name}-{repeat}.db'}"
-        if config.backend == "pg" and config.kind == "a":
-            db_url = stack.enter_context(scratch_pg_database())
-        return _run_config(
-            config, repeat=repeat, root=root, model_path=model_path, driver=driver, args=args, db_url=db_url
+        started = start_config(
+            config, stack=stack, repeat=repeat, root=root, model_path=model_path, driver=driver, args=args
         )
+        measures = [
+            measure_cell(started, rows=rows, level=level, repeat=repeat, driver=driver, args=args)
+            for rows in args.rows
+            for level in args.levels
+        ]
+        return measures, finish_config(started, measures, repeat=repeat)
 
 
-def _run_config(
+@dataclass
+class Started:
+    """A configuration's server, up and warmed, with its database and its warm-up measures."""
+
+    config: Config
+    server: Server
+    db_url: str
+    warm: list[Measure]
+
+
+def start_config(
     config: Config,
     *,
+    stack: contextlib.ExitStack,
     repeat: int,
     root: Path,
     model_path: Path,
     driver: Driver,
     args: argparse.Namespace,
-    db_url: str,
-) -> tuple[list[Measure], dict[str, Any] | None]:
-    """:func:`run_config` on the database at ``db_url``."""
+) -> Started:
+    """Make the configuration's database (a scratch PostgreSQL database dropped when ``stack`` closes), start
+    its server (stopped when ``stack`` closes, if still running), wait for it and warm it up."""
+    db_url = f"sqlite:///{root / f'{config.name}-{repeat}.db'}"
+    if config.backend == "pg" and config.kind == "a":
+        db_url = stack.enter_context(scratch_pg_database())
+    if config.kind in ("a", "b"):
+        prepare_db(db_url, model_path)
+    server = start_server(config, root, model_path, db_url)
+
+    def stop_if_running() -> None:
+        if server.proc.poll() is None:
+            stop(server.proc)
+
+    stack.callback(stop_if_running)
+    print(f"started {config.name} at {server.url} (workers: {config.workers})", flush=True)
+    warm = [driver.warm_up(config.name, server.url, rows, args.warmup) for rows in args.rows]
+    if config.logs and config.metrics:
+        wait_drained(server.url)
+    return Started(config, server, db_url, warm)
+
+
+def measure_cell(
+    started: Started, *, rows: int, level: int, repeat: int, driver: Driver, args: argparse.Namespace
+) -> Measure:
+    """One size at one concurrency on a started server, its CPU counted until its log drained."""
+    config, server = started.config, started.server
+    before = cpu_snapshot(server.proc.pid, args.driver)
+    m = driver.measure(config.name, server.url, rows, level, args.seconds)
+    m.repeat = repeat
+    if config.logs and config.metrics:
+        m.drain_s = wait_drained(server.url)
+    m.cpu = cpu_used(before, cpu_snapshot(server.proc.pid, args.driver))
+    print(
+        f"{config.name:20s} rows={rows:<3d} c={level:<3d} {m.rps:8.1f} req/s "
+        f"{m.rps * rows:9.1f} rows/s  p50 {m.p50_ms:7.2f} ms  p99 {m.p99_ms:7.2f} ms  "
+        f"n={m.answered} non-2xx={m.errors} socket-errors={m.socket_errors}  "
+        + cpu_line(m, args.driver)
+        + (f"  log drained {m.drain_s:.1f} s later" if m.drain_s else ""),
+        flush=True,
+    )
+    return m
+
+
+def finish_config(started: Started, measures: list[Measure], *, repeat: int) -> dict[str, Any] | None:
+    """Stop a log-on server and check its log against what it answered (``measures``: its cells); None for
+    a configuration without a log (its server is stopped when the stack closes)."""
+    config, server = started.config, started.server
+    if not config.logs:
+        return None
+    served, dropped = served_rows(server.url) if config.metrics else (-1, -1)
+    stop(server.proc)
+    everything = started.warm + measures
+    low = sum(m.answered * m.rows for m in everything)
+    high = sum(m.sent * m.rows for m in everything)
+    logged = count_log(started.db_url)
+    ok = low <= logged <= high and (not config.metrics or (logged == served and dropped == 0))
+    print(
+        f"{config.name:20s} log: {logged} rows logged, server answered {served}, load generator "
+        f"read {low} and sent {high}, dropped {dropped}: {'OK' if ok else 'MISMATCH'}",
+        flush=True,
+    )
+    return {
+        "config": config.name,
+        "repeat": repeat,
+        "logged_rows": logged,
+        "served_rows": served,  # driftwarden_predictions_total (-1: metrics off)
+        "answered_rows": low,  # 2xx answers the load generator read x rows per request
+        "sent_rows": high,  # requests it sent x rows per request
+        "rows_dropped": dropped,
+        "ok": ok,
+    }
+
+
+def run_interleaved(
+    configs: list[Config], *, root: Path, model_path: Path, driver: Driver, args: argparse.Namespace
+) -> tuple[list[Measure], list[dict[str, Any]]]:
+    """``--interleave``: every configuration's server started once and kept up; then ``--repeat`` rounds,
+    each measuring every size and level on every configuration in turn, so that a log-on cell and its
+    ``--no-log`` cell are measured minutes apart at most, on the same machine speed; then each log is
+    checked (one check per configuration, over all its rounds)."""
     measures: list[Measure] = []
-    check: dict[str, Any] | None = None
-    server = None
-    try:
-        if config.kind in ("a", "b"):
-            prepare_db(db_url, model_path)
-        server = start_server(config, root, model_path, db_url)
-        print(f"started {config.name} at {server.url} (workers: {config.workers})", flush=True)
-        warm = [driver.warm_up(config.name, server.url, rows, args.warmup) for rows in args.rows]
-        if config.logs and config.metrics:
-            wait_drained(server.url)
-        for rows in args.rows:
-            for level in args.levels:
-                before = cpu_snapshot(server.proc.pid, args.driver)
-                m = driver.measure(config.name, server.url, rows, level, args.seconds)
-                m.repeat = repeat
-                if config.logs and config.metrics:
-                    m.drain_s = wait_drained(server.url)
-                m.cpu = cpu_used(before, cpu_snapshot(server.proc.pid, args.driver))
-                measures.append(m)
-                print(
-                    f"{config.name:20s} rows={rows:<3d} c={level:<3d} {m.rps:8.1f} req/s "
-                    f"{m.rps * rows:9.1f} rows/s  p50 {m.p50_ms:7.2f} ms  p99 {m.p99_ms:7.2f} ms  "
-                    f"n={m.answered} non-2xx={m.errors} socket-errors={m.socket_errors}  "
-                    + cpu_line(m, args.driver)
-                    + (f"  log drained {m.drain_s:.1f} s later" if m.drain_s else ""),
-                    flush=True,
-                )
-        if config.logs:
-            served, dropped = served_rows(server.url) if config.metrics else (-1, -1)
-            stop(server.proc)
-            everything = warm + measures
-            low = sum(m.answered * m.rows for m in everything)
-            high = sum(m.sent * m.rows for m in everything)
-            logged = count_log(db_url)
-            ok = low <= logged <= high and (not config.metrics or (logged == served and dropped == 0))
-            check = {
-                "config": config.name,
-                "repeat": repeat,
-                "logged_rows": logged,
-                "served_rows": served,  # driftwarden_predictions_total (-1: metrics off)
-                "answered_rows": low,  # 2xx answers the load generator read x rows per request
-                "sent_rows": high,  # requests it sent x rows per request
-                "rows_dropped": dropped,
-                "ok": ok,
-            }
-            print(
-                f"{config.name:20s} log: {logged} rows logged, server answered {served}, load generator "
-                f"read {low} and sent {high}, dropped {dropped}: {'OK' if ok else 'MISMATCH'}",
-                flush=True,
-            )
-    finally:
-        if server is not None and server.proc.poll() is None:
-            stop(server.proc)
-    return measures, check
+    checks: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        started = [
+            start_config(c, stack=stack, repeat=0, root=root, model_path=model_path, driver=driver, args=args)
+            for c in configs
+        ]
+        for repeat in range(args.repeat):
+            print(f"round {repeat + 1} of {args.repeat}", flush=True)
+            for rows in args.rows:
+                for level in args.levels:
+                    for s in started:
+                        measures.append(
+                            measure_cell(s, rows=rows, level=level, repeat=repeat, driver=driver, args=args)
+                        )
+        for s in started:
+            check = finish_config(s, [m for m in measures if m.config == s.config.name], repeat=0)
+            if check is not None:
+                checks.append(check)
+    return measures, checks
 
 
 def main() -> None:
@@ -916,6 +982,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--repeat", type=int, default=1, help="Run every config N times in turn; tables show medians."
+    )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="Start every config's server once and run the --repeat rounds config by config within each "
+        "cell; the log-on / --no-log ratios are then also the median of the rounds' paired ratios.",
     )
     parser.add_argument("--warmup", type=float, default=2.0, help="Warm-up seconds per size, at c=8.")
     parser.add_argument("--timeout", type=float, default=5.0, help="wrk's request timeout (seconds).")
@@ -956,7 +1028,11 @@ def main() -> None:
         gc.freeze()
         for rows in args.rows:
             driver.add_body(rows, json.dumps({"instances": sample[:rows]}).encode())
-        for repeat in range(args.repeat):
+        if args.interleave:
+            measures, checks = run_interleaved(
+                configs, root=root, model_path=model_path, driver=driver, args=args
+            )
+        for repeat in range(0 if args.interleave else args.repeat):
             for config in configs:
                 got, check = run_config(
                     config, repeat=repeat, root=root, model_path=model_path, driver=driver, args=args
@@ -1072,6 +1148,8 @@ def summary(
             for rows in args.rows:
                 target = LOG_TARGETS.get((name, rows)) if top == 64 else None
                 ratio("log on / --no-log", name, base, rows, top, "req/s", target)
+                if args.interleave:
+                    ratios.extend(paired(measures, name, base, rows, top, target))
     for name in configs:  # metrics on / off
         if name.endswith("-nometrics") or "-nometrics-" in name:
             on = name.replace("-nometrics", "")
@@ -1116,6 +1194,52 @@ def summary(
             f"{check['served_rows']} answered by the server: {'OK' if check['ok'] else 'MISMATCH'}"
         )
     return ratios, log_cpu
+
+
+def paired(
+    measures: list[Measure], num: str, den: str, rows: int, c: int, target: float | None
+) -> list[dict[str, Any]]:
+    """``--interleave``: the ratios of each round's two cells (req/s, and the server's CPU per request:
+    loop + other), printed as their median and range; returned as ratio entries."""
+
+    def by_round(config: str) -> dict[int, Measure]:
+        return {m.repeat: m for m in measures if (m.config, m.rows, m.concurrency) == (config, rows, c)}
+
+    a, b = by_round(num), by_round(den)
+    rounds = sorted(set(a) & set(b))
+    speed = [a[r].rps / b[r].rps for r in rounds if b[r].rps]
+    cpu = [
+        x / y for r in rounds if (x := a[r].cpu_us()["server"]) is not None and (y := b[r].cpu_us()["server"])
+    ]
+    found: list[dict[str, Any]] = []
+    for what, values, goal, better in (
+        ("req/s", speed, target, "higher"),
+        ("server CPU us/req", cpu, CPU_TARGETS.get(num) if target is not None else None, "lower"),
+    ):
+        if not values:
+            continue
+        mid = statistics.median(values)
+        met = "" if goal is None else (mid >= goal if better == "higher" else mid <= goal)
+        verdict = "" if goal is None else f"  (target {'>=' if better == 'higher' else '<='} {goal:.2f}: "
+        verdict += "" if goal is None else ("met)" if met else "missed)")
+        print(
+            f"  {'  paired rounds':34s} {num} / {den}, {rows} row(s), c={c}, {what}: median {mid:.3f} "
+            f"(min {min(values):.3f}, max {max(values):.3f}, {len(values)} rounds){verdict}"
+        )
+        found.append(
+            {
+                "ratio": "log on / --no-log, paired rounds",
+                "num": num,
+                "den": den,
+                "rows": rows,
+                "concurrency": c,
+                "what": what,
+                "values": values,
+                "value": mid,
+                "target": goal,
+            }
+        )
+    return found
 
 
 def print_grid(
