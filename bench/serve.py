@@ -21,10 +21,11 @@ Servers run one at a time (this is a 2-core machine): start, wait for every work
 seconds per size at c=8), then every rows-per-request size at concurrency 1, 8 and 64 (``--levels``) for
 ``--seconds`` each; ``--repeat N`` runs the whole sequence N times and the tables show medians. With
 ``--interleave``, every server is started once and stays up (one measured at a time, the others idle), and
-the ``--repeat`` rounds run config by config within each cell: a log-on cell and its ``--no-log`` cell are
-then measured back to back, and the log-on / ``--no-log`` ratios are also given as the median of the
-rounds' paired ratios (req/s, and the server's CPU per request), which this VM's drifting speed moves far
-less than a ratio of two medians taken minutes apart. ``wrk``
+the ``--repeat`` rounds run config by config within each cell, each round starting with the next config (so
+that none always follows the others' writes): a log-on cell and its ``--no-log`` cell are then measured back
+to back, and the log-on / ``--no-log`` ratios are also given as the median of the rounds' paired ratios
+(req/s, and the server's CPU per request), which this VM's drifting speed moves far less than a ratio of two
+medians taken minutes apart. ``wrk``
 runs min(c, 2) threads; its latency percentiles are its own (with its correction for coordinated
 omission), the Python generator's are raw. With the log on, the bench waits after every cell until no
 request is in flight and the log's queue and spool are empty, so that a cell does not inherit the backlog
@@ -936,8 +937,9 @@ def run_interleaved(
 ) -> tuple[list[Measure], list[dict[str, Any]]]:
     """``--interleave``: every configuration's server started once and kept up; then ``--repeat`` rounds,
     each measuring every size and level on every configuration in turn, so that a log-on cell and its
-    ``--no-log`` cell are measured minutes apart at most, on the same machine speed; then each log is
-    checked (one check per configuration, over all its rounds)."""
+    ``--no-log`` cell are measured minutes apart at most, on the same machine speed (each round starts with
+    the next configuration, so that none always follows the others' writes); then each log is checked (one
+    check per configuration, over all its rounds)."""
     measures: list[Measure] = []
     checks: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
@@ -947,9 +949,10 @@ def run_interleaved(
         ]
         for repeat in range(args.repeat):
             print(f"round {repeat + 1} of {args.repeat}", flush=True)
+            turn = repeat % len(started)  # each round starts with the next config
             for rows in args.rows:
                 for level in args.levels:
-                    for s in started:
+                    for s in started[turn:] + started[:turn]:
                         measures.append(
                             measure_cell(s, rows=rows, level=level, repeat=repeat, driver=driver, args=args)
                         )
