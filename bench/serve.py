@@ -1222,9 +1222,11 @@ def paired(
         if not values:
             continue
         mid = statistics.median(values)
-        met = "" if goal is None else (mid >= goal if better == "higher" else mid <= goal)
-        verdict = "" if goal is None else f"  (target {'>=' if better == 'higher' else '<='} {goal:.2f}: "
-        verdict += "" if goal is None else ("met)" if met else "missed)")
+        verdict = ""
+        if goal is not None:
+            met = mid >= goal if better == "higher" else mid <= goal
+            sign = ">=" if better == "higher" else "<="
+            verdict = f"  (target {sign} {goal:.2f}: {'met' if met else 'missed'})"
         print(
             f"  {'  paired rounds':34s} {num} / {den}, {rows} row(s), c={c}, {what}: median {mid:.3f} "
             f"(min {min(values):.3f}, max {max(values):.3f}, {len(values)} rounds){verdict}"
