@@ -1035,14 +1035,15 @@ def main() -> None:
             measures, checks = run_interleaved(
                 configs, root=root, model_path=model_path, driver=driver, args=args
             )
-        for repeat in range(0 if args.interleave else args.repeat):
-            for config in configs:
-                got, check = run_config(
-                    config, repeat=repeat, root=root, model_path=model_path, driver=driver, args=args
-                )
-                measures += got
-                if check is not None:
-                    checks.append(check)
+        else:
+            for repeat in range(args.repeat):
+                for config in configs:
+                    got, check = run_config(
+                        config, repeat=repeat, root=root, model_path=model_path, driver=driver, args=args
+                    )
+                    measures += got
+                    if check is not None:
+                        checks.append(check)
     ratios, log_cpu = summary(measures, checks, args)
     if args.json:
         args.json.write_text(
