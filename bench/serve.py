@@ -1153,7 +1153,8 @@ def summary(
                 target = LOG_TARGETS.get((name, rows)) if top == 64 else None
                 ratio("log on / --no-log", name, base, rows, top, "req/s", target)
                 if args.interleave:
-                    ratios.extend(paired(measures, name, base, rows, top, target))
+                    cpu_target = CPU_TARGETS.get(name) if top == 64 else None
+                    ratios.extend(paired(measures, name, base, rows, top, target, cpu_target))
     for name in configs:  # metrics on / off
         if name.endswith("-nometrics") or "-nometrics-" in name:
             on = name.replace("-nometrics", "")
@@ -1201,10 +1202,17 @@ def summary(
 
 
 def paired(
-    measures: list[Measure], num: str, den: str, rows: int, c: int, target: float | None
+    measures: list[Measure],
+    num: str,
+    den: str,
+    rows: int,
+    c: int,
+    target: float | None,
+    cpu_target: float | None,
 ) -> list[dict[str, Any]]:
-    """``--interleave``: the ratios of each round's two cells (req/s, and the server's CPU per request:
-    loop + other), printed as their median and range; returned as ratio entries."""
+    """``--interleave``: the ratios of each round's two cells (req/s against ``target``, and the server's CPU
+    per request, loop + other, against ``cpu_target``), printed as their median and range; returned as ratio
+    entries."""
 
     def by_round(config: str) -> dict[int, Measure]:
         return {m.repeat: m for m in measures if (m.config, m.rows, m.concurrency) == (config, rows, c)}
@@ -1218,7 +1226,7 @@ def paired(
     found: list[dict[str, Any]] = []
     for what, values, goal, better in (
         ("req/s", speed, target, "higher"),
-        ("server CPU us/req", cpu, CPU_TARGETS.get(num) if target is not None else None, "lower"),
+        ("server CPU us/req", cpu, cpu_target, "lower"),
     ):
         if not values:
             continue
