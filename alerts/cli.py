@@ -372,7 +372,9 @@ def webhooks_add(
     event: Annotated[
         list[str] | None,
         typer.Option(
-            "--event", help="Only these events: alert.firing, alert.resolved, job.finished, job.rejected."
+            "--event",
+            help="Only these events: alert.firing, alert.resolved, job.finished, job.rejected, "
+            "retrain.requested.",
         ),
     ] = None,
     description: Annotated[str, typer.Option("--description", help="What it is for.")] = "",

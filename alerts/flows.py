@@ -9,9 +9,11 @@ every health pass (``health.pass``: the health rules), never by polling. For eac
 - a silence (matchers on the labels) mutes notifications and actions of the alerts it matches while it
   is active; the alert keeps its state and is marked ``silenced``.
 
-One evaluation of a model writes at most one webhook message per subscription, holding every alert of
+One evaluation of a model writes at most one alert message per subscription, holding every alert of
 the model that started firing, resolved, or is due for a repeat (``alert_repeat_interval_s``). Actions run
-when an alert is first announced: ``retrain`` enqueues a retraining job (``training.service.enqueue``),
+when an alert is first announced: ``retrain`` enqueues a retraining job (``training.service.enqueue``), or,
+for a version driftwarden cannot retrain (served elsewhere, imported without its builder), writes a
+``retrain.requested`` message for the team's own pipeline instead;
 a firing performance alert of a version promoted by a job within ``rollback_watch_s`` rolls it back
 (``auto_rollback``). Every change, its history rows and its outbox rows are written in the caller's
 transaction: all or nothing.
@@ -97,10 +99,12 @@ def evaluate_model(
     health: Mapping[str, CheckResult] | None = None,
     run_id: int | None = None,
     model_version: int | None = None,
+    window: Mapping[str, Any] | None = None,
     now: datetime | None = None,
 ) -> Evaluation:
     """Evaluate the model's rules on a report (``DriftReport.as_dict()``) and/or health results, in the
-    session's transaction (every change and its outbox rows commit together)."""
+    session's transaction (every change and its outbox rows commit together); ``window`` (the run's
+    ``Window.as_dict()``) goes into a ``retrain.requested`` message."""
     now = now or utcnow()
     service.write_lock(session=session, key=f"model:{model_name}")
     ruleset = service.effective_rules(session=session, model_name=model_name)
@@ -116,6 +120,7 @@ def evaluate_model(
         silences=service.active_silences(session=session, now=now),
         evaluation=Evaluation(model_name),
         model_version=model_version,
+        window=window,
     )
     opened = {
         a.fingerprint: a
@@ -168,6 +173,7 @@ def on_monitor_run(*, db: Database, settings: Settings, outcome: Outcome, **_: A
             report=outcome.report.as_dict(),
             run_id=outcome.run_id,
             model_version=outcome.model_version,
+            window=outcome.window.as_dict(),
         )
 
 

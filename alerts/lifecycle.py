@@ -30,9 +30,11 @@ from core.config import Settings
 from core.errors import DomainError
 from registry.models import EventAction, VersionState
 from registry.service import history, rollback, serving_version
+from training.builders import NotRetrainable
 from training.service import enqueue
 
 Why = Literal["firing", "repeat", "resolved"]
+RETRAIN_REQUESTED = "retrain.requested"
 
 
 class Cadence(enum.Enum):
@@ -86,12 +88,17 @@ class RetrainOutcome:
     created: bool = False
     reason: str | None = None
     error: str | None = None
+    requested: int | None = None  # a version not retrainable here: its retrain.requested messages
 
     def evidence(self) -> dict[str, Any]:
-        """As the alert's ``evidence["retrain"]`` keeps it: the job and why, or the error."""
+        """As the alert's ``evidence["retrain"]`` keeps it: the job and why, the event sent instead of a job
+        (``event``, ``webhooks``: how many subscriptions it went to), or the error."""
         if self.error is not None:
             return {"error": self.error}
-        return {"job_id": self.job_id, "created": self.created, "reason": self.reason}
+        doc: dict[str, Any] = {"job_id": self.job_id, "created": self.created, "reason": self.reason}
+        if self.requested is not None:
+            doc |= {"event": RETRAIN_REQUESTED, "webhooks": self.requested}
+        return doc
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,7 @@ class Pass:
     silences: list[Silence]
     evaluation: Evaluation
     model_version: int | None = None
+    window: Mapping[str, Any] | None = None  # the monitor run's window (``log_window.Window.as_dict()``)
 
 
 def alert_labels(spec: RuleSpec, model_name: str, finding: Finding) -> dict[str, str]:
@@ -224,7 +232,9 @@ def keep_actions(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str
 
 def retrain(pass_: Pass, alert: Alert, *, trigger: str, key: str, requested_by: str) -> dict[str, Any]:
     """Enqueue a retraining job for the alert's model (in a savepoint: a refusal leaves the rest intact);
-    the outcome joins the pass's ``jobs``; returns its evidence as the alert keeps it."""
+    a version driftwarden cannot retrain (served elsewhere, imported without its builder) gets no job: a
+    ``retrain.requested`` message goes to the webhooks instead (:class:`RetrainRequest`). The outcome joins
+    the pass's ``jobs``; returns its evidence as the alert keeps it."""
     try:
         with pass_.session.begin_nested():
             result = enqueue(
@@ -236,6 +246,11 @@ def retrain(pass_: Pass, alert: Alert, *, trigger: str, key: str, requested_by: 
                 alert_id=alert.id,
                 cooldown_s=pass_.settings.retrain_cooldown_s,
             )
+    except NotRetrainable as exc:
+        request = RetrainRequest(alert=alert, version=exc.version, why=exc.why, window=pass_.window)
+        sent = deliver(pass_, request, [])
+        outcome = RetrainOutcome(alert.id, alert.fingerprint, reason=str(exc), requested=sent)
+        detail = f"retrain: no job ({exc}); {RETRAIN_REQUESTED} sent to {sent} webhook(s)"
     except DomainError as exc:
         outcome = RetrainOutcome(alert.id, alert.fingerprint, error=str(exc))
         detail = f"retrain not enqueued: {exc}"
@@ -462,10 +477,49 @@ class JobMessage:
         return self.event_type, body
 
 
+@dataclass(frozen=True)
+class RetrainRequest:
+    """``retrain.requested``: an alert's ``retrain`` action on a version driftwarden cannot retrain, for the
+    team's own pipeline: the model, the version, the alert, why no job started and the window (its time
+    range and row counts). A subscription gets it when it wants the event (and the alert's severity)."""
+
+    alert: Alert
+    version: int
+    why: str
+    window: Mapping[str, Any] | None
+
+    def event_of(self, notice: Notice) -> str:
+        """The event a subscription's filter is asked about for one notice."""
+        return RETRAIN_REQUESTED
+
+    def goes_to(self, filt: WebhookFilter, model_name: str, chosen: list[Notice]) -> bool:
+        """Whether a subscription gets the message: when it wants the event of this alert."""
+        return filt.wants(model=model_name, event=RETRAIN_REQUESTED, severity=self.alert.severity)
+
+    def render(
+        self, *, settings: Settings, model_name: str, chosen: list[Notice], at: datetime, key: bytes
+    ) -> tuple[str, str]:
+        """``(event type, body)`` of the message."""
+        body = webhooks.retrain_message(
+            settings=settings,
+            model_name=model_name,
+            version=self.version,
+            alert=self.alert,
+            why=self.why,
+            window=self.window,
+            at=at,
+            link_key=key,
+        )
+        return RETRAIN_REQUESTED, body
+
+
+Message = AlertMessage | JobMessage | RetrainRequest
+
+
 def announce(pass_: Pass, message: AlertMessage | JobMessage) -> None:
-    """The one fan-out: one outbox row per enabled subscription the message goes to, holding the pass's
-    notices it wants; ``last_notified_at`` is set on the firing ones, each notified alert's history counts
-    its messages."""
+    """The one fan-out of a pass's notices: one outbox row per enabled subscription the message goes to
+    (:func:`deliver`), holding the notices it wants; ``last_notified_at`` is set on the firing ones, each
+    notified alert's history counts its messages."""
     notices = pass_.evaluation.notices
     for n in notices:
         if n.why != "resolved":
@@ -474,6 +528,19 @@ def announce(pass_: Pass, message: AlertMessage | JobMessage) -> None:
     if not wanted and isinstance(message, AlertMessage):
         return  # no alert to announce: no message
     counts: dict[int, int] = {}
+    deliver(pass_, message, wanted, counts)
+    for n in wanted:
+        k = counts.get(n.alert.id, 0)
+        record(pass_, n.alert, n.alert.state, f"notified ({n.why}): {k} webhook message(s)", n.alert.state)
+
+
+def deliver(
+    pass_: Pass, message: Message, wanted: list[Notice], counts: dict[int, int] | None = None
+) -> int:
+    """One outbox row per enabled subscription ``message`` goes to, holding the ``wanted`` notices its
+    filter passes (``counts``: messages per alert id); returns the number of rows."""
+    counts = {} if counts is None else counts
+    rows = 0
     key: bytes | None = None  # the report links' signing key, read once when a message is made
     for sub in service.list_subscriptions(session=pass_.session, enabled_only=True):
         filt = WebhookFilter.model_validate(sub.filter or {})
@@ -493,8 +560,7 @@ def announce(pass_: Pass, message: AlertMessage | JobMessage) -> None:
             session=pass_.session, webhook_id=sub.id, event_type=event_type, payload=body, now=pass_.now
         )
         pass_.evaluation.deliveries.append(row.id)
+        rows += 1
         for n in chosen:
             counts[n.alert.id] = counts.get(n.alert.id, 0) + 1
-    for n in wanted:
-        k = counts.get(n.alert.id, 0)
-        record(pass_, n.alert, n.alert.state, f"notified ({n.why}): {k} webhook message(s)", n.alert.state)
+    return rows

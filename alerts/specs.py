@@ -49,14 +49,14 @@ HEALTH_KINDS = frozenset({Kind.HEALTH})  # evaluated after a health pass
 PERFORMANCE_KINDS = frozenset({Kind.PERFORMANCE, Kind.ESTIMATED_PERFORMANCE})  # may roll back
 SEVERITIES = ("info", "warning", "critical")
 ACTIONS = ("notify", "retrain")
-EVENTS = ("alert.firing", "alert.resolved", "job.finished", "job.rejected")
+EVENTS = ("alert.firing", "alert.resolved", "job.finished", "job.rejected", "retrain.requested")
 RULE_NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"
 RESERVED_LABELS = frozenset({"alertname", "model", "severity", "feature", "check"})  # set by the rule itself
 
 Severity = Literal["info", "warning", "critical"]
 RULE_SEVERITIES: tuple[str, ...] = get_args(Severity)
 Action = Literal["notify", "retrain"]
-Event = Literal["alert.firing", "alert.resolved", "job.finished", "job.rejected"]
+Event = Literal["alert.firing", "alert.resolved", "job.finished", "job.rejected", "retrain.requested"]
 Metric = Literal[
     "roc_auc", "accuracy", "f1", "precision", "recall", "macro_f1", "log_loss", "mae", "rmse", "r2"
 ]

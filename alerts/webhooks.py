@@ -228,6 +228,47 @@ def job_message(
     return message(event_type=event_type, at=at, data=data)
 
 
+def retrain_message(
+    *,
+    settings: Settings,
+    model_name: str,
+    version: int,
+    alert: Alert,
+    why: str,
+    window: Mapping[str, Any] | None,
+    at: datetime,
+    link_key: bytes,
+) -> str:
+    """The body of a ``retrain.requested`` message: an alert's ``retrain`` action on a version driftwarden
+    cannot retrain (``why``), with the monitor run's window (``None`` when the alert came from elsewhere):
+    its time range (the oldest and newest prediction's time) and its predictions and labelled rows."""
+    win = window or {}
+    data = {
+        "model": model_name,
+        "version": version,
+        "reason": why,
+        "alert": {
+            "id": alert.id,
+            "rule": alert.rule_name,
+            "fingerprint": alert.fingerprint,
+            "severity": alert.severity,
+            "fired_at": _iso(alert.fired_at),
+            "url": f"{base_url(settings)}/v1/alerts/{alert.id}",
+        },
+        "window": None
+        if window is None
+        else {
+            "start": win.get("start"),
+            "end": win.get("end"),
+            "predictions": win.get("rows"),
+            "labelled": win.get("labelled"),
+            "model_version": (win.get("spec") or {}).get("version"),
+        },
+        "links": links(settings=settings, model_name=model_name, link_key=link_key, at=at, alert_id=alert.id),
+    }
+    return message(event_type="retrain.requested", at=at, data=data)
+
+
 def parse_body(body: str | bytes) -> dict[str, Any]:
     """A stored body back as a dict (tests, the CLI)."""
     data: dict[str, Any] = orjson.loads(body)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import Conflict, Invalid
 from registry.schema import Task
+from registry.service import SERVED_ELSEWHERE
 
 if TYPE_CHECKING:
     import keras
@@ -236,17 +237,49 @@ def lineage_ref(lineage: Mapping[str, Any]) -> str | None:
     return None
 
 
-def require_retrainable(lineage: Mapping[str, Any] | None, *, model_name: str, version: int) -> None:
-    """A version can be retrained when its builder is known: an imported SavedModel without one cannot.
+class NotRetrainable(Conflict):
+    """A version driftwarden cannot retrain (served elsewhere, or imported without its builder function):
+    a job would only fail. ``why`` is the reason without the fix; the message adds the fix (409, exit 2)."""
 
-    Raises :class:`core.errors.Conflict` naming the fix (HTTP 409, exit 2).
-    """
+    def __init__(self, *, model_name: str, version: int, why: str, fix: str) -> None:
+        self.model_name = model_name
+        self.version = version
+        self.why = why
+        super().__init__(f"model {model_name}:{version} {why}: {fix}")
+
+
+def retrain_refusal(lineage: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """Why a version with this lineage cannot be retrained here, and the fix; None when it can.
+
+    A version registered from a reference alone (served elsewhere: no SavedModel, no builder) and an
+    imported SavedModel without its builder function cannot."""
     lineage = lineage or {}
+    if lineage.get("serving") == SERVED_ELSEWHERE:
+        return (
+            "is served elsewhere (registered from a reference with --prediction-column): driftwarden has "
+            "no model or builder function to retrain it",
+            "retrain it in your own pipeline (a `retrain` action sends it the retrain.requested webhook "
+            "event), then register the new version with `driftwarden models import`",
+        )
     fn = lineage.get("model_fn")
     known = isinstance(fn, Mapping) and isinstance(fn.get("ref"), str) and fn["ref"]
     if lineage.get("source") == "import" and not known:
-        raise Conflict(
-            f"model {model_name}:{version} was imported without --model-fn, so it cannot be retrained: "
-            f"re-import it with --model-fn FILE.py:FUNC (the function that builds its network) or train a "
-            f"version with `driftwarden train --model {model_name} --model-fn FILE.py:FUNC ...`"
+        return (
+            "was imported without --model-fn, so it cannot be retrained",
+            "re-import it with --model-fn FILE.py:FUNC (the function that builds its network) or train a "
+            "version with `driftwarden train --model NAME --model-fn FILE.py:FUNC ...`",
+        )
+    return None
+
+
+def require_retrainable(lineage: Mapping[str, Any] | None, *, model_name: str, version: int) -> None:
+    """A version can be retrained when driftwarden has its model and builder (:func:`retrain_refusal`).
+
+    Raises :class:`NotRetrainable` (a :class:`core.errors.Conflict`: HTTP 409, exit 2) naming the fix.
+    """
+    refusal = retrain_refusal(lineage)
+    if refusal is not None:
+        why, fix = refusal
+        raise NotRetrainable(
+            model_name=model_name, version=version, why=why, fix=fix.replace("NAME", model_name)
         )

@@ -16,7 +16,9 @@ from predictions.service.reading import decode_documents, load_layouts
 
 
 class LabelledRows(NamedTuple):
-    """Labelled predictions of one model, oldest first: input columns, labels and logging times.
+    """Labelled predictions of one model, oldest first by their time (a prediction's time is its batch's
+    ``logged_at``; the log's id order is the order of logging, which imported history or a client's clock
+    skew does not follow): input columns, labels and times.
 
     ``columns``: each numeric feature as floats (JSON null, an absent key or a value of another type is
     NaN), each categorical feature as objects (its text; None when absent or not a string), as the window
@@ -39,7 +41,8 @@ def labelled_rows(
     limit: int,
     since: datetime | None = None,
 ) -> LabelledRows:
-    """The newest ``limit`` answered predictions of ``model_name`` that have a ground-truth label."""
+    """The newest ``limit`` answered predictions of ``model_name`` (by their time, then log order) that have a
+    ground-truth label."""
     fb, batch = PredictionFeedback, PredictionBatch
     stmt = select(fb.log_id, fb.position, fb.label, fb.logged_at).where(
         fb.model_name == model_name,
@@ -49,7 +52,7 @@ def labelled_rows(
     )
     if since is not None:
         stmt = stmt.where(fb.logged_at >= since)
-    stmt = stmt.order_by(fb.log_id.desc(), fb.position.desc()).limit(limit)
+    stmt = stmt.order_by(fb.logged_at.desc(), fb.log_id.desc(), fb.position.desc()).limit(limit)
     found = list(reversed(session.execute(stmt).all()))
     layouts = load_layouts(session)
     docs: dict[int, list[dict[str, Any]]] = {}
