@@ -173,7 +173,7 @@ def on_monitor_run(*, db: Database, settings: Settings, outcome: Outcome, **_: A
             report=outcome.report.as_dict(),
             run_id=outcome.run_id,
             model_version=outcome.model_version,
-            window=outcome.window.as_dict(),
+            window=outcome.window.as_dict() if outcome.window is not None else None,
         )
 
 

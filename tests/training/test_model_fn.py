@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from core.config import Settings
 from core.database import Database, open_database
+from core.errors import Conflict
 from core.tabular import write_table
 from registry.schema import OUTPUT_NAMES, Task
 from registry.service import register_version
@@ -297,9 +298,11 @@ def test_data_generate_tasks_keep_the_binary_table(tmp_path: Path) -> None:
 def test_require_retrainable_names_the_fix() -> None:
     require_retrainable({}, model_name="m", version=1)  # trained before builders: the built-in MLP
     require_retrainable({"source": "import", "model_fn": {"ref": "x.py:f"}}, model_name="m", version=1)
+    with pytest.raises(Conflict, match=r"m:3 is served elsewhere .*retrain.requested"):
+        require_retrainable({"source": "reference", "serving": "elsewhere"}, model_name="m", version=3)
     with pytest.raises(Exception) as info:
         require_retrainable({"source": "import", "model_fn": None}, model_name="m", version=2)
-    assert type(info.value).__name__ == "Conflict"
+    assert isinstance(info.value, Conflict) and type(info.value).__name__ == "NotRetrainable"
     assert "m:2 was imported without --model-fn" in str(info.value) and "--model-fn FILE.py:FUNC" in str(
         info.value
     )
@@ -373,7 +376,8 @@ def test_the_alert_retrain_action_records_why_it_did_nothing(imported_db: tuple[
             evaluation=lifecycle.Evaluation(model_name="imported"),
         )
         info = lifecycle.retrain(ctx, alert, trigger="alert", key="k1", requested_by=f"alert:{alert.id}")
-        assert "was imported without --model-fn" in info["error"]
+        assert "was imported without --model-fn" in info["reason"] and info["job_id"] is None
+        assert info["event"] == "retrain.requested" and info["webhooks"] == 0  # no subscription
         assert alert.evidence["retrain"] == info
         details = [e.detail for e in s.query(AlertEvent).filter(AlertEvent.alert_id == alert.id)]
-        assert any(d.startswith("retrain not enqueued: model imported:1 was imported") for d in details)
+        assert any(d.startswith("retrain: no job (model imported:1 was imported") for d in details)

@@ -1,0 +1,176 @@
+"""The ``retrain`` action on a version driftwarden cannot retrain: no job, a ``retrain.requested`` event.
+
+A model served elsewhere (registered from a reference with ``--prediction-column``) and a SavedModel imported
+without ``--model-fn`` have no builder here: a job would train the built-in network and die in the gate. With
+the default rules (``dataset_drift``: notify + retrain), 30 days of imported history with drift planted, a
+monitor run fires the drift alert; its retrain action starts no job, says why in the alert, and sends one
+``retrain.requested`` message through the signed-webhook outbox to a real receiver (checked with the
+``standardwebhooks`` package), carrying the model, version, alert and the window's time range and counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from standardwebhooks import Webhook
+from typer.testing import CliRunner
+
+from alerts.webhooks import new_secret
+from core.config import get_settings
+from core.database import open_database
+from core.tabular import write_table
+from registry.schema import Task
+from registry.service import promote
+from service.cli import app
+from tests import own_models
+from tests.alerts.receiver import Receiver
+from training.importer import ImportSpec, import_saved_model
+
+DAYS = 30
+ROWS = 3_000
+END = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+START = END - timedelta(days=DAYS)
+
+
+@dataclass
+class Cli:
+    env: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch
+
+    def __call__(self, *args: str) -> Any:
+        for key, value in self.env.items():
+            self.monkeypatch.setenv(key, value)
+        self.monkeypatch.delenv("DRIFTWARDEN_ALERT_RULES_PATH", raising=False)  # the default rules
+        get_settings.cache_clear()
+        try:
+            return CliRunner().invoke(app, list(args))
+        finally:
+            get_settings.cache_clear()
+
+
+@pytest.fixture
+def cli(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
+    open_database(database_url, upgrade=True).dispose()
+    env = {
+        "DRIFTWARDEN_DATABASE_URL": database_url,
+        "DRIFTWARDEN_REGISTRY_PATH": str(tmp_path / "registry"),
+        "DRIFTWARDEN_SPOOL_PATH": str(tmp_path / "spool"),
+        "DRIFTWARDEN_CHECKPOINT_PATH": str(tmp_path / "ckpt"),
+        "DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS": "true",
+    }
+    yield Cli(env, monkeypatch)
+
+
+def history(n: int = ROWS, *, seed: int = 5) -> dict[str, np.ndarray]:
+    """``n`` scored rows of the last 30 days (oldest first), drifted (a, b and c moved), with labels."""
+    data = own_models.reference(n, seed=seed, shift=1.5)
+    data["b"] = data["b"] + 1.0
+    data["c"] = data["c"] + 3
+    step = (END - START) / (n - 1)
+    return {
+        **{k: data[k] for k in own_models.FEATURES},
+        "score": own_models.answers("binary", data),
+        "row_id": np.array([f"hist-{i}" for i in range(n)], dtype=object),
+        "scored_at": np.array([(START + i * step).isoformat() for i in range(n)], dtype=object),
+        "truth": data["y_bin"],
+    }
+
+
+def import_history(cli: Cli, model: str, tmp_path: Path) -> None:
+    write_table(history(), tmp_path / "history.csv")
+    done = cli(
+        *("predictions", "import", str(tmp_path / "history.csv"), "--model", model),
+        *("--prediction-column", "score", "--id-column", "row_id", "--time-column", "scored_at"),
+        *("--label-column", "truth"),
+    )
+    assert done.exit_code == 0 and f"{ROWS} of {ROWS} rows logged" in done.output, done.output
+
+
+def fire_and_deliver(cli: Cli, model: str, version: int, receiver: Receiver, secret: str) -> dict[str, Any]:
+    """Subscribe the receiver, run the monitor once, send the outbox; then the checks of the issue: no job,
+    one verified ``retrain.requested`` message with the window, the alert saying why no job started.
+    Returns the message's ``data``."""
+    added = cli("webhooks", "add", receiver.url, "--secret", secret)
+    assert added.exit_code == 0, added.output
+    ran = cli("monitor", "--once", "--model", model)
+    assert ran.exit_code != 2 and model in ran.output, ran.output + str(ran.exception)
+    sent = cli("webhooks", "send")
+    assert sent.exit_code == 0, sent.output
+
+    jobs = cli("jobs", "list", "--json")
+    assert jobs.exit_code == 0 and json.loads(jobs.output) == [], jobs.output
+
+    bodies = {json.loads(r.body)["type"]: r for r in receiver.accepted}
+    requested = [r for r in receiver.accepted if json.loads(r.body)["type"] == "retrain.requested"]
+    assert len(requested) == 1, [json.loads(r.body)["type"] for r in receiver.requests]
+    assert "alert.firing" in bodies  # the drift alert is announced as before
+    req = requested[0]
+    # the standardwebhooks package (not the receiver's own HMAC code) accepts the message as signed
+    doc = Webhook(secret).verify(req.body, req.headers)
+    assert doc["type"] == "retrain.requested" and req.headers["webhook-id"].startswith("msg_")
+    data = doc["data"]
+    assert data["model"] == model and data["version"] == version
+    assert data["alert"]["rule"] == "dataset_drift" and isinstance(data["alert"]["id"], int)
+    window = data["window"]
+    assert window["predictions"] == ROWS and window["labelled"] == ROWS
+    first, last = datetime.fromisoformat(window["start"]), datetime.fromisoformat(window["end"])
+    assert abs(first - START) < timedelta(seconds=1) and abs(last - END) < timedelta(seconds=1)
+    assert data["links"]["alert"].endswith(f"/v1/alerts/{data['alert']['id']}")
+
+    shown = cli("alerts", "show", str(data["alert"]["id"]))
+    assert shown.exit_code == 0, shown.output
+    alert = json.loads(shown.output)
+    retrain = alert["evidence"]["retrain"]
+    assert retrain["job_id"] is None and retrain["created"] is False
+    assert retrain["event"] == "retrain.requested" and retrain["webhooks"] == 1
+    assert data["reason"] in retrain["reason"]
+    history_lines = [e["detail"] for e in alert["history"]]
+    assert any(d.startswith("retrain: no job (") and "retrain.requested sent to 1" in d for d in history_lines)
+    return data
+
+
+def test_a_model_served_elsewhere_with_30_days_of_history_gets_an_event_not_a_job(
+    cli: Cli, database_url: str, tmp_path: Path
+) -> None:
+    own_models.register_served_elsewhere(database_url, tmp_path, {"churn": "binary"})
+    # register_served_elsewhere writes its registry under tmp_path/registry, where the CLI looks
+    import_history(cli, "churn", tmp_path)
+    secret = new_secret()
+    with Receiver(secret) as receiver:
+        data = fire_and_deliver(cli, "churn", 1, receiver, secret)
+    assert "served elsewhere" in data["reason"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_imported_saved_model_without_its_builder_gets_an_event_not_a_job(
+    cli: Cli, database_url: str, tmp_path: Path
+) -> None:
+    data = own_models.reference(1_500, seed=0)
+    write_table(data, tmp_path / "reference.csv")
+    source = own_models.write_binary(tmp_path / "keras", data)
+    db = open_database(database_url)
+    try:
+        spec = ImportSpec(
+            model_name="own",
+            path=source,
+            reference=tmp_path / "reference.csv",
+            target="y_bin",
+            task=Task.BINARY,
+        )
+        import_saved_model(spec=spec, db=db, registry=tmp_path / "registry")
+        with db.session() as s:
+            promote(session=s, model_name="own", version=1)
+    finally:
+        db.dispose()
+    import_history(cli, "own", tmp_path)
+    secret = new_secret()
+    with Receiver(secret) as receiver:
+        data = fire_and_deliver(cli, "own", 1, receiver, secret)
+    assert "imported without --model-fn" in data["reason"]
