@@ -7,7 +7,8 @@ advances the open one, :func:`resolve` resolves it. These two are the only place
 ``state``, ``consecutive`` and ``resolved_at``, firing a pending alert by :func:`is_firing` (the pure rule,
 shared with ``alerts.backtest``'s in-memory replay). Around them: silences (:func:`mark_silenced`), actions
 (retrain, roll back) and :func:`announce`, the one fan-out writing an outbox row per subscription for what
-changed. Everything is written in the caller's session (one transaction with the change it announces).
+changed (through :func:`deliver`, which also writes a ``retrain`` action's ``retrain.requested``
+message). Everything is written in the caller's session (one transaction with the change it announces).
 """
 
 from __future__ import annotations
@@ -534,9 +535,7 @@ def announce(pass_: Pass, message: AlertMessage | JobMessage) -> None:
         record(pass_, n.alert, n.alert.state, f"notified ({n.why}): {k} webhook message(s)", n.alert.state)
 
 
-def deliver(
-    pass_: Pass, message: Message, wanted: list[Notice], counts: dict[int, int] | None = None
-) -> int:
+def deliver(pass_: Pass, message: Message, wanted: list[Notice], counts: dict[int, int] | None = None) -> int:
     """One outbox row per enabled subscription ``message`` goes to, holding the ``wanted`` notices its
     filter passes (``counts``: messages per alert id); returns the number of rows."""
     counts = {} if counts is None else counts

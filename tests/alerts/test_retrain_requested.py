@@ -131,8 +131,8 @@ def fire_and_deliver(cli: Cli, model: str, version: int, receiver: Receiver, sec
     assert retrain["job_id"] is None and retrain["created"] is False
     assert retrain["event"] == "retrain.requested" and retrain["webhooks"] == 1
     assert data["reason"] in retrain["reason"]
-    history_lines = [e["detail"] for e in alert["history"]]
-    assert any(d.startswith("retrain: no job (") and "retrain.requested sent to 1" in d for d in history_lines)
+    lines = [e["detail"] for e in alert["history"]]
+    assert any(d.startswith("retrain: no job (") and "retrain.requested sent to 1" in d for d in lines)
     return data
 
 

@@ -91,7 +91,8 @@ def test_the_window_is_the_newest_rows_by_time_whatever_their_log_order(tmp_path
 
         # the newest 2500 by time: the 1000 live predictions and the newest 1500 of the history
         window = data.window
-        first, last = (datetime.fromisoformat(window[k]) for k in ("first_prediction_at", "last_prediction_at"))
+        first = datetime.fromisoformat(window["first_prediction_at"])
+        last = datetime.fromisoformat(window["last_prediction_at"])
         assert first == past_at[HISTORY - (WINDOW - LIVE)] and last == live_at[-1]
         held = datetime.fromisoformat(window["holdout_from"])
         assert first < held <= last and held == live_at[LIVE - 500]  # the newest 500 (all live) held out
