@@ -174,3 +174,56 @@ def test_an_imported_saved_model_without_its_builder_gets_an_event_not_a_job(
     with Receiver(secret) as receiver:
         data = fire_and_deliver(cli, "own", 1, receiver, secret)
     assert "imported without --model-fn" in data["reason"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_alertmanager_retrain_on_a_model_served_elsewhere_sends_the_event_without_a_window(
+    database_url: str, tmp_path: Path
+) -> None:
+    from pydantic import SecretStr
+
+    from alerts import flows, service
+    from alerts.alertmanager import parse_payload
+    from alerts.webhooks import parse_body
+    from core.config import Settings
+    from core.database import utcnow
+    from training.service import list_jobs
+
+    own_models.register_served_elsewhere(database_url, tmp_path, {"churn": "binary"})
+    settings = Settings(database_url=SecretStr(database_url), registry_path=tmp_path / "registry")
+    alert = {
+        "status": "firing",
+        "labels": {"alertname": "ChurnDrift", "model": "churn", "severity": "critical", "action": "retrain"},
+        "annotations": {"summary": "churn drifted"},
+        "startsAt": "2027-01-10T12:00:00Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "fingerprint": "c6a6d3f0b8a3e1f2",
+    }
+    payload = parse_payload({"version": "4", "status": "firing", "receiver": "am", "alerts": [alert]})
+    db = open_database(database_url)
+    try:
+        with db.session() as s:
+            for events in (["retrain.requested"], ["job.finished"]):  # only the first one wants it
+                service.add_subscription(
+                    session=s,
+                    url="https://hooks.example.com/x",
+                    secret=new_secret(),
+                    filter={"events": events},
+                    description="",
+                    enabled=True,
+                    now=utcnow(),
+                )
+        with db.session() as s:
+            receipt = flows.receive_alertmanager(session=s, settings=settings, payload=payload).as_dict()
+        (job,) = receipt["jobs"]
+        assert job["job_id"] is None and job["event"] == "retrain.requested" and job["webhooks"] == 1
+        assert "churn:1 is served elsewhere" in job["reason"]
+        with db.session() as s:
+            assert list_jobs(session=s, model_name="churn") == []
+            (row,) = service.list_deliveries(session=s)
+            assert row.event_type == "retrain.requested"
+            data = parse_body(row.payload)["data"]
+        assert data["model"] == "churn" and data["version"] == 1 and data["window"] is None
+        assert data["alert"]["rule"] == "ChurnDrift" and data["alert"]["severity"] == "critical"
+    finally:
+        db.dispose()
