@@ -146,6 +146,11 @@ def test_a_model_served_elsewhere_with_30_days_of_history_gets_an_event_not_a_jo
     with Receiver(secret) as receiver:
         data = fire_and_deliver(cli, "churn", 1, receiver, secret)
     assert "served elsewhere" in data["reason"]
+    # asked by hand, the queue refuses it the same way: one line, exit 2, nothing queued
+    refused = cli("jobs", "submit", "--model", "churn")
+    lines = refused.stderr.strip().splitlines()
+    assert refused.exit_code == 2 and len(lines) == 1 and "churn:1 is served elsewhere" in lines[0], lines
+    assert json.loads(cli("jobs", "list", "--json").output) == []
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
