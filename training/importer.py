@@ -85,7 +85,7 @@ class ImportSpec:
     model_fn: str | None = None  # FILE.py:FUNC or package.module:FUNC that builds its network (to retrain it)
     prediction_column: str | None = None  # served elsewhere: the reference column of the model's answers
     positive_class: int | None = None  # binary: the label (0 or 1) the model's probability is of (default 1)
-    accept_below_chance: bool = False  # register even when the reference metrics are at or below chance
+    accept_below_chance: bool = False  # register even when the reference metric is not clearly above chance
 
 
 @dataclass(frozen=True)

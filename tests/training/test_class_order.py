@@ -52,6 +52,17 @@ def write_label0_binary(path: Path) -> Path:
     return path
 
 
+def write_two_column_binary(path: Path) -> Path:
+    """A Keras model on ``[a, b, c]`` answering ``[P(label 1), P(label 0)]``: softmax of ``[2s, 0.4]``."""
+    import keras
+
+    model = keras.Sequential([keras.Input(shape=(3,)), keras.layers.Dense(2, activation="softmax")])
+    kernel = _score_weights() @ np.array([[2.0, 0.0]], dtype=np.float32)
+    model.layers[0].set_weights([kernel, np.array([0.0, 0.4], dtype=np.float32)])
+    model.export(str(path), verbose=False)
+    return path
+
+
 def _score(data: dict[str, np.ndarray]) -> np.ndarray:
     return np.asarray(data["a"] + 0.5 * data["b"])
 
@@ -78,6 +89,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "reference": root / "reference.csv",
         "multiclass": write_ordered_multiclass(root / "multiclass"),
         "binary": write_label0_binary(root / "binary"),
+        "two": write_two_column_binary(root / "two"),
     }
 
 
@@ -219,3 +231,19 @@ def test_binary_flipped_and_at_chance() -> None:
     assert right is not None and not right.flipped and not right.at_chance
     assert flipped is not None and flipped.flipped and flipped.auc == pytest.approx(1.0 - right.auc)
     assert check_binary(labels=np.ones(10), probabilities=np.linspace(0, 1, 10)) is None
+
+
+def test_a_two_column_output_whose_first_column_is_label_1(
+    files: dict[str, Path], cli: Path, database_url: str
+) -> None:
+    base = ("models", "import", "two", files["two"], "-r", files["reference"], "--features", "a,b,c")
+    refused(run_cli(*base, "--target", "y_bin"), "of the other label", "--positive-class 0")
+    assert _versions(database_url, "two") == []
+    done = run_cli(*base, "--target", "y_bin", "--positive-class", "0")
+    assert done.exit_code == 0, done.output
+    assert _doc(cli, "two", 1, "metrics")["roc_auc"] > 0.8
+    data = own_models.reference(50, seed=12)
+    served = np.asarray(
+        load(cli / "two" / "1")({k: data[k].astype(np.float32) for k in ("a", "b", "c")})["probability"]
+    )
+    np.testing.assert_allclose(served, own_models.direct(files["two"], data)[:, 0], atol=1e-5)
