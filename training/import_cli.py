@@ -71,14 +71,14 @@ def models_import(
         typer.Option(
             "--positive-class",
             help="Binary SavedModel: the label (0 or 1) its probability is of; 0 serves 1 - p as the "
-            "probability of label 1 (default 1; the second column of a [batch, 2] output).",
+            "probability of label 1 (default 1: of an output of two columns, the second).",
         ),
     ] = None,
     accept_below_chance: Annotated[
         bool,
         typer.Option(
             "--accept-below-chance",
-            help="Register even when the reference metric (--target) is at or below chance.",
+            help="Register even when the reference metric (--target) is not clearly above chance.",
         ),
     ] = False,
     model_fn: Annotated[
