@@ -202,6 +202,22 @@ def train(
             "loss_amount for regression, as `driftwarden data generate --task` writes them).",
         ),
     ] = None,
+    features: Annotated[
+        str | None,
+        typer.Option(
+            "--features",
+            help="Only these columns are features, in this order (a,b,...); default: every column but "
+            "the target. The version's lineage records the list.",
+        ),
+    ] = None,
+    exclude: Annotated[
+        str | None,
+        typer.Option(
+            "--exclude",
+            help="Every column but these and the target is a feature (c,d,...): a second label, an id. "
+            "Not with --features.",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for the split, init and shuffling.")] = 0,
     checkpoint_every: Annotated[
         int | None,
@@ -227,7 +243,8 @@ def train(
     --task picks the target and the loss (binary: sigmoid cross-entropy; multiclass: softmax
     cross-entropy; regression: squared error); --model-fn trains your own Keras network instead of the
     built-in MLP, in every mode, and the version's lineage records it (reference and file SHA-256), so
-    retraining jobs rebuild it.
+    retraining jobs rebuild it. Every column but the target is a feature unless --features (only these)
+    or --exclude (all but these) says otherwise; retraining jobs keep the version's features.
     """
     from core.config import get_settings
     from core.database import open_database
@@ -241,6 +258,9 @@ def train(
     check_name(model, given_as="--model")  # fails before any data is read or any process started
     _check_cluster_options(mode=mode, ps=ps, workers=workers, cluster=cluster)
     kind = _task(task)
+    if features is not None and exclude is not None:
+        raise Invalid("--features and --exclude choose the features two ways: give one of them")
+    chosen, excluded = _columns(features, "--features"), _columns(exclude, "--exclude")
     fn_ref = normalize(model_fn)  # a file's path made absolute: the cluster processes load it too
     setup_logging()
     quiet_tensorflow_banner()  # before TensorFlow loads here or in the cluster processes started below
@@ -260,6 +280,8 @@ def train(
         checkpoint_every=checkpoint_every or settings.checkpoint_every_steps,
         task=kind.short,
         model_fn=fn_ref,
+        features=chosen,
+        exclude=excluded,
     )
     if not data.exists():
         raise Invalid(f"--data {data} does not exist (make one with `driftwarden data generate`)")
@@ -311,6 +333,16 @@ def train(
         f"registered {model}:{result.version.version} (staged) in {result.seconds:.1f}s: "
         f"{metrics_line(kind, m)} (held-out rows {m['rows']}); training rows {prepared.train_rows}"
     )
+
+
+def _columns(text: str | None, option: str) -> tuple[str, ...]:
+    """A comma-separated list of column names (distinct, none empty)."""
+    if text is None:
+        return ()
+    names = tuple(part.strip() for part in text.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise Invalid(f"{option} must be distinct, non-empty column names separated by commas, got {text!r}")
+    return names
 
 
 def _check_cluster_options(*, mode: Mode, ps: int | None, workers: int | None, cluster: str | None) -> None:

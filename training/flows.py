@@ -120,6 +120,8 @@ def run_training(
             "parent_version": parent,
             "job_key": job.key,
             "task": task.short,
+            "features": list(data.schema.feature_names),
+            **({"excluded": list(job.exclude)} if job.exclude else {}),
             "model_fn": model_fn,
             **calibration,
             **(lineage or {}),

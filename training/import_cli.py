@@ -62,9 +62,25 @@ def models_import(
         typer.Option(
             "--classes",
             help="Multi-class: the class names in the order of the output vector (default: the target's "
-            "sorted values, else 0..K-1).",
+            "sorted values, else 0..K-1). With --target the order is checked: one that fits the labels "
+            "clearly better is named and the import refused.",
         ),
     ] = None,
+    positive_class: Annotated[
+        int | None,
+        typer.Option(
+            "--positive-class",
+            help="Binary SavedModel: the label (0 or 1) its probability is of; 0 serves 1 - p as the "
+            "probability of label 1 (default 1: of an output of two columns, the second).",
+        ),
+    ] = None,
+    accept_below_chance: Annotated[
+        bool,
+        typer.Option(
+            "--accept-below-chance",
+            help="Register even when the reference metric (--target) is not clearly above chance.",
+        ),
+    ] = False,
     model_fn: Annotated[
         str | None,
         typer.Option(
@@ -111,6 +127,10 @@ def models_import(
         )
     if path is None and (model_fn is not None or signature != "serving_default"):
         raise Invalid("--model-fn and --signature describe a SavedModel; a model served elsewhere has none")
+    if positive_class not in (None, 0, 1):
+        raise Invalid(
+            f"--positive-class must be 0 or 1 (the label the probability is of), got {positive_class}"
+        )
     if not reference.is_file():
         raise Invalid(f"--reference {reference} is not a file (a CSV or Parquet table of reference rows)")
     try:
@@ -128,6 +148,8 @@ def models_import(
         classes=_names(classes, "--classes"),
         model_fn=model_fn,
         prediction_column=prediction_column,
+        positive_class=positive_class,
+        accept_below_chance=accept_below_chance,
     )
     settings = get_settings()
     db = open_database()

@@ -16,8 +16,12 @@ names in order. Supported outputs: one probability (binary), a ``[batch, K]`` pr
 The contract is the signature's inputs described by the reference rows (ranges, categories, missing rates,
 as for trained versions). The reference profile is built from the reference rows and the model's own
 answers on them; with ``--target`` the reference metrics are computed too, marked as measured on the
-reference. Every refusal is a :class:`core.errors.Invalid` (one line, exit 2) raised before anything is
-written.
+reference, and the class order is checked (:func:`check_order`, :mod:`training.class_order`): a
+multi-class model whose outputs fit the labels clearly better in another order than ``--classes`` (else the
+sorted labels) gives, a binary model whose probability is of label 0 (ROC AUC well below 0.5; a SavedModel
+says so with ``--positive-class 0`` and serves ``1 - p``), or a reference metric not clearly above chance
+(unless ``--accept-below-chance``) is refused with the order that fits and the flag that settles it.
+Every refusal is a :class:`core.errors.Invalid` (one line, exit 2) raised before anything is written.
 
 ``driftwarden models import NAME --reference FILE --prediction-column COL`` (no PATH) registers a model
 served elsewhere (:func:`import_reference`): the features are the reference's other columns (or
@@ -80,6 +84,8 @@ class ImportSpec:
     classes: tuple[str, ...] = ()  # multi-class names in output order
     model_fn: str | None = None  # FILE.py:FUNC or package.module:FUNC that builds its network (to retrain it)
     prediction_column: str | None = None  # served elsewhere: the reference column of the model's answers
+    positive_class: int | None = None  # binary: the label (0 or 1) the model's probability is of (default 1)
+    accept_below_chance: bool = False  # register even when the reference metric is not clearly above chance
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,8 @@ def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imp
     raw = _run(tf, module, columns, features)
     task, answers = _task(spec, raw, reference)
     labels, classes = _labels(spec, task, reference, width=raw.shape[1] if raw.ndim == 2 else 1)
-    module.finish(task)
+    check_order(spec, task, answers=answers, labels=labels, classes=classes)
+    module.finish(task, positive=_positive(spec, task))
     schema = ModelSchema(
         features=features,
         outputs=(_output_spec(task, answers, classes),),
@@ -166,8 +173,15 @@ def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Impor
         features = tuple(infer_feature(name, columns[name]) for name in names)
     except ValueError as exc:
         raise Invalid(str(exc)) from None
+    if spec.positive_class == 0:
+        raise Invalid(
+            "--positive-class 0 turns a SavedModel's output into the probability of label 1; a model "
+            f"served elsewhere sends its own answers, logged as they come: recode the target so that 1 is "
+            f"the label the probabilities in {column!r} are of"
+        )
     task, answers = _task(spec, raw, reference)
     labels, classes = _labels(spec, task, reference, width=raw.shape[1] if raw.ndim == 2 else 1)
+    check_order(spec, task, answers=answers, labels=labels, classes=classes)
     schema = ModelSchema(
         features=features,
         outputs=(_output_spec(task, answers, classes),),
@@ -379,6 +393,7 @@ def _wrapper(tf: Any, source: Any, *, fn_name: str, layout: Layout, output: str,
             super().__init__(name="driftwarden_imported")
             self.source = source  # tracked: its variables and functions are saved with the wrapper
             self.task = Task.REGRESSION
+            self.positive = 1  # binary: the source's column (or 1 - its probability when 0)
             spec = {
                 name: tf.TensorSpec([None], tf.float32 if name in numeric else tf.string, name=name)
                 for name in layout.features
@@ -405,11 +420,14 @@ def _wrapper(tf: Any, source: Any, *, fn_name: str, layout: Layout, output: str,
         def _serve(self, features: dict[str, Any]) -> dict[str, Any]:
             out = self._raw(features)
             if self.task is Task.BINARY and width == 2:
-                out = out[:, 1]
+                out = out[:, self.positive]
+            elif self.task is Task.BINARY and self.positive == 0:  # the source answers P(label 0)
+                out = 1.0 - out
             return {OUTPUT_NAMES[self.task]: out}
 
-        def finish(self, task: Task) -> None:
+        def finish(self, task: Task, *, positive: int = 1) -> None:
             self.task = task
+            self.positive = positive
             self.serve = tf.function(self._serve, input_signature=self.raw.input_signature)
 
     return ImportedModule()
@@ -468,8 +486,17 @@ def _task(spec: ImportSpec, raw: np.ndarray, reference: Columns) -> tuple[Task, 
             "the outputs are values in [0, 1]: they could be probabilities (binary) or values "
             "(regression); say which with --task binary or --task regression (or give --target)"
         )
-    answers = raw[:, 1] if task is Task.BINARY and width == 2 else raw
-    return task, answers
+    if spec.positive_class is not None and task is not Task.BINARY:
+        raise Invalid(f"--positive-class applies to a binary model; this one is {task.short}")
+    positive = _positive(spec, task)
+    if task is Task.BINARY and width == 2:
+        return task, raw[:, positive]
+    return task, (1.0 - raw if task is Task.BINARY and positive == 0 else raw)
+
+
+def _positive(spec: ImportSpec, task: Task) -> int:
+    """The label a binary model's probability (or its second of two columns) is of: 0 or 1."""
+    return 1 if spec.positive_class is None or task is not Task.BINARY else spec.positive_class
 
 
 def _fitting(*, width: int, probabilities: bool, sums: bool) -> list[Task]:
@@ -560,6 +587,59 @@ def _labels(
     return np.asarray(target, dtype=np.float64), ()
 
 
+def check_order(
+    spec: ImportSpec, task: Task, *, answers: np.ndarray, labels: np.ndarray | None, classes: tuple[str, ...]
+) -> None:
+    """Refuse (one line) a classifier whose outputs fit the reference labels clearly better in another
+    class order (multi-class), whose probability is of the other label (binary), or whose reference
+    metric is at or below chance (unless ``spec.accept_below_chance``); see :mod:`training.class_order`."""
+    from training.class_order import check_binary, check_multiclass
+
+    if labels is None or task is Task.REGRESSION:
+        return
+    override = " (--accept-below-chance registers it anyway)"
+    if task is Task.MULTICLASS:
+        found = check_multiclass(labels=labels, probabilities=answers)
+        if found is None:
+            return
+        given = f"[{', '.join(classes)}]" + (" from --classes" if spec.classes else " (the sorted labels)")
+        if found.reordered:
+            fits = ",".join(classes[i] for i in found.best)
+            raise Invalid(
+                f"the model's outputs fit the classes of --target {spec.target!r} in another order: "
+                f"accuracy on the reference {found.best_accuracy:.4f} as [{fits.replace(',', ', ')}], "
+                f"{found.accuracy:.4f} as {given} (chance {found.chance:.4f}); name the output order "
+                f"with --classes {fits}"
+            )
+        if found.at_chance and not spec.accept_below_chance:
+            raise Invalid(
+                f"the model's accuracy on the reference is {found.accuracy:.4f} with the classes as "
+                f"{given}, not clearly above chance ({found.chance:.4f}), and no other order fits clearly "
+                f"better: check --target {spec.target!r} and the output order (--classes a,b,...){override}"
+            )
+        return
+    binary = check_binary(labels=labels, probabilities=answers)
+    if binary is None or spec.accept_below_chance:
+        return
+    of = "1 - the output" if spec.positive_class == 0 else "the output"
+    if binary.flipped:
+        if spec.positive_class == 0:
+            settle = "leave --positive-class 0 out"
+        elif spec.path is not None:
+            settle = "say so with --positive-class 0"
+        else:
+            settle = f"recode --target {spec.target!r} so that 1 is the label it is of"
+        raise Invalid(
+            f"the model's probability seems to be of the other label: ROC AUC {binary.auc:.4f} of {of} "
+            f"against --target {spec.target!r} on the reference, well below 0.5; {settle}{override}"
+        )
+    if binary.at_chance:
+        raise Invalid(
+            f"the model's ROC AUC on the reference is {binary.auc:.4f} against --target {spec.target!r}, "
+            f"not clearly above chance (0.5): check --target and the output{override}"
+        )
+
+
 def _output_spec(task: Task, answers: np.ndarray, classes: tuple[str, ...]) -> OutputSpec:
     if task is Task.REGRESSION:
         return OutputSpec.for_task(task, expected=(float(answers.min()), float(answers.max())))
@@ -596,6 +676,8 @@ def _publish(
         "task": schema.kind.short,
         "model_fn": _model_fn(spec.model_fn, schema, columns),
     }
+    if schema.kind is Task.BINARY and spec.positive_class == 0:
+        lineage["positive_class"] = 0  # the source answers P(label 0); the version serves 1 - it
     return _register(
         spec=spec,
         db=db,

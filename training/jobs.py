@@ -49,10 +49,14 @@ class TrainingRunSpec:
     task: str = "binary"  # binary | multiclass | regression (Task.parse)
     model_fn: str | None = None  # the builder: FILE.py:FUNC or package.module:FUNC; None = the built-in MLP
     classes: tuple[str, ...] = ()  # multi-class: the class names in output order (default: sorted labels)
+    features: tuple[str, ...] = ()  # only these columns are features, in this order (default: all but target)
+    exclude: tuple[str, ...] = ()  # these columns are not features (with ``features``: not both)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task", Task.parse(self.task).short)
         object.__setattr__(self, "classes", tuple(self.classes))
+        object.__setattr__(self, "features", tuple(self.features))
+        object.__setattr__(self, "exclude", tuple(self.exclude))
 
     @property
     def kind(self) -> Task:
@@ -64,7 +68,7 @@ class TrainingRunSpec:
         """Stable id of the run: same data file and same settings give the same key (so reruns resume);
         another task, builder or builder file is another run."""
         stat = self.data.stat()
-        skip = {"extra", "parent_version", "task", "model_fn", "classes"}
+        skip = {"extra", "parent_version", "task", "model_fn", "classes", "features", "exclude"}
         ident = {
             **{k: str(v) for k, v in asdict(self).items() if k not in skip},
             "data": str(self.data.resolve()),
@@ -76,6 +80,10 @@ class TrainingRunSpec:
             ident["task"] = self.task
         if self.classes:
             ident["classes"] = list(self.classes)
+        if self.features:
+            ident["features"] = list(self.features)
+        if self.exclude:
+            ident["exclude"] = list(self.exclude)
         if self.model_fn is not None:
             ident["model_fn"] = self.model_fn
             ident["model_fn_sha256"] = file_sha256(self.model_fn) or ""
@@ -159,10 +167,32 @@ def check_task_labels(path: Path, target: str, y: np.ndarray, task: Task) -> Non
         raise TrainingDataError(f"{where} holds text: a regression (--task regression) needs numbers")
 
 
+def select_features(job: TrainingRunSpec, columns: Columns) -> Columns:
+    """The target and the feature columns ``job.features`` (in that order) or all but ``job.exclude``
+    (default: every column); a name that is not a column, or names the target, is a TrainingDataError."""
+    if job.features and job.exclude:
+        raise TrainingDataError("--features and --exclude choose the features two ways: give one of them")
+    for option, names in (("--features", job.features), ("--exclude", job.exclude)):
+        unknown = [name for name in names if name not in columns]
+        if unknown:
+            raise TrainingDataError(
+                f"{option} names {', '.join(map(repr, unknown))}: not a column of --data {job.data} "
+                f"(its columns: {', '.join(columns)})"
+            )
+        if job.target in names:
+            raise TrainingDataError(
+                f"{option} names the target {job.target!r}: it is the label, never a feature; leave it out"
+            )
+    if job.features:
+        return {**{name: columns[name] for name in job.features}, job.target: columns[job.target]}
+    return {name: values for name, values in columns.items() if name not in job.exclude}
+
+
 def prepare(job: TrainingRunSpec) -> PreparedData:
     """Read the data, check it, split off the held-out rows (seeded), infer the contract, fit preprocessing.
 
     Data that cannot train a model raises :class:`TrainingDataError` (an ``Invalid``: exit 2 in the CLI).
+    The features are the columns :func:`select_features` keeps.
     Targets: binary 0/1; multi-class: class indexes into the classes (``job.classes``, else the sorted
     labels); regression: the numbers.
     """
@@ -174,6 +204,7 @@ def prepare(job: TrainingRunSpec) -> PreparedData:
             f"--data {job.data} has no target column {job.target!r} (columns: {', '.join(columns)}): "
             f"name the {what[task]} column with --target"
         )
+    columns = select_features(job, columns)
     if len(columns) < 2:
         raise TrainingDataError(f"--data {job.data} has no feature columns besides the target {job.target!r}")
     y_all = columns[job.target]

@@ -10,8 +10,10 @@
    written to the job's folder (``<checkpoint_path>/job-<id>/``), so a worker taking the job over
    trains on the same rows and resumes from the same checkpoints.
 2. **Train**: :func:`training.flows.run_training` (mode, ps and workers from the job's params, else the
-   serving version's lineage, else async with 1 ps and 2 workers); the candidate is a staged version whose
-   lineage names the parent version, the job, its trigger, its alert and its data window.
+   serving version's lineage, else async with 1 ps and 2 workers) on the serving version's feature list
+   and class order (the window and the mixed-in previous data hold no other column); the candidate is a
+   staged version whose lineage names the parent version, the job, its trigger, its alert, its data window
+   and its features.
 3. **Gate** (:mod:`training.gate`) on the holdout, both versions scored through their SavedModels.
 4. **Outcome**, in one transaction with the job's final state: ``promoted`` (registry promote, actor
    ``job:<id>``), ``passed`` (held: ``retrain_auto_promote`` is off), ``undecided`` (held: the holdout
@@ -551,7 +553,8 @@ def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int
         parent_version=plan.parent,
         task=plan.task.short,
         model_fn=plan.model_fn,
-        classes=plan.schema.classes,
+        classes=plan.schema.classes,  # the serving version's class order, never the window's sorted labels
+        features=tuple(plan.schema.feature_names),  # its features, in order: no other column of the data
     )
     shape = {Mode.ASYNC: f", {plan.ps} ps, {plan.workers} workers", Mode.SYNC: f", {plan.workers} workers"}
     builder = f", model function {plan.model_fn}" if plan.model_fn else ""
