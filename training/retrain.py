@@ -633,12 +633,14 @@ def validate(control: JobControl, plan: Plan, candidate: int, data: JobData) -> 
     else:
         labels = np.asarray(target, dtype=np.float64)
     cand = score_version(Path(row.path), cand_schema, columns)
-    serving = None
+    serving = serving_schema = None
     if current is not None and current.version != candidate:
         path = Path(current.path)
-        serving = score_version(path, read_schema(path=path), columns)
+        serving_schema = read_schema(path=path)
+        serving = score_version(path, serving_schema, columns)
     holdout = Holdout(columns=columns, labels=labels, candidate=cand, serving=serving)
-    return evaluate(schema=cand_schema, holdout=holdout, policy=GatePolicy.from_settings(control.settings))
+    policy = GatePolicy.from_settings(control.settings)
+    return evaluate(schema=cand_schema, holdout=holdout, policy=policy, serving_schema=serving_schema)
 
 
 def conclude(control: JobControl, plan: Plan, candidate: int, result: GateResult) -> JobState:
