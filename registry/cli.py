@@ -152,6 +152,8 @@ def models_promote(
     archived = f"; {name}:{done.previous} archived" if done.previous is not None else ""
     typer.echo(f"{name}:{number} is now {_now(elsewhere)}{archived}")
     _print_changes(done.changes, since=done.previous)
+    if done.not_compared:
+        typer.echo(f"contracts not compared: {done.not_compared}")
 
 
 @models_app.command("rollback")

@@ -339,7 +339,9 @@ def _savepoint(session: Session) -> SessionTransaction:
     return session.begin_nested()
 
 
-def _serve(session: Session, row: ModelVersion, *, action: EventAction, actor: str) -> ModelVersion:
+def _serve(
+    session: Session, row: ModelVersion, *, action: EventAction, actor: str, current: ModelVersion | None
+) -> ModelVersion:
     """Make ``row`` the serving version; the one serving so far is archived (both recorded).
 
     The previous version is archived and flushed before ``row`` becomes serving, so one change never has two
@@ -347,9 +349,9 @@ def _serve(session: Session, row: ModelVersion, *, action: EventAction, actor: s
     the partial unique index ``uq_model_versions_one_serving`` lets only one of them store a serving row,
     and the other gets :class:`~core.errors.Conflict`, its changes undone to a savepoint (the session stays
     usable). The read comes before the savepoint: on SQLite, a transaction that read before writing cannot
-    write after another one committed ("database is locked" instead of the conflict).
+    write after another one committed ("database is locked" instead of the conflict). ``current``: the
+    serving version (or None) as the caller read it, before anything else.
     """
-    current = serving_version(session=session, model_name=row.model_name)
     previous = current.version if current is not None else None
     try:
         with _savepoint(session):
@@ -379,7 +381,10 @@ def contract_diff(*, session: Session, row: ModelVersion) -> tuple[int, Contract
     """The serving version's number and what ``row`` would change for its clients; None when no other
     version serves (a first promotion has nothing to compare). :class:`ContractUnreadable` when a contract
     cannot be read."""
-    current = serving_version(session=session, model_name=row.model_name)
+    return _compare(serving_version(session=session, model_name=row.model_name), row)
+
+
+def _compare(current: ModelVersion | None, row: ModelVersion) -> tuple[int, ContractDiff] | None:
     if current is None or current.id == row.id:
         return None
     schemas = []
@@ -389,8 +394,7 @@ def contract_diff(*, session: Session, row: ModelVersion) -> tuple[int, Contract
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ContractUnreadable(
                 f"the contract of {version.model_name}:{version.version} is not readable at {version.path} "
-                f"({type(exc).__name__}: {exc}), so what the promotion changes for clients is unknown; "
-                f"to promote without comparing: {ACCEPT_HINT}"
+                f"({type(exc).__name__}: {exc}): what the change means for clients is not known"
             ) from None
     return current.version, compare_contracts(schemas[0], schemas[1])
 
@@ -402,6 +406,7 @@ class Promotion:
     row: ModelVersion
     previous: int | None  # the version serving before (None: the first promotion)
     changes: ContractDiff | None  # from the previous version's contract; None: nothing compared
+    not_compared: str | None = None  # why contracts that exist were not compared (one is not readable)
 
     @property
     def changed(self) -> bool:
@@ -418,9 +423,9 @@ def promote_version(
 ) -> Promotion:
     """Make ``version`` the serving one; the previous serving version is archived. Serving already: no-op.
 
-    A contract that breaks the serving version's clients (:mod:`registry.compat`), or one that cannot be
-    compared, is refused (:class:`ContractBreak`, :class:`ContractUnreadable`) unless
-    ``accept_contract_change``.
+    A contract that breaks the serving version's clients (:mod:`registry.compat`) is refused
+    (:class:`ContractBreak`) unless ``accept_contract_change``; one that cannot be read is not compared,
+    saying why (``not_compared``).
     """
     row = require_version(session=session, model_name=model_name, version=version)
     if row.state is VersionState.REJECTED:
@@ -430,19 +435,19 @@ def promote_version(
         )
     if row.state is VersionState.SERVING:
         return Promotion(row=row, previous=row.version, changes=None)
+    current = serving_version(session=session, model_name=model_name)  # read once: compared and archived
+    not_compared = None
     try:
-        compared = contract_diff(session=session, row=row)
-    except ContractUnreadable:
-        if not accept_contract_change:
-            raise
-        compared = None
+        compared = _compare(current, row)
+    except ContractUnreadable as exc:
+        compared, not_compared = None, str(exc)
     if compared is not None and compared[1].breaking and not accept_contract_change:
         serving, diff = compared
         raise ContractBreak(model_name=model_name, version=version, serving=serving, diff=diff)
-    before = serving_version(session=session, model_name=model_name)
-    previous = before.version if before is not None else None
-    _serve(session, row, action=EventAction.PROMOTE, actor=actor)
-    return Promotion(row=row, previous=previous, changes=compared[1] if compared is not None else None)
+    previous = current.version if current is not None else None
+    _serve(session, row, action=EventAction.PROMOTE, actor=actor, current=current)
+    changes = compared[1] if compared is not None else None
+    return Promotion(row=row, previous=previous, changes=changes, not_compared=not_compared)
 
 
 def promote(
@@ -494,7 +499,8 @@ def rollback(*, session: Session, model_name: str, actor: str = DEFAULT_ACTOR) -
     commands print what it changes (:func:`contract_diff` of the target before the rollback).
     """
     target = rollback_target(session=session, model_name=model_name)
-    return _serve(session, target, action=EventAction.ROLLBACK, actor=actor)
+    current = serving_version(session=session, model_name=model_name)
+    return _serve(session, target, action=EventAction.ROLLBACK, actor=actor, current=current)
 
 
 def reject(

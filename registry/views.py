@@ -172,6 +172,7 @@ async def promote_version(request: Request, name: str, version: str) -> Response
                 "previous_serving": done.previous,
                 "changed": done.changed,
                 "contract_changes": _changes(done.changes),
+                "contract_not_compared": done.not_compared,
             }
 
     return _ok(request, await asyncio.to_thread(run))

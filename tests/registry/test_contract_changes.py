@@ -317,3 +317,22 @@ def test_the_promote_route_answers_409_naming_the_changes(database_url: str, tmp
         r = c.post("/v1/models/segment:rollback")
         assert r.status_code == 200 and r.json()["version"] == 4, r.text
         assert r.json()["contract_changes"][0]["kind"] == "input_removed"
+
+
+def test_a_contract_that_cannot_be_read_is_not_compared_and_says_so(cli_db: str, tmp_path: Path) -> None:
+    _register(cli_db, tmp_path, "segment", {1: _schema()})
+    db = open_database(cli_db, upgrade=True)
+    try:
+        with db.session() as s:
+            register_version(
+                session=s, model_name="segment", version=2, path=tmp_path, metrics={}, lineage={}
+            )
+    finally:
+        db.dispose()
+    assert _run("models", "promote", "segment", "1").exit_code == 0
+    r = _run("models", "promote", "segment", "2")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[0] == "segment:2 is now serving; segment:1 archived"
+    assert r.stdout.splitlines()[1].startswith(
+        "contracts not compared: the contract of segment:2 is not readable"
+    )
