@@ -1,12 +1,11 @@
 """What a new version changes for the clients of the serving one: the difference of two contracts (pure).
 
 :func:`compare_contracts` lists every change of the input/output contract (``schema.json``) that a client
-can notice, each marked *breaking* or not. Breaking: a request today's clients send is refused or read
-differently, or an answer they read means something else:
+can notice, each marked *breaking* or not. Breaking: a request today's clients send breaks the new contract
+(refused when served here, flagged when ingested) or is read differently, or an answer means something else:
 
-- an input added (every input must be sent, null for a missing value: ``missing_feature``) or removed
-  (a request that still sends it is refused: ``unknown_feature``); an input's kind changed (number <->
-  category string);
+- an input added (every input must be sent, null for a missing value: ``missing_feature``) or removed (a
+  request that still sends it: ``unknown_feature``); an input's kind changed (number <-> category string);
 - a category dropped (the new version never saw it: flagged as unseen, refused under policy ``reject``);
   an input's policy turned to ``reject``; an input that took nulls no longer does, under policy ``reject``;
 - the task, the class names or their order (the probabilities' positions), an output's name or width; a
@@ -195,7 +194,9 @@ def compare_contracts(serving: ModelSchema, candidate: ModelSchema) -> ContractD
             changes.extend(_input_changes(was, spec))
     for spec in serving.features:
         if spec.name not in new_names:
-            text = f"input {spec.name!r} removed: a request that still sends it is refused"
+            text = (
+                f"input {spec.name!r} removed: requests still sending it break the contract (unknown_feature)"
+            )
             changes.append(ContractChange("input_removed", spec.name, True, text, spec.kind.value, None))
     ordered = [c for c in changes if c.breaking] + [c for c in changes if not c.breaking]
     return ContractDiff(tuple(ordered))

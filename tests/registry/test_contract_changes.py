@@ -230,7 +230,9 @@ def test_promote_refuses_a_breaking_contract_unless_accepted(cli_db: str, tmp_pa
     r = _run("models", "rollback", "segment")  # back to a version that served: not refused, changes printed
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[0] == "segment: rolled back to version 4 (from 2); it is now serving"
-    assert "  BREAKING: input 'annual_spend' removed: a request that still sends it is refused" in r.stdout
+    assert (
+        "  BREAKING: input 'annual_spend' removed: requests still sending it break the contract" in r.stdout
+    )
     assert _serving("segment") == 4
 
 
