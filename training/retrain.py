@@ -658,6 +658,14 @@ def conclude(control: JobControl, plan: Plan, candidate: int, result: GateResult
                 f"held for a manual promotion (retrain_auto_promote is off): "
                 f"driftwarden models promote {plan.model_name} {candidate}"
             )
+        elif result.verdict is Verdict.UNDECIDED and [c.name for c in result.undecided] == ["input_contract"]:
+            state = JobState.UNDECIDED
+            lines.append(
+                f"{plan.model_name}:{candidate} stays staged: its contract breaks the serving version's "
+                "clients (gate input_contract); a person decides: driftwarden models promote "
+                f"{plan.model_name} {candidate} --accept-contract-change, or driftwarden models reject "
+                f"{plan.model_name} {candidate} --reason TEXT"
+            )
         elif result.verdict is Verdict.UNDECIDED:
             state = JobState.UNDECIDED
             lines.append(
