@@ -2,7 +2,8 @@
 
 A domain raises a subclass with the HTTP status and the CLI exit code that fit; its message is one line that
 names what is wrong and how to fix it. ``service/`` turns it into a ``{"error": ...}`` JSON body with that
-status (any route) or into ``error: <message>`` on stderr with that exit code (any command).
+status (any route) or into ``error: <message>`` on stderr with that exit code (any command). An error with a
+``details`` dict adds its fields to the JSON body beside ``error``.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import typer
 from core.terminal import make_console
 
 if TYPE_CHECKING:
+    from registry.compat import ContractDiff
     from registry.models import ModelDetail, VersionDetail, VersionEventRead
 
 ACTOR = "cli"
@@ -35,7 +36,10 @@ def models_list(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Only this model.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
 ) -> None:
-    """List registered versions with state, held-out metrics and lineage."""
+    """List registered versions with state, task, the task's held-out metrics and lineage.
+
+    Metrics per task: binary AUC and accuracy, multi-class accuracy and macro-F1, regression MAE and RMSE.
+    """
     from rich.table import Table
 
     from core.database import open_database
@@ -61,15 +65,15 @@ def models_list(
         typer.echo(f"{nothing} {EMPTY_HINT}")
         return
     table = Table(title="Registered model versions")
-    for col in ("model", "version", "state", "accuracy", "auc", "mode", "rows", "created"):
+    for col in ("model", "version", "state", "task", "held-out metrics", "mode", "rows", "created"):
         table.add_column(col)
     for r in rows:
         table.add_row(
             r.model_name,
             str(r.version),
             r.state.value + (f" ({r.state_reason})" if r.state_reason else ""),
-            _fmt(r.metrics.get("accuracy")),
-            _fmt(r.metrics.get("roc_auc")),
+            _task(r.metrics, r.lineage),
+            _headline(r.metrics, r.lineage) or "-",
             _mode(r.lineage),
             str(r.lineage.get("train_rows", r.lineage.get("reference_rows", ""))),
             r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
@@ -107,52 +111,88 @@ def models_show(
 def models_promote(
     name: Annotated[str, typer.Argument(help="Model name.")],
     version: Annotated[str, typer.Argument(help="Version to serve (a staged or archived one).")],
+    accept_contract_change: Annotated[
+        bool,
+        typer.Option(
+            "--accept-contract-change",
+            help="Promote even though the version's contract breaks today's clients (an input added or "
+            "removed, a type changed, a category dropped, other classes or class order, another task).",
+        ),
+    ] = False,
 ) -> None:
     """Make VERSION the serving version of NAME; the version serving so far is archived.
 
+    Its input/output contract is compared with the serving version's: a change that breaks today's
+    clients is refused with the list (--accept-contract-change goes ahead); a compatible one is printed.
     A running `driftwarden serve` loads it within its poll interval (DRIFTWARDEN_MODEL_POLL_INTERVAL_S),
-    without a restart.
+    without a restart. A version served elsewhere becomes the one monitored.
     """
     from core.database import open_database
     from registry.names import check_name, parse_version
-    from registry.service import promote, serving_version
+    from registry.service import promote_version, served_elsewhere
 
     check_name(name)
     number = parse_version(version)
     db = open_database()
     try:
         with db.session() as session:
-            before = serving_version(session=session, model_name=name)
-            row = promote(session=session, model_name=name, version=number, actor=ACTOR)
+            done = promote_version(
+                session=session,
+                model_name=name,
+                version=number,
+                actor=ACTOR,
+                accept_contract_change=accept_contract_change,
+            )
+            elsewhere = served_elsewhere(done.row)
     finally:
         db.dispose()
-    if before is not None and before.version == row.version:
-        typer.echo(f"{name}:{row.version} is already serving; nothing changed")
+    if not done.changed:
+        typer.echo(f"{name}:{number} is already {_now(elsewhere)}; nothing changed")
         return
-    archived = f"; {name}:{before.version} archived" if before is not None else ""
-    typer.echo(f"{name}:{row.version} is now serving{archived}")
+    archived = f"; {name}:{done.previous} archived" if done.previous is not None else ""
+    typer.echo(f"{name}:{number} is now {_now(elsewhere)}{archived}")
+    _print_changes(done.changes, since=done.previous)
+    if done.not_compared:
+        typer.echo(f"contracts not compared: {done.not_compared}")
 
 
 @models_app.command("rollback")
 def models_rollback(name: Annotated[str, typer.Argument(help="Model name.")]) -> None:
     """Serve the previous serving version of NAME again; the current one is archived.
 
-    Rolling back twice returns to the version rolled back from (reject a version to rule it out).
+    Rolling back twice returns to the version rolled back from (reject a version to rule it out). It is
+    never refused for its contract (it served before); what it changes for clients is printed.
     """
     from core.database import open_database
     from registry.names import check_name
-    from registry.service import rollback, serving_version
+    from registry.service import (
+        ContractUnreadable,
+        contract_diff,
+        rollback,
+        rollback_target,
+        served_elsewhere,
+        serving_version,
+    )
 
     check_name(name)
     db = open_database()
     try:
         with db.session() as session:
             before = serving_version(session=session, model_name=name)
+            try:
+                compared = contract_diff(
+                    session=session, row=rollback_target(session=session, model_name=name)
+                )
+            except ContractUnreadable:
+                compared = None
             row = rollback(session=session, model_name=name, actor=ACTOR)
+            elsewhere = served_elsewhere(row)
     finally:
         db.dispose()
     was = f" (from {before.version})" if before is not None else ""
-    typer.echo(f"{name}: rolled back to version {row.version}{was}; it is now serving")
+    typer.echo(f"{name}: rolled back to version {row.version}{was}; it is now {_now(elsewhere)}")
+    if compared is not None:
+        _print_changes(compared[1], since=compared[0])
 
 
 @models_app.command("label")
@@ -202,6 +242,48 @@ def models_reject(
     typer.echo(f"{name}:{row.version} rejected ({row.state_reason})")
 
 
+def _now(elsewhere: bool) -> str:
+    """What a version in state serving is: served here, or (a version served elsewhere) monitored."""
+    return "monitored (served elsewhere)" if elsewhere else "serving"
+
+
+def _print_changes(diff: ContractDiff | None, *, since: int | None) -> None:
+    """What the version now serving changed for clients of version ``since``, one line each."""
+    if not diff:
+        return
+    typer.echo(f"contract changes for clients of version {since}:")
+    for change in diff.changes:
+        typer.echo(f"  {'BREAKING' if change.breaking else 'compatible'}: {change.text}")
+
+
+HEADLINE_METRICS = {
+    "binary": (("roc_auc", "auc"), ("accuracy", "accuracy")),
+    "multiclass": (("accuracy", "accuracy"), ("macro_f1", "macro-F1")),
+    "regression": (("mae", "MAE"), ("rmse", "RMSE")),
+}
+"""Each task's headline metrics, as `models list` and `models show NAME` name them."""
+
+
+def _task(metrics: dict[str, Any], lineage: dict[str, Any]) -> str:
+    """A version's task in short (its lineage's; else read from which metrics it has)."""
+    task = lineage.get("task")
+    if task in HEADLINE_METRICS:
+        return str(task)
+    if "rmse" in metrics or "mae" in metrics:
+        return "regression"
+    return "multiclass" if "macro_f1" in metrics else "binary"
+
+
+def _headline(metrics: dict[str, Any], lineage: dict[str, Any]) -> str:
+    """The task's headline metrics that the version has, e.g. ``auc 0.9433  accuracy 0.9012``."""
+    shown = [
+        f"{label} {_fmt(metrics[key])}"
+        for key, label in HEADLINE_METRICS[_task(metrics, lineage)]
+        if _fmt(metrics.get(key))
+    ]
+    return "  ".join(shown)
+
+
 def _fmt(value: object) -> str:
     return f"{value:.4f}" if isinstance(value, float) else ""
 
@@ -238,9 +320,9 @@ def _print_model(detail: ModelDetail) -> None:
         reason = f" ({v.state_reason})" if v.state_reason else ""
         tags = f" [{', '.join(v.labels)}]" if v.labels else ""
         tags += "  served elsewhere" if v.lineage.get("serving") == SERVED_ELSEWHERE else ""
-        accuracy, auc = _fmt(v.metrics.get("accuracy")) or "-", _fmt(v.metrics.get("roc_auc")) or "-"
+        headline = _headline(v.metrics, v.lineage) or "no held-out metrics"
         typer.echo(
-            f"  {v.version:<5} {v.state.value}{reason}{tags}  accuracy {accuracy}  auc {auc}"
+            f"  {v.version:<5} {v.state.value}{reason}{tags}  {headline}"
             f"  created {v.created_at:%Y-%m-%d %H:%M:%S}"
         )
     _print_history(detail.history)

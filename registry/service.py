@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, SessionTransaction
 
 from core.database import begin_sqlite, utcnow
 from core.errors import Conflict, Invalid, NotFound
+from registry.compat import ContractDiff, compare_contracts
 from registry.models import (
     EventAction,
     FeatureSummary,
@@ -41,6 +42,24 @@ from registry.schema import ModelSchema
 META_DIR = "driftwarden"  # per-version metadata folder beside the SavedModel files
 SERVED_ELSEWHERE = "elsewhere"  # lineage ``serving`` of a version registered without a model: monitored only
 DEFAULT_ACTOR = "system"  # who changed a state when the caller does not say (library use, tests)
+
+
+ACCEPT_HINT = "--accept-contract-change (API: body field 'accept_contract_change': true)"
+
+
+class ContractBreak(Conflict):
+    """A promotion refused: the candidate's contract breaks what clients of the serving version send or read.
+
+    ``details`` (the route's 409 body beside ``error``) lists every change (:mod:`registry.compat`).
+    """
+
+    def __init__(self, *, model_name: str, version: int, serving: int, diff: ContractDiff) -> None:
+        self.details = {"serving_version": serving, "contract_changes": diff.to_list()}
+        listed = "; ".join(c.text for c in diff.breaking)
+        super().__init__(
+            f"{model_name}:{version} would break clients of version {serving}: {listed}; "
+            f"to promote it anyway: {ACCEPT_HINT}"
+        )
 
 
 class OutsideRegistry(Invalid):
@@ -320,7 +339,9 @@ def _savepoint(session: Session) -> SessionTransaction:
     return session.begin_nested()
 
 
-def _serve(session: Session, row: ModelVersion, *, action: EventAction, actor: str) -> ModelVersion:
+def _serve(
+    session: Session, row: ModelVersion, *, action: EventAction, actor: str, current: ModelVersion | None
+) -> ModelVersion:
     """Make ``row`` the serving version; the one serving so far is archived (both recorded).
 
     The previous version is archived and flushed before ``row`` becomes serving, so one change never has two
@@ -328,9 +349,9 @@ def _serve(session: Session, row: ModelVersion, *, action: EventAction, actor: s
     the partial unique index ``uq_model_versions_one_serving`` lets only one of them store a serving row,
     and the other gets :class:`~core.errors.Conflict`, its changes undone to a savepoint (the session stays
     usable). The read comes before the savepoint: on SQLite, a transaction that read before writing cannot
-    write after another one committed ("database is locked" instead of the conflict).
+    write after another one committed ("database is locked" instead of the conflict). ``current``: the
+    serving version (or None) as the caller read it, before anything else.
     """
-    current = serving_version(session=session, model_name=row.model_name)
     previous = current.version if current is not None else None
     try:
         with _savepoint(session):
@@ -352,8 +373,60 @@ def _serve(session: Session, row: ModelVersion, *, action: EventAction, actor: s
     return row
 
 
-def promote(*, session: Session, model_name: str, version: int, actor: str = DEFAULT_ACTOR) -> ModelVersion:
-    """Make ``version`` the serving one; the previous serving version is archived. Serving already: no-op."""
+class ContractUnreadable(Conflict):
+    """A version's contract cannot be read, so what a promotion changes for clients is unknown."""
+
+
+def contract_diff(*, session: Session, row: ModelVersion) -> tuple[int, ContractDiff] | None:
+    """The serving version's number and what ``row`` would change for its clients; None when no other
+    version serves (a first promotion has nothing to compare). :class:`ContractUnreadable` when a contract
+    cannot be read."""
+    return _compare(serving_version(session=session, model_name=row.model_name), row)
+
+
+def _compare(current: ModelVersion | None, row: ModelVersion) -> tuple[int, ContractDiff] | None:
+    if current is None or current.id == row.id:
+        return None
+    schemas = []
+    for version in (current, row):
+        try:
+            schemas.append(read_schema(path=Path(version.path)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ContractUnreadable(
+                f"the contract of {version.model_name}:{version.version} is not readable at {version.path} "
+                f"({type(exc).__name__}: {exc}): what the change means for clients is not known"
+            ) from None
+    return current.version, compare_contracts(schemas[0], schemas[1])
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A promotion's outcome: the version now serving, the one serving before, what changed for clients."""
+
+    row: ModelVersion
+    previous: int | None  # the version serving before (None: the first promotion)
+    changes: ContractDiff | None  # from the previous version's contract; None: nothing compared
+    not_compared: str | None = None  # why contracts that exist were not compared (one is not readable)
+
+    @property
+    def changed(self) -> bool:
+        return self.previous != self.row.version
+
+
+def promote_version(
+    *,
+    session: Session,
+    model_name: str,
+    version: int,
+    actor: str = DEFAULT_ACTOR,
+    accept_contract_change: bool = False,
+) -> Promotion:
+    """Make ``version`` the serving one; the previous serving version is archived. Serving already: no-op.
+
+    A contract that breaks the serving version's clients (:mod:`registry.compat`) is refused
+    (:class:`ContractBreak`) unless ``accept_contract_change``; one that cannot be read is not compared,
+    saying why (``not_compared``).
+    """
     row = require_version(session=session, model_name=model_name, version=version)
     if row.state is VersionState.REJECTED:
         raise Conflict(
@@ -361,8 +434,38 @@ def promote(*, session: Session, model_name: str, version: int, actor: str = DEF
             "promote another version"
         )
     if row.state is VersionState.SERVING:
-        return row
-    return _serve(session, row, action=EventAction.PROMOTE, actor=actor)
+        return Promotion(row=row, previous=row.version, changes=None)
+    current = serving_version(session=session, model_name=model_name)  # read once: compared and archived
+    not_compared = None
+    try:
+        compared = _compare(current, row)
+    except ContractUnreadable as exc:
+        compared, not_compared = None, str(exc)
+    if compared is not None and compared[1].breaking and not accept_contract_change:
+        serving, diff = compared
+        raise ContractBreak(model_name=model_name, version=version, serving=serving, diff=diff)
+    previous = current.version if current is not None else None
+    _serve(session, row, action=EventAction.PROMOTE, actor=actor, current=current)
+    changes = compared[1] if compared is not None else None
+    return Promotion(row=row, previous=previous, changes=changes, not_compared=not_compared)
+
+
+def promote(
+    *,
+    session: Session,
+    model_name: str,
+    version: int,
+    actor: str = DEFAULT_ACTOR,
+    accept_contract_change: bool = False,
+) -> ModelVersion:
+    """:func:`promote_version`, returning the version now serving."""
+    return promote_version(
+        session=session,
+        model_name=model_name,
+        version=version,
+        actor=actor,
+        accept_contract_change=accept_contract_change,
+    ).row
 
 
 def rollback_target(*, session: Session, model_name: str) -> ModelVersion:
@@ -390,9 +493,14 @@ def rollback_target(*, session: Session, model_name: str) -> ModelVersion:
 
 
 def rollback(*, session: Session, model_name: str, actor: str = DEFAULT_ACTOR) -> ModelVersion:
-    """Serve the previous serving version again (see :func:`rollback_target`); the current one is archived."""
+    """Serve the previous serving version again (see :func:`rollback_target`); the current one is archived.
+
+    Never refused for its contract (it served before: its clients' requests are the older ones); the
+    commands print what it changes (:func:`contract_diff` of the target before the rollback).
+    """
     target = rollback_target(session=session, model_name=model_name)
-    return _serve(session, target, action=EventAction.ROLLBACK, actor=actor)
+    current = serving_version(session=session, model_name=model_name)
+    return _serve(session, target, action=EventAction.ROLLBACK, actor=actor, current=current)
 
 
 def reject(

@@ -2,7 +2,8 @@
 
 Bad requests raise :class:`core.errors.DomainError` subclasses, answered by the app's one handler as
 ``{"error": ...}``: 400 for a malformed name, version or body field, 404 for an unknown model or version,
-409 for a change the version's state does not allow (or a concurrent promotion), 413 for a body over
+409 for a change the version's state does not allow (or a concurrent promotion, or a promotion whose
+contract breaks today's clients: ``contract_changes`` lists the changes beside ``error``), 413 for a body over
 :data:`MAX_BODY_BYTES`. Reading needs a token with scope 'read', a change one with 'admin'
 (:func:`core.http.require_scope`).
 A running server serves a promoted (or rolled back, or re-labelled) version after its next registry poll.
@@ -19,9 +20,21 @@ from core.auth import Scope
 from core.errors import Invalid
 from core.http import JsonBody, json_response, request_id_of, require_scope, runtime
 from core.openapi import AUTH, errors, json_body
+from registry.compat import ContractDiff
 from registry.models import ModelVersionRead
 from registry.names import MAX_VERSION, check_label, check_name, parse_version
-from registry.service import labels_of, promote, reject, rollback, serving_version, set_label, show
+from registry.service import (
+    ContractUnreadable,
+    contract_diff,
+    labels_of,
+    reject,
+    rollback,
+    rollback_target,
+    serving_version,
+    set_label,
+    show,
+)
+from registry.service import promote_version as promote_checked
 
 router = APIRouter(tags=["Model registry"])
 READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
@@ -94,27 +107,72 @@ async def versions(request: Request, name: str) -> Response:
     return _ok(request, await asyncio.to_thread(run))
 
 
+ACCEPT_FIELD = "accept_contract_change"
+PROMOTE_BODY = JsonBody(
+    limit=MAX_BODY_BYTES, rule="admin body limit", example='{"accept_contract_change": true}', optional=True
+)
+PROMOTE_BODY_DOC = json_body(
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            ACCEPT_FIELD: {
+                "type": "boolean",
+                "default": False,
+                "description": "Promote even though the version's contract breaks today's clients.",
+            }
+        },
+    },
+    required=False,
+)
+
+
+def _body_accept(data: dict[str, Any]) -> bool:
+    unknown = sorted(set(data) - {ACCEPT_FIELD})
+    if unknown:
+        raise Invalid(
+            f"body field {unknown[0]!r} is not known here (the body may hold only {ACCEPT_FIELD!r})"
+        )
+    value = data.get(ACCEPT_FIELD, False)
+    if not isinstance(value, bool):
+        raise Invalid(f"body field {ACCEPT_FIELD!r} must be true or false, got {value!r}")
+    return value
+
+
+def _changes(diff: ContractDiff | None) -> list[dict[str, Any]]:
+    return diff.to_list() if diff is not None else []
+
+
 @router.post(
     "/v1/models/{name}/versions/{version}:promote",
     summary="Serve this version (admin)",
-    responses=errors(*AUTH, 404, 409),
+    responses=errors(*AUTH, 404, 409, 413),
     dependencies=ADMIN,
+    openapi_extra=PROMOTE_BODY_DOC,
 )
 async def promote_version(request: Request, name: str, version: str) -> Response:
-    """Make the version the serving one; the one serving so far is archived. Already serving: no change."""
+    """Make the version the serving one; the one serving so far is archived. Already serving: no change.
+
+    Its contract is compared with the serving version's (``contract_changes``): a change that breaks
+    today's clients is refused (409, the changes listed) unless the body says
+    ``{"accept_contract_change": true}``.
+    """
     state = runtime(request)
     check_name(name)
     number = parse_version(version)
+    accept = _body_accept(await PROMOTE_BODY.object(request))
 
     def run() -> dict[str, Any]:
         with state.db.session() as session:
-            before = serving_version(session=session, model_name=name)
-            previous = before.version if before is not None else None
-            row = promote(session=session, model_name=name, version=number, actor=ACTOR)
+            done = promote_checked(
+                session=session, model_name=name, version=number, actor=ACTOR, accept_contract_change=accept
+            )
             return {
-                **ModelVersionRead.model_validate(row).model_dump(mode="json"),
-                "previous_serving": previous,
-                "changed": previous != row.version,
+                **ModelVersionRead.model_validate(done.row).model_dump(mode="json"),
+                "previous_serving": done.previous,
+                "changed": done.changed,
+                "contract_changes": _changes(done.changes),
+                "contract_not_compared": done.not_compared,
             }
 
     return _ok(request, await asyncio.to_thread(run))
@@ -127,17 +185,25 @@ async def promote_version(request: Request, name: str, version: str) -> Response
     dependencies=ADMIN,
 )
 async def rollback_model(request: Request, name: str) -> Response:
-    """Serve the version that served before the current one; the current one is archived."""
+    """Serve the version that served before the current one; the current one is archived. Never refused for
+    its contract (it served before); ``contract_changes`` says what it changes for clients."""
     state = runtime(request)
     check_name(name)
 
     def run() -> dict[str, Any]:
         with state.db.session() as session:
             before = serving_version(session=session, model_name=name)
+            try:
+                compared = contract_diff(
+                    session=session, row=rollback_target(session=session, model_name=name)
+                )
+            except ContractUnreadable:
+                compared = None
             row = rollback(session=session, model_name=name, actor=ACTOR)
             return {
                 **ModelVersionRead.model_validate(row).model_dump(mode="json"),
                 "previous_serving": before.version if before is not None else None,
+                "contract_changes": _changes(compared[1] if compared is not None else None),
             }
 
     return _ok(request, await asyncio.to_thread(run))

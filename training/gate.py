@@ -5,7 +5,11 @@ on. Each returns a :class:`GateCheck` (name, verdict, the figures it decided on,
 gate fails when a check fails; it is *undecided* when none fails but one cannot decide; else it passes.
 
 - ``input_contract``: the candidate's input contract accepts every holdout row
-  (:func:`registry.contracts.check_inputs`, the check serving runs on each request).
+  (:func:`registry.contracts.check_inputs`, the check serving runs on each request), and its message states
+  what the candidate's contract changes for the serving version's clients
+  (:func:`registry.compat.compare_contracts`, as ``models promote`` does); a change that breaks them makes
+  the check undecided, so that a person decides (``models promote --accept-contract-change`` or ``models
+  reject``).
 - ``outputs``: every candidate output is finite and inside the output contract's range
   (:func:`registry.contracts.check_outputs`); a multi-class row is K probabilities summing to 1
   (:func:`registry.contracts.check_vectors`); a regression value outside its expected range is counted as
@@ -69,6 +73,7 @@ from typing import Any
 
 import numpy as np
 
+from registry.compat import ContractDiff, compare_contracts
 from registry.contracts import (
     ContractViolation,
     Violation,
@@ -318,21 +323,28 @@ def _as_lists(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> dict[st
     return {name: [_json_value(v) for v in columns[name]] for name in schema.feature_names if name in columns}
 
 
-def input_contract(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> GateCheck:
-    """The candidate's contract accepts every holdout row; figures: the share rejected, first violations."""
+def input_contract(
+    schema: ModelSchema, columns: Mapping[str, np.ndarray], serving: ModelSchema | None = None
+) -> GateCheck:
+    """The candidate's contract accepts every holdout row and breaks nothing for the clients of ``serving``
+    (:func:`registry.compat.compare_contracts`; a breaking change: undecided, a person decides); figures:
+    the share rejected, first violations, the contract's changes."""
+    diff = compare_contracts(serving, schema) if serving is not None else None
+    changes = {"contract_changes": diff.to_list()} if diff is not None else {}
+    stated = _changes_text(diff)
     missing = [name for name in schema.feature_names if name not in columns]
     if missing:
         return GateCheck(
             "input_contract",
             Verdict.FAILED,
-            {"rows": 0, "rejected": None, "missing_features": missing},
-            f"the candidate needs features the holdout lacks: {', '.join(missing)}",
+            {"rows": 0, "rejected": None, "missing_features": missing, **changes},
+            f"the candidate needs features the holdout lacks: {', '.join(missing)}{stated}",
         )
     values = _as_lists(schema, columns)
     n = len(next(iter(values.values()))) if values else 0
     if n == 0:
-        return GateCheck(
-            "input_contract", Verdict.PASSED, {"rows": 0, "rejected": 0}, "no holdout rows to check"
+        return _contract_verdict(
+            diff, {"rows": 0, "rejected": 0, **changes}, f"no holdout rows to check{stated}"
         )
     try:
         checked = check_inputs(schema, values, n, max_rows=n)
@@ -340,11 +352,11 @@ def input_contract(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> Ga
         checked = None
     if checked is not None:
         flagged = sum(1 for f in checked.flags if f)
-        return GateCheck(
-            "input_contract",
-            Verdict.PASSED,
-            {"rows": n, "rejected": 0, "rejected_share": 0.0, "flagged": flagged},
-            f"the candidate's contract accepts all {n} holdout rows ({flagged} flagged, none rejected)",
+        return _contract_verdict(
+            diff,
+            {"rows": n, "rejected": 0, "rejected_share": 0.0, "flagged": flagged, **changes},
+            f"the candidate's contract accepts all {n} holdout rows ({flagged} flagged, none rejected)"
+            + stated,
         )
     rejected = 0
     first: list[str] = []
@@ -361,9 +373,31 @@ def input_contract(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> Ga
     return GateCheck(
         "input_contract",
         Verdict.FAILED,
-        {"rows": n, "rejected": rejected, "rejected_share": _r(share), "first_violations": first},
-        f"the candidate's contract rejects {rejected} of {n} recent rows ({share:.1%}); first: {first[0]}",
+        {"rows": n, "rejected": rejected, "rejected_share": _r(share), "first_violations": first, **changes},
+        f"the candidate's contract rejects {rejected} of {n} recent rows ({share:.1%}); first: {first[0]}"
+        + stated,
     )
+
+
+def _changes_text(diff: ContractDiff | None) -> str:
+    """The contract's changes from the serving version's, as the end of a check's message."""
+    if not diff:
+        return ""
+    listed = "; ".join(f"{'BREAKING: ' if c.breaking else ''}{c.text}" for c in diff.changes[:SHOWN])
+    more = f"; and {len(diff.changes) - SHOWN} more" if len(diff.changes) > SHOWN else ""
+    return f"; changes for the serving version's clients: {listed}{more}"
+
+
+def _contract_verdict(diff: ContractDiff | None, figures: dict[str, Any], message: str) -> GateCheck:
+    """Passed, or undecided when the contract breaks the serving version's clients: a person decides."""
+    if diff is not None and diff.breaking:
+        return GateCheck(
+            "input_contract",
+            Verdict.UNDECIDED,
+            figures,
+            f"{message}; a person decides: promote with --accept-contract-change, or reject the candidate",
+        )
+    return GateCheck("input_contract", Verdict.PASSED, figures, message)
 
 
 def outputs(spec: OutputSpec, values: np.ndarray) -> GateCheck:
@@ -1031,15 +1065,18 @@ def slices(
     )
 
 
-def evaluate(*, schema: ModelSchema, holdout: Holdout, policy: GatePolicy) -> GateResult:
+def evaluate(
+    *, schema: ModelSchema, holdout: Holdout, policy: GatePolicy, serving_schema: ModelSchema | None = None
+) -> GateResult:
     """Run every check of the gate on ``holdout`` for a candidate with contract ``schema`` (its task decides
-    the outputs' shape, the metric, the calibration and the slices' metric: module docstring)."""
+    the outputs' shape, the metric, the calibration and the slices' metric: module docstring);
+    ``serving_schema``: the serving version's contract, which the input contract check compares with."""
     labels = np.asarray(holdout.labels, dtype=np.float64)
     cand = np.asarray(holdout.candidate, dtype=np.float64)
     serv = None if holdout.serving is None else np.asarray(holdout.serving, dtype=np.float64)
     task = schema.kind
     checks = [
-        input_contract(schema, holdout.columns),
+        input_contract(schema, holdout.columns, serving_schema),
         outputs(schema.output, cand),
         metric(
             name=policy.metric,

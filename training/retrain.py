@@ -636,12 +636,14 @@ def validate(control: JobControl, plan: Plan, candidate: int, data: JobData) -> 
     else:
         labels = np.asarray(target, dtype=np.float64)
     cand = score_version(Path(row.path), cand_schema, columns)
-    serving = None
+    serving = serving_schema = None
     if current is not None and current.version != candidate:
         path = Path(current.path)
-        serving = score_version(path, read_schema(path=path), columns)
+        serving_schema = read_schema(path=path)
+        serving = score_version(path, serving_schema, columns)
     holdout = Holdout(columns=columns, labels=labels, candidate=cand, serving=serving)
-    return evaluate(schema=cand_schema, holdout=holdout, policy=GatePolicy.from_settings(control.settings))
+    policy = GatePolicy.from_settings(control.settings)
+    return evaluate(schema=cand_schema, holdout=holdout, policy=policy, serving_schema=serving_schema)
 
 
 def conclude(control: JobControl, plan: Plan, candidate: int, result: GateResult) -> JobState:
@@ -658,6 +660,14 @@ def conclude(control: JobControl, plan: Plan, candidate: int, result: GateResult
             lines.append(
                 f"held for a manual promotion (retrain_auto_promote is off): "
                 f"driftwarden models promote {plan.model_name} {candidate}"
+            )
+        elif result.verdict is Verdict.UNDECIDED and [c.name for c in result.undecided] == ["input_contract"]:
+            state = JobState.UNDECIDED
+            lines.append(
+                f"{plan.model_name}:{candidate} stays staged: its contract breaks the serving version's "
+                "clients (gate input_contract); a person decides: driftwarden models promote "
+                f"{plan.model_name} {candidate} --accept-contract-change, or driftwarden models reject "
+                f"{plan.model_name} {candidate} --reason TEXT"
             )
         elif result.verdict is Verdict.UNDECIDED:
             state = JobState.UNDECIDED

@@ -150,7 +150,8 @@ def worker_app() -> FastAPI:
 
 async def _domain_error(request: Request, exc: DomainError) -> Response:
     """Every domain's errors, answered in one place: their status and their one-line message."""
-    response = error_response(exc.status_code, str(exc), request_id_of(request))
+    details = getattr(exc, "details", {})  # fields beside "error" (e.g. a refused promotion's changes)
+    response = error_response(exc.status_code, str(exc), request_id_of(request), **details)
     response.headers.update(getattr(exc, "headers", {}))  # e.g. WWW-Authenticate on a 401
     return response
 

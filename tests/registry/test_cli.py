@@ -77,7 +77,7 @@ def test_promote_rollback_label_reject_show(registry: str) -> None:
     r = _run("models", "promote", "credit", "1")
     assert r.exit_code == 0 and r.stdout.strip() == "credit:1 is now serving", r.output
     r = _run("models", "promote", "credit", "2")
-    assert r.stdout.strip() == "credit:2 is now serving; credit:1 archived", r.output
+    assert r.stdout.splitlines()[0] == "credit:2 is now serving; credit:1 archived", r.output
     assert (
         _run("models", "promote", "credit", "2").stdout.strip()
         == "credit:2 is already serving; nothing changed"
@@ -89,7 +89,7 @@ def test_promote_rollback_label_reject_show(registry: str) -> None:
     r = _run("models", "rollback", "credit")
     assert (
         r.exit_code == 0
-        and r.stdout.strip() == "credit: rolled back to version 1 (from 2); it is now serving"
+        and r.stdout.splitlines()[0] == "credit: rolled back to version 1 (from 2); it is now serving"
     )
     r = _run("models", "reject", "credit", "3", "--reason", "AUC below the gate")
     assert r.exit_code == 0 and r.stdout.strip() == "credit:3 rejected (AUC below the gate)", r.output
