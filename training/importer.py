@@ -5,7 +5,10 @@ wrapped once into driftwarden's serving signature (one 1-D input per feature, fl
 string for categories; one output by task: ``probability``, ``probabilities`` ``[batch, K]`` or
 ``value``), so that serving, the gate and the monitors call every version alike. The wrapper holds the
 source's graph and variables unchanged and is saved as a plain SavedModel (TF Serving loads it); the
-lineage records the source path and the SHA-256 of its files.
+lineage records the source path and the SHA-256 of its files. The source's own signature (its inputs' and
+outputs' names, dtypes and shapes) is recorded as the version's ``signature.json`` and the wrapper returns
+the source's outputs beside the task's, so the server answers its TF Serving clients in the source's own
+terms (``registry/signature.py``, ``service/serving/source_codec.py``).
 
 Supported source signatures: one named input per feature (float or int for numbers, string for categories;
 shape ``[batch]`` or ``[batch, 1]``), or one dense ``[batch, D]`` numeric input whose columns ``--features``
