@@ -13,6 +13,7 @@ input (a request without that input is read by the contract's feature names).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -185,16 +186,23 @@ def _columns(signature: SourceSignature, named: Mapping[str, Any]) -> dict[str, 
 
 
 # -- answers ----------------------------------------------------------------------------------------------
-def _plain(value: np.ndarray) -> list[Any]:
-    """A tensor as JSON values (text for strings)."""
+def _plain(value: np.ndarray, *, b64: bool = False) -> list[Any]:
+    """A tensor as JSON values: strings as text, or as ``{"b64": ...}`` (``b64``: TF Serving's encoding of an
+    output whose name ends in ``_bytes``)."""
     if value.dtype.kind in "OSU":
-        return np.vectorize(_text, otypes=[object])(value).tolist() if value.size else value.tolist()
+        convert = _b64 if b64 else _text
+        return np.vectorize(convert, otypes=[object])(value).tolist() if value.size else value.tolist()
     result: list[Any] = value.tolist()
     return result
 
 
 def _text(value: Any) -> Any:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+def _b64(value: Any) -> dict[str, str]:
+    raw = value if isinstance(value, bytes) else str(value).encode()
+    return {"b64": base64.b64encode(raw).decode("ascii")}
 
 
 def outputs_of(
@@ -206,7 +214,9 @@ def outputs_of(
 
 def v1_answer(signature: SourceSignature, outputs: Mapping[str, np.ndarray], *, rows: bool) -> Any:
     """TF Serving's ``predictions`` (``rows``) or ``outputs``: one output as its tensor, several by name."""
-    named = {t.name: _plain(value) for t, value in outputs_of(signature, outputs)}
+    named = {
+        t.name: _plain(value, b64=t.name.endswith("_bytes")) for t, value in outputs_of(signature, outputs)
+    }
     if len(named) == 1:
         return next(iter(named.values()))
     if not rows:

@@ -129,6 +129,9 @@ def test_answers_keep_the_signatures_names_and_shapes() -> None:
     one = {output_key(0): np.array([[895.6], [12.5]], dtype=np.float32)}
     answer = v1_answer(PER_FEATURE, one, rows=True)  # one [batch, 1] output: [[895.6], ...] as TF Serving
     assert np.shape(answer) == (2, 1) and answer == one[output_key(0)].tolist()
+    raw = SourceSignature("s", DENSE.inputs, (Tensor("image_bytes", "string", (None,)),), DENSE.features)
+    encoded = v1_answer(raw, {output_key(0): np.array([b"\xff\x00"], dtype=object)}, rows=True)
+    assert encoded == [{"b64": "/wA="}]  # TF Serving's encoding of an output named *_bytes
     tensors = v2_outputs(DENSE, outputs, requested_outputs({"outputs": [{"name": "label"}]}))
     assert tensors == [{"name": "label", "datatype": "BYTES", "shape": [2], "data": ["mid", "low"]}]
     (probs, _) = v2_outputs(DENSE, outputs, None)
