@@ -349,16 +349,17 @@ def _output(fn: Any, spec: ImportSpec) -> tuple[str, Any]:
 
 
 def _source_signature(fn: Any, spec: ImportSpec, layout: Layout) -> SourceSignature:
-    """The source's own signature, as its TF Serving clients call it (recorded with the version); outputs
-    without a batch dimension cannot be cut per request and are left out."""
+    """The source's own signature, as its TF Serving clients call it (recorded with the version, inputs and
+    outputs by name: a loaded signature's order varies); outputs without a batch dimension cannot be cut per
+    request and are left out."""
     outputs = tuple(
         Tensor(name, t.dtype.name, tuple(t.shape.as_list()))
-        for name, t in dict(fn.structured_outputs).items()
+        for name, t in sorted(dict(fn.structured_outputs).items())
         if t.shape.rank and t.shape.as_list()[0] is None
     )
     return SourceSignature(
         name=spec.signature,
-        inputs=tuple(Tensor(s.name, s.dtype, s.shape) for s in layout.inputs),
+        inputs=tuple(Tensor(s.name, s.dtype, s.shape) for s in sorted(layout.inputs, key=lambda s: s.name)),
         outputs=outputs,
         features=layout.features if layout.dense else (),
     )
