@@ -38,6 +38,7 @@ from registry.models import (
 )
 from registry.names import check_label, check_name, check_version
 from registry.schema import ModelSchema
+from registry.signature import SourceSignature
 
 META_DIR = "driftwarden"  # per-version metadata folder beside the SavedModel files
 SERVED_ELSEWHERE = "elsewhere"  # lineage ``serving`` of a version registered without a model: monitored only
@@ -648,6 +649,13 @@ def read_meta(*, path: Path, name: str) -> dict[str, Any]:
 def read_schema(*, path: Path) -> ModelSchema:
     """The input/output contract stored with a version."""
     return ModelSchema.from_dict(read_meta(path=path, name="schema"))
+
+
+def read_signature(*, path: Path) -> SourceSignature | None:
+    """An imported version's own signature (None: trained here, or imported before it was recorded)."""
+    if not (path / META_DIR / "signature.json").is_file():
+        return None
+    return SourceSignature.from_dict(read_meta(path=path, name="signature"))
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def models_import(
         ),
     ] = None,
     signature: Annotated[
-        str, typer.Option("--signature", help="The signature to serve.")
+        str,
+        typer.Option("--signature", help="The signature to serve (its clients keep its names and shapes)."),
     ] = "serving_default",
     features: Annotated[
         str | None,
@@ -102,11 +103,12 @@ def models_import(
     """Register the SavedModel at PATH, or a model served elsewhere, as the next (staged) version of NAME.
 
     With PATH the model keeps its graph and weights; driftwarden wraps its signature into one input per
-    feature and one output by task, checks it on the reference rows and records the source's path and
-    content hash. Without PATH, --prediction-column names the reference's column of the model's answers:
-    the contract, the drift baseline and the performance estimates come from the reference, and driftwarden
-    monitors the predictions your own serving sends it. Promote it with `driftwarden models promote NAME
-    VERSION`.
+    feature and one output by task for its monitors, checks it on the reference rows and records the
+    source's path, content hash and signature: served, it answers its TF Serving clients in that
+    signature's own names and shapes (REST and OIP v2). Without PATH, --prediction-column names the
+    reference's column of the model's answers: the contract, the drift baseline and the performance
+    estimates come from the reference, and driftwarden monitors the predictions your own serving sends it.
+    Promote it with `driftwarden models promote NAME VERSION`.
     """
     from core.config import get_settings
     from core.database import open_database

@@ -5,7 +5,10 @@ wrapped once into driftwarden's serving signature (one 1-D input per feature, fl
 string for categories; one output by task: ``probability``, ``probabilities`` ``[batch, K]`` or
 ``value``), so that serving, the gate and the monitors call every version alike. The wrapper holds the
 source's graph and variables unchanged and is saved as a plain SavedModel (TF Serving loads it); the
-lineage records the source path and the SHA-256 of its files.
+lineage records the source path and the SHA-256 of its files. The source's own signature (its inputs' and
+outputs' names, dtypes and shapes) is recorded as the version's ``signature.json`` and the wrapper returns
+the source's outputs beside the task's, so the server answers its TF Serving clients in the source's own
+terms (``registry/signature.py``, ``service/serving/source_codec.py``).
 
 Supported source signatures: one named input per feature (float or int for numbers, string for categories;
 shape ``[batch]`` or ``[batch, 1]``), or one dense ``[batch, D]`` numeric input whose columns ``--features``
@@ -61,6 +64,7 @@ from registry.schema import (
     label_codes,
 )
 from registry.service import latest_version, publish_version
+from registry.signature import SourceSignature, Tensor, output_key
 
 log = logging.getLogger("driftwarden.training.importer")
 
@@ -129,7 +133,16 @@ def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imp
     columns = {name: _reference_column(reference[name], name, layout) for name in layout.features}
     features = tuple(_feature(name, columns[name], layout) for name in layout.features)
     width = output.shape[-1] if len(output.shape) == 2 else 1
-    module = _wrapper(tf, source, fn_name=spec.signature, layout=layout, output=output_name, width=width)
+    recorded = _source_signature(fn, spec, layout)
+    module = _wrapper(
+        tf,
+        source,
+        fn_name=spec.signature,
+        layout=layout,
+        output=output_name,
+        width=width,
+        served=tuple(t.name for t in recorded.outputs),
+    )
     raw = _run(tf, module, columns, features)
     task, answers = _task(spec, raw, reference)
     labels, classes = _labels(spec, task, reference, width=raw.shape[1] if raw.ndim == 2 else 1)
@@ -152,6 +165,7 @@ def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imp
         answers=answers,
         labels=labels,
         layout=layout,
+        signature=recorded,
     )
 
 
@@ -348,6 +362,23 @@ def _output(fn: Any, spec: ImportSpec) -> tuple[str, Any]:
     return name, tensor
 
 
+def _source_signature(fn: Any, spec: ImportSpec, layout: Layout) -> SourceSignature:
+    """The source's own signature, as its TF Serving clients call it (recorded with the version, inputs and
+    outputs by name: a loaded signature's order varies); outputs without a batch dimension cannot be cut per
+    request and are left out."""
+    outputs = tuple(
+        Tensor(name, t.dtype.name, tuple(t.shape.as_list()))
+        for name, t in sorted(dict(fn.structured_outputs).items())
+        if t.shape.rank and t.shape.as_list()[0] is None
+    )
+    return SourceSignature(
+        name=spec.signature,
+        inputs=tuple(Tensor(s.name, s.dtype, s.shape) for s in sorted(layout.inputs, key=lambda s: s.name)),
+        outputs=outputs,
+        features=layout.features if layout.dense else (),
+    )
+
+
 def _input_is_text(name: str, layout: Layout) -> bool:
     return not layout.dense and next(s for s in layout.inputs if s.name == name).dtype in STRING_DTYPES
 
@@ -384,8 +415,12 @@ def _feature(name: str, column: np.ndarray, layout: Layout) -> FeatureSpec:
 # ---------------------------------------------------------------- the wrapper
 
 
-def _wrapper(tf: Any, source: Any, *, fn_name: str, layout: Layout, output: str, width: int) -> Any:
-    """A tf.Module with driftwarden's signature around the source's (its task set later by ``finish``)."""
+def _wrapper(
+    tf: Any, source: Any, *, fn_name: str, layout: Layout, output: str, width: int, served: tuple[str, ...]
+) -> Any:
+    """A tf.Module with driftwarden's signature around the source's (its task set later by ``finish``):
+    the task's output, and each source output of ``served`` as it is under ``output_key(position)`` (what
+    a TF Serving client of the source is answered), from the same call."""
     numeric = {name for name in layout.features if not _input_is_text(name, layout)}
 
     class ImportedModule(tf.Module):
@@ -402,6 +437,13 @@ def _wrapper(tf: Any, source: Any, *, fn_name: str, layout: Layout, output: str,
             self.raw = tf.function(self._raw, input_signature=[spec])
 
         def _raw(self, features: dict[str, Any]) -> Any:
+            return self._task_output(self._call(features))
+
+        def _task_output(self, outputs: dict[str, Any]) -> Any:
+            out = tf.cast(outputs[output], tf.float32)
+            return out if width > 1 else tf.reshape(out, [-1])
+
+        def _call(self, features: dict[str, Any]) -> dict[str, Any]:
             fn = self.source.signatures[fn_name]
             if layout.dense:
                 (src,) = layout.inputs
@@ -414,16 +456,17 @@ def _wrapper(tf: Any, source: Any, *, fn_name: str, layout: Layout, output: str,
                     if src.dtype not in STRING_DTYPES:
                         value = tf.cast(value, src.dtype)
                     feeds[src.name] = tf.expand_dims(value, 1) if len(src.shape) == 2 else value
-            out = tf.cast(fn(**feeds)[output], tf.float32)
-            return out if width > 1 else tf.reshape(out, [-1])
+            return dict(fn(**feeds))
 
         def _serve(self, features: dict[str, Any]) -> dict[str, Any]:
-            out = self._raw(features)
+            outputs = self._call(features)
+            out = self._task_output(outputs)
             if self.task is Task.BINARY and width == 2:
                 out = out[:, self.positive]
             elif self.task is Task.BINARY and self.positive == 0:  # the source answers P(label 0)
                 out = 1.0 - out
-            return {OUTPUT_NAMES[self.task]: out}
+            source = {output_key(i): tf.identity(outputs[name]) for i, name in enumerate(served)}
+            return {OUTPUT_NAMES[self.task]: out, **source}
 
         def finish(self, task: Task, *, positive: int = 1) -> None:
             self.task = task
@@ -660,6 +703,7 @@ def _publish(
     answers: np.ndarray,
     labels: np.ndarray | None,
     layout: Layout,
+    signature: SourceSignature,
 ) -> Imported:
     """Profile the reference, write the wrapped SavedModel and its documents, record the staged version."""
     from training.export import write_saved_model
@@ -688,6 +732,7 @@ def _publish(
         answers=answers,
         labels=labels,
         lineage=lineage,
+        documents={"signature": signature.to_dict()},
     )
 
 
@@ -702,6 +747,7 @@ def _register(
     answers: np.ndarray,
     labels: np.ndarray | None,
     lineage: dict[str, Any],
+    documents: Mapping[str, Any] | None = None,
 ) -> Imported:
     """Profile the reference (and measure its metrics with a target), record the next staged version."""
     from monitors.performance import metrics_for
@@ -720,7 +766,7 @@ def _register(
             session=session,
             registry=registry,
             model_name=spec.model_name,
-            documents={"schema": schema.to_dict(), "profile": profile},
+            documents={"schema": schema.to_dict(), "profile": profile, **(documents or {})},
             metrics=metrics,
             lineage=lineage,
             write_model=write_model,

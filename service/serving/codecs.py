@@ -125,8 +125,10 @@ def split_binary(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
     return body[:size], body[size:]
 
 
-def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
-    """An ``/infer`` body -> columns."""
+def parse_v2(
+    schema: ModelSchema, payload: Any, binary: bytes = b"", *, outputs: Sequence[str] | None = None
+) -> Columns:
+    """An ``/infer`` body -> columns (``outputs``: the names it may ask for, default the contract's)."""
     if not isinstance(payload, Mapping):
         raise BadRequest('the body must be a JSON object with "inputs"')
     if not isinstance(payload.get("id", ""), str):
@@ -136,14 +138,14 @@ def parse_v2(schema: ModelSchema, payload: Any, binary: bytes = b"") -> Columns:
     tensors = payload.get("inputs")
     if not isinstance(tensors, list) or not tensors:
         raise BadRequest('"inputs" must be a non-empty list of tensors')
-    outputs = payload.get("outputs")
-    if outputs is not None:
+    requested = payload.get("outputs")
+    if requested is not None:
         names = (
-            {o.get("name") if isinstance(o, Mapping) else None for o in outputs}
-            if isinstance(outputs, list)
+            {o.get("name") if isinstance(o, Mapping) else None for o in requested}
+            if isinstance(requested, list)
             else {None}
         )
-        known = {o.name for o in schema.outputs}
+        known = set(outputs) if outputs is not None else {o.name for o in schema.outputs}
         if not names <= known:
             raise BadRequest(
                 f"unknown requested outputs {sorted(map(str, names - known))}; this model has "

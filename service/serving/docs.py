@@ -121,7 +121,10 @@ V1_PREDICT = _json_body(
         "type": "object",
         "description": "Either `instances` (row format) or `inputs` (columnar format). Every value is then "
         "checked against the version's input contract (`GET .../metadata`): a violation answers 400 naming "
-        "the row, the feature and the rule.",
+        "the row, the feature and the rule. A version imported from your own SavedModel (`models import`) "
+        "also takes, and answers in, its own signature's form as TF Serving does: its input names and shapes "
+        "(`[batch, 1]` values as one-element lists, a dense input as a list per row), its `signature_name`, "
+        "its output names and shapes (`GET .../metadata` states them).",
         "properties": {
             "signature_name": {"enum": ["serving_default", "", None], "default": "serving_default"},
             "instances": {

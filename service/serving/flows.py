@@ -31,6 +31,7 @@ from registry.contracts import (
     output_flags,
 )
 from registry.schema import SUM_TOLERANCE, ModelSchema, OutputSpec
+from registry.signature import SourceSignature
 from service.serving.batcher import BatcherClosed
 from service.serving.codecs import BadRequest, Columns
 from service.serving.manager import ModelManager, NotServed
@@ -79,6 +80,8 @@ class Prediction:
     output_name: str
     values: list[Any]  # a number per row, or a probability vector per row (multi-class)
     prediction_ids: list[str]
+    signature: SourceSignature | None = None  # an imported model's own signature: answered in its terms
+    outputs: Mapping[str, Any] | None = None  # with a signature: the model's outputs (its own among them)
 
 
 class OutputContractError(RuntimeError):
@@ -107,7 +110,7 @@ async def predict(
     ``request_id``: the caller's, None when it sent none)."""
     for attempt in (1, 2):
         lv = state.manager.resolve(model_name, version=version, label=label)
-        columns: Columns = parse(lv.schema)
+        columns: Columns = parse(lv.schema, lv.signature)
         checked = check_inputs(
             lv.schema,
             columns.values,
@@ -155,6 +158,8 @@ async def predict(
         raise OutputContractError(problems, lv.version)
     state.metrics.predicted(model_name, lv.version, checked.n, answer.flags)
     shown: list[Any] = answer.vectors if answer.vectors is not None else values
+    if lv.signature is not None:
+        return Prediction(model_name, lv.version, lv.schema.output.name, shown, ids, lv.signature, outputs)
     return Prediction(model_name, lv.version, lv.schema.output.name, shown, ids)
 
 

@@ -25,7 +25,8 @@ import numpy as np
 from core.database import Database
 from core.scheduling import every
 from registry.schema import FeatureKind, ModelSchema
-from registry.service import ServingPlan, read_schema, serving_plans
+from registry.service import ServingPlan, read_schema, read_signature, serving_plans
+from registry.signature import SourceSignature, output_key
 from service.serving.batcher import MicroBatcher, Runner, Traffic
 from service.serving.metrics import Metrics, NullMetrics
 
@@ -49,6 +50,7 @@ class LoadedVersion:
     runner: Runner
     batcher: MicroBatcher
     loaded_at: datetime
+    signature: SourceSignature | None = None  # an imported model's own signature (None: driftwarden's API)
 
 
 @dataclass
@@ -198,9 +200,12 @@ class ModelManager:
     def _load(self, name: str, version: int, path: Path) -> LoadedVersion:
         t0 = time.monotonic()
         schema = read_schema(path=path)
+        signature = read_signature(path=path)
         runner = self.loader(path)
         out = runner(warmup_columns(schema))
         missing = {o.name for o in schema.outputs} - set(out)
+        if signature is not None:
+            missing |= {output_key(i) for i in range(len(signature.outputs))} - set(out)
         if missing:
             raise ValueError(f"the signature lacks the schema's outputs {sorted(missing)}")
         batcher = MicroBatcher(
@@ -213,7 +218,7 @@ class ModelManager:
             traffic=self.traffic,
         )
         log.info("%s:%d loaded and warmed up in %.2fs", name, version, time.monotonic() - t0)
-        return LoadedVersion(name, version, path, schema, runner, batcher, datetime.now(UTC))
+        return LoadedVersion(name, version, path, schema, runner, batcher, datetime.now(UTC), signature)
 
     def resolve(self, name: str, *, version: int | None = None, label: str | None = None) -> LoadedVersion:
         """The loaded version a request goes to; :class:`NotServed` names what is missing."""

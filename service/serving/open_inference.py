@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -12,18 +11,25 @@ from core.auth import Scope
 from core.http import error_response, json_response, request_id_of, require_scope
 from core.openapi import PREDICT_SCOPE, errors
 from registry.schema import FeatureKind, ModelSchema
+from registry.signature import SourceSignature, Tensor
 from service.serving import docs
-from service.serving.codecs import parse_v2
+from service.serving.codecs import Columns, parse_v2
 from service.serving.flows import Prediction
 from service.serving.manager import LoadedVersion, NotServed
 from service.serving.routing import app_state, path_version, predict_route
+from service.serving.source_codec import requested_outputs, v2_outputs
 
 router = APIRouter()
 V2 = "Open Inference Protocol v2"
 
 
-def _v2_decode(payload: Any, binary: bytes) -> Callable[[ModelSchema], Any]:
-    return partial(parse_v2, payload=payload, binary=binary)
+def _v2_decode(payload: Any, binary: bytes) -> Callable[[ModelSchema, SourceSignature | None], Columns]:
+    def parse(schema: ModelSchema, signature: SourceSignature | None) -> Columns:
+        if signature is None:
+            return parse_v2(schema, payload, binary)
+        return parse_v2(schema, payload, binary, outputs=[t.name for t in signature.outputs])
+
+    return parse
 
 
 def _v2_shape(result: Prediction, payload: Any) -> dict[str, Any]:
@@ -33,7 +39,11 @@ def _v2_shape(result: Prediction, payload: Any) -> dict[str, Any]:
         "model_version": str(result.version),
         "id": rid if isinstance(rid, str) else "",
         "parameters": {"prediction_ids": ",".join(result.prediction_ids)},
-        "outputs": [_v2_output(result)],
+        "outputs": (
+            v2_outputs(result.signature, result.outputs, requested_outputs(payload))
+            if result.signature is not None and result.outputs is not None
+            else [_v2_output(result)]
+        ),
     }
 
 
@@ -72,6 +82,10 @@ def _v2_dtype(kind: FeatureKind) -> str:
     return "FP32" if kind is FeatureKind.NUMERIC else "BYTES"
 
 
+def _v2_tensor(t: Tensor) -> dict[str, Any]:
+    return {"name": t.name, "datatype": t.v2_datatype, "shape": t.v2_shape()}
+
+
 def _v2_model(request: Request, name: str, version: str | None) -> Response:
     rid = request_id_of(request)
     manager = app_state(request).manager
@@ -91,6 +105,9 @@ def _v2_model(request: Request, name: str, version: str | None) -> Response:
             for o in lv.schema.outputs
         ],
     }
+    if lv.signature is not None:  # an imported model: its own signature's names, datatypes and shapes
+        body["inputs"] = [_v2_tensor(t) for t in lv.signature.inputs]
+        body["outputs"] = [_v2_tensor(t) for t in lv.signature.outputs]
     return json_response(body, 200, rid)
 
 

@@ -24,6 +24,7 @@ from predictions.writer import LogUnavailable
 from registry.contracts import ContractViolation
 from registry.names import InvalidVersion, parse_version
 from registry.schema import ModelSchema
+from registry.signature import SourceSignature
 from service.serving.codecs import BadRequest, parse_json, split_binary
 from service.serving.flows import AppState, OutputContractError, Prediction, predict
 from service.serving.manager import NotServed
@@ -46,7 +47,7 @@ async def predict_route(
     label: str | None,
     protocol: str,
     shape: Callable[[Prediction, Any], dict[str, Any]],
-    decode: Callable[[Any, bytes], Callable[[ModelSchema], Any]],
+    decode: Callable[[Any, bytes], Callable[[ModelSchema, SourceSignature | None], Any]],
 ) -> Response:
     started = time.perf_counter()
     state = app_state(request)

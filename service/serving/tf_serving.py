@@ -8,7 +8,6 @@ every client error is a 400 in the ``{"error": ...}`` shape, naming the row, the
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -25,24 +24,35 @@ from core.http import (
 from core.openapi import PREDICT_SCOPE
 from predictions.writer import LogUnavailable
 from registry.schema import FeatureKind, ModelSchema
+from registry.signature import SourceSignature
 from service.serving import docs
-from service.serving.codecs import BadRequest, parse_json, parse_v1
+from service.serving.codecs import BadRequest, Columns, parse_json, parse_v1
 from service.serving.flows import AppState, Prediction, feedback, parse_feedback
 from service.serving.ingest import LogOff, ingest
 from service.serving.manager import NotServed
 from service.serving.routing import app_state, path_version, predict_route
+from service.serving.source_codec import parse_source_v1, v1_answer
 
 router = APIRouter()
 V1 = "TF Serving REST"
 
 
-def _v1_decode(payload: Any, _binary: bytes) -> Callable[[ModelSchema], Any]:
-    return partial(parse_v1, payload=payload)
+def _v1_decode(payload: Any, _binary: bytes) -> Callable[[ModelSchema, SourceSignature | None], Columns]:
+    def parse(schema: ModelSchema, signature: SourceSignature | None) -> Columns:
+        if signature is None:
+            return parse_v1(schema, payload)
+        return parse_source_v1(schema, signature, payload)  # an imported model: its own signature
+
+    return parse
 
 
 def _v1_shape(result: Prediction, payload: Any) -> dict[str, Any]:
-    key = "predictions" if isinstance(payload, dict) and "instances" in payload else "outputs"
-    return {key: result.values, "prediction_ids": result.prediction_ids, "model_version": str(result.version)}
+    rows = isinstance(payload, dict) and "instances" in payload
+    values = result.values
+    if result.signature is not None and result.outputs is not None:
+        values = v1_answer(result.signature, result.outputs, rows=rows)
+    key = "predictions" if rows else "outputs"
+    return {key: values, "prediction_ids": result.prediction_ids, "model_version": str(result.version)}
 
 
 PREDICT = [require_scope(Scope.PREDICT)]  # open unless predict_requires_token
@@ -138,28 +148,16 @@ def _metadata(request: Request, name: str, version: str | None, label: str | Non
         lv = app_state(request).manager.resolve(name, version=path_version(version), label=label)
     except NotServed as exc:
         return error_response(404, str(exc), rid)
-    rows = {"size": "-1", "name": ""}
-    dim: dict[str, Any] = {"dim": [rows], "unknown_rank": False}
-    inputs = {
-        f.name: {"dtype": _tf_dtype(f.kind), "tensor_shape": dim, "name": f"serving_default_{f.name}:0"}
-        for f in lv.schema.features
-    }
-    outputs = {
-        o.name: {
-            "dtype": "DT_FLOAT",
-            "tensor_shape": dim
-            if o.width == 1
-            else {"dim": [rows, {"size": str(o.width), "name": ""}], "unknown_rank": False},
-            "name": "StatefulPartitionedCall:0",
-        }
-        for o in lv.schema.outputs
-    }
+    if lv.signature is not None:  # an imported model: its own signature
+        signature_name, inputs, outputs = _source_signature_def(lv.signature)
+    else:
+        signature_name, inputs, outputs = "serving_default", *_signature_def(lv.schema)
     body = {
         "model_spec": {"name": name, "signature_name": "", "version": str(lv.version)},
         "metadata": {
             "signature_def": {
                 "signature_def": {
-                    "serving_default": {
+                    signature_name: {
                         "inputs": inputs,
                         "outputs": outputs,
                         "method_name": "tensorflow/serving/predict",
@@ -170,6 +168,53 @@ def _metadata(request: Request, name: str, version: str | None, label: str | Non
         "driftwarden": {"schema": lv.schema.to_dict()},
     }
     return json_response(body, 200, rid)
+
+
+def _tensor_shape(shape: tuple[int | None, ...]) -> dict[str, Any]:
+    dims = [{"size": "-1" if d is None else str(d), "name": ""} for d in shape]
+    return {"dim": dims, "unknown_rank": False}
+
+
+def _source_signature_def(signature: SourceSignature) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """An imported model's signature as TF Serving's metadata states it: names, dtypes, shapes."""
+    inputs = {
+        t.name: {
+            "dtype": t.tf_dtype,
+            "tensor_shape": _tensor_shape(t.shape),
+            "name": f"{signature.name}_{t.name}:0",
+        }
+        for t in signature.inputs
+    }
+    outputs = {
+        t.name: {
+            "dtype": t.tf_dtype,
+            "tensor_shape": _tensor_shape(t.shape),
+            "name": f"StatefulPartitionedCall:{i}",
+        }
+        for i, t in enumerate(signature.outputs)
+    }
+    return signature.name, inputs, outputs
+
+
+def _signature_def(schema: ModelSchema) -> tuple[dict[str, Any], dict[str, Any]]:
+    """driftwarden's own signature: one [batch] input per feature, the task's output."""
+    rows = {"size": "-1", "name": ""}
+    dim: dict[str, Any] = {"dim": [rows], "unknown_rank": False}
+    inputs = {
+        f.name: {"dtype": _tf_dtype(f.kind), "tensor_shape": dim, "name": f"serving_default_{f.name}:0"}
+        for f in schema.features
+    }
+    outputs = {
+        o.name: {
+            "dtype": "DT_FLOAT",
+            "tensor_shape": dim
+            if o.width == 1
+            else {"dim": [rows, {"size": str(o.width), "name": ""}], "unknown_rank": False},
+            "name": "StatefulPartitionedCall:0",
+        }
+        for o in schema.outputs
+    }
+    return inputs, outputs
 
 
 META_DOC: dict[str, Any] = {

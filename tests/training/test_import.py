@@ -94,8 +94,13 @@ def test_import_each_task(
     runner_ = load(cli / "own" / "1")  # the registry's copy, through the serving loader
     names = [f["name"] for f in schema["features"]]
     columns = {n: (data[n].astype(np.float32) if n != "color" else data[n].astype(object)) for n in names}
-    (served,) = runner_(columns).values()
+    answered = runner_(columns)  # the task's output, and the source's own output as it is
+    served = answered[schema["outputs"][0]["name"]]
     want = own_models.direct(sources[task], data)
+    signature = _meta(cli, 1, "signature")  # the source's own signature, for its TF Serving clients
+    (source_output,) = signature["outputs"]
+    assert source_output["key"] == "source_0" and answered["source_0"].shape == want.shape
+    np.testing.assert_allclose(answered["source_0"], want, atol=1e-5)
     if task == "binary":
         assert names == ["a", "b", "c", "color"] and schema["outputs"][0]["name"] == "probability"
         assert metrics["roc_auc"] > 0.8
