@@ -65,8 +65,10 @@ def resolve(args: list[str]) -> tuple[Any, list[str], list[str]]:
     path: list[str] = []
     rest = list(args)
     while rest and hasattr(command, "commands"):
-        if rest[0].startswith("-"):  # a root option such as --debug, before the command
-            rest.pop(0)
+        if rest[0].startswith(("-", "[")):
+            if path:  # a group's own options (`monitor --once`): what follows is theirs, not a command
+                break
+            rest.pop(0)  # a root option such as --debug, before the command
             continue
         if rest[0] == "...":
             break
