@@ -199,9 +199,21 @@ def drift_cmd(
         str | None,
         typer.Option("--reference-version", help="Use a registered version's profile: NAME:VERSION."),
     ] = None,
-    target: Annotated[str | None, typer.Option("--target", help="Label column (not a feature).")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="Label column (not a feature), by the task of --reference-version or --schema (else "
+            "binary): 0/1, class names or their indices (multi-class), numbers (regression).",
+        ),
+    ] = None,
     prediction_column: Annotated[
-        str | None, typer.Option("--prediction-column", help="Column holding the model's probability.")
+        str | None,
+        typer.Option(
+            "--prediction-column",
+            help="Column holding the model's probability (binary) or predicted value (regression); "
+            "not for a multi-class version.",
+        ),
     ] = None,
     config_file: Annotated[
         Path | None, typer.Option("--config", help="Monitor config JSON (tests, thresholds, overrides).")
@@ -223,8 +235,10 @@ def drift_cmd(
     """Compare two tabular files (or a registered profile and a file): exit 0 when stable, 1 when drifted.
 
     Before comparing, both sides are checked: too few rows, unknown --target/--prediction-column, a feature
-    with no value, text where the reference has numbers, labels that are not 0/1 all stop with exit 2.
-    With --json - or --html - the report goes to standard output and the table to standard error.
+    with no value, text where the reference has numbers, labels that are not the task's (0/1 for a binary
+    model) all stop with exit 2. With --reference-version only that version's features are compared; the
+    file's other columns are listed once as ignored. With --json - or --html - the report goes to standard
+    output and the table to standard error.
     """
     _numpy_settings()  # before numpy loads
     from core.config import get_settings
