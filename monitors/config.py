@@ -15,6 +15,8 @@ from monitors.drift.base import Correction
 from monitors.drift.catalog import TESTS, lookup
 from registry.schema import FeatureKind
 
+MAX_WINDOW_MINUTES = 3_660 * 24 * 60  # ten years: a longer time window is every prediction anyway
+
 
 class FeatureOverride(BaseModel):
     """Per-feature choice of test and thresholds (None = the model-level default)."""
@@ -71,18 +73,21 @@ class MonitorConfig(BaseModel):
     window_rows: int | None = Field(
         default=None,
         gt=0,
+        le=1_000_000_000,
         description="Window of this model: last N predictions. With window_minutes: both limits apply. "
         "Neither set: the server's default window (DRIFTWARDEN_MONITOR_WINDOW_ROWS / _MINUTES).",
     )
     window_minutes: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_WINDOW_MINUTES,
         description="Window of this model: the predictions logged in the last T minutes (alone: no row "
         "limit). Neither set: the server's default window.",
     )
     interval_s: float | None = Field(
         default=None,
         gt=0,
+        le=30 * 86_400,
         description="Seconds between scheduled runs of this model (None: DRIFTWARDEN_MONITOR_INTERVAL_S); "
         "a scheduler pass evaluates a model at most once, so less than the server's interval acts as it.",
     )
@@ -108,6 +113,20 @@ class MonitorConfig(BaseModel):
 
 
 CONFIG_FILE = "monitor.json"
+
+
+def settings_schema() -> dict[str, Any]:
+    """The JSON Schema of a ``monitor.json`` as the settings route takes it: no field besides the settings."""
+    from core.openapi import model_schema
+
+    schema = model_schema(MonitorConfig)
+    schema["additionalProperties"] = False
+    for override in (
+        schema["properties"]["prediction"],
+        schema["properties"]["features"]["additionalProperties"],
+    ):
+        override["additionalProperties"] = False
+    return schema
 
 
 def config_path(*, registry: Path, model_name: str) -> Path:

@@ -24,8 +24,9 @@ from core.http import (
     require_scope_or_signed_link,
     runtime,
 )
-from core.openapi import AUTH, errors
+from core.openapi import AUTH, errors, json_body
 from monitors import flows
+from monitors.config import settings_schema
 from monitors.findings import finding_from_dict, headline
 from monitors.links import REPORT_PATH
 from registry.names import check_name
@@ -191,6 +192,7 @@ async def get_monitor_settings(request: Request, name: str) -> Response:
     ),
     responses=errors(*AUTH, 400, 404, 413),
     dependencies=ADMIN,
+    openapi_extra=json_body(settings_schema(), examples={"the last hour": {"window_minutes": 60}}),
 )
 async def put_monitor_settings(request: Request, name: str) -> Response:
     check_name(name)

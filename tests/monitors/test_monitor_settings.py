@@ -236,3 +236,24 @@ def _sketch(profile: Any) -> WindowSketch:
     sketch.update(profile, {name: cols[name] for name in profile.features})
     sketch.rows = 200
     return sketch
+
+
+def test_a_models_own_interval_spaces_its_scheduled_runs(
+    tmp_path: Path, profile_dict: dict[str, Any], schema: ModelSchema
+) -> None:
+    """interval_s of monitor.json: a pass skips the model until its own interval has passed (the server's
+    interval is a millisecond here, so without it every pass evaluates it again)."""
+    from monitors.scheduled import run_pass
+
+    settings = get_settings().model_copy(update={"monitor_min_rows": 10, "monitor_interval_s": 0.001})
+    db = open_database(settings.database_url.get_secret_value(), upgrade=True)
+    _register(db, settings.registry_path, profile_dict, schema, "credit")
+    log_columns(db.engine, generate(200, seed=44), features=list(schema.feature_names))
+    first, again = run_pass(db=db, settings=settings), run_pass(db=db, settings=settings)
+    assert first[0].outcome is not None and again[0].outcome is not None  # the server's interval: due
+    result = runner.invoke(app, ["monitor", "config", "credit", "--interval", "3600"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["interval_s"] == 3600
+    skipped = run_pass(db=db, settings=settings)
+    assert skipped[0].outcome is None and "less than an interval ago" in str(skipped[0].skipped)
+    db.dispose()
