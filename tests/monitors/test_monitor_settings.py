@@ -14,6 +14,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from access.service import create_token
 from core.config import get_settings
 from core.database import Database, open_database
 from monitors.config import config_path
@@ -97,6 +98,12 @@ def test_settings_route_reads_validates_and_stores_monitor_json(served: tuple[Se
     assert not_object.status_code == 400 and "JSON object" in not_object.json()["error"]
     assert json.loads(stored.read_text()) == body  # nothing written on a refusal
     assert httpx.put(url, json=body).status_code == 401
+    with served[1].session() as s:
+        secret = create_token(session=s, name="r", scopes=["read"], expires_in=None).secret
+    reader = {"Authorization": f"Bearer {secret}"}
+    assert httpx.get(url, headers=reader).status_code == 200  # reading: scope read, as the alert rules
+    denied = httpx.put(url, json={}, headers=reader)
+    assert denied.status_code == 403 and "admin" in denied.json()["error"]
     unknown = httpx.put(f"{server.url}/v1/models/nobody/monitor", json={}, headers=AUTH)
     assert unknown.status_code == 404, unknown.text
     assert httpx.get(f"{server.url}/v1/models/nobody/monitor", headers=AUTH).status_code == 404
