@@ -596,30 +596,29 @@ def monitor_config_cmd(
     overlap = set(ignore or ()) & set(include or ())
     if overlap:
         raise Invalid(f"--ignore and --include both name {', '.join(sorted(overlap))}: give one")
+    changes = {
+        "interval_s": interval,
+        "false_alarms_per_30d": false_alarms,
+        "alpha": alpha,
+        "drift_share": drift_share,
+    }
+    windowed = window is not None or window_minutes is not None or server_window
+    asked = reset or windowed or bool(ignore or include) or any(v is not None for v in changes.values())
     settings = get_settings()
     db = open_database()
     try:
-        current = settings_document(db=db, settings=settings, model_name=name)
-        changes = {
-            "interval_s": interval,
-            "false_alarms_per_30d": false_alarms,
-            "alpha": alpha,
-            "drift_share": drift_share,
-        }
-        windowed = window is not None or window_minutes is not None or server_window
-        asked = reset or windowed or ignore or include or any(v is not None for v in changes.values())
-        if asked:
-            data: dict[str, Any] = {} if reset else dict(current["stored"])
+        if not asked:
+            current = settings_document(db=db, settings=settings, model_name=name)
+        else:  # --reset reads nothing: it also mends a broken monitor.json
+            data: dict[str, Any] = (
+                {} if reset else settings_document(db=db, settings=settings, model_name=name)["stored"]
+            )
             data.update({k: v for k, v in changes.items() if v is not None})
             if windowed:  # the window is one setting: what was given replaces what was stored
-                data.pop("window_rows", None), data.pop("window_minutes", None)
-                data.update(
-                    {
-                        k: v
-                        for k, v in (("window_rows", window), ("window_minutes", window_minutes))
-                        if v is not None
-                    }
-                )
+                data.pop("window_rows", None)
+                data.pop("window_minutes", None)
+                given = {"window_rows": window, "window_minutes": window_minutes}
+                data.update({k: v for k, v in given.items() if v is not None})
             features = {k: dict(v) for k, v in (data.get("features") or {}).items()}
             for feature in ignore or ():
                 features.setdefault(feature, {})["enabled"] = False

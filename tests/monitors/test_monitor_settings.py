@@ -185,6 +185,15 @@ def test_monitor_config_command(tmp_path: Path, profile_dict: dict[str, Any], sc
     }
     assert runner.invoke(app, ["monitor", "config", "credit", "--reset"]).exit_code == 0
     assert json.loads(stored.read_text()) == {}
+    stored.write_text('{"window_rows": -1}')  # edited by hand, broken
+    broken = runner.invoke(app, ["monitor", "config", "credit"])
+    assert (
+        broken.exit_code == 2
+        and "monitor config of 'credit'" in broken.stderr
+        and "is invalid" in broken.stderr
+    )
+    assert runner.invoke(app, ["monitor", "config", "credit", "--reset"]).exit_code == 0  # mends it
+    assert json.loads(stored.read_text()) == {}
 
 
 def test_drift_history_pages_by_cursor_within_since_and_until(
