@@ -175,8 +175,8 @@ def parse_config(
             f"{', '.join(MonitorConfig.model_fields)} "
             f"(a feature's: {', '.join(FeatureOverride.model_fields)})"
         )
-    try:
-        return MonitorConfig.model_validate(data)
+    try:  # strict JSON: `false` is no number, `"1"` no count (lax mode would take both)
+        return MonitorConfig.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
         problems = "; ".join(
             f"{name('.'.join(str(x) for x in e.get('loc', ())) or 'body')}: "

@@ -89,6 +89,8 @@ def test_settings_route_reads_validates_and_stores_monitor_json(served: tuple[Se
         "feature": ({"features": {"nope": {"enabled": False}}}, "features.nope: 'nope' is not a feature"),
         "feature field": ({"features": {"age": {"enabeld": False}}}, "features.age.enabeld"),
         "test": ({"numeric_test": "magic"}, "numeric_test"),
+        "a bool for a number": ({"quality_min_increase": False}, "quality_min_increase: "),
+        "text for a count": ({"window_rows": "100"}, "window_rows: "),
     }
     for why, (bad, words) in refused.items():
         r = httpx.put(url, json=bad, headers=AUTH)
