@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.errors import Invalid
-from registry.schema import is_missing
+from registry.schema import Task, is_missing
 
 
 @dataclass(frozen=True)
@@ -161,16 +161,43 @@ def check_numeric(columns: Mapping[str, np.ndarray], numeric: Sequence[str], *, 
     return out
 
 
-def check_labels(values: np.ndarray, *, option: str, name: str, where: str, required: bool) -> list[Finding]:
-    """Labels are 0/1 numbers (missing allowed); ``required``: at least one label is present."""
+def check_labels(
+    values: np.ndarray,
+    *,
+    option: str,
+    name: str,
+    where: str,
+    required: bool,
+    task: Task = Task.BINARY,
+    classes: Sequence[str] = (),
+) -> list[Finding]:
+    """Labels of the ``task`` (missing allowed): 0/1 numbers (binary), class names or their indices
+    (multi-class, ``classes`` in the model's order), finite numbers (regression); ``required``: at least one
+    label is present."""
     col = np.asarray(values)
     present = col[~is_missing(col)]
+    wanted = {
+        Task.BINARY: "a 0/1 column",
+        Task.MULTICLASS: f"the class names ({', '.join(classes)}) or their indices 0-{len(classes) - 1}",
+        Task.REGRESSION: "the target's numbers",
+    }[task]
     if present.size == 0:
         if not required:
             return []
-        return [
-            Finding(f"{option} {name!r} of {where} has no label in any row: give a 0/1 column", column=name)
-        ]
+        return [Finding(f"{option} {name!r} of {where} has no label in any row: give {wanted}", column=name)]
+    if task is Task.REGRESSION:
+        return _regression_labels(col, present, option=option, name=name, where=where)
+    if task is Task.MULTICLASS:
+        bad = sorted({repr(_plain(v)) for v in present if not _is_class(_plain(v), classes)})
+        if bad:
+            return [
+                Finding(
+                    f"{option} {name!r} of {where} must hold {wanted}, found {', '.join(bad[:5])}: recode "
+                    "the column (or name the right one)",
+                    column=name,
+                )
+            ]
+        return []
     bad = sorted({repr(v.item() if isinstance(v, np.generic) else v) for v in present if v not in (0, 1)})
     if not _is_number_column(col) or bad:
         return [
@@ -181,6 +208,56 @@ def check_labels(values: np.ndarray, *, option: str, name: str, where: str, requ
             )
         ]
     return []
+
+
+def _plain(value: object) -> object:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _is_class(value: object, classes: Sequence[str]) -> bool:
+    """A multi-class label: one of the class names, or a class's index (0 to len(classes) - 1)."""
+    if isinstance(value, str):
+        return value in classes
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if float(value).is_integer() and (0 <= value < len(classes) or str(int(value)) in classes):
+        return True
+    return str(value) in classes
+
+
+def _regression_labels(
+    col: np.ndarray, present: np.ndarray, *, option: str, name: str, where: str
+) -> list[Finding]:
+    if not _is_number_column(col):
+        sample = sorted({str(v) for v in present if not isinstance(v, (int, float, np.number))})[:3]
+        return [
+            Finding(
+                f"{option} {name!r} of {where} must hold the regression's target values (numbers), found "
+                f"text (e.g. {', '.join(map(repr, sample))}): fix the export (or name the right column)",
+                column=name,
+            )
+        ]
+    x = present.astype(np.float64)
+    if not np.isfinite(x).all():
+        return [
+            Finding(
+                f"{option} {name!r} of {where} holds an infinite value: a regression's target must be finite",
+                column=name,
+            )
+        ]
+    return []
+
+
+def check_values(values: np.ndarray, *, option: str, name: str, where: str) -> list[Finding]:
+    """Predictions of a regression are numbers (missing allowed)."""
+    if _is_number_column(np.asarray(values)):
+        return []
+    return [
+        Finding(
+            f"{option} {name!r} of {where} holds text: it must hold the model's predicted values",
+            column=name,
+        )
+    ]
 
 
 def check_probabilities(values: np.ndarray, *, option: str, name: str, where: str) -> list[Finding]:
@@ -216,12 +293,14 @@ def check_table(
     target: str | None = None,
     prediction: str | None = None,
     target_required: bool = True,
+    task: Task = Task.BINARY,
+    classes: Sequence[str] = (),
 ) -> list[Finding]:
     """Every check of one side (REFERENCE or CURRENT) of a comparison.
 
     The columns named by options are checked by :func:`check_options`. ``target_required``: the ``--target``
     column must hold at least one label here (the reference); otherwise labels are optional (those of current
-    data often arrive later) but, when present, must be 0/1.
+    data often arrive later) but, when present, must be the ``task``'s (:func:`check_labels`).
     """
     findings: list[Finding] = []
     rows = row_count(columns)
@@ -236,10 +315,15 @@ def check_table(
     findings += check_numeric(columns, [n for n in numeric if n in columns], where=where)
     if target is not None and target in columns and target != prediction:
         findings += check_labels(
-            columns[target], option="--target", name=target, where=where, required=target_required
+            columns[target],
+            option="--target",
+            name=target,
+            where=where,
+            required=target_required,
+            task=task,
+            classes=classes,
         )
     if prediction is not None and prediction in columns:
-        findings += check_probabilities(
-            columns[prediction], option="--prediction-column", name=prediction, where=where
-        )
+        check = check_values if task is Task.REGRESSION else check_probabilities
+        findings += check(columns[prediction], option="--prediction-column", name=prediction, where=where)
     return findings

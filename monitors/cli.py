@@ -37,11 +37,12 @@ DRIFT_EXIT_CODES = (
 )
 MONITOR_EXIT_CODES = (
     "[b]Exit codes[/b] (with --once)\n\n"
-    "0  every model was evaluated and none drifted\n\n"
+    "0  every model was evaluated and none drifted; a model with fewer predictions in its window than "
+    "DRIFTWARDEN_MONITOR_MIN_ROWS is reported as skipped (exit 2 for it with --fail-on-skip)\n\n"
     "1  at least one model's dataset drifted\n\n"
-    "2  a model could not be evaluated (no serving version, no profile, fewer predictions than "
-    "DRIFTWARDEN_MONITOR_MIN_ROWS, a broken monitor.json, ...) or there is no model to monitor; the error "
-    "line names each model and why (this wins over 1)"
+    "2  a model could not be evaluated (no serving version, no profile, a broken monitor.json, a --model "
+    "that is not serving, ...) or there is no model to monitor; the error line names each model and why "
+    "(this wins over 1)"
 )
 
 
@@ -198,9 +199,21 @@ def drift_cmd(
         str | None,
         typer.Option("--reference-version", help="Use a registered version's profile: NAME:VERSION."),
     ] = None,
-    target: Annotated[str | None, typer.Option("--target", help="Label column (not a feature).")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            help="Label column (not a feature), by the task of --reference-version or --schema (else "
+            "binary): 0/1, class names or their indices (multi-class), numbers (regression).",
+        ),
+    ] = None,
     prediction_column: Annotated[
-        str | None, typer.Option("--prediction-column", help="Column holding the model's probability.")
+        str | None,
+        typer.Option(
+            "--prediction-column",
+            help="Column holding the model's probability (binary) or predicted value (regression); "
+            "not for a multi-class version.",
+        ),
     ] = None,
     config_file: Annotated[
         Path | None, typer.Option("--config", help="Monitor config JSON (tests, thresholds, overrides).")
@@ -222,8 +235,10 @@ def drift_cmd(
     """Compare two tabular files (or a registered profile and a file): exit 0 when stable, 1 when drifted.
 
     Before comparing, both sides are checked: too few rows, unknown --target/--prediction-column, a feature
-    with no value, text where the reference has numbers, labels that are not 0/1 all stop with exit 2.
-    With --json - or --html - the report goes to standard output and the table to standard error.
+    with no value, text where the reference has numbers, labels that are not the task's (0/1 for a binary
+    model) all stop with exit 2. With --reference-version only that version's features are compared; the
+    file's other columns are listed once as ignored. With --json - or --html - the report goes to standard
+    output and the table to standard error.
     """
     _numpy_settings()  # before numpy loads
     from core.config import get_settings
@@ -284,7 +299,13 @@ class NotEvaluated(Invalid):
     """``driftwarden monitor --once`` could not evaluate a model (or had none to evaluate)."""
 
 
+MONITOR_HELP = (
+    "Evaluate drift of every serving model every interval, as its own process (or once with --once)."
+)
+
+
 def monitor_cmd(
+    ctx: typer.Context,
     once: Annotated[
         bool, typer.Option("--once", help="One pass over every serving model, then exit.")
     ] = False,
@@ -294,6 +315,14 @@ def monitor_cmd(
     interval: Annotated[
         float | None, typer.Option("--interval", min=0.1, help="Seconds between passes (default: settings).")
     ] = None,
+    fail_on_skip: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-skip",
+            help="With --once: exit 2 when a model was skipped for too few predictions in its window "
+            "(default: reported as skipped, exit 0 or 1 by the others).",
+        ),
+    ] = False,
     backfill: Annotated[
         bool,
         typer.Option(
@@ -311,14 +340,17 @@ def monitor_cmd(
 ) -> None:
     """Evaluate drift of every serving model every interval, as its own process (or once with --once).
 
-    Reads windows from the prediction log (DRIFTWARDEN_MONITOR_WINDOW_ROWS / _MINUTES, or the model's
-    monitor.json) and stores each run; the server shows them on /v1/models/{name}/drift.
+    Reads windows from the prediction log (the model's own window of `driftwarden monitor config NAME`,
+    else DRIFTWARDEN_MONITOR_WINDOW_ROWS / _MINUTES) and stores each run; the server shows them on
+    /v1/models/{name}/drift. With --once each model gets one line: its run, or why it was skipped.
 
     With --backfill --model NAME it instead evaluates each window of length --every within the last --since
     (on the grid of --every: days end at UTC midnight), stores each run at its window's end (the drift
     history shows them on their own time axis), skips windows that already have a run and windows with
     fewer than DRIFTWARDEN_MONITOR_MIN_ROWS predictions, and notifies nobody.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     if backfill:
         _backfill(model or [], since=since, every=every)
         return
@@ -344,12 +376,23 @@ def monitor_cmd(
     for r in results:
         typer.echo(r.describe())
     evaluated = {r.model_name for r in results}
-    problems = [f"{r.model_name} ({r.skipped or r.failed})" for r in results if r.outcome is None]
+    thin = [r for r in results if r.outcome is None and r.too_few_rows]
+    problems = [
+        f"{r.model_name} ({r.skipped or r.failed})"
+        for r in results
+        if r.outcome is None and (fail_on_skip or not r.too_few_rows)
+    ]
     problems += [
         f"{name} (not a serving model: register and promote a version, see `driftwarden models list`)"
         for name in dict.fromkeys(model or [])
         if name not in evaluated
     ]
+    if thin and not fail_on_skip:
+        typer.echo(
+            f"{len(thin)} model(s) skipped for too few predictions: {', '.join(r.model_name for r in thin)} "
+            "(--fail-on-skip makes this exit 2)",
+            err=True,
+        )
     if not results and not problems:
         raise NotEvaluated(
             "no serving model to monitor: promote a version first (see `driftwarden models list`)"
@@ -470,8 +513,134 @@ def report_link_cmd(
     typer.echo(url)  # alone on stdout: URL=$(driftwarden reports link MODEL)
 
 
+monitor_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
+monitor_app.callback(epilog=MONITOR_EXIT_CODES)(monitor_cmd)
+
+CONFIG_EPILOG = (
+    "[b]Examples[/b]\n\n"
+    "driftwarden monitor config churn  (prints the settings in effect)\n\n"
+    "driftwarden monitor config churn --window-minutes 60  (the last hour, whatever its rows)\n\n"
+    "driftwarden monitor config churn --window 50000 --ignore customer_id\n\n"
+    "Stored as <registry>/NAME/monitor.json (PUT /v1/models/NAME/monitor does the same); a value that breaks "
+    "a rule stops with one line and exit 2, and nothing is written."
+)
+# option -> the setting it sets, so that a refused value is named as the option that gave it
+CONFIG_OPTIONS = {
+    "window_rows": "--window",
+    "window_minutes": "--window-minutes",
+    "interval_s": "--interval",
+    "false_alarms_per_30d": "--false-alarms-per-30d",
+    "alpha": "--alpha",
+    "drift_share": "--drift-share",
+}
+
+
+@monitor_app.command("config", epilog=CONFIG_EPILOG)
+def monitor_config_cmd(
+    name: Annotated[str, typer.Argument(help="The model.")],
+    window: Annotated[
+        int | None,
+        typer.Option("--window", help="Window: the last N predictions (with --window-minutes: both)."),
+    ] = None,
+    window_minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--window-minutes", help="Window: the predictions of the last M minutes (alone: no row limit)."
+        ),
+    ] = None,
+    server_window: Annotated[
+        bool,
+        typer.Option(
+            "--server-window", help="Window: the server's default again (DRIFTWARDEN_MONITOR_WINDOW_*)."
+        ),
+    ] = False,
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            "--interval", help="Seconds between scheduled runs of this model (at least the server's)."
+        ),
+    ] = None,
+    false_alarms: Annotated[
+        float | None,
+        typer.Option("--false-alarms-per-30d", help="False-alarm budget: expected false alarms per 30 days."),
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option("--alpha", help="Significance level of a one-off run.")
+    ] = None,
+    drift_share: Annotated[
+        float | None,
+        typer.Option("--drift-share", help="Share of drifted features that makes dataset drift."),
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option("--ignore", help="Leave this feature out of the monitor (repeatable).")
+    ] = None,
+    include: Annotated[
+        list[str] | None, typer.Option("--include", help="Monitor an ignored feature again (repeatable).")
+    ] = None,
+    reset: Annotated[
+        bool, typer.Option("--reset", help="Back to the defaults (an empty monitor.json).")
+    ] = False,
+) -> None:
+    """Show or change a model's monitor settings: window, interval, false-alarm budget, ignored features."""
+    import json
+
+    from core.config import get_settings
+    from core.database import open_database
+    from monitors.config import config_path
+    from monitors.flows import put_settings, settings_document
+
+    if window is not None and server_window:
+        raise Invalid("--window and --server-window contradict each other: give one")
+    if window_minutes is not None and server_window:
+        raise Invalid("--window-minutes and --server-window contradict each other: give one")
+    overlap = set(ignore or ()) & set(include or ())
+    if overlap:
+        raise Invalid(f"--ignore and --include both name {', '.join(sorted(overlap))}: give one")
+    changes = {
+        "interval_s": interval,
+        "false_alarms_per_30d": false_alarms,
+        "alpha": alpha,
+        "drift_share": drift_share,
+    }
+    windowed = window is not None or window_minutes is not None or server_window
+    asked = reset or windowed or bool(ignore or include) or any(v is not None for v in changes.values())
+    settings = get_settings()
+    db = open_database()
+    try:
+        if not asked:
+            current = settings_document(db=db, settings=settings, model_name=name)
+        else:  # --reset reads nothing: it also mends a broken monitor.json
+            data: dict[str, Any] = (
+                {} if reset else settings_document(db=db, settings=settings, model_name=name)["stored"]
+            )
+            data.update({k: v for k, v in changes.items() if v is not None})
+            if windowed:  # the window is one setting: what was given replaces what was stored
+                data.pop("window_rows", None)
+                data.pop("window_minutes", None)
+                given = {"window_rows": window, "window_minutes": window_minutes}
+                data.update({k: v for k, v in given.items() if v is not None})
+            features = {k: dict(v) for k, v in (data.get("features") or {}).items()}
+            for feature in ignore or ():
+                features.setdefault(feature, {})["enabled"] = False
+            for feature in include or ():
+                if feature in features:
+                    features[feature].pop("enabled", None)
+                    if not features[feature]:
+                        del features[feature]
+            if features or "features" in data:
+                data["features"] = features
+            current = put_settings(
+                db=db, settings=settings, model_name=name, data=data, name=lambda f: CONFIG_OPTIONS.get(f, f)
+            )
+    finally:
+        db.dispose()
+    typer.echo(json.dumps(current, indent=2))
+    if asked:
+        typer.echo(f"stored in {config_path(registry=settings.registry_path, model_name=name)}", err=True)
+
+
 def register(app: typer.Typer) -> None:
     """Add the monitors' commands to the root CLI."""
     app.command("drift", epilog=DRIFT_EXIT_CODES)(drift_cmd)
-    app.command("monitor", epilog=MONITOR_EXIT_CODES)(monitor_cmd)
+    app.add_typer(monitor_app, name="monitor")
     app.add_typer(reports_app, name="reports")

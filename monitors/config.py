@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from core.errors import Invalid
 from monitors.drift.base import Correction
 from monitors.drift.catalog import TESTS, lookup
 from registry.schema import FeatureKind
+
+MAX_WINDOW_MINUTES = 3_660 * 24 * 60  # ten years: a longer time window is every prediction anyway
 
 
 class FeatureOverride(BaseModel):
@@ -65,10 +71,25 @@ class MonitorConfig(BaseModel):
     quality_min_increase: float = Field(default=0.01, ge=0)
     classification_threshold: float = Field(default=0.5, gt=0, lt=1)
     window_rows: int | None = Field(
-        default=None, gt=0, description="Window of this model: last N predictions (None: the server default)."
+        default=None,
+        gt=0,
+        le=1_000_000_000,
+        description="Window of this model: last N predictions. With window_minutes: both limits apply. "
+        "Neither set: the server's default window (DRIFTWARDEN_MONITOR_WINDOW_ROWS / _MINUTES).",
     )
     window_minutes: float | None = Field(
-        default=None, gt=0, description="Window of this model: last T minutes (None: the server default)."
+        default=None,
+        gt=0,
+        le=MAX_WINDOW_MINUTES,
+        description="Window of this model: the predictions logged in the last T minutes (alone: no row "
+        "limit). Neither set: the server's default window.",
+    )
+    interval_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=30 * 86_400,
+        description="Seconds between scheduled runs of this model (None: DRIFTWARDEN_MONITOR_INTERVAL_S); "
+        "a scheduler pass evaluates a model at most once, so less than the server's interval acts as it.",
     )
 
     @field_validator("numeric_test")
@@ -94,6 +115,20 @@ class MonitorConfig(BaseModel):
 CONFIG_FILE = "monitor.json"
 
 
+def settings_schema() -> dict[str, Any]:
+    """The JSON Schema of a ``monitor.json`` as the settings route takes it: no field besides the settings."""
+    from core.openapi import model_schema
+
+    schema = model_schema(MonitorConfig)
+    schema["additionalProperties"] = False
+    for override in (
+        schema["properties"]["prediction"],
+        schema["properties"]["features"]["additionalProperties"],
+    ):
+        override["additionalProperties"] = False
+    return schema
+
+
 def config_path(*, registry: Path, model_name: str) -> Path:
     """``<registry>/<model>/monitor.json``: one config per model, shared by its versions.
 
@@ -111,3 +146,56 @@ def load_config(*, registry: Path, model_name: str) -> MonitorConfig:
     if not path.is_file():
         return MonitorConfig()
     return MonitorConfig.model_validate(json.loads(path.read_text()))
+
+
+def _unknown_fields(data: dict[str, Any]) -> list[str]:
+    """The paths of the fields of ``data`` that no setting has (a typo would otherwise be dropped)."""
+    unknown = [f"{key}" for key in data if key not in MonitorConfig.model_fields]
+    overrides = [("prediction", data.get("prediction"))]
+    features = data.get("features")
+    if isinstance(features, dict):
+        overrides += [(f"features.{name}", value) for name, value in features.items()]
+    for where, value in overrides:
+        if isinstance(value, dict):
+            unknown += [f"{where}.{key}" for key in value if key not in FeatureOverride.model_fields]
+    return unknown
+
+
+def parse_config(
+    data: Any, *, where: str = "", name: Callable[[str], str] = lambda field: field
+) -> MonitorConfig:
+    """``data`` validated as a model's monitor settings, unknown fields refused; ``Invalid`` names each field
+    (after ``where``; ``name`` words a field's path, e.g. as a command's option) and the rule it breaks."""
+    if not isinstance(data, dict):
+        raise Invalid(f"{where}the monitor settings must be a JSON object, got {type(data).__name__}")
+    unknown = _unknown_fields(data)
+    if unknown:
+        raise Invalid(
+            f"{where}unknown monitor setting(s) {', '.join(unknown)}; the settings are "
+            f"{', '.join(MonitorConfig.model_fields)} "
+            f"(a feature's: {', '.join(FeatureOverride.model_fields)})"
+        )
+    try:  # strict JSON: `false` is no number, `"1"` no count (lax mode would take both)
+        return MonitorConfig.model_validate_json(json.dumps(data), strict=True)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{name('.'.join(str(x) for x in e.get('loc', ())) or 'body')}: "
+            f"{str(e.get('msg', 'invalid')).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise Invalid(f"{where}invalid monitor settings: {problems}") from None
+
+
+def stored_form(config: MonitorConfig) -> dict[str, Any]:
+    """What ``monitor.json`` holds of ``config``: the settings that were given (the rest stay defaults)."""
+    return config.model_dump(mode="json", exclude_unset=True)
+
+
+def save_config(*, registry: Path, model_name: str, config: MonitorConfig) -> Path:
+    """Write ``config`` as the model's ``monitor.json``, whole or not at all (through a temporary file)."""
+    path = config_path(registry=registry, model_name=model_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(stored_form(config), indent=2) + "\n")
+    os.replace(temporary, path)
+    return path

@@ -46,6 +46,12 @@ def print_report(
     console = console or Console()
     wrap = console.is_terminal
     _print_table(console, table)
+    if report.ignored_columns:
+        console.print(
+            f"ignored (not features of the reference): {', '.join(report.ignored_columns)}",
+            soft_wrap=not wrap,
+            markup=False,
+        )
     for q in report.quality:
         if q.flagged:
             console.print(

@@ -9,8 +9,11 @@ naming what is wrong.
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,9 +23,9 @@ from sqlalchemy import Engine
 
 from core.config import Settings
 from core.database import Database, make_engine
-from core.errors import DomainError
+from core.errors import DomainError, Invalid
 from core.events import MONITOR_RUN, publish
-from monitors.config import MonitorConfig, config_path, load_config
+from monitors.config import MonitorConfig, config_path, load_config, parse_config, save_config, stored_form
 from monitors.engine import evaluate
 from monitors.findings import finding_from_dict, headline
 from monitors.html import render_html
@@ -33,7 +36,15 @@ from monitors.report import DriftReport, report_from_dict
 from monitors.service import latest_run, list_runs, prune_models, record_run
 from predictions.windows import WindowSpec
 from registry.models import ModelVersion
-from registry.service import count_versions, read_meta, serving_model_names, serving_version
+from registry.service import (
+    count_versions,
+    latest_version,
+    read_meta,
+    read_schema,
+    require_model,
+    serving_model_names,
+    serving_version,
+)
 
 
 class MonitorError(DomainError):
@@ -133,10 +144,19 @@ def sketch_cache(*, db: Database, settings: Settings) -> SketchCache | None:
 
 
 def window_spec(*, settings: Settings, config: MonitorConfig, version: int | None) -> WindowSpec:
-    """The model's window: its own config first, then the server defaults."""
-    rows = config.window_rows or settings.monitor_window_rows
-    minutes = config.window_minutes or settings.monitor_window_minutes
-    return WindowSpec(rows=rows, minutes=minutes, version=version)
+    """The model's window: its own (``window_rows`` and/or ``window_minutes``, as a whole: a time window
+    alone has no row limit), else the server's default."""
+    if config.window_rows is not None or config.window_minutes is not None:
+        return WindowSpec(rows=config.window_rows, minutes=config.window_minutes, version=version)
+    return WindowSpec(
+        rows=settings.monitor_window_rows, minutes=settings.monitor_window_minutes, version=version
+    )
+
+
+def interval_of(*, settings: Settings, config: MonitorConfig) -> float:
+    """Seconds between the scheduled runs of a model: its own ``interval_s``, never less than the server's
+    (a pass evaluates a model at most once)."""
+    return max(config.interval_s or 0.0, settings.monitor_interval_s)
 
 
 def _known(*, db: Database, model_name: str) -> ModelVersion:
@@ -233,7 +253,7 @@ def run_monitor(
         Prepared(version, profile, config, where),
         window,
         model_name=model_name,
-        every_s=settings.monitor_interval_s,
+        every_s=interval_of(settings=settings, config=config),
     )
     with db.session() as session:
         run = record_run(
@@ -343,12 +363,50 @@ def latest_document(
     return {**doc, "headline": summary.as_dict()}
 
 
-def history(*, db: Database, model_name: str, limit: int = 50) -> dict[str, Any]:
-    """A model's runs, newest first."""
+def history(
+    *,
+    db: Database,
+    model_name: str,
+    limit: int = 50,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """A model's runs, newest first, stored in [``since``, ``until``), one page of ``limit`` after
+    ``cursor``; ``next_cursor`` continues it (None: the last page)."""
+    if since is not None and until is not None and since >= until:
+        raise Invalid(f"since ({since.isoformat()}) must be before until ({until.isoformat()})")
+    before = None if cursor is None else decode_cursor(cursor)
     _registered(db=db, model_name=model_name)
     with db.session() as session:
-        runs = [run_summary(r) for r in list_runs(session=session, model_name=model_name, limit=limit)]
-    return {"model_name": model_name, "runs": runs}
+        found = list_runs(
+            session=session, model_name=model_name, limit=limit + 1, since=since, until=until, before=before
+        )
+        page = found[:limit]
+        runs = [run_summary(r) for r in page]
+        more = len(found) > limit
+        next_cursor = encode_cursor(page[-1].created_at, page[-1].id) if more and page else None
+    return {"model_name": model_name, "runs": runs, "next_cursor": next_cursor}
+
+
+def encode_cursor(at: datetime, run_id: int) -> str:
+    """The opaque page cursor of ``history``: the last run's time and id."""
+    raw = json.dumps({"t": at.astimezone(UTC).isoformat(), "id": run_id}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """A cursor ``history`` gave back into its run's time and id; ``Invalid`` naming ``cursor`` otherwise."""
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        at, run_id = datetime.fromisoformat(raw["t"]), raw["id"]
+        if at.tzinfo is None or not isinstance(run_id, int) or isinstance(run_id, bool):
+            raise ValueError("not a cursor")
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        raise Invalid(
+            "cursor: not a page cursor of this route; pass the next_cursor of the previous answer as it is"
+        ) from None
+    return at, run_id
 
 
 def latest_html(*, db: Database, model_name: str, extra: list[dict[str, Any]] | None = None) -> str:
@@ -362,3 +420,74 @@ def latest_html(*, db: Database, model_name: str, extra: list[dict[str, Any]] | 
     report = report_from_dict(doc["report"])
     summary = headline(report, extra=[finding_from_dict(f) for f in extra or ()])
     return render_html(report, title=title, summary=summary)
+
+
+def settings_document(*, db: Database, settings: Settings, model_name: str) -> dict[str, Any]:
+    """A model's monitor settings: what its ``monitor.json`` holds, every setting in effect, its window."""
+    with db.session() as session:
+        require_model(session=session, model_name=model_name)
+    where = config_path(registry=settings.registry_path, model_name=model_name)
+    try:
+        config = load_config(registry=settings.registry_path, model_name=model_name)
+    except ValueError as exc:
+        raise InvalidConfig(f"the monitor config of '{model_name}' at {where} is invalid: {exc}") from None
+    return _document(settings=settings, model_name=model_name, config=config)
+
+
+def _document(*, settings: Settings, model_name: str, config: MonitorConfig) -> dict[str, Any]:
+    own = config.window_rows is not None or config.window_minutes is not None
+    spec = window_spec(settings=settings, config=config, version=None)
+    return {
+        "model_name": model_name,
+        "stored": stored_form(config),
+        "settings": config.model_dump(mode="json"),
+        "window": {
+            "rows": spec.rows,
+            "minutes": spec.minutes,
+            "source": "model" if own else "server default",
+            "describe": spec.describe(),
+        },
+        "interval_s": interval_of(settings=settings, config=config),
+    }
+
+
+def check_features(*, db: Database, model_name: str, config: MonitorConfig, where: str = "") -> None:
+    """Every feature the settings name is a feature of the model's contract (serving, else newest version)."""
+    if not config.features:
+        return
+    with db.session() as session:
+        require_model(session=session, model_name=model_name)
+        row = serving_version(session=session, model_name=model_name) or latest_version(
+            session=session, model_name=model_name
+        )
+        path = None if row is None else (Path(row.path), row.version)
+    if path is None:
+        return
+    try:
+        features = read_schema(path=path[0]).feature_names
+    except (OSError, ValueError, KeyError):  # the version's files are gone: nothing to check against
+        return
+    for name in config.features:
+        if name not in features:
+            raise Invalid(
+                f"{where}features.{name}: {name!r} is not a feature of model {model_name!r} "
+                f"(version {path[1]} has {', '.join(features)})"
+            )
+
+
+def put_settings(
+    *,
+    db: Database,
+    settings: Settings,
+    model_name: str,
+    data: Any,
+    name: Callable[[str], str] = lambda field: field,
+) -> dict[str, Any]:
+    """Replace a model's monitor settings with ``data`` after checking them (``{}``: back to the defaults);
+    nothing is written when a check fails (``name`` words a field in the refusal)."""
+    with db.session() as session:
+        require_model(session=session, model_name=model_name)
+    config = parse_config(data, name=name)
+    check_features(db=db, model_name=model_name, config=config)
+    save_config(registry=settings.registry_path, model_name=model_name, config=config)
+    return _document(settings=settings, model_name=model_name, config=config)

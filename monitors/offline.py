@@ -37,7 +37,7 @@ from core.tabular import (
 )
 from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
 from monitors.profile import WORKERS, Profile, build_reference_profile, profile_from_dict
-from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, infer_feature
+from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Task, infer_feature
 
 if TYPE_CHECKING:  # types only; monitors.window is imported when sketching: it loads the statistics
     from monitors.config import MonitorConfig
@@ -154,15 +154,16 @@ def read_reference(
     columns: Sequence[str | None] | None = None,
     target: str | None = None,
     prediction: str | None = None,
+    numeric_target: bool = False,
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = CSV_BLOCK_BYTES,
 ) -> tuple[FileFacts, dict[str, Column]]:
     """Read the reference's ``columns`` (those it has; default all) in one pass: numbers as arrays, text
     as codes.
 
-    The facts keep the distinct values of ``target`` and the range of ``prediction`` (the checks report
-    labels that are not 0/1 and probabilities outside [0, 1]). ``batch_rows`` / ``block_bytes``: the size
-    of a Parquet / CSV batch.
+    The facts keep the distinct values of ``target`` (its range with ``numeric_target``: a regression's)
+    and the range of ``prediction`` (the checks report labels that are not the task's and probabilities
+    outside [0, 1]). ``batch_rows`` / ``block_bytes``: the size of a Parquet / CSV batch.
     """
     stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes)
     keep = _to_read(stream.names, stream.names if columns is None else columns)
@@ -174,9 +175,7 @@ def read_reference(
 
     def start() -> State:
         facts = FileFacts(names=stream.names)
-        facts.columns = {
-            name: ColumnFacts(distinct=name == target, ranged=name == prediction) for name in keep
-        }
+        facts.columns = {name: _facts(name, target, prediction, numeric_target) for name in keep}
         return State(facts=facts, columns={name: _Assembled(stream.rows) for name in keep})
 
     def add(state: State, batch: dict[str, Column]) -> None:
@@ -187,6 +186,16 @@ def read_reference(
 
     state = fold_batches(stream, columns=keep, start=start, add=add)
     return state.facts, {name: state.columns.pop(name).column() for name in keep}
+
+
+def _facts(name: str, target: str | None, prediction: str | None, numeric_target: bool) -> ColumnFacts:
+    """What is gathered of a column: the target's distinct values (a numeric target's range), the
+    prediction's range."""
+    is_target = name == target
+    return ColumnFacts(
+        distinct=is_target and not numeric_target,
+        ranged=name == prediction or (is_target and numeric_target),
+    )
 
 
 class _Assembled:
@@ -249,6 +258,7 @@ def sketch_current(
     labels: str | None,
     target: str | None,
     threshold: float,
+    numeric_target: bool = False,
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = CSV_BLOCK_BYTES,
 ) -> tuple[FileFacts, WindowSketch | None]:
@@ -257,8 +267,8 @@ def sketch_current(
     Each batch's features are counted on up to :data:`monitors.profile.WORKERS` threads while a thread
     reads the next batch. Without a profile (the reference failed its checks) only the facts are gathered.
     ``labels`` are counted only with a prediction column, as :func:`monitors.engine.compare` counts them;
-    the facts keep the distinct values of ``target`` (the checked label column) and the range of
-    ``prediction``.
+    the facts keep the distinct values of ``target`` (the checked label column; its range with
+    ``numeric_target``) and the range of ``prediction``.
     """
     from monitors.window import WindowSketch
 
@@ -275,9 +285,7 @@ def sketch_current(
 
     def start() -> State:
         facts = FileFacts(names=stream.names)
-        facts.columns = {
-            name: ColumnFacts(distinct=name == target, ranged=name == prediction) for name in keep
-        }
+        facts.columns = {name: _facts(name, target, prediction, numeric_target) for name in keep}
         return State(facts=facts, sketch=None if profile is None else WindowSketch(threshold=threshold))
 
     def add(state: State, batch: dict[str, Column]) -> None:
@@ -331,6 +339,16 @@ class _Sides:
     label: str | None = None
     profile: Profile | None = None
     failure: Exception | None = None
+    ignored: list[str] = field(default_factory=list)  # CURRENT's columns that are not compared
+
+    @property
+    def task(self) -> Task:
+        """The task of the contract compared with (binary for a schema inferred from a file)."""
+        return Task.BINARY if self.schema is None else self.schema.kind
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return () if self.schema is None else self.schema.classes
 
 
 def compare_files(
@@ -351,7 +369,16 @@ def compare_files(
     ``schema_source`` names the given schema in messages; ``hint`` ends the message of a comparison that
     the engine refuses (e.g. which config to check). Whatever stops the comparison raises
     :class:`core.errors.Invalid`: the checks' findings first (:class:`monitors.checks.DataCheckFailed`).
+    The contract's task (a registered version's, or ``schema``'s) decides what the labels of ``target`` are
+    and what ``prediction`` holds; only the contract's features are compared (CURRENT's other columns are
+    the report's ``ignored_columns``).
     """
+    if isinstance(reference, RegisteredReference):
+        _check_task_options(
+            reference.schema, named=reference.ref, prediction=prediction, config=config, hint=hint
+        )
+    elif schema is not None:
+        _check_task_options(schema, named=schema_source, prediction=prediction, config=config, hint=hint)
     if isinstance(reference, RegisteredReference):
         sides = _registered_side(reference, target=target, min_rows=min_rows)
     else:
@@ -373,9 +400,35 @@ def compare_files(
     from monitors.engine import evaluate
 
     try:
-        return evaluate(profile=sides.profile, sketch=sketch, config=config)
+        report = evaluate(profile=sides.profile, sketch=sketch, config=config)
     except (ValueError, TypeError) as exc:
         raise Invalid(f"{failed}: {exc}{hint}") from None
+    report.ignored_columns = sides.ignored
+    return report
+
+
+def _check_task_options(
+    schema: ModelSchema, *, named: str, prediction: str | None, config: MonitorConfig, hint: str
+) -> None:
+    """Options that only a binary model has are refused, one line, on a contract of another task."""
+    task = schema.kind
+    if task is Task.BINARY:
+        return
+    what = (
+        f"{named} is multi-class (classes {', '.join(schema.classes)})"
+        if task is Task.MULTICLASS
+        else f"{named} is a regression"
+    )
+    if prediction is not None and task is Task.MULTICLASS:
+        raise Invalid(
+            f"--prediction-column {prediction!r} holds one probability per row, a binary model's: {what}, "
+            "whose output is a probability per class; leave the option out (the features are compared)"
+        )
+    if "classification_threshold" in config.model_fields_set:
+        raise Invalid(
+            "the monitor setting 'classification_threshold' applies to binary models: "
+            f"{what}; remove it{hint}"
+        )
 
 
 def _registered_side(reference: RegisteredReference, *, target: str | None, min_rows: int) -> _Sides:
@@ -404,6 +457,7 @@ def _reference_side(
     build its profile; the file's columns are dropped once the profile holds what is needed of them."""
     where = f"REFERENCE {path}"
     exclude = {c for c in (target, prediction) if c}
+    task = Task.BINARY if schema is None else schema.kind
     facts, columns = read_reference(
         path,
         columns=None  # all: the features are inferred from them
@@ -411,6 +465,7 @@ def _reference_side(
         else [*schema.feature_names, target, prediction, schema.target or None],
         target=target,
         prediction=prediction,
+        numeric_target=task is Task.REGRESSION,
     )
     sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
     sides.tables[where] = facts.for_checks()
@@ -422,6 +477,8 @@ def _reference_side(
         feature_source=sides.source,
         target=target,
         prediction=prediction,
+        task=task,
+        classes=() if schema is None else schema.classes,
     )
     if sides.findings:
         return sides
@@ -463,10 +520,14 @@ def _current_side(
         profile=sides.profile if not sides.findings and sides.failure is None else None,
         features=features,
         prediction=prediction,
-        labels=sides.label,
+        labels=sides.label if sides.task is not Task.MULTICLASS else None,  # its labels need its vectors
         target=target,
         threshold=config.classification_threshold,
+        numeric_target=sides.task is Task.REGRESSION,
     )
+    if sides.schema is not None:
+        compared = {*features, target, prediction, sides.label}
+        sides.ignored = [name for name in facts.names if name not in compared]
     sides.tables[where] = facts.for_checks()
     findings = check_options(
         sides.tables, target=target, prediction=prediction, target_in=list(sides.tables)[:1]
@@ -482,6 +543,8 @@ def _current_side(
         target=target,
         prediction=prediction,
         target_required=sides.registered,
+        task=sides.task,
+        classes=sides.classes,
     )
     raise_findings(findings)
     return sketch

@@ -82,6 +82,7 @@ class DriftReport:
     performance_limits: dict[str, float] | None = None  # per metric, the realised value worse than the
     # reference beyond its chunks' variability (monitors/horizon.py); None: a profile without that spread
     estimated_performance_limits: dict[str, float] | None = None  # the same for the estimated metrics
+    ignored_columns: list[str] = field(default_factory=list)  # offline: CURRENT's columns not compared
 
     @property
     def estimate_method(self) -> str:
@@ -112,6 +113,8 @@ class DriftReport:
             out["estimated_performance_limits"] = self.estimated_performance_limits
         if self.outputs:
             out["outputs"] = [f.as_dict() for f in self.outputs]
+        if self.ignored_columns:
+            out["ignored_columns"] = list(self.ignored_columns)
         return dict(_json_number(out))
 
 
@@ -176,4 +179,5 @@ def report_from_dict(data: dict[str, Any]) -> DriftReport:
         outputs=[_feature_from_dict(f) for f in data.get("outputs") or []],
         performance_limits=data.get("performance_limits"),
         estimated_performance_limits=data.get("estimated_performance_limits"),
+        ignored_columns=list(data.get("ignored_columns") or []),
     )

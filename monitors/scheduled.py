@@ -23,7 +23,17 @@ from core.config import Settings
 from core.database import Database, open_database, try_lock
 from core.runtime import Runtime
 from core.scheduling import every, pause_after
-from monitors.flows import MonitorError, Outcome, is_due, prune_sketches, run_monitor, serving_models
+from monitors.config import load_config
+from monitors.flows import (
+    EmptyWindow,
+    MonitorError,
+    Outcome,
+    interval_of,
+    is_due,
+    prune_sketches,
+    run_monitor,
+    serving_models,
+)
 
 log = logging.getLogger("driftwarden.monitors")
 
@@ -36,6 +46,7 @@ class PassResult:
     outcome: Outcome | None = None
     skipped: str | None = None  # why not evaluated (not due, or the MonitorError message)
     failed: str | None = None  # an unexpected error
+    too_few_rows: bool = False  # skipped because its window holds fewer than monitor_min_rows predictions
 
     def describe(self) -> str:
         if self.outcome is not None:
@@ -58,8 +69,12 @@ def run_pass(
     force: bool = False,
     only: list[str] | None = None,
     flush: Callable[[], object] | None = None,
+    log_results: bool = True,
 ) -> list[PassResult]:
-    """Evaluate each serving model that is due (every one with ``force``); never raises for one model."""
+    """Evaluate each serving model that is due (every one with ``force``); never raises for one model.
+
+    ``log_results``: log one line per model (the caller that prints them itself, ``monitor --once``, not).
+    """
     if flush is not None:
         flush()
     results: list[PassResult] = []
@@ -75,10 +90,14 @@ def run_pass(
                 if not held:
                     results.append(PassResult(name, skipped="another scheduler is evaluating it now"))
                     continue
-                if not force and not is_due(db=db, model_name=name, interval_s=settings.monitor_interval_s):
+                if not force and not is_due(
+                    db=db, model_name=name, interval_s=_interval(settings=settings, model_name=name)
+                ):
                     results.append(PassResult(name, skipped="evaluated less than an interval ago"))
                     continue
                 outcome = run_monitor(db=db, settings=settings, model_name=name)
+        except EmptyWindow as exc:
+            results.append(PassResult(name, skipped=str(exc), too_few_rows=True))
         except MonitorError as exc:
             results.append(PassResult(name, skipped=str(exc)))
         except Exception as exc:  # one broken model must not stop the others
@@ -86,13 +105,22 @@ def run_pass(
             results.append(PassResult(name, failed=f"{type(exc).__name__}: {exc}"))
         else:
             results.append(PassResult(name, outcome=outcome))
-    for r in results:
+    for r in results if log_results else ():
         log.log(
             logging.WARNING if r.failed or (r.outcome and r.outcome.report.drifted) else logging.INFO,
             "monitor %s",
             r.describe(),
         )
     return results
+
+
+def _interval(*, settings: Settings, model_name: str) -> float:
+    """The model's interval between runs (the server's when its monitor.json is unreadable: runs say why)."""
+    try:
+        config = load_config(registry=settings.registry_path, model_name=model_name)
+    except (OSError, ValueError):
+        return settings.monitor_interval_s
+    return interval_of(settings=settings, config=config)
 
 
 def start_in_app(runtime: Runtime, *, initial_delay_s: float | None = None) -> asyncio.Task[None] | None:
@@ -117,7 +145,7 @@ def run_process(*, settings: Settings, once: bool, only: list[str] | None = None
     db = open_database(settings.database_url.get_secret_value())
     try:
         if once:
-            return run_pass(db=db, settings=settings, force=True, only=only)
+            return run_pass(db=db, settings=settings, force=True, only=only, log_results=False)
         while True:
             started = time.monotonic()
             try:

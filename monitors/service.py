@@ -69,14 +69,28 @@ def record_run(
     return run
 
 
-def list_runs(*, session: Session, model_name: str, limit: int = 50) -> list[MonitorRun]:
-    """A model's runs, newest first."""
-    stmt = (
-        select(MonitorRun)
-        .where(MonitorRun.model_name == model_name)
-        .order_by(MonitorRun.created_at.desc(), MonitorRun.id.desc())
-        .limit(limit)
-    )
+def list_runs(
+    *,
+    session: Session,
+    model_name: str,
+    limit: int = 50,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before: tuple[datetime, int] | None = None,
+) -> list[MonitorRun]:
+    """A model's runs, newest first: stored at or after ``since`` and before ``until``, and after the run
+    ``before`` (its time and id: the last of the previous page) in that order."""
+    stmt = select(MonitorRun).where(MonitorRun.model_name == model_name)
+    if since is not None:
+        stmt = stmt.where(MonitorRun.created_at >= since)
+    if until is not None:
+        stmt = stmt.where(MonitorRun.created_at < until)
+    if before is not None:
+        at, run_id = before
+        stmt = stmt.where(
+            or_(MonitorRun.created_at < at, and_(MonitorRun.created_at == at, MonitorRun.id < run_id))
+        )
+    stmt = stmt.order_by(MonitorRun.created_at.desc(), MonitorRun.id.desc()).limit(limit)
     return list(session.scalars(stmt))
 
 

@@ -8,17 +8,28 @@ the flows raise a :class:`monitors.flows.MonitorError` (a ``DomainError``), answ
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from core.auth import Scope
-from core.http import json_response, request_id_of, require_scope, require_scope_or_signed_link, runtime
-from core.openapi import AUTH, errors
+from core.errors import Invalid
+from core.http import (
+    JsonBody,
+    json_response,
+    request_id_of,
+    require_scope,
+    require_scope_or_signed_link,
+    runtime,
+)
+from core.openapi import AUTH, errors, json_body
 from monitors import flows
+from monitors.config import settings_schema
 from monitors.findings import finding_from_dict, headline
 from monitors.links import REPORT_PATH
+from registry.names import check_name
 
 router = APIRouter(tags=["Drift monitors"])
 READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]
@@ -26,6 +37,12 @@ READ_OR_LINK = [require_scope_or_signed_link(Scope.READ)]  # the HTML report: a 
 # the page's URL may hold a signed link (a credential): no shared cache keeps it, no Referer sends it on
 PAGE_HEADERS = {"Cache-Control": "private, no-store", "Referrer-Policy": "no-referrer"}
 
+
+SETTINGS_BODY = JsonBody(
+    limit=256 * 1024,
+    rule="monitor settings body limit",
+    example='{"window_minutes": 60, "false_alarms_per_30d": 0.5}',
+)
 
 NO_REPORT = errors(
     *AUTH, 404, 409, e404="Unknown model", e409="No monitor run yet (or no serving version, no profile)"
@@ -44,16 +61,54 @@ async def latest(request: Request, name: str) -> Response:
 
 @router.get(
     "/v1/models/{name}/drift/history",
-    summary="Monitor runs, newest first",
-    responses=NO_REPORT,
+    summary="Monitor runs, newest first, a page at a time",
+    responses=errors(*AUTH, 400, 404, e400="A bad since, until, cursor or limit (the error names it)"),
     dependencies=READ,
 )
 async def run_history(
-    request: Request, name: str, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+    request: Request,
+    name: str,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Runs per page.")] = 50,
+    since: Annotated[
+        str | None, Query(description="Only runs stored at or after this time (RFC 3339, with its zone).")
+    ] = None,
+    until: Annotated[
+        str | None, Query(description="Only runs stored before this time (RFC 3339, with its zone).")
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            description="The `next_cursor` of the previous page (opaque), with the same since and until.",
+        ),
+    ] = None,
 ) -> Response:
     state = runtime(request)
-    doc = await asyncio.to_thread(flows.history, db=state.db, model_name=name, limit=limit)
+    doc = await asyncio.to_thread(
+        flows.history,
+        db=state.db,
+        model_name=name,
+        limit=limit,
+        since=_instant(since, field="since"),
+        until=_instant(until, field="until"),
+        cursor=cursor,
+    )
     return json_response(doc, request_id=request_id_of(request))
+
+
+def _instant(value: str | None, *, field: str) -> datetime | None:
+    """An RFC 3339 time of a query parameter, or ``Invalid`` naming ``field`` and the rule."""
+    if value is None:
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise Invalid(
+            f"{field}: {value[:64]!r} is not an RFC 3339 time; give e.g. 2026-12-04T10:00:00Z"
+        ) from None
+    if at.tzinfo is None:
+        raise Invalid(f"{field}: {value[:64]!r} has no time zone; give one, e.g. 2026-12-04T10:00:00Z")
+    return at.astimezone(UTC)
 
 
 @router.post(
@@ -108,3 +163,42 @@ async def html_report(request: Request, name: str) -> Response:
     extra = await asyncio.to_thread(state.extra_findings, name)
     page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name, extra=extra)
     return HTMLResponse(page, headers=PAGE_HEADERS)
+
+
+@router.get(
+    "/v1/models/{name}/monitor",
+    summary="A model's monitor settings: what it stores, what is in effect, its window",
+    responses=errors(*AUTH, 400, 404, 409, e409="Its monitor.json is invalid"),
+    dependencies=READ,
+)
+async def get_monitor_settings(request: Request, name: str) -> Response:
+    check_name(name)
+    state = runtime(request)
+    doc = await asyncio.to_thread(
+        flows.settings_document, db=state.db, settings=state.settings, model_name=name
+    )
+    return json_response(doc, request_id=request_id_of(request))
+
+
+@router.put(
+    "/v1/models/{name}/monitor",
+    summary="Replace a model's monitor settings (admin)",
+    description=(
+        "The body is the whole of the model's `monitor.json` (`{}`: back to the defaults): `window_rows` "
+        "and/or `window_minutes` (neither: the server's window), `interval_s`, `false_alarms_per_30d`, "
+        '`alpha`, `drift_share`, `features` (e.g. `{"customer_id": {"enabled": false}}`), ... '
+        "(docs/monitoring.md). A value that breaks a rule, an unknown setting or a feature the model does "
+        "not have is a 400 naming the field and the rule, and nothing is stored."
+    ),
+    responses=errors(*AUTH, 400, 404, 413),
+    dependencies=ADMIN,
+    openapi_extra=json_body(settings_schema(), examples={"the last hour": {"window_minutes": 60}}),
+)
+async def put_monitor_settings(request: Request, name: str) -> Response:
+    check_name(name)
+    data = await SETTINGS_BODY.object(request)
+    state = runtime(request)
+    doc = await asyncio.to_thread(
+        flows.put_settings, db=state.db, settings=state.settings, model_name=name, data=data
+    )
+    return json_response(doc, request_id=request_id_of(request))

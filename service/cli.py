@@ -324,7 +324,7 @@ LISTED: dict[str, tuple[str, bool]] = {
     ),
     "monitor": (
         "Evaluate drift of every serving model every interval, as its own process (or once with --once).",
-        False,
+        True,
     ),
     "reports": ("The served HTML drift reports (GET /reports/MODEL/drift): links a browser can open.", True),
     "alerts": (

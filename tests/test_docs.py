@@ -30,7 +30,6 @@ PLACEHOLDER = re.compile(r"^[A-Z][A-Z_.]*(\[.*\])?$|^[A-Z]+:[A-Z]+$|\.\.\.|[\[\]
 LONG_RUNNING = ("serve", "monitor", "demo", "cluster node", "cluster chief", "cluster sync-worker", "worker")
 # documented exit codes of concrete commands that are not 0 in a fresh workspace
 EXPECTED_EXIT = {
-    "monitor --once": 2,  # no model has predictions to evaluate yet: no verdict, naming why
     "drift --reference-version credit:1 --target default new-data.csv": 1,  # the shifted file drifts
 }
 
@@ -66,8 +65,10 @@ def resolve(args: list[str]) -> tuple[Any, list[str], list[str]]:
     path: list[str] = []
     rest = list(args)
     while rest and hasattr(command, "commands"):
-        if rest[0].startswith("-"):  # a root option such as --debug, before the command
-            rest.pop(0)
+        if rest[0].startswith(("-", "[")):
+            if path:  # a group's own options (`monitor --once`): what follows is theirs, not a command
+                break
+            rest.pop(0)  # a root option such as --debug, before the command
             continue
         if rest[0] == "...":
             break

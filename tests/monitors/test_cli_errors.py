@@ -283,7 +283,7 @@ def test_monitor_once_exits_0_when_stable(monitor_db: Any, profile_dict: dict[st
     assert "credit:1 run" in result.stdout and "stable" in result.stdout
 
 
-def test_monitor_once_exits_2_when_a_model_cannot_be_evaluated(
+def test_monitor_once_reports_a_model_with_too_few_rows_as_skipped(
     monitor_db: Any, profile_dict: dict[str, Any]
 ) -> None:
     log_columns(
@@ -292,15 +292,28 @@ def test_monitor_once_exits_2_when_a_model_cannot_be_evaluated(
         features=_features(profile_dict),
     )
     result = runner.invoke(app, ["monitor", "--once"])
-    # "quiet" has no traffic: no verdict for it, so 2 even though credit drifted
-    assert result.exit_code == 2, result.output
-    assert "DRIFTED" in result.stdout
-    error = result.stderr.strip().splitlines()[-1]
+    # "quiet" has no traffic: skipped, so credit's drift decides (1); each model's line once on stdout
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2 and sum("credit:1 run" in x for x in lines) == 1 and "DRIFTED" in lines[0]
+    assert lines[1].startswith("quiet: skipped: ") and "fewer than the minimum of 10" in lines[1]
+    assert "credit" not in result.stderr  # no second copy of the lines through the log
+    assert "1 model(s) skipped for too few predictions: quiet" in result.stderr
+    strict = runner.invoke(app, ["monitor", "--once", "--fail-on-skip"])
+    assert strict.exit_code == 2, strict.output
+    error = strict.stderr.strip().splitlines()[-1]
     assert error.startswith("error: could not evaluate 1 model(s): quiet (")
     assert "fewer than the minimum of 10" in error
     unknown = runner.invoke(app, ["monitor", "--once", "--model", "credit", "--model", "nope"])
     assert unknown.exit_code == 2, unknown.output
     assert "nope (not a serving model" in unknown.stderr.strip().splitlines()[-1]
+
+
+def test_monitor_once_exits_0_when_the_only_model_has_too_few_rows(monitor_db: Any) -> None:
+    result = runner.invoke(app, ["monitor", "--once", "--model", "quiet"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines() == [result.stdout.strip()]  # one line, printed once
+    assert result.stdout.startswith("quiet: skipped: ") and "fewer than the minimum of 10" in result.stdout
 
 
 def test_monitor_once_without_any_serving_model_exits_2() -> None:
