@@ -26,6 +26,7 @@ from typer._click.core import Context as ClickContext  # typer vendors its own c
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
+from core.auth import SCOPES_LISTED
 from core.errors import DomainError
 from core.logs import quiet_tensorflow_banner
 
@@ -333,8 +334,8 @@ LISTED: dict[str, tuple[str, bool]] = {
     ),
     "webhooks": ("Signed outgoing webhooks (Standard Webhooks): subscriptions and their deliveries.", True),
     "tokens": (
-        "Scoped bearer tokens for the API (predict, feedback, ingest, read, admin): create, list, revoke; "
-        "and the key of the signed report links (rotate-link-key).",
+        f"Scoped bearer tokens for the API ({SCOPES_LISTED}): create, list, revoke; and the key of the "
+        "signed report links (rotate-link-key).",
         True,
     ),
 }
