@@ -28,7 +28,7 @@ from typer.core import TyperGroup
 
 from core.auth import SCOPES_LISTED
 from core.errors import DomainError
-from core.logs import quiet_tensorflow_banner
+from core.logs import quiet_tensorflow, quiet_tensorflow_banner
 
 
 class _Root(TyperGroup):
@@ -399,6 +399,7 @@ def root(
 ) -> None:
     """Production monitoring and drift detection for TensorFlow models."""
     ctx.meta["driftwarden.debug"] = debug
+    quiet_tensorflow()  # before any command loads TensorFlow, here or in the processes it starts
 
 
 @app.command("config")
