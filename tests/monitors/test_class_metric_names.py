@@ -97,3 +97,27 @@ def test_a_report_stored_before_still_renders_its_recalls() -> None:
     assert performance_keys(report)[-3:] == ("recall_0", "recall_1", "recall_2")
     page = render_html(report)
     assert all(f"recall_{k}" in page for k in range(3))
+
+
+def test_the_performance_series_carry_the_class_names() -> None:
+    from datetime import UTC, datetime
+
+    from monitors.metrics import DriftFamilies, RunView
+
+    cols, prob = multiclass_reference(3_000)
+    schema = infer_schema(cols, target="label", task=Task.MULTICLASS, classes=CLASSES)
+    labels = label_codes(cols["label"], schema.classes)
+    doc = build_reference_profile(cols, schema, predictions=prob, labels=labels)
+    report = _window(doc, prob[:1_000], labels[:1_000]).as_dict()
+    families = DriftFamilies()
+    families.add(RunView(1, "bands", datetime.now(UTC), 0.1, 1_000, report), max_features=10)
+    shown = {
+        (family.name, sample.labels["metric"])
+        for family in families.families()
+        for sample in family.samples
+        if "metric" in sample.labels
+    }
+    for c in CLASSES:
+        assert ("driftwarden_model_performance", f"recall[{c}]") in shown, shown
+        assert ("driftwarden_model_reference_performance", f"recall[{c}]") in shown, shown
+    assert not any(INDEXED.match(metric) for _, metric in shown)
