@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -42,7 +43,8 @@ def store_feedback(
     known = logged_predictions(session=session, model_name=model_name, ids=(pid for pid, _ in labels))
     latest = {pid: label for pid, label in labels if pid in known}  # a repeated id: the last label wins
     unknown = list(dict.fromkeys(pid for pid, _ in labels if pid not in known))
-    held = _held_labels(session=session, model_name=model_name, ids=list(latest))
+    logged = {pid: known[pid].logged_at for pid in latest}
+    held = _held_labels(session=session, model_name=model_name, ids=logged)
     changed = {pid: label for pid, label in latest.items() if held.get(pid) != label}
     if changed:
         now = utcnow()
@@ -69,14 +71,18 @@ def store_feedback(
     return StoredFeedback(stored=len(changed), present=len(latest) - len(changed), unknown=unknown)
 
 
-def _held_labels(*, session: Session, model_name: str, ids: list[str]) -> dict[str, float]:
-    """The labels the table holds of ``ids`` (logged predictions of ``model_name``)."""
+def _held_labels(*, session: Session, model_name: str, ids: Mapping[str, datetime]) -> dict[str, float]:
+    """The labels the table holds of ``ids`` (logged predictions of ``model_name``, with their ``logged_at``:
+    on PostgreSQL only the partitions of those days are read)."""
     table = PredictionFeedback
     held: dict[str, float] = {}
-    for start in range(0, len(ids), _IDS_PER_QUERY):
-        chunk = ids[start : start + _IDS_PER_QUERY]
+    pids = list(ids)
+    for start in range(0, len(pids), _IDS_PER_QUERY):
+        chunk = pids[start : start + _IDS_PER_QUERY]
         stmt = select(table.prediction_id, table.label).where(
-            table.model_name == model_name, table.prediction_id.in_(chunk)
+            table.model_name == model_name,
+            table.prediction_id.in_(chunk),
+            table.logged_at.in_({ids[pid] for pid in chunk}),
         )
         held.update({pid: float(label) for pid, label in session.execute(stmt)})
     return held
