@@ -7,12 +7,13 @@ from typing import Annotated
 
 import typer
 
+from core.auth import SCOPES_LISTED
 from core.durations import parse_duration
 from core.terminal import make_console
 
 tokens_app = typer.Typer(
-    help="Scoped bearer tokens for the API (predict, feedback, ingest, read, admin): create, list, revoke; "
-    "and the key of the signed report links (rotate-link-key).",
+    help=f"Scoped bearer tokens for the API ({SCOPES_LISTED}): create, list, revoke; and the key of the "
+    "signed report links (rotate-link-key).",
     no_args_is_help=True,
 )
 
@@ -21,7 +22,8 @@ tokens_app = typer.Typer(
 def create(
     name: Annotated[str, typer.Option("--name", help="Who or what uses the token (e.g. 'ci', 'labeler').")],
     scope: Annotated[
-        list[str], typer.Option("--scope", help="predict, feedback, read or admin (repeat for more).")
+        list[str],
+        typer.Option("--scope", help=f"{SCOPES_LISTED} (repeat for more; admin implies every other)."),
     ],
     expires_in: Annotated[
         str,

@@ -35,6 +35,7 @@ class Scope(StrEnum):
 
 
 SCOPES: tuple[str, ...] = tuple(s.value for s in Scope)
+SCOPES_LISTED = f"{', '.join(SCOPES[:-1])} or {SCOPES[-1]}"  # every help text's list of the scopes
 TOKEN_PREFIX = "dw_"
 
 

@@ -10,8 +10,18 @@ from pathlib import Path
 
 NOISY = ("absl", "tensorflow", "alembic")  # INFO chatter of libraries (export, migrations)
 # TensorFlow's C++ logs are configured from the environment when TensorFlow loads, so these must be set before
-# its first import (every command calls setup_logging first). An operator's own values win.
-TF_QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1"}  # no C++ INFO lines (cpu_feature_guard, ...)
+# its first import: the root command sets them before any command runs (``quiet_tensorflow``), so every
+# command, ``serve`` and its workers, and the cluster processes they start (which inherit the environment)
+# load TensorFlow quietly. An operator's own values win.
+TF_QUIET_ENV = {
+    "TF_CPP_MIN_LOG_LEVEL": "1",  # no C++ INFO lines ("To enable the following instructions: AVX2 ...")
+    # TF 2.21 prints "oneDNN custom operations are on" (and absl's "All log messages before
+    # absl::InitializeLog()") whatever TF_CPP_MIN_LOG_LEVEL says; only turning the oneDNN kernels off removes
+    # them. Training these small networks is as fast without them; serving at high concurrency is ~5-10 %
+    # slower (bench/serve.py at c=64): an operator who wants them sets TF_ENABLE_ONEDNN_OPTS=1 (one banner
+    # line at start).
+    "TF_ENABLE_ONEDNN_OPTS": "0",
+}
 
 
 _URL_SECRET = re.compile(r"([?&](?:token|signature)=)[^&\s\"'#]+")
@@ -40,21 +50,19 @@ def mask_secrets(handler: logging.Handler) -> logging.Handler:
 
 def quiet_libraries() -> None:
     """Keep TensorFlow, absl and alembic INFO lines out of command output (warnings still show)."""
-    for name, value in TF_QUIET_ENV.items():
-        os.environ.setdefault(name, value)
+    quiet_tensorflow()
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def quiet_tensorflow_banner() -> None:
-    """For commands whose output a person reads (``train``, ``demo``): no oneDNN banner.
+def quiet_tensorflow() -> None:
+    """TensorFlow's start-up banners (CPU instructions, oneDNN, absl) kept out of every output and log: the
+    environment of :data:`TF_QUIET_ENV`, set before TensorFlow's first import (an operator's values win)."""
+    for name, value in TF_QUIET_ENV.items():
+        os.environ.setdefault(name, value)
 
-    TF 2.21 prints "oneDNN custom operations are on" whatever ``TF_CPP_MIN_LOG_LEVEL`` says; only turning
-    the oneDNN kernels off removes it. Training these small networks is as fast without them, but serving
-    at high concurrency is not (``bench/serve.py``: ~5-10 % fewer requests/s at c=64), so ``serve`` keeps
-    them and prints the one line at start. An operator's own value wins.
-    """
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+quiet_tensorflow_banner = quiet_tensorflow  # the name the commands that load TensorFlow called first
 
 
 def setup_logging(level: str | None = None, *, driftwarden_level: str | None = None) -> None:

@@ -24,6 +24,7 @@ from monitors.drift.categorical import CategoricalCounts, aligned, shown_categor
 from monitors.drift.numeric import NumericCounts, NumericDefault
 from monitors.horizon import performance_limits, run_alpha
 from monitors.performance import (
+    class_named,
     estimate_classification_metrics,
     estimate_regression_from_design,
     mean_design,
@@ -310,7 +311,7 @@ def evaluate(
         dataset=dataset,
         features=features,
         quality=sorted(quality, key=lambda q: (not q.flagged, -q.rate)),
-        reference_performance=profile.performance,
+        reference_performance=_class_named(profile.performance, profile),
     )
     prediction = _prediction(profile=profile, sketch=sketch, config=config)
     if prediction is not None:
@@ -328,6 +329,14 @@ def evaluate(
         )
     report.multivariate = _multivariate(profile=profile, sketch=sketch, config=config)
     return report
+
+
+def _class_named(performance: dict[str, Any] | None, profile: Profile) -> dict[str, Any] | None:
+    """A multi-class reference's metrics named by class as the window's are (a profile stored before
+    :func:`~monitors.performance.class_named` holds ``recall_<k>``)."""
+    if performance is None or profile.task is not Task.MULTICLASS:
+        return performance
+    return class_named(performance, list(profile.class_probabilities))
 
 
 def _severity_key(f: FeatureDrift) -> tuple[bool, float, float]:
@@ -488,7 +497,7 @@ def _multiclass(
     )
     if not mc.labelled:
         return PredictionFindings(drift=drift, estimated_performance=estimated, outputs=outputs)
-    realised = multiclass_from_counts(confusion=mc.confusion, log_loss_sum=mc.log_loss)
+    realised = class_named(multiclass_from_counts(confusion=mc.confusion, log_loss_sum=mc.log_loss), names)
     return PredictionFindings(
         drift=drift,
         estimated_performance=estimated,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from monitors.findings import Headline, headline
@@ -152,6 +153,9 @@ def performance_keys(report: DriftReport) -> tuple[str, ...]:
     if "rmse" in known:
         return REGRESSION_KEYS
     if "macro_f1" in known:
-        recalls = tuple(sorted((k for k in known if k.startswith("recall_")), key=lambda k: int(k[7:])))
+        # by class: recall[<class>] in the report's order; a report stored before names them recall_<k>
+        named = tuple(k for k in known if k.startswith("recall["))
+        indexed = sorted((k for k in known if re.fullmatch(r"recall_\d+", k)), key=lambda k: int(k[7:]))
+        recalls = named or tuple(indexed)
         return (*MULTICLASS_KEYS, *recalls)
     return BINARY_KEYS

@@ -287,7 +287,7 @@ def _window(
         end=summary.end,
         first_id=summary.first_id,
         last_id=summary.last_id,
-        labelled=sketch.labels.rows,
+        labelled=sketch.labelled,
         sketch=sketch,
         reader=READER,
         since=summary.since,

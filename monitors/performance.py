@@ -11,13 +11,14 @@ chance that row ``i`` is positive. The expected confusion matrix is then
 sorted by decreasing ``p``. It holds while ``P(y | x)`` is unchanged (covariate shift); a pure
 concept drift is invisible to it and shows only in realised metrics and the error stream.
 
-Multi-class (labels are class indexes ``0..K-1``, predictions ``[n, K]`` probability rows, the predicted
-class the row's argmax): realised accuracy, macro F1 (the mean of the per-class one-vs-rest F1 over the
-classes where it is defined), log loss (the true class's probability clipped at 1e-15) and per-class
-recall, flattened by :meth:`MulticlassMetrics.as_dict` as ``recall_0 .. recall_{K-1}`` (class index, in the
-model's output order). The label-free estimate is CBPE one-vs-rest: a monotone reliability table per class
-(:func:`fit_multiclass_calibration`), calibrated rows renormalised to sum to 1; expected accuracy is the
-mean calibrated probability of the predicted class, expected macro F1 comes from the expected per-class
+Multi-class (labels are class indexes ``0..K-1``, predictions ``[n, K]`` probability rows, the predicted class
+the row's argmax): realised accuracy, macro F1 (the mean of the per-class one-vs-rest F1 over the classes
+where it is defined), log loss (the true class's probability clipped at 1e-15) and per-class recall, flattened
+by :meth:`MulticlassMetrics.as_dict` as ``recall_0 .. recall_{K-1}`` (class index, in the model's output
+order), which :func:`class_named` names by class as every report and series shows them (``recall[low]``, like
+the report's ``prediction[low]``). The label-free estimate is CBPE one-vs-rest: a monotone reliability table
+per class (:func:`fit_multiclass_calibration`), calibrated rows renormalised to sum to 1; expected accuracy is
+the mean calibrated probability of the predicted class, expected macro F1 comes from the expected per-class
 confusion counts as in the binary case. Renormalising one-vs-rest maps biases the predicted class's
 probability (low for an under-confident model), so a last top-label reliability table, fitted on the
 reference, maps it to the chance the prediction is right before accuracy averages it.
@@ -33,6 +34,7 @@ only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -384,9 +386,27 @@ def estimate_multiclass_metrics(
 # ---------------------------------------------------------------- any task
 
 
-def metrics_for(task: Task, *, y_true: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+_PER_CLASS = re.compile(r"^(recall)_(\d+)$")
+
+
+def class_named(metrics: Mapping[str, Any], classes: Sequence[str]) -> dict[str, Any]:
+    """``metrics`` with each per-class metric named by its class (``recall_0`` -> ``recall[low]``, the form of
+    the report's ``prediction[low]``); a metric already named, or of a class index beyond ``classes``
+    (a document stored before), is kept as it is."""
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        found = _PER_CLASS.match(key)
+        k = int(found.group(2)) if found else -1
+        out[f"{found.group(1)}[{classes[k]}]" if found and k < len(classes) else key] = value
+    return out
+
+
+def metrics_for(
+    task: Task, *, y_true: np.ndarray, predictions: np.ndarray, classes: Sequence[str] | None = None
+) -> dict[str, float]:
     """Realised metrics of ``task`` as a flat dict with ``rows``; rows with a NaN label or prediction are
-    left out (binary: probabilities ``[n]``; multi-class: ``[n, K]``; regression: values ``[n]``)."""
+    left out (binary: probabilities ``[n]``; multi-class: ``[n, K]``, its per-class metrics named by
+    ``classes`` when given (:func:`class_named`); regression: values ``[n]``)."""
     y = np.asarray(y_true, dtype=np.float64).reshape(-1)
     p = np.asarray(predictions, dtype=np.float64)
     if task is Task.MULTICLASS:
@@ -394,7 +414,8 @@ def metrics_for(task: Task, *, y_true: np.ndarray, predictions: np.ndarray) -> d
         if p.shape[0] != y.size:
             raise ValueError(f"labels ({y.size}) and predictions ({p.shape[0]}) differ in length")
         ok = ~np.isnan(y) & ~np.isnan(p).any(axis=1)
-        return multiclass_metrics(y_true=y[ok], y_prob=p[ok]).as_dict()
+        flat = multiclass_metrics(y_true=y[ok], y_prob=p[ok]).as_dict()
+        return class_named(flat, classes) if classes else flat
     p = p.reshape(-1)
     if p.shape != y.shape:
         raise ValueError(f"labels {y.shape} and predictions {p.shape} differ in length")

@@ -459,7 +459,7 @@ def _multiclass_outputs(
         y = np.asarray(labels, dtype=np.float64).reshape(-1)
         if y.size != p.shape[0]:
             raise ValueError(f"labels ({y.size}) and predictions ({p.shape[0]}) differ in length")
-        out["performance"] = metrics_for(Task.MULTICLASS, y_true=y, predictions=p)
+        out["performance"] = metrics_for(Task.MULTICLASS, y_true=y, predictions=p, classes=names)
         out["calibration"] = fit_multiclass_calibration(p, y)
         out["performance_spread"] = performance_spread(Task.MULTICLASS, y_true=y, predictions=p)
     return out

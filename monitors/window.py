@@ -222,6 +222,13 @@ class WindowSketch:
                 self._update_labels(profile, p, np.asarray(labels, dtype=np.float64).reshape(-1))
         return self
 
+    @property
+    def labelled(self) -> int:
+        """The window's labelled rows, whatever the task (a multi-class model's once its vectors are in)."""
+        if self.multiclass is not None:
+            return self.multiclass.labelled
+        return self.labels.rows + self.regression.rows
+
     def add_labels(self, profile: Profile, predictions: np.ndarray, labels: np.ndarray) -> WindowSketch:
         """Count labelled rows (in time order) into the label counts and the error stream; returns self."""
         if profile.prediction is not None:

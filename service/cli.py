@@ -26,8 +26,9 @@ from typer._click.core import Context as ClickContext  # typer vendors its own c
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
+from core.auth import SCOPES_LISTED
 from core.errors import DomainError
-from core.logs import quiet_tensorflow_banner
+from core.logs import quiet_tensorflow, quiet_tensorflow_banner
 
 
 class _Root(TyperGroup):
@@ -333,8 +334,8 @@ LISTED: dict[str, tuple[str, bool]] = {
     ),
     "webhooks": ("Signed outgoing webhooks (Standard Webhooks): subscriptions and their deliveries.", True),
     "tokens": (
-        "Scoped bearer tokens for the API (predict, feedback, ingest, read, admin): create, list, revoke; "
-        "and the key of the signed report links (rotate-link-key).",
+        f"Scoped bearer tokens for the API ({SCOPES_LISTED}): create, list, revoke; and the key of the "
+        "signed report links (rotate-link-key).",
         True,
     ),
 }
@@ -398,6 +399,7 @@ def root(
 ) -> None:
     """Production monitoring and drift detection for TensorFlow models."""
     ctx.meta["driftwarden.debug"] = debug
+    quiet_tensorflow()  # before any command loads TensorFlow, here or in the processes it starts
 
 
 @app.command("config")

@@ -1,18 +1,22 @@
 """``driftwarden predictions import FILE``: a batch job's scored rows (CSV or Parquet) into the log.
 
-The file is read twice in batches (bounded memory whatever its size): the first pass checks every row the way
-the ingest route checks a record (the prediction fits the version's task, the label the task's labels, the
-time parses, the id is usable) and stops at the first bad row, naming it, before anything is written; the
-second pass writes. Both read a batch column by column (numbers as arrays, each distinct text once); a bad
-row is then read as a record, so that its error is the ingest route's. A row's inputs are the columns of the
-version's contract; the contract flags, never refuses (:func:`registry.contracts.flag_columns`: the flags of
-:func:`~registry.contracts.flag_rows`, by column). Rows go through the log's own writer
-(:class:`predictions.writer.LogWriter`, its spool included: rows the database cannot take now are replayed by
-the next server that adopts the spool slot), each run with its values by feature, which the writer types by
-the contract's layout. With ``--id-column`` the rows' prediction ids derive from their ids as the ingest
-route's do (per run of one time, up to 2048 rows), and runs the log already holds are skipped, so an import
-run again stores no row twice. Labels are stored as feedback once their rows are committed; a run again sends
-every label again (a label of a run whose rows were written before an import died is stored then).
+A file that lacks a feature column of the version's contract is refused before it is read, naming the columns
+(unless ``allow_missing_features``: they are logged as missing). The file is read twice in batches (bounded
+memory whatever its size): the first pass checks every row the way the ingest route checks a record (the
+prediction fits the version's task, the label the task's labels, the time parses, the id is usable) and stops
+at the first bad row, naming it (:meth:`FileImport.row`: a CSV's line, a Parquet file's row from 1), before
+anything is written; the second pass writes. Both read a batch column by column (numbers as arrays, each
+distinct text once); a bad row is then read as a record, so that its error is the ingest route's. A row's
+inputs are the columns of the version's contract; the contract flags, never refuses
+(:func:`registry.contracts.flag_columns`: the flags of :func:`~registry.contracts.flag_rows`, by column). Rows
+go through the log's own writer (:class:`predictions.writer.LogWriter`, its spool included: rows the database
+cannot take now are replayed by the next server that adopts the spool slot), each run with its values by
+feature, which the writer types by the contract's layout. With ``--id-column`` the rows' prediction ids derive
+from their ids as the ingest route's do (per run of one time, up to 2048 rows), and runs the log already holds
+are skipped, so an import run again stores no row twice. Labels are stored as feedback once their rows are
+committed; a run again sends every label again (a label of a run whose rows were written before an import died
+is stored then), and the labels the log already holds are counted apart (``labels_present``), not stored
+again.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import numpy as np
 from core.config import Settings
 from core.database import Database, make_engine
 from core.errors import Invalid, NotFound
-from core.tabular import CodedColumn, Column, TableStream, as_python
+from core.tabular import SUFFIXES, CodedColumn, Column, TableStream, as_python
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import logged_predictions, new_prediction_ids
@@ -63,6 +67,14 @@ class FileImport:
     label_column: str | None = None
     version: int | None = None
     dry_run: bool = False
+    allow_missing_features: bool = False
+
+    def row(self, index: int) -> str:
+        """How an error names the file's row ``index`` (from 0): its line in a CSV (the header is line 1),
+        its row counted from 1 in Parquet."""
+        if SUFFIXES.get(self.path.suffix.lower()) == "parquet":
+            return f"row {index + 1} (1-based)"
+        return f"line {index + 2}"
 
 
 @dataclass
@@ -73,7 +85,8 @@ class Imported:
     stored: int = 0
     duplicates: int = 0
     flagged: int = 0
-    labels: int = 0
+    labels: int = 0  # labels stored: new, or replacing another label of the same prediction
+    labels_present: int = 0  # labels the log already held (the same label of the same prediction)
     spooled: int = 0
     version: int = 0
     seconds: float = 0.0
@@ -88,7 +101,7 @@ def import_file(
     version, schema = _contract(db=db, spec=spec)
     # decoded in this thread: the log's writer and the database keep the other cores busy (and less memory)
     stream = TableStream(spec.path, batch_rows=BATCH_ROWS, threads=False)
-    columns = _columns(stream, spec, schema)
+    columns = _columns(stream, spec, schema, version)
     result = Imported(version=version)
     for batch, first in _batches(stream, columns):  # pass 1: every row checked, nothing written
         n = _read(batch, spec, schema, version, first).n
@@ -127,8 +140,9 @@ def _contract(*, db: Database, spec: FileImport) -> tuple[int, ModelSchema]:
     return row.version, read_schema(path=Path(row.path))
 
 
-def _columns(stream: TableStream, spec: FileImport, schema: ModelSchema) -> list[str]:
-    """The columns to read: the contract's features the file has, the prediction, id, time and label."""
+def _columns(stream: TableStream, spec: FileImport, schema: ModelSchema, version: int) -> list[str]:
+    """The columns to read: the contract's features the file has, the prediction, id, time and label; a
+    feature of the contract the file lacks refuses the import (unless ``allow_missing_features``)."""
     named = {
         "--prediction-column": spec.prediction_column,
         "--id-column": spec.id_column,
@@ -145,6 +159,13 @@ def _columns(stream: TableStream, spec: FileImport, schema: ModelSchema) -> list
         raise Invalid(
             f"{spec.path} has none of the features of {spec.model_name}'s contract "
             f"({', '.join(schema.feature_names)})"
+        )
+    missing = [f for f in schema.feature_names if f not in stream.names]
+    if missing and not spec.allow_missing_features:
+        raise Invalid(
+            f"{spec.path} lacks {len(missing)} feature column(s) of {spec.model_name}:{version}'s contract: "
+            f"{', '.join(missing)} (rename the file's columns to the contract's, or pass "
+            "--allow-missing-features to log them as missing)"
         )
     extra = [name for name in named.values() if name is not None and name not in features]
     return list(dict.fromkeys([*features, *extra]))
@@ -177,7 +198,7 @@ def _batches(stream: TableStream, columns: Sequence[str]) -> Iterator[tuple[dict
 
 
 def _records(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, first: int) -> list[Record]:
-    """One record per row (``index``: the row number in the file, from 0): how a bad row is named."""
+    """One record per row (``index``: the row number in the file, from 0; :meth:`FileImport.row` names it)."""
     features = [f for f in schema.feature_names if f in batch]
     inputs = [
         dict(zip(features, row, strict=True))
@@ -185,12 +206,12 @@ def _records(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, fi
     ]
     n = len(inputs)
     column = batch[spec.prediction_column]
-    parsed = _parsed(column, spec.prediction_column, first)
+    parsed = _parsed(column, spec, spec.prediction_column, first)
     predictions = [parsed[c] for c in column.codes.tolist()] if isinstance(column, CodedColumn) else parsed
-    ids = _ids(batch[spec.id_column], spec.id_column, first) if spec.id_column else [None] * n
+    ids = _ids(batch[spec.id_column], spec, spec.id_column, first) if spec.id_column else [None] * n
     times: list[datetime | None] = [None] * n
     if spec.time_column:
-        moments, index = _times(batch[spec.time_column], spec.time_column, first)
+        moments, index = _times(batch[spec.time_column], spec, spec.time_column, first)
         times = [moments[k] for k in index.tolist()]
     labels = as_python(batch[spec.label_column]) if spec.label_column else [None] * n
     return [
@@ -224,24 +245,25 @@ class _Read:
 def _read(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, version: int, first: int) -> _Read:
     """One batch read by the contract (both passes): the first row whose prediction, label, time or id is
     unusable stops the import, read as a record so that its error is the ingest route's."""
-    values, vectors, bad = _outputs(batch[spec.prediction_column], schema, spec.prediction_column, first)
+    values, vectors, bad = _outputs(batch[spec.prediction_column], schema, spec, first)
     n = len(values)
-    ids = _ids(batch[spec.id_column], spec.id_column, first) if spec.id_column else None
+    ids = _ids(batch[spec.id_column], spec, spec.id_column, first) if spec.id_column else None
     runs: list[tuple[int, int, datetime | None]] = [(0, n, None)] if n else []
     if spec.time_column:
-        runs = _runs(*_times(batch[spec.time_column], spec.time_column, first))
+        runs = _runs(*_times(batch[spec.time_column], spec, spec.time_column, first))
     labels = None
     if spec.label_column:
         labels, bad = _labels(batch[spec.label_column], schema, bad)
     if bad < n:
         one = {name: column[bad : bad + 1] for name, column in batch.items()}
-        _check(_records(one, spec, schema, first + bad), version, schema)  # raises, naming the row
-        raise Invalid(f"row {first + bad}: its prediction or label does not fit the {schema.kind.short} task")
+        _check(_records(one, spec, schema, first + bad), spec, version, schema)  # raises, naming the row
+        where = spec.row(first + bad)
+        raise Invalid(f"{where}: its prediction or label does not fit the {schema.kind.short} task")
     return _Read(n, values, vectors, labels, ids, runs)
 
 
 def _outputs(
-    column: Column, schema: ModelSchema, name: str, first: int
+    column: Column, schema: ModelSchema, spec: FileImport, first: int
 ) -> tuple[list[float], list[list[float | None]] | None, int]:
     """Each row's prediction as the log holds it, the vectors of a multi-class model, and the first row the
     task cannot take (``len`` when none); numbers checked as a column, each distinct text read once."""
@@ -256,7 +278,7 @@ def _outputs(
         n = len(numbers)
         return numbers.tolist(), [[]] * n if multi else None, int(wrong[0]) if wrong.size else n
     read: list[tuple[float, list[float | None] | None] | None] = []
-    for i, value in enumerate(_parsed(column, name, first)):
+    for i, value in enumerate(_parsed(column, spec, spec.prediction_column, first)):
         try:
             read.append(read_prediction(Record(i, None, None, None, {}, value, None, False), schema))
         except BadRequest:
@@ -269,7 +291,7 @@ def _outputs(
     return [r[0] for r in rows], vectors, int(wrong[0]) if wrong.size else len(codes)
 
 
-def _parsed(column: Column, name: str, first: int) -> list[Any]:
+def _parsed(column: Column, spec: FileImport, name: str, first: int) -> list[Any]:
     """A prediction column's values: numbers (None: missing), or each distinct text read as JSON, the null
     last (text that is not JSON stops the import at its first row)."""
     if not isinstance(column, CodedColumn):
@@ -287,8 +309,8 @@ def _parsed(column: Column, name: str, first: int) -> list[Any]:
     if wrong.size:
         text = texts[column.codes[wrong[0]]]
         raise Invalid(
-            f"row {first + int(wrong[0])}: {name} holds {str(text)[:40]!r}, neither a number nor a JSON list "
-            "of class probabilities"
+            f"{spec.row(first + int(wrong[0]))}: {name} holds {str(text)[:40]!r}, neither a number nor a "
+            "JSON list of class probabilities"
         )
     return [*out, None]
 
@@ -311,27 +333,27 @@ def _labels(column: Column, schema: ModelSchema, bad: int) -> tuple[list[float |
     return lookup[index].tolist(), int(wrong[0]) if wrong.size else bad
 
 
-def _ids(column: Column, name: str, first: int) -> list[str]:
+def _ids(column: Column, spec: FileImport, name: str, first: int) -> list[str]:
     """Each row's id as text; an empty one stops the import."""
     if isinstance(column, CodedColumn):  # text: each distinct id checked once
         empty = np.array([t == "" for t in column.categories.tolist()] + [True], dtype=bool)
         wrong = np.flatnonzero(empty[column.codes])
         if wrong.size:
-            raise Invalid(_no_id(first + int(wrong[0]), name))
+            raise Invalid(_no_id(spec.row(first + int(wrong[0])), name))
         return list(column.categories[column.codes].tolist())
     out: list[str] = []
     for i, v in enumerate(as_python(column)):
         if v is None:
-            raise Invalid(_no_id(first + i, name))
+            raise Invalid(_no_id(spec.row(first + i), name))
         out.append(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
     return out
 
 
-def _no_id(row: int, name: str) -> str:
-    return f"row {row}: {name} is empty: every row needs its id (or leave --id-column out)"
+def _no_id(row: str, name: str) -> str:
+    return f"{row}: {name} is empty: every row needs its id (or leave --id-column out)"
 
 
-def _times(column: Column, name: str, first: int) -> tuple[list[datetime], np.ndarray]:
+def _times(column: Column, spec: FileImport, name: str, first: int) -> tuple[list[datetime], np.ndarray]:
     """The distinct times (RFC 3339 text or a Parquet timestamp; without an offset: UTC) and each row's index
     into them; a row whose time does not parse stops the import."""
     if not isinstance(column, CodedColumn):
@@ -353,7 +375,7 @@ def _times(column: Column, name: str, first: int) -> tuple[list[datetime], np.nd
         code = int(column.codes[row])
         shown = column.categories[code] if code >= 0 else "(empty)"
         raise Invalid(
-            f"row {first + row}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
+            f"{spec.row(first + row)}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
         )
     return list(distinct), index
 
@@ -365,12 +387,13 @@ def _runs(moments: list[datetime], index: np.ndarray) -> list[tuple[int, int, da
     return [(s, e, moments[int(index[s])]) for s, e in zip(starts, [*starts[1:], n], strict=True)]
 
 
-def _check(records: Sequence[Record], version: int, schema: ModelSchema) -> list[Checked]:
+def _check(records: Sequence[Record], spec: FileImport, version: int, schema: ModelSchema) -> list[Checked]:
     """The records read by the contract; a bad one is one line naming its row and field."""
     try:
         return check_records(records, {records[0].version if records else None: (version, schema)})
     except BadRequest as exc:
-        raise Invalid(re.sub(r"records\[(\d+)\]\.", r"row \1: ", str(exc))) from None
+        named = re.sub(r"records\[(\d+)\]\.", lambda m: f"{spec.row(int(m.group(1)))}: ", str(exc))
+        raise Invalid(named) from None
 
 
 def _write(
@@ -524,11 +547,13 @@ def _labelled(read: _Read, parts: list[_Segment]) -> list[tuple[str, float]]:
 
 def _store_labels(db: Database, model_name: str, labels: list[tuple[str, float]], result: Imported) -> None:
     """Store ``labels`` as feedback (their predictions are in the table)."""
-    from predictions.service import record_feedback
+    from predictions.service import store_feedback
 
     if labels:
         with db.session() as session:
-            result.labels += record_feedback(session=session, model_name=model_name, labels=labels)[0]
+            stored = store_feedback(session=session, model_name=model_name, labels=labels)
+        result.labels += stored.stored
+        result.labels_present += stored.present
 
 
 def _put(writer: LogWriter, rows: RequestRows) -> None:

@@ -49,12 +49,22 @@ def import_cmd(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Check every row and count; write nothing.")
     ] = False,
+    allow_missing_features: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing-features",
+            help="Log the contract's features the file lacks as missing (default: the import is refused, "
+            "naming them).",
+        ),
+    ] = False,
 ) -> None:
     """Log a batch job's scored rows into the prediction log (source `import`).
 
-    The file is checked whole first, in batches (bounded memory): a row whose prediction does not fit the
-    version's task, whose label the task cannot take or whose time or id is unusable stops the import with
-    one line naming the row, before anything is written. Then the rows are written through the log's writer
+    The file is checked whole first, in batches (bounded memory): a feature column of the version's contract
+    that the file lacks refuses it, naming the columns (unless --allow-missing-features); a row whose
+    prediction does not fit the version's task, whose label the task cannot take or whose time or id is
+    unusable stops the import with one line naming the row (CSV: its line, the header is line 1; Parquet: its
+    row from 1), before anything is written. Then the rows are written through the log's writer
     (spooled while the database is down); the version's contract flags values, never refuses them. With
     --id-column, run it again safely: ids the log holds are skipped.
     """
@@ -75,6 +85,7 @@ def import_cmd(
         label_column=label_column,
         version=version,
         dry_run=dry_run,
+        allow_missing_features=allow_missing_features,
     )
     rows = TableStream(file).rows  # Parquet knows it; a CSV's is counted by the first pass
     settings = get_settings()
@@ -98,7 +109,8 @@ def import_cmd(
         return
     typer.echo(
         f"{done.stored} of {done.rows} rows logged for {model}:{done.version} in {done.seconds:.1f} s "
-        f"({done.duplicates} already logged, {done.flagged} flagged by the contract, {done.labels} labels)"
+        f"({done.duplicates} already logged, {done.flagged} flagged by the contract; "
+        f"{done.labels} labels stored, {done.labels_present} already stored)"
         + (f"; {done.spooled} spooled until the database takes them" if done.spooled else "")
     )
 

@@ -324,5 +324,8 @@ def sync_worker_argv(job_file: Path, index: int) -> list[str]:
 
 
 def child_env() -> dict[str, str]:
-    """Environment for TF children: quiet logs; never TF_NUM_INTEROP_THREADS=1 (deadlocks PS training)."""
-    return {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
+    """Environment for TF children: quiet logs (no start-up banner, an operator's values kept); never
+    TF_NUM_INTEROP_THREADS=1 (deadlocks PS training)."""
+    from core.logs import TF_QUIET_ENV
+
+    return {**{k: os.environ.get(k, v) for k, v in TF_QUIET_ENV.items()}, "PYTHONUNBUFFERED": "1"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,7 @@ def run_training(
         module.calibrate(scale=scale, shift=shift)
         calibration = {"calibration": {"method": "platt", "scale": round(scale, 6), "shift": round(shift, 6)}}
     outputs = predict(module, data.holdout_inputs)
-    metrics = evaluate(task, y_true=data.holdout_y, predictions=outputs)
+    metrics = evaluate(task, y_true=data.holdout_y, predictions=outputs, classes=data.schema.classes)
     profile = build_reference_profile(
         data.train_columns, data.schema, predictions=outputs, labels=data.holdout_y
     )
@@ -143,9 +143,12 @@ def run_training(
     return TrainResult(version=version, metrics=metrics, seconds=seconds)
 
 
-def evaluate(task: Task, *, y_true: np.ndarray, predictions: np.ndarray) -> dict[str, Any]:
-    """The held-out metrics of the task (``monitors.performance.metrics_for``), ``rows`` as an int."""
-    metrics: dict[str, Any] = dict(metrics_for(task, y_true=y_true, predictions=predictions))
+def evaluate(
+    task: Task, *, y_true: np.ndarray, predictions: np.ndarray, classes: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The held-out metrics of the task (``monitors.performance.metrics_for``: per-class ones named by
+    ``classes``), ``rows`` as an int."""
+    metrics: dict[str, Any] = dict(metrics_for(task, y_true=y_true, predictions=predictions, classes=classes))
     metrics["rows"] = int(metrics["rows"])
     return metrics
 

@@ -757,7 +757,7 @@ def _register(
     profile = build_reference_profile(columns, schema, predictions=answers, labels=labels)
     metrics: dict[str, Any] = {}
     if labels is not None:
-        metrics.update(metrics_for(task, y_true=labels, predictions=answers))
+        metrics.update(metrics_for(task, y_true=labels, predictions=answers, classes=schema.classes))
         metrics["rows"] = int(metrics["rows"])
         metrics["measured_on"] = "reference"
     with db.session() as session:

@@ -3,7 +3,7 @@ insert), ``reading`` (logged predictions read back), ``feedback`` (labels), ``re
 purges) and ``labelled`` (the labelled rows of retraining). Other domains call it as
 ``from predictions import service``."""
 
-from predictions.service.feedback import record_feedback
+from predictions.service.feedback import StoredFeedback, record_feedback, store_feedback
 from predictions.service.ids import new_prediction_id, new_prediction_ids
 from predictions.service.inserts import (
     PG_INSERT,
@@ -51,6 +51,7 @@ __all__ = [
     "Logged",
     "LoggedPrediction",
     "Retention",
+    "StoredFeedback",
     "WriteFailure",
     "apply_retention",
     "batch_json",
@@ -72,5 +73,6 @@ __all__ = [
     "recent_predictions",
     "record_feedback",
     "retention_cutoff",
+    "store_feedback",
     "write_log_rows",
 ]

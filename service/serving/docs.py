@@ -271,7 +271,14 @@ INGEST = _json_body(
     },
 )
 INGEST_RESPONSES = _responses(
-    {"stored": 1, "duplicate_ids": [], "prediction_ids": [PID], "flagged": 0, "labels_stored": 0},
+    {
+        "stored": 1,
+        "duplicate_ids": [],
+        "prediction_ids": [PID],
+        "flagged": 0,
+        "labels_stored": 0,
+        "labels_already_stored": 0,
+    },
     400,
     401,
     403,

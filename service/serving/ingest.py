@@ -10,7 +10,8 @@ does not fit the version's task, a label the task cannot take or a time that doe
 Records that carry an ``id`` (the caller's own, up to 128 printable characters) form runs (consecutive
 records of one time, up to 2048) whose prediction ids derive from the model and every id of the run
 (:func:`keyed_ids`): one log row per run, and a run sent again (a retried batch) gets the same ids, is found
-in the log and skipped (``duplicate_ids``). Labels sent later go to the feedback route under
+in the log and skipped (``duplicate_ids``); its labels the log already holds are counted in
+``labels_already_stored``, not in ``labels_stored``. Labels sent later go to the feedback route under
 ``prediction_ids[i]``. A record without ``time`` is logged at its arrival; one without ``version`` belongs to
 the model's serving version (served here or elsewhere).
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from predictions.service import logged_predictions, record_feedback
+from predictions.service import StoredFeedback, logged_predictions, store_feedback
 from service.serving.flows import AppState
 from service.serving.records import SOURCE, check_records, parse_records, request_rows, segments
 
@@ -40,6 +41,7 @@ class Ingested:
     prediction_ids: list[str]
     flagged: int
     labels_stored: int
+    labels_already_stored: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class Ingested:
             "prediction_ids": self.prediction_ids,
             "flagged": self.flagged,
             "labels_stored": self.labels_stored,
+            "labels_already_stored": self.labels_already_stored,
         }
 
 
@@ -81,7 +84,9 @@ async def ingest(*, state: AppState, model_name: str, payload: Any, request_id: 
         state.metrics.ingested(model_name, SOURCE, len(rows), rows.flags)
         result.stored += len(rows)
         result.flagged += sum(1 for f in rows.flags if f)
-    result.labels_stored = await _store_labels(state, model_name, labels) if labels else 0
+    if labels:
+        stored = await _store_labels(state, model_name, labels)
+        result.labels_stored, result.labels_already_stored = stored.stored, stored.present
     result.prediction_ids = [ids[r.index] for r in records]
     return result
 
@@ -100,16 +105,17 @@ async def _known(state: AppState, model_name: str, ids: list[str]) -> set[str]:
     return await asyncio.to_thread(_find)
 
 
-async def _store_labels(state: AppState, model_name: str, labels: list[tuple[str, float]]) -> int:
-    """Store the records' labels once their predictions are committed."""
+async def _store_labels(state: AppState, model_name: str, labels: list[tuple[str, float]]) -> StoredFeedback:
+    """Store the records' labels once their predictions are committed (a label the log holds is counted,
+    not written again)."""
     writer = state.writer
     if writer is not None:
         await asyncio.to_thread(writer.flush, 5.0)
 
-    def _store() -> tuple[int, list[str]]:
+    def _store() -> StoredFeedback:
         with state.db.session() as session:
-            return record_feedback(session=session, model_name=model_name, labels=labels)
+            return store_feedback(session=session, model_name=model_name, labels=labels)
 
-    stored, unknown = await asyncio.to_thread(_store)
-    state.metrics.labels(model_name, stored, len(unknown))
+    stored = await asyncio.to_thread(_store)
+    state.metrics.labels(model_name, stored.stored, len(stored.unknown))
     return stored

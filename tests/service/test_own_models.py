@@ -324,14 +324,22 @@ def test_monitor_runs_on_each_task(own_server: tuple[Server, dict], name: str) -
         predictions=np.array(answers[::2], dtype=np.float64).reshape(300, -1).squeeze(-1)
         if name == "own_bin"  # the Keras model's own [batch, 1] output
         else np.array(answers[::2], dtype=np.float64),
+        classes=own_models.CLASSES,
     )
-    exact = {"own_bin": ("accuracy", "f1"), "own_cls": ("accuracy", "macro_f1", "log_loss", "recall_1")}
+    exact = {"own_bin": ("accuracy", "f1"), "own_cls": ("accuracy", "macro_f1", "log_loss", "recall[mid]")}
     for key in exact.get(name, ("mae", "rmse", "r2")):
         assert realised[key] == pytest.approx(want[key], rel=1e-6), key
     if name == "own_bin":
         assert set(realised) >= {"roc_auc", "accuracy", "f1"} and estimated["roc_auc"] > 0.5
     elif name == "own_cls":
-        assert set(realised) >= {"accuracy", "macro_f1", "log_loss", "recall_0", "recall_1", "recall_2"}
+        assert set(realised) >= {
+            "accuracy",
+            "macro_f1",
+            "log_loss",
+            "recall[high]",
+            "recall[low]",
+            "recall[mid]",
+        }
         assert set(estimated) >= {"accuracy", "macro_f1"}
         outputs = {f["name"]: f for f in report["outputs"]}
         assert set(outputs) == {"prediction[high]", "prediction[low]", "prediction[mid]", "predicted_class"}
