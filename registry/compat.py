@@ -6,12 +6,15 @@ can notice, each marked *breaking* or not. Breaking: a request today's clients s
 
 - an input added (every input must be sent, null for a missing value: ``missing_feature``) or removed (a
   request that still sends it: ``unknown_feature``); an input's kind changed (number <-> category string);
-- a category dropped (the new version never saw it: flagged as unseen, refused under policy ``reject``);
-  an input's policy turned to ``reject``; an input that took nulls no longer does, under policy ``reject``;
+- a category dropped under policy ``reject`` (the new version never saw it: refused); an input's policy
+  turned to ``reject``; an input that took nulls no longer does, under policy ``reject``;
+- the TF Serving signature an imported version's clients speak (``signature.json``): its input or output
+  names, dtypes or shapes, or the version answering driftwarden's own API instead (a retrained version);
 - the task, the class names or their order (the probabilities' positions), an output's name or width; a
   lower ``max_rows_per_request``.
 
-Not breaking (printed, the promotion proceeds): a category added, an allowed range widened, nulls newly
+Not breaking (printed, the promotion proceeds): a category dropped under policy ``flag`` (the request is
+still answered, the value flagged as unseen), a category added, an allowed range widened, nulls newly
 allowed, a higher row limit, a numeric dtype changed (``int64`` <-> ``float64``: numbers either way), and an
 allowed range narrowed: ranges are estimated anew from each training set, and the values the narrower range
 refuses lie beyond anything the new version was trained on (the change says which values).
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, Policy
+from registry.signature import SourceSignature
 
 SHOWN_VALUES = 8  # categories named in one change's text
 
@@ -166,9 +170,9 @@ def _input_changes(was: FeatureSpec, now: FeatureSpec) -> list[ContractChange]:
         dropped = [c for c in was.categories if c not in now.category_set]
         added = [c for c in now.categories if c not in was.category_set]
         if dropped:
-            what = "refused" if rejects else "flagged as unseen"
+            what = "refused" if rejects else "flagged as unseen, still answered"
             text = f"input {name!r} categories dropped: {_names(dropped)} (new to this version: {what})"
-            out.append(ContractChange("categories_dropped", name, True, text, dropped, None))
+            out.append(ContractChange("categories_dropped", name, rejects, text, dropped, None))
         if added:
             text = f"input {name!r} categories added: {_names(added)}"
             out.append(ContractChange("categories_added", name, False, text, None, added))
@@ -179,9 +183,35 @@ def _input_changes(was: FeatureSpec, now: FeatureSpec) -> list[ContractChange]:
     return out
 
 
-def compare_contracts(serving: ModelSchema, candidate: ModelSchema) -> ContractDiff:
-    """Every change a client of ``serving`` would notice if ``candidate`` served instead, breaking first."""
-    changes = _model_changes(serving, candidate)
+def _api(signature: SourceSignature | None) -> str:
+    if signature is None:
+        return "driftwarden's own API (one value per feature; probability, probabilities or value)"
+    tensors = ", ".join(f"{t.name} {t.dtype}{list(t.v2_shape())}" for t in signature.outputs)
+    inputs = ", ".join(f"{t.name} {t.dtype}{list(t.v2_shape())}" for t in signature.inputs)
+    return f"signature {signature.name!r} (inputs {inputs}; outputs {tensors})"
+
+
+def signature_changes(
+    serving: SourceSignature | None, candidate: SourceSignature | None
+) -> list[ContractChange]:
+    """The change of the TF Serving signature clients speak (an imported version's own, or driftwarden's)."""
+    if serving == candidate:
+        return []
+    text = f"the serving API changes from {_api(serving)} to {_api(candidate)}: TF Serving clients must adapt"
+    before = serving.to_dict() if serving is not None else None
+    after = candidate.to_dict() if candidate is not None else None
+    return [ContractChange("signature", "", True, text, before, after)]
+
+
+def compare_contracts(
+    serving: ModelSchema,
+    candidate: ModelSchema,
+    *,
+    signatures: tuple[SourceSignature | None, SourceSignature | None] = (None, None),
+) -> ContractDiff:
+    """Every change a client of ``serving`` would notice if ``candidate`` served instead, breaking first
+    (``signatures``: the two versions' recorded TF Serving signatures, None where a version has none)."""
+    changes = _model_changes(serving, candidate) + signature_changes(*signatures)
     old = {f.name: f for f in serving.features}
     new_names = set(candidate.feature_names)
     for spec in candidate.features:

@@ -389,15 +389,18 @@ def _compare(current: ModelVersion | None, row: ModelVersion) -> tuple[int, Cont
     if current is None or current.id == row.id:
         return None
     schemas = []
+    signatures = []
     for version in (current, row):
         try:
             schemas.append(read_schema(path=Path(version.path)))
+            signatures.append(read_signature(path=Path(version.path)))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ContractUnreadable(
                 f"the contract of {version.model_name}:{version.version} is not readable at {version.path} "
                 f"({type(exc).__name__}: {exc}): what the change means for clients is not known"
             ) from None
-    return current.version, compare_contracts(schemas[0], schemas[1])
+    pair = (signatures[0], signatures[1])
+    return current.version, compare_contracts(schemas[0], schemas[1], signatures=pair)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ from registry.contracts import (
     output_flags,
 )
 from registry.schema import SUM_TOLERANCE, FeatureKind, ModelSchema, OutputSpec, Task
+from registry.signature import SourceSignature
 from training.comparison import (
     ECE_BINS,
     LOWER_IS_BETTER,
@@ -324,12 +325,15 @@ def _as_lists(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> dict[st
 
 
 def input_contract(
-    schema: ModelSchema, columns: Mapping[str, np.ndarray], serving: ModelSchema | None = None
+    schema: ModelSchema,
+    columns: Mapping[str, np.ndarray],
+    serving: ModelSchema | None = None,
+    signatures: tuple[SourceSignature | None, SourceSignature | None] = (None, None),
 ) -> GateCheck:
     """The candidate's contract accepts every holdout row and breaks nothing for the clients of ``serving``
     (:func:`registry.compat.compare_contracts`; a breaking change: undecided, a person decides); figures:
     the share rejected, first violations, the contract's changes."""
-    diff = compare_contracts(serving, schema) if serving is not None else None
+    diff = compare_contracts(serving, schema, signatures=signatures) if serving is not None else None
     changes = {"contract_changes": diff.to_list()} if diff is not None else {}
     stated = _changes_text(diff)
     missing = [name for name in schema.feature_names if name not in columns]
@@ -1066,17 +1070,23 @@ def slices(
 
 
 def evaluate(
-    *, schema: ModelSchema, holdout: Holdout, policy: GatePolicy, serving_schema: ModelSchema | None = None
+    *,
+    schema: ModelSchema,
+    holdout: Holdout,
+    policy: GatePolicy,
+    serving_schema: ModelSchema | None = None,
+    signatures: tuple[SourceSignature | None, SourceSignature | None] = (None, None),
 ) -> GateResult:
     """Run every check of the gate on ``holdout`` for a candidate with contract ``schema`` (its task decides
     the outputs' shape, the metric, the calibration and the slices' metric: module docstring);
-    ``serving_schema``: the serving version's contract, which the input contract check compares with."""
+    ``serving_schema``: the serving version's contract, which the input contract check compares with
+    (``signatures``: the serving version's and the candidate's recorded TF Serving signatures)."""
     labels = np.asarray(holdout.labels, dtype=np.float64)
     cand = np.asarray(holdout.candidate, dtype=np.float64)
     serv = None if holdout.serving is None else np.asarray(holdout.serving, dtype=np.float64)
     task = schema.kind
     checks = [
-        input_contract(schema, holdout.columns, serving_schema),
+        input_contract(schema, holdout.columns, serving_schema, signatures),
         outputs(schema.output, cand),
         metric(
             name=policy.metric,

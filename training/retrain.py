@@ -47,7 +47,16 @@ from core.tabular import Columns, read_table, write_table
 from predictions.service import labelled_rows
 from registry.models import ModelVersion, VersionState
 from registry.schema import FeatureKind, ModelSchema, Task, label_codes
-from registry.service import get_version, latest_version, promote, read_schema, reject, serving_version
+from registry.service import (
+    get_version,
+    latest_version,
+    promote,
+    read_schema,
+    read_signature,
+    reject,
+    serving_version,
+)
+from registry.signature import SourceSignature
 from training.builders import lineage_ref, require_retrainable
 from training.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
 from training.jobs import Mode, TrainingRunSpec, prepare
@@ -637,13 +646,21 @@ def validate(control: JobControl, plan: Plan, candidate: int, data: JobData) -> 
         labels = np.asarray(target, dtype=np.float64)
     cand = score_version(Path(row.path), cand_schema, columns)
     serving = serving_schema = None
+    signatures: tuple[SourceSignature | None, SourceSignature | None] = (None, None)
     if current is not None and current.version != candidate:
         path = Path(current.path)
         serving_schema = read_schema(path=path)
         serving = score_version(path, serving_schema, columns)
+        signatures = (read_signature(path=path), read_signature(path=Path(row.path)))
     holdout = Holdout(columns=columns, labels=labels, candidate=cand, serving=serving)
     policy = GatePolicy.from_settings(control.settings)
-    return evaluate(schema=cand_schema, holdout=holdout, policy=policy, serving_schema=serving_schema)
+    return evaluate(
+        schema=cand_schema,
+        holdout=holdout,
+        policy=policy,
+        serving_schema=serving_schema,
+        signatures=signatures,
+    )
 
 
 def conclude(control: JobControl, plan: Plan, candidate: int, result: GateResult) -> JobState:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ from typer.testing import CliRunner, Result
 from core.config import get_settings
 from core.database import open_database
 from registry.compat import compare_contracts
-from registry.schema import ModelSchema, Task, infer_schema
+from registry.schema import ModelSchema, Policy, Task, infer_schema
 from registry.service import SERVED_ELSEWHERE, register_version
+from registry.signature import SourceSignature, Tensor
 from service.cli import app
 from tests.support import Server, serve_settings
 from training.gate import Verdict, input_contract
@@ -85,8 +87,18 @@ def test_dropped_category_type_task_classes_and_removed_input_break_clients() ->
     old = _compatible()
     dropped = compare_contracts(old, _schema())
     kinds = {c.kind: c for c in dropped.changes}
-    assert kinds["categories_dropped"].breaking and kinds["categories_dropped"].before == ["enterprise"]
+    # under policy flag a dropped category is still answered (flagged as unseen): printed, not refused
+    assert not kinds["categories_dropped"].breaking and kinds["categories_dropped"].before == ["enterprise"]
+    assert "flagged as unseen, still answered" in kinds["categories_dropped"].text
     assert kinds["range_narrowed"].breaking is False  # re-estimated ranges: printed, not refused
+    strict_old, strict_new = (
+        replace(schema, features=tuple(replace(f, policy=Policy.REJECT) for f in schema.features))
+        for schema in (old, _schema())
+    )
+    refused = {c.kind: c for c in compare_contracts(strict_old, strict_new).changes}
+    assert refused["categories_dropped"].breaking and "(new to this version: refused)" in (
+        refused["categories_dropped"].text
+    )
 
     cols = _columns()
     cols["tenure"] = np.array([f"t{i % 5}" for i in range(60)], dtype=object)
@@ -338,3 +350,20 @@ def test_a_contract_that_cannot_be_read_is_not_compared_and_says_so(cli_db: str,
     assert r.stdout.splitlines()[1].startswith(
         "contracts not compared: the contract of segment:2 is not readable"
     )
+
+
+def test_the_tf_serving_signature_clients_speak_is_compared() -> None:
+    own = SourceSignature(
+        name="serving_default",
+        inputs=(Tensor("tenure", "float32", (None, 1)),),
+        outputs=(Tensor("output_0", "float32", (None, 3)),),
+    )
+    assert compare_contracts(_schema(), _schema(), signatures=(own, own)).changes == ()
+    retrained = compare_contracts(_schema(), _schema(), signatures=(own, None))  # trained here: own API
+    assert [(c.kind, c.breaking) for c in retrained.changes] == [("signature", True)]
+    assert "output_0 float32[-1, 3]" in retrained.changes[0].text
+    assert "driftwarden's own API" in retrained.changes[0].text
+    renamed = replace(own, outputs=(Tensor("scores", "float32", (None, 3)),))
+    assert [c.kind for c in compare_contracts(_schema(), _schema(), signatures=(own, renamed)).breaking] == [
+        "signature"
+    ]
