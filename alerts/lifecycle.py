@@ -90,6 +90,7 @@ class RetrainOutcome:
     reason: str | None = None
     error: str | None = None
     requested: int | None = None  # a version not retrainable here: its retrain.requested messages
+    model_name: str | None = None  # the model a retrain.requested went out for
 
     def evidence(self) -> dict[str, Any]:
         """As the alert's ``evidence["retrain"]`` keeps it: the job and why, the event sent instead of a job
@@ -248,10 +249,18 @@ def retrain(pass_: Pass, alert: Alert, *, trigger: str, key: str, requested_by: 
                 cooldown_s=pass_.settings.retrain_cooldown_s,
             )
     except NotRetrainable as exc:
-        request = RetrainRequest(alert=alert, version=exc.version, why=exc.why, window=pass_.window)
-        sent = deliver(pass_, request, [])
-        outcome = RetrainOutcome(alert.id, alert.fingerprint, reason=str(exc), requested=sent)
-        detail = f"retrain: no job ({exc}); {RETRAIN_REQUESTED} sent to {sent} webhook(s)"
+        earlier = _requested_in_pass(pass_, str(alert.model_name))
+        if earlier is not None:  # one request per model and pass, as one job would serve both alerts
+            reason = f"{exc}; {RETRAIN_REQUESTED} already sent for alert {earlier} in this pass"
+            outcome = RetrainOutcome(alert.id, alert.fingerprint, reason=reason)
+            detail = f"retrain: no job ({reason})"
+        else:
+            request = RetrainRequest(alert=alert, version=exc.version, why=exc.why, window=pass_.window)
+            sent = deliver(pass_, request, [])
+            outcome = RetrainOutcome(
+                alert.id, alert.fingerprint, reason=str(exc), requested=sent, model_name=str(alert.model_name)
+            )
+            detail = f"retrain: no job ({exc}); {RETRAIN_REQUESTED} sent to {sent} webhook(s)"
     except DomainError as exc:
         outcome = RetrainOutcome(alert.id, alert.fingerprint, error=str(exc))
         detail = f"retrain not enqueued: {exc}"
@@ -270,6 +279,14 @@ def retrain(pass_: Pass, alert: Alert, *, trigger: str, key: str, requested_by: 
     record(pass_, alert, alert.state, detail, from_state=alert.state)
     pass_.evaluation.jobs.append(outcome)
     return info
+
+
+def _requested_in_pass(pass_: Pass, model_name: str) -> int | None:
+    """The alert whose ``retrain.requested`` this pass already sent for the model (None: none yet)."""
+    for outcome in pass_.evaluation.jobs:
+        if isinstance(outcome, RetrainOutcome) and outcome.model_name == model_name and outcome.requested:
+            return outcome.alert_id
+    return None
 
 
 def rollback_if_watched(pass_: Pass, alert: Alert) -> None:
