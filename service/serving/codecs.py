@@ -77,6 +77,23 @@ def parse_json(body: bytes) -> Any:
 
 
 # -- TF Serving REST ------------------------------------------------------------------------------
+def predict_form(payload: Mapping[str, Any]) -> tuple[str, Any]:
+    """A ``:predict`` body's form: ``("row", instances)`` (a list), ``("columnar", inputs)``, or
+    ``("", None)`` when it holds neither (BadRequest on unknown keys, both, or instances not a list)."""
+    unknown = set(payload) - {"instances", "inputs", "signature_name"}
+    if unknown:
+        raise BadRequest(f"unknown request keys {sorted(unknown)}; use 'instances' or 'inputs'")
+    if "instances" in payload and "inputs" in payload:
+        raise BadRequest('send either "instances" (row format) or "inputs" (columnar format), not both')
+    if "instances" in payload:
+        if not isinstance(payload["instances"], list):
+            raise BadRequest('"instances" must be a list of rows')
+        return "row", payload["instances"]
+    if "inputs" in payload:
+        return "columnar", payload["inputs"]
+    return "", None
+
+
 def parse_v1(schema: ModelSchema, payload: Any) -> Columns:
     """A ``:predict`` body -> columns."""
     if not isinstance(payload, Mapping):
@@ -86,19 +103,12 @@ def parse_v1(schema: ModelSchema, payload: Any) -> Columns:
         raise BadRequest(
             f"unknown signature_name {signature!r}; this model has 'serving_default'", "signature"
         )
-    unknown = set(payload) - {"instances", "inputs", "signature_name"}
-    if unknown:
-        raise BadRequest(f"unknown request keys {sorted(unknown)}; use 'instances' or 'inputs'")
-    if "instances" in payload and "inputs" in payload:
-        raise BadRequest('send either "instances" (row format) or "inputs" (columnar format), not both')
-    if "instances" in payload:
-        instances = payload["instances"]
-        if not isinstance(instances, list):
-            raise BadRequest('"instances" must be a list of objects')
-        values, n = rows_to_columns(schema, instances)
-        return Columns(values, n, "row", rows=instances)
-    if "inputs" in payload:
-        inputs = payload["inputs"]
+    form, body = predict_form(payload)
+    if form == "row":
+        values, n = rows_to_columns(schema, body)
+        return Columns(values, n, "row", rows=body)
+    if form == "columnar":
+        inputs = body
         if not isinstance(inputs, Mapping):
             raise BadRequest('"inputs" must be an object of named lists (one per feature)')
         for name, col in inputs.items():

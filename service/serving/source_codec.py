@@ -22,7 +22,7 @@ import numpy as np
 from registry.contracts import MAX_REPORTED, ContractViolation, Violation, check_columns, rows_to_columns
 from registry.schema import ModelSchema
 from registry.signature import SourceSignature, Tensor, output_key
-from service.serving.codecs import BadRequest, Columns
+from service.serving.codecs import BadRequest, Columns, predict_form
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -39,20 +39,13 @@ def parse_source_v1(schema: ModelSchema, signature: SourceSignature, payload: An
     if not isinstance(payload, Mapping):
         raise BadRequest('the body must be a JSON object with "instances" or "inputs"')
     check_signature_name(signature, payload)
-    unknown = set(payload) - {"instances", "inputs", "signature_name"}
-    if unknown:
-        raise BadRequest(f"unknown request keys {sorted(unknown)}; use 'instances' or 'inputs'")
-    if "instances" in payload and "inputs" in payload:
-        raise BadRequest('send either "instances" (row format) or "inputs" (columnar format), not both')
-    if "instances" in payload:
-        instances = payload["instances"]
-        if not isinstance(instances, list):
-            raise BadRequest('"instances" must be a list of rows')
-        rows = _rows(signature, instances)
+    form, body = predict_form(payload)
+    if form == "row":
+        rows = _rows(signature, body)
         values, n = rows_to_columns(schema, rows)
         return Columns(values, n, "row", rows=rows)
-    if "inputs" in payload:
-        inputs = payload["inputs"]
+    if form == "columnar":
+        inputs = body
         if isinstance(inputs, Mapping):
             named = inputs
         elif len(signature.inputs) == 1:
