@@ -63,3 +63,16 @@ def test_the_violation_check_is_a_binomial_test_at_the_chance() -> None:
     assert violation_check(feature="x", count=2, rows=ROWS, expected_rate=1e-9, alpha=1e-7).flagged
     assert violation_check(feature="x", count=1, rows=ROWS, expected_rate=None, alpha=1e-7).flagged
     assert not violation_check(feature="x", count=0, rows=ROWS, expected_rate=None, alpha=1e-7).flagged
+
+
+def test_one_far_legitimate_value_does_not_make_the_joint_distribution_drift(profile: Profile) -> None:
+    rng = np.random.default_rng(42)
+    window = {"amount": rng.lognormal(3.0, 1.5, ROWS), "income": rng.lognormal(10.0, 0.8, ROWS)}
+    amount = profile.features["amount"]
+    assert isinstance(amount, NumericProfile) and amount.allowed_max is not None
+    window["amount"][0] = amount.allowed_max / 10  # far beyond the reference, inside the allowed range
+    report = evaluate(
+        profile=profile, sketch=sketch_columns(profile=profile, columns=window), every_s=EVERY_5_MIN
+    )
+    assert report.multivariate is not None and not report.multivariate.drifted
+    assert not any(f.drifted for f in report.features)
