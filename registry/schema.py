@@ -253,7 +253,8 @@ def infer_schema(
     """Infer the contract from training columns; the ``target`` column must hold the ``task``'s labels.
 
     Multi-class: the classes are ``classes`` (in the model's output order) or the target's sorted distinct
-    values. Regression: the target's range is the expected range of the model's values.
+    values. Regression: the target's range is the expected range of the model's values. Each numeric
+    feature's allowed range refuses a legitimate value with ``range_chance`` (:mod:`registry.tails`).
     """
     if target not in columns:
         raise ValueError(f"target column {target!r} not in data (columns: {sorted(columns)})")
