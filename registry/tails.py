@@ -134,9 +134,11 @@ def fit_tail(values: np.ndarray, *, side: int) -> Tail | None:
     if n < MIN_SAMPLE:
         return None
     share = min(max(TAIL_SHARE, MIN_EXCEEDANCES / n), MAX_TAIL_SHARE, MAX_EXCEEDANCES / n)
-    oriented = np.sort(side * values)  # the side's tail at the top
-    threshold = float(oriented[int(math.floor((1.0 - share) * (n - 1)))])
-    excesses = oriented[oriented > threshold] - threshold
+    at = int(math.floor((1.0 - share) * (n - 1)))
+    oriented = np.partition(side * values, at)  # the side's tail at the top, beyond its threshold
+    threshold = float(oriented[at])
+    top = oriented[at + 1 :]
+    excesses = top[top > threshold] - threshold
     if excesses.size < MIN_EXCEEDANCES or np.unique(excesses).size < MIN_DISTINCT:
         return None
     scale, shape = fit_gpd(excesses)
