@@ -8,9 +8,10 @@ values go beyond the reference's range as a fresh heavy-tailed stream's do. Each
 the backtest's per-block sketches, on two worker processes. The stream carries the model's answers but no
 labels: the tail draws change the inputs only (a row's answer and label stay those of the row drawn), and
 the labels' detectors (realised performance, the error stream's concept drift: a pass over the window's
-100,000 errors a run) would double the cost without telling anything about the tails. Cost: about 65 s of
-CPU (8,640 runs of 100,000 rows, three features); the contract check over the 4.4 million rows the runs
-read: about a second.
+100,000 errors a run) would double the cost without telling anything about the tails. Cost: 8,640 runs of
+100,000 rows, three features, about 50 s of CPU (35 s on two idle cores, 165 s under a load of 9 on two);
+the contract check over the 4.4 million rows the runs read: about a second. Measured: 8,638 of 8,640 runs
+green, no false notification.
 """
 
 from __future__ import annotations
