@@ -6,7 +6,9 @@ rows: the file its lineage names (``reference`` of a version registered by ``dri
 ``data_source`` of a trained one), the model's answers from the file's prediction column (a model served
 elsewhere) or from the version's SavedModel, the labels from the contract's target column. Half of those
 rows (even positions) are profiled as the version was, the traffic is drawn from the other half
-(:func:`split_reference`): a window never holds a row of the profile it is compared with. The rules are
+(:func:`split_reference`): a window never holds a row of the profile it is compared with; its numeric
+features' tails are drawn from a tail fit of that half (:func:`alerts.backtest_traffic.fit_tails`), so the
+traffic leaves the reference's range as real traffic does. The rules are
 the model's (its own, the ``*`` ones, else the defaults) or those a rules file gives it; only the rules a
 monitor run evaluates, and enabled, take part. Every refusal is a :class:`core.errors.DomainError` (one
 line, exit 2): nothing is written anywhere.
@@ -14,14 +16,14 @@ line, exit 2): nothing is written anywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from alerts import service
 from alerts.backtest import BacktestResult, Judge, Plan, Progress, Setup, backtest
-from alerts.backtest_traffic import Pool, Shift, ShiftKind
+from alerts.backtest_traffic import Pool, Shift, ShiftKind, fit_tails
 from alerts.config import WILDCARD, load_rules_file
 from alerts.flows import check_rule_features, check_rule_sets
 from alerts.specs import MONITOR_KINDS, RuleSpec
@@ -113,9 +115,10 @@ def split_reference(pool: Pool, schema: ModelSchema) -> tuple[Profile, Pool]:
         columns = {name: values[index] for name, values in pool.columns.items()}
         return Pool(columns=columns, predictions=pool.predictions[index], labels=labels, task=pool.task)
 
-    ref = half(profiled)
+    ref, traffic = half(profiled), half(drawn)
     built = build_reference_profile(ref.columns, schema, predictions=ref.predictions, labels=ref.labels)
-    return profile_from_dict(built), half(drawn)
+    numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
+    return profile_from_dict(built), replace(traffic, tails=fit_tails(traffic.columns, numeric))
 
 
 def _version(*, db: Database, settings: Settings, model_name: str) -> _Version:

@@ -6,10 +6,18 @@ are asked for (each block of :data:`CHUNK` positions has a generator of its own,
 block), so a window can be counted again, or from any run on, without keeping its rows. A :class:`Shift`
 changes the rows at and after its first position; the stream without a shift and a shifted one share their
 draws.
+
+Resampled values never leave the reference's range, real traffic does: a numeric feature's values beyond the
+threshold of one of its tails (:class:`registry.tails.Tail`, fitted to the traffic's rows by
+:func:`fit_tails`) are replaced by draws from that tail's generalized Pareto fit (a stream of uniforms of
+their own per feature and side), so the stream keeps the reference's distribution and its tails go on beyond
+its extremes, as fresh values of a heavy-tailed feature do. The model's answer and the label stay those of
+the row drawn.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 from collections.abc import Mapping
@@ -19,8 +27,10 @@ import numpy as np
 
 from core.tabular import CodedColumn, Column, as_float
 from registry.schema import Task
+from registry.tails import Tail, fit_tail
 
 CHUNK = 1 << 16  # positions per generator
+TAIL_STREAMS = 3  # the streams of draws from 3 on: each numeric feature's tails (lower, upper)
 MINUTES_PER_DAY = 1440
 
 
@@ -51,6 +61,10 @@ class Shift:
     sd: float = 0.0
 
 
+Tails = tuple[Tail | None, Tail | None]
+"""A numeric feature's lower and upper tails (None: that side not fitted)."""
+
+
 @dataclass(frozen=True)
 class Pool:
     """The reference rows the traffic is drawn from: the features, the model's answers (``[n]``, or
@@ -60,6 +74,8 @@ class Pool:
     predictions: np.ndarray
     labels: np.ndarray | None
     task: Task
+    tails: Mapping[str, Tails] = dataclasses.field(default_factory=dict)
+    """Numeric features' tails, whose values are drawn from the fit (:func:`fit_tails`)."""
 
     @property
     def rows(self) -> int:
@@ -80,9 +96,24 @@ class Rows:
     labels: np.ndarray | None
 
 
-@functools.lru_cache(maxsize=32)
+def fit_tails(columns: Mapping[str, Column], numeric: list[str]) -> dict[str, Tails]:
+    """The tails of the ``numeric`` features of ``columns`` (those with neither side fitted left out); the
+    lower one of a feature whose values are all >= 0 is not drawn (its natural bound, as the contract's)."""
+    out: dict[str, Tails] = {}
+    for name in numeric:
+        values = as_float(columns[name])
+        values = values[np.isfinite(values)]
+        lower = fit_tail(values, side=-1) if values.size and values.min() < 0 else None
+        sides = (lower, fit_tail(values, side=+1))
+        if sides != (None, None):
+            out[name] = sides
+    return out
+
+
+@functools.lru_cache(maxsize=64)
 def _draws(seed: int, block: int, stream: int, rows: int) -> np.ndarray:
-    """One block's reference rows (``stream`` 0) or uniform numbers (1: new categories, 2: flips)."""
+    """One block's reference rows (``stream`` 0) or uniform numbers (1: new categories, 2: flips, from
+    :data:`TAIL_STREAMS`: the tails' draws)."""
     rng = np.random.default_rng([seed, block, stream])
     return rng.integers(0, rows, CHUNK) if stream == 0 else rng.random(CHUNK)
 
@@ -109,11 +140,25 @@ class Traffic:
         """The rows of positions ``[lo, hi)``, features included."""
         index = draws(self.seed, lo, hi, stream=0, rows=self.pool.rows)
         columns = {name: values[index] for name, values in self.pool.columns.items()}
+        for i, (name, sides) in enumerate(sorted(self.pool.tails.items())):
+            columns[name] = self._tails_drawn(columns[name], sides, lo, hi, stream=TAIL_STREAMS + 2 * i)
         predictions, labels = self._outputs(index, lo, hi)
         shift = self.shift
         if shift is not None and shift.feature is not None and hi > self.start:
             columns[shift.feature] = self._shifted(columns[shift.feature], lo, hi)
         return Rows(columns=columns, predictions=predictions, labels=labels)
+
+    def _tails_drawn(self, values: Column, sides: Tails, lo: int, hi: int, *, stream: int) -> Column:
+        """``values`` with those beyond a tail's threshold drawn from its fit instead."""
+        out = as_float(values).copy()
+        for k, tail in enumerate(sides):
+            if tail is None:
+                continue
+            beyond = out > tail.threshold if tail.side > 0 else out < tail.threshold
+            if beyond.any():
+                uniforms = draws(self.seed, lo, hi, stream=stream + k, rows=self.pool.rows)
+                out[beyond] = tail.draw(uniforms[beyond])
+        return out
 
     def outputs(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The model's answers and the labels of positions ``[lo, hi)`` (no features)."""

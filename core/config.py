@@ -233,6 +233,14 @@ class Settings(BaseSettings):
             "(exit 2), never a verdict; `--min-rows` overrides it per run."
         ),
     )
+    range_chance: float = Field(
+        default=1e-9,
+        gt=0,
+        lt=0.05,
+        description="The chance per value that a legitimate value of a numeric feature falls outside the "
+        "allowed range a new version's contract infers from a tail estimate of its training data (a value "
+        "outside is refused); see docs/monitoring.md.",
+    )
     admin_token: SecretStr | None = Field(
         default=None,
         description="A bootstrap admin credential: this bearer token has every scope (unset: only tokens "

@@ -183,7 +183,13 @@ def _numeric_feature(
                 expected_rate=2.0 / (ref_profile.count + 1),
                 **rate,
             ),
-            violation_check(feature=name, count=counts.outside, rows=total),
+            violation_check(
+                feature=name,
+                count=counts.outside,
+                rows=total,
+                expected_rate=ref_profile.allowed_chance,
+                alpha=quality_alpha,
+            ),
         ),
     )
 
@@ -234,7 +240,8 @@ def _categorical_feature(
     )
 
 
-QUALITY_CHECKS_PER_FEATURE = 2  # missing, and out of range or unseen category (violations are counted)
+QUALITY_CHECKS = {FeatureKind.NUMERIC: 3, FeatureKind.CATEGORICAL: 2}
+"""The quality checks of a feature: missing, out of range and contract violations; missing and unseen."""
 
 
 def _measure_features(
@@ -243,7 +250,8 @@ def _measure_features(
     """Every enabled input feature the window has values for, in profile order; the quality checks of all
     features share the level (Bonferroni)."""
     out: list[FeatureMeasurement] = []
-    quality_alpha = config.alpha / max(1, QUALITY_CHECKS_PER_FEATURE * len(profile.features))
+    checks = sum(QUALITY_CHECKS[f.kind] for f in profile.features.values())
+    quality_alpha = config.alpha / max(1, checks)
     for name, feature in profile.features.items():
         override = config.features.get(name)
         if override is not None and not override.enabled:

@@ -94,6 +94,7 @@ class NumericProfile:
     observed_max: float | None = None
     allowed_min: float | None = None
     allowed_max: float | None = None
+    allowed_chance: float | None = None  # the contract's chance per value of a legitimate value outside
     kind: FeatureKind = FeatureKind.NUMERIC
 
     @property
@@ -387,6 +388,7 @@ def build_reference_profile(
             observed_max=spec.observed_max,
             allowed_min=spec.allowed_min,
             allowed_max=spec.allowed_max,
+            allowed_chance=spec.allowed_chance,
         )
         return out
 
@@ -565,6 +567,7 @@ def _numeric_from_dict(d: Mapping[str, Any]) -> NumericProfile:
         observed_max=d.get("observed_max"),
         allowed_min=d.get("allowed_min"),
         allowed_max=d.get("allowed_max"),
+        allowed_chance=d.get("allowed_chance"),
     )
 
 

@@ -6,8 +6,11 @@ the window's rate is higher by at least ``min_increase`` (absolute) *and* a one-
 Expected rates: the reference missing rate; ``2 / (n_ref + 1)`` for values outside the reference
 [min, max] (the chance that a new draw from a continuous reference falls beyond its extremes); the
 Good-Turing estimate ``n_1 / N`` (share of categories seen once) for unseen categories. Contract
-violations (values outside the schema's allowed range) are expected never to occur and are flagged
-from the first one.
+violations (values outside the schema's allowed range) are expected at the contract's chance per value
+(``allowed_chance``: the tail estimate of ``registry.tails``; 0 for a contract written before it) and
+flagged when the binomial test rejects that rate at ``alpha``, without the ``min_increase`` floor: at an
+expected rate of 1e-9, two values in a window of 100,000 rows are already significant, and a contract
+without a chance flags the first one, as before.
 """
 
 from __future__ import annotations
@@ -76,17 +79,19 @@ def rate_check(
     )
 
 
-def violation_check(*, feature: str, count: int, rows: int) -> QualityCheck:
-    """Values outside the contract's allowed range: any is a flag."""
-    return QualityCheck(
+def violation_check(
+    *, feature: str, count: int, rows: int, expected_rate: float | None, alpha: float
+) -> QualityCheck:
+    """Values outside the contract's allowed range, flagged when significantly more than its chance per value
+    (``expected_rate``; None, a contract without one: any is a flag)."""
+    return rate_check(
         feature=feature,
         check="contract_violation",
-        count=int(count),
-        rows=int(rows),
-        rate=count / rows if rows else 0.0,
-        expected_rate=0.0,
-        p_value=None,
-        flagged=count > 0,
+        count=count,
+        rows=rows,
+        expected_rate=expected_rate or 0.0,
+        alpha=alpha,
+        min_increase=0.0,
     )
 
 

@@ -3,7 +3,8 @@
 In the spirit of TFDV's schema inference: each feature gets a kind, a dtype, the observed
 range or category set, and nullability. Two ranges are kept for numeric features: the
 *observed* one (values outside it are flagged, they are what drift looks like) and a wider
-*allowed* one (values outside it are impossible for this feature and violate the contract).
+*allowed* one (values outside it violate the contract), from a tail estimate of the training
+values at a stated chance per value of refusing a legitimate one (:mod:`registry.tails`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+
+from registry.tails import DEFAULT_CHANCE, allowed_range
 
 MAX_CATEGORIES = 64  # a string column with more distinct values is not treated as categorical
 MAX_CATEGORY_CHARS = 256  # default longest categorical value a contract accepts (or the longest trained on)
@@ -78,6 +81,9 @@ class FeatureSpec:
     observed_max: float | None = None
     allowed_min: float | None = None
     allowed_max: float | None = None
+    allowed_chance: float | None = None
+    """The chance per value, by the tail estimate, that a legitimate value falls outside the allowed range
+    (:mod:`registry.tails`; None: a contract written before the estimate, its range the span rule)."""
     categories: tuple[str, ...] = ()
     policy: Policy = Policy.FLAG
     max_length: int = MAX_CATEGORY_CHARS  # characters of a categorical value (a longer one is refused)
@@ -195,8 +201,9 @@ def is_missing(values: np.ndarray) -> np.ndarray:
     return np.array([v is None or v == "" or (isinstance(v, float) and math.isnan(v)) for v in values])
 
 
-def infer_feature(name: str, values: np.ndarray) -> FeatureSpec:
-    """Infer one feature's spec from its training column."""
+def infer_feature(name: str, values: np.ndarray, *, range_chance: float = DEFAULT_CHANCE) -> FeatureSpec:
+    """Infer one feature's spec from its training column; a numeric one's allowed range refuses a legitimate
+    value with ``range_chance`` (:func:`registry.tails.allowed_range`)."""
     missing = is_missing(values)
     n = len(values)
     missing_rate = float(missing.mean()) if n else 0.0
@@ -205,10 +212,7 @@ def infer_feature(name: str, values: np.ndarray) -> FeatureSpec:
         dtype = "int64" if values.dtype.kind in "iub" else "float64"
         lo = float(np.min(present)) if present.size else 0.0
         hi = float(np.max(present)) if present.size else 0.0
-        span = max(hi - lo, abs(hi), 1.0)
-        allowed_lo = lo - span
-        if lo >= 0:
-            allowed_lo = 0.0
+        allowed = allowed_range(present, chance=range_chance)
         return FeatureSpec(
             name=name,
             kind=FeatureKind.NUMERIC,
@@ -217,8 +221,9 @@ def infer_feature(name: str, values: np.ndarray) -> FeatureSpec:
             missing_rate=missing_rate,
             observed_min=lo,
             observed_max=hi,
-            allowed_min=allowed_lo,
-            allowed_max=hi + span,
+            allowed_min=allowed.low,
+            allowed_max=allowed.high,
+            allowed_chance=allowed.chance,
         )
     cats = sorted({str(v) for v in present})
     if len(cats) > MAX_CATEGORIES:
@@ -238,12 +243,18 @@ def infer_feature(name: str, values: np.ndarray) -> FeatureSpec:
 
 
 def infer_schema(
-    columns: Mapping[str, np.ndarray], *, target: str, task: Task = Task.BINARY, classes: tuple[str, ...] = ()
+    columns: Mapping[str, np.ndarray],
+    *,
+    target: str,
+    task: Task = Task.BINARY,
+    classes: tuple[str, ...] = (),
+    range_chance: float = DEFAULT_CHANCE,
 ) -> ModelSchema:
     """Infer the contract from training columns; the ``target`` column must hold the ``task``'s labels.
 
     Multi-class: the classes are ``classes`` (in the model's output order) or the target's sorted distinct
-    values. Regression: the target's range is the expected range of the model's values.
+    values. Regression: the target's range is the expected range of the model's values. Each numeric
+    feature's allowed range refuses a legitimate value with ``range_chance`` (:mod:`registry.tails`).
     """
     if target not in columns:
         raise ValueError(f"target column {target!r} not in data (columns: {sorted(columns)})")
@@ -264,7 +275,9 @@ def infer_schema(
             raise ValueError(f"target column {target!r} of a regression holds an infinite value")
         if values.size:
             expected = (float(values.min()), float(values.max()))
-    features = tuple(infer_feature(name, col) for name, col in columns.items() if name != target)
+    features = tuple(
+        infer_feature(name, col, range_chance=range_chance) for name, col in columns.items() if name != target
+    )
     if not features:
         raise ValueError("no feature columns besides the target")
     output = OutputSpec.for_task(task, classes=len(classes), expected=expected)

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from core.config import get_settings
 from core.database import Database
 from core.errors import Invalid
 from core.tabular import Columns, read_table
@@ -184,7 +185,8 @@ def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Impor
         raise Invalid(f"the reference {spec.reference} has no feature column beside {column!r}")
     columns = {name: np.asarray(reference[name]) for name in names}
     try:
-        features = tuple(infer_feature(name, columns[name]) for name in names)
+        chance = get_settings().range_chance
+        features = tuple(infer_feature(name, columns[name], range_chance=chance) for name in names)
     except ValueError as exc:
         raise Invalid(str(exc)) from None
     if spec.positive_class == 0:
@@ -404,7 +406,7 @@ def _text(value: Any) -> str:
 
 def _feature(name: str, column: np.ndarray, layout: Layout) -> FeatureSpec:
     try:
-        spec = infer_feature(name, column)
+        spec = infer_feature(name, column, range_chance=get_settings().range_chance)
     except ValueError as exc:
         raise Invalid(str(exc)) from None
     if _input_is_text(name, layout) and spec.kind is not FeatureKind.CATEGORICAL:  # pragma: no cover

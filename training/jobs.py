@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from core.config import get_settings
 from core.errors import Invalid
 from core.tabular import Columns, read_table
 from registry.schema import ModelSchema, Task, check_classes, infer_schema, label_codes
@@ -225,7 +226,13 @@ def prepare(job: TrainingRunSpec) -> PreparedData:
     hold, train = order[:n_hold], order[n_hold:]
     train_cols = {k: v[train] for k, v in columns.items()}
     try:
-        schema = infer_schema(train_cols, target=job.target, task=task, classes=classes)
+        schema = infer_schema(
+            train_cols,
+            target=job.target,
+            task=task,
+            classes=classes,
+            range_chance=get_settings().range_chance,
+        )
         prep = fit_preprocessing(train_cols, schema)
     except ValueError as exc:  # a column the contract cannot describe (e.g. an id column of free text)
         raise TrainingDataError(f"--data {job.data}: {exc}") from None
