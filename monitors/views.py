@@ -167,9 +167,9 @@ async def html_report(request: Request, name: str) -> Response:
 
 @router.get(
     "/v1/models/{name}/monitor",
-    summary="A model's monitor settings: what it stores, what is in effect, its window",
+    summary="A model's monitor settings: what it stores, what is in effect, its window (admin)",
     responses=errors(*AUTH, 400, 404, 409, e409="Its monitor.json is invalid"),
-    dependencies=READ,
+    dependencies=ADMIN,
 )
 async def get_monitor_settings(request: Request, name: str) -> Response:
     check_name(name)
