@@ -279,3 +279,31 @@ class OwnPostgres:
         if self.running():
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def run_cli(monkeypatch: Any, env: dict[str, str], *args: str, default_rules: bool = False) -> Any:
+    """``driftwarden ARGS`` in this process (typer's runner) with the settings of ``env`` (and the default
+    alert rules when ``default_rules``); the settings cache cleared before and after."""
+    from typer.testing import CliRunner
+
+    from core.config import get_settings
+    from service.cli import app
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if default_rules:
+        monkeypatch.delenv("DRIFTWARDEN_ALERT_RULES_PATH", raising=False)
+    get_settings.cache_clear()
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        get_settings.cache_clear()
+
+
+def server_env(srv: Server) -> dict[str, str]:
+    """The CLI's settings for the database, registry and spool of a test server."""
+    return {
+        "DRIFTWARDEN_DATABASE_URL": srv.settings.database_url.get_secret_value(),
+        "DRIFTWARDEN_REGISTRY_PATH": str(srv.settings.registry_path),
+        "DRIFTWARDEN_SPOOL_PATH": str(srv.settings.spool_path),
+    }

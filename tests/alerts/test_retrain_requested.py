@@ -20,17 +20,15 @@ from typing import Any
 import numpy as np
 import pytest
 from standardwebhooks import Webhook
-from typer.testing import CliRunner
 
 from alerts.webhooks import new_secret
-from core.config import get_settings
 from core.database import open_database
 from core.tabular import write_table
 from registry.schema import Task
 from registry.service import promote
-from service.cli import app
 from tests import own_models
 from tests.alerts.receiver import Receiver
+from tests.support import run_cli
 from training.importer import ImportSpec, import_saved_model
 
 DAYS = 30
@@ -45,14 +43,7 @@ class Cli:
     monkeypatch: pytest.MonkeyPatch
 
     def __call__(self, *args: str) -> Any:
-        for key, value in self.env.items():
-            self.monkeypatch.setenv(key, value)
-        self.monkeypatch.delenv("DRIFTWARDEN_ALERT_RULES_PATH", raising=False)  # the default rules
-        get_settings.cache_clear()
-        try:
-            return CliRunner().invoke(app, list(args))
-        finally:
-            get_settings.cache_clear()
+        return run_cli(self.monkeypatch, self.env, *args, default_rules=True)
 
 
 @pytest.fixture

@@ -29,17 +29,16 @@ import httpx
 import numpy as np
 import pytest
 from standardwebhooks import Webhook
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
 from alerts.service import list_deliveries
 from alerts.webhooks import new_secret
-from core.config import Settings, get_settings
+from core.config import Settings
 from core.database import open_database
 from core.tabular import write_table
-from service.cli import app
 from tests import own_models
 from tests.alerts.receiver import Receiver
-from tests.support import Server, serve_settings
+from tests.support import Server, run_cli, serve_settings
 from training.models import JobState
 from training.service import list_jobs
 from training.worker import Worker
@@ -137,17 +136,6 @@ def cli_env(root: Path, url: str) -> dict[str, str]:
     }
 
 
-def run_cli(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, *args: str) -> Result:
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("DRIFTWARDEN_ALERT_RULES_PATH", raising=False)  # the default rules
-    get_settings.cache_clear()
-    try:
-        return CliRunner().invoke(app, list(args))
-    finally:
-        get_settings.cache_clear()
-
-
 @dataclass
 class World:
     root: Path
@@ -156,7 +144,7 @@ class World:
     monkeypatch: pytest.MonkeyPatch
 
     def cli(self, *args: str) -> Result:
-        return run_cli(cli_env(self.root, self.url), self.monkeypatch, *args)
+        return run_cli(self.monkeypatch, cli_env(self.root, self.url), *args, default_rules=True)
 
     def client(self) -> httpx.Client:
         return self.server.client()
@@ -187,7 +175,7 @@ def hooks(world_server: tuple[Path, str, Server]) -> Iterator[tuple[Receiver, st
     root, url, _ = world_server
     secret = new_secret()
     with Receiver(secret) as receiver, pytest.MonkeyPatch.context() as mp:
-        added = run_cli(cli_env(root, url), mp, "webhooks", "add", receiver.url, "--secret", secret)
+        added = run_cli(mp, cli_env(root, url), "webhooks", "add", receiver.url, "--secret", secret)
         assert added.exit_code == 0, added.output
         yield receiver, secret
 

@@ -23,7 +23,7 @@ from core.tabular import write_table
 from registry.schema import Task
 from registry.service import promote
 from tests import own_models
-from tests.support import Server, count_rows, serve_settings
+from tests.support import Server, count_rows, run_cli, serve_settings, server_env
 from training.importer import ImportSpec, import_reference
 
 MODELS = {"gi_bin": "binary", "gi_reg": "regression"}
@@ -72,19 +72,7 @@ def _count(srv: Server, name: str) -> int:
 
 
 def _cli(srv: Server, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
-    from typer.testing import CliRunner
-
-    from core.config import get_settings
-    from service.cli import app
-
-    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", srv.settings.database_url.get_secret_value())
-    monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(srv.settings.registry_path))
-    monkeypatch.setenv("DRIFTWARDEN_SPOOL_PATH", str(srv.settings.spool_path))
-    get_settings.cache_clear()
-    try:
-        return CliRunner().invoke(app, list(args))
-    finally:
-        get_settings.cache_clear()
+    return run_cli(monkeypatch, server_env(srv), *args)
 
 
 def _scored(n: int, *, seed: int, prefix: str) -> dict[str, np.ndarray]:

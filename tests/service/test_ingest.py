@@ -24,7 +24,7 @@ from registry.schema import Task
 from registry.service import promote
 from service.serving.records import keyed_ids
 from tests import own_models
-from tests.support import NO_AUTH, Server, count_rows, query_rows, serve_settings
+from tests.support import NO_AUTH, Server, count_rows, query_rows, run_cli, serve_settings, server_env
 from training.importer import ImportSpec, import_reference
 
 MODELS = {
@@ -441,19 +441,7 @@ def test_backfill_command_and_its_bad_input(ingest_server: Server, monkeypatch: 
 
 
 def _cli(srv: Server, monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
-    from typer.testing import CliRunner
-
-    from core.config import get_settings
-    from service.cli import app
-
-    monkeypatch.setenv("DRIFTWARDEN_DATABASE_URL", srv.settings.database_url.get_secret_value())
-    monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(srv.settings.registry_path))
-    monkeypatch.setenv("DRIFTWARDEN_SPOOL_PATH", str(srv.settings.spool_path))
-    get_settings.cache_clear()
-    try:
-        return CliRunner().invoke(app, list(args))
-    finally:
-        get_settings.cache_clear()
+    return run_cli(monkeypatch, server_env(srv), *args)
 
 
 def _scored(n: int, *, seed: int) -> dict[str, np.ndarray]:
