@@ -160,6 +160,7 @@ def world_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
         url,
         root / "spool",
         registry_path=root / "registry",
+        checkpoint_path=root / "ckpt",  # the retraining job's folders: this module's own
         log_durability="durable",
         monitor_enabled=False,
         worker_embedded=False,
