@@ -133,7 +133,9 @@ def direct(path: Path, columns: dict[str, np.ndarray]) -> np.ndarray:
 
 def answers(task: str, data: dict[str, np.ndarray]) -> np.ndarray:
     """What a team's own model served elsewhere answered on ``data``: the positive class's probability
-    (binary) or the probabilities of :data:`CLASSES` (multi-class, one row each)."""
+    (binary), the probabilities of :data:`CLASSES` (multi-class, one row each) or a value (regression)."""
+    if task == "regression":
+        return np.asarray(2.0 * data["a"] - data["b"] + 0.5 * data["c"], dtype=float)
     score = data["a"] + 0.5 * data["b"] + 0.4 * (data["color"] == "red")
     if task == "binary":
         return np.asarray(1.0 / (1.0 + np.exp(-(2.0 * score - 0.4))))
@@ -142,8 +144,9 @@ def answers(task: str, data: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def register_served_elsewhere(url: str, root: Path, models: dict[str, str]) -> Path:
-    """Register and promote each model of ``models`` (name -> ``binary`` or ``multiclass``) from a reference
-    file alone (served elsewhere, answers from :func:`answers`); returns the registry folder."""
+    """Register and promote each model of ``models`` (name -> ``binary``, ``multiclass`` or ``regression``)
+    from a reference file alone (served elsewhere, answers from :func:`answers`); returns the registry
+    folder."""
     import json
 
     from core.database import open_database
@@ -168,7 +171,7 @@ def register_served_elsewhere(url: str, root: Path, models: dict[str, str]) -> P
                 model_name=name,
                 path=None,
                 reference=root / f"{name}.csv",
-                target="y_bin" if task == "binary" else "y_cls",
+                target={"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}[task],
                 task=Task.parse(task),
                 features=FEATURES,
                 prediction_column="answer",

@@ -20,11 +20,8 @@ import pytest
 
 from core.database import open_database
 from core.tabular import write_table
-from registry.schema import Task
-from registry.service import promote
 from tests import own_models
 from tests.support import Server, count_rows, run_cli, serve_settings, server_env
-from training.importer import ImportSpec, import_reference
 
 MODELS = {"gi_bin": "binary", "gi_reg": "regression"}
 TARGETS = {"binary": "y_bin", "regression": "y_reg"}
@@ -32,36 +29,10 @@ FEATURES = ("a", "b", "c", "color")
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 
 
-def _answers(task: str, data: dict[str, np.ndarray]) -> np.ndarray:
-    score = data["a"] + 0.5 * data["b"] + 0.4 * (data["color"] == "red")
-    if task == "binary":
-        return np.asarray(1.0 / (1.0 + np.exp(-(2.0 * score - 0.4))), dtype=float)
-    return np.asarray(2.0 * data["a"] - data["b"] + 0.5 * data["c"], dtype=float)
-
-
 @pytest.fixture(scope="module")
 def server(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("import-counts")
-    data = own_models.reference(1_500, seed=0)
-    registry = root / "registry"
-    db = open_database(module_db_url, upgrade=True)
-    try:
-        for name, task in MODELS.items():
-            write_table({**data, "answer": _answers(task, data)}, root / f"{name}.csv")
-            spec = ImportSpec(
-                model_name=name,
-                path=None,
-                reference=root / f"{name}.csv",
-                target=TARGETS[task],
-                task=Task.parse(task),
-                features=FEATURES,
-                prediction_column="answer",
-            )
-            import_reference(spec=spec, db=db, registry=registry)
-            with db.session() as s:
-                promote(session=s, model_name=name, version=1)
-    finally:
-        db.dispose()
+    registry = own_models.register_served_elsewhere(module_db_url, root, MODELS)
     settings = serve_settings(module_db_url, root / "spool", registry_path=registry, log_durability="durable")
     with Server(settings) as srv:
         yield srv
@@ -79,7 +50,7 @@ def _scored(n: int, *, seed: int, prefix: str) -> dict[str, np.ndarray]:
     data = own_models.reference(n, seed=seed)
     return {
         **{k: data[k] for k in FEATURES},
-        "score": _answers("binary", data),
+        "score": own_models.answers("binary", data),
         "row_id": np.array([f"{prefix}-{i}" for i in range(n)], dtype=object),
         "scored_at": np.array(
             [(T0 + timedelta(minutes=i // 10)).isoformat() for i in range(n)], dtype=object
@@ -166,7 +137,7 @@ def test_an_import_run_again_reports_its_labels_as_already_stored(
 
 def _records(n: int, *, seed: int, prefix: str, task: str = "binary") -> list[dict[str, Any]]:
     data = own_models.reference(n, seed=seed)
-    answers = _answers(task, data)
+    answers = own_models.answers(task, data)
     return [
         {
             "id": f"{prefix}-{i}",
