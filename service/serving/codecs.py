@@ -135,6 +135,21 @@ def split_binary(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
     return body[:size], body[size:]
 
 
+def repeated_tensor(tensors: Sequence[Any]) -> tuple[int, str] | None:
+    """The first tensor whose name an earlier tensor of the list already has (its index and the name), else
+    None: the one rule of Open Inference Protocol v2 tensor names wherever tensors are read
+    (``/v2/.../infer``, KServe's events): each name once; a repeated name is refused with a 4xx naming it,
+    never the last one winning."""
+    seen: set[str] = set()
+    for k, tensor in enumerate(tensors):
+        name = tensor.get("name") if isinstance(tensor, Mapping) else None
+        if isinstance(name, str):
+            if name in seen:
+                return k, name
+            seen.add(name)
+    return None
+
+
 def parse_v2(
     schema: ModelSchema, payload: Any, binary: bytes = b"", *, outputs: Sequence[str] | None = None
 ) -> Columns:
@@ -162,26 +177,19 @@ def parse_v2(
                 f"{sorted(known)}",
                 "outputs",
             )
+    repeat = repeated_tensor(tensors)
+    if repeat is not None:
+        at, twice = repeat
+        message = f"is sent twice (input tensor {at}): send each input once"
+        raise ContractViolation([Violation("duplicate_input", message, feature=twice)])
     decoded: list[tuple[str, list[int], str, list[Any]]] = []
     offset = 0
-    seen: set[str] = set()
     for k, t in enumerate(tensors):
         if not isinstance(t, Mapping):
             raise BadRequest(f"input tensor {k} must be an object")
         name, shape, dtype = t.get("name"), t.get("shape"), t.get("datatype")
         if not isinstance(name, str):
             raise BadRequest(f"input tensor {k} has no name")
-        if name in seen:
-            raise ContractViolation(
-                [
-                    Violation(
-                        "duplicate_input",
-                        f"is sent twice (input tensor {k}): send each input once",
-                        feature=name,
-                    )
-                ]
-            )
-        seen.add(name)
         if not isinstance(shape, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
         ):

@@ -32,7 +32,7 @@ from predictions.batch import LogBatch
 from predictions.pending import build
 from predictions.service.pairing import Half, Pair
 from registry.schema import ModelSchema, Task
-from service.serving.codecs import BadRequest, parse_json
+from service.serving.codecs import BadRequest, parse_json, repeated_tensor
 from service.serving.records import (
     MAX_RECORDS,
     MAX_RUN,
@@ -189,7 +189,7 @@ def _columnar(columns: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _tensors(schema: ModelSchema, tensors: list[Any]) -> list[dict[str, Any]]:
     """OIP v2 input tensors: one per feature (``[rows]`` or ``[rows, 1]``) or one ``[rows, features]``."""
-    decoded = [_tensor(f"inputs[{k}]", t) for k, t in enumerate(tensors)]
+    decoded = _decoded("inputs", tensors)
     names = schema.feature_names
     if len(decoded) == 1 and decoded[0][0] not in schema.feature_set:
         name, shape, data = decoded[0]
@@ -209,6 +209,20 @@ def _tensors(schema: ModelSchema, tensors: list[Any]) -> list[dict[str, Any]]:
             )
         columns[name] = data
     return _columnar(columns)
+
+
+def _decoded(key: str, tensors: list[Any]) -> list[tuple[str, list[int], list[Any]]]:
+    """Each tensor of ``inputs`` or ``outputs`` read, its name unique (``codecs.repeated_tensor``, as
+    ``/v2/.../infer``)."""
+    repeat = repeated_tensor(tensors)
+    if repeat is not None:
+        k, name = repeat
+        raise BadRequest(
+            f"{key}[{k}].name: {name!r} is sent twice (an earlier tensor has the same name); each tensor "
+            "name once",
+            "duplicate_tensor",
+        )
+    return [_tensor(f"{key}[{k}]", t) for k, t in enumerate(tensors)]
 
 
 def _tensor(where: str, tensor: Any) -> tuple[str, list[int], list[Any]]:
@@ -320,7 +334,7 @@ def _output_column(schema: ModelSchema, outputs: Mapping[str, Any]) -> Any:
 def _output_tensors(schema: ModelSchema, tensors: list[Any]) -> list[Any]:
     """OIP v2 output tensors: the model's output by name, else the first; ``[rows]``, ``[rows, 1]`` or
     ``[rows, K]`` (K class probabilities)."""
-    decoded = [_tensor(f"outputs[{k}]", t) for k, t in enumerate(tensors)]
+    decoded = _decoded("outputs", tensors)
     chosen = next((d for d in decoded if d[0] == schema.output.name), decoded[0])
     _, shape, data = chosen
     if len(shape) == 1:

@@ -308,6 +308,33 @@ BAD = [
         b'{"predictions": [0.2, "high"]}',
         "predictions[1]",
     ),
+    (  # the same rule as /v2/.../infer (codecs.repeated_tensor): not the last tensor of a name winning
+        "input tensor twice",
+        _binary_headers("e5", REQUEST_TYPE, **{"ce-inferenceservicename": "ce_bin"}),
+        json.dumps(
+            {
+                "inputs": [
+                    {"name": "a", "shape": [1], "datatype": "FP64", "data": [1.0]},
+                    {"name": "c", "shape": [1], "datatype": "INT64", "data": [3]},
+                    {"name": "a", "shape": [1], "datatype": "FP64", "data": [2.0]},
+                ]
+            }
+        ).encode(),
+        "inputs[2].name: 'a' is sent twice",
+    ),
+    (
+        "output tensor twice",
+        _binary_headers("e6", RESPONSE_TYPE, **{"ce-inferenceservicename": "ce_bin"}),
+        json.dumps(
+            {
+                "outputs": [
+                    {"name": "p", "shape": [1], "datatype": "FP32", "data": [0.1]},
+                    {"name": "p", "shape": [1], "datatype": "FP32", "data": [0.9]},
+                ]
+            }
+        ).encode(),
+        "outputs[1].name: 'p' is sent twice",
+    ),
     (
         "not a cloudevent",
         {"content-type": "application/json"},
