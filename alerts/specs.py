@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from alerts.labels import LABEL_NAME, LABEL_RULE, Matcher, check_matcher
-from core.durations import require_duration
+from core.durations import LONGEST, require_duration
 from core.errors import Invalid
 from monitors.horizon import LOWER_IS_BETTER  # re-exported: metrics that grow when the model gets worse
 
@@ -344,6 +344,11 @@ def check_silence(spec: SilenceSpec, *, now: datetime) -> tuple[list[Matcher], d
         raise Invalid('ends_at or duration: a silence needs an end (e.g. "duration": "2h")')
     if ends <= max(starts, now):
         raise Invalid(f"ends_at: {ends.isoformat()} is not in the future (and after starts_at)")
+    if ends - starts > LONGEST:  # the bound of a duration, for an end given as a time too
+        raise Invalid(
+            f"ends_at: {ends.isoformat()} is {(ends - starts).days} days after starts_at; a silence lasts at "
+            f"most {LONGEST.days}d"
+        )
     return matchers, starts, ends
 
 

@@ -369,6 +369,16 @@ def test_silences_over_http(api: tuple[Server, httpx.Client], db: Database) -> N
         ({**body, "starts_at": "9999-12-01T00:00:00Z", "duration": "3650d"}, "duration"),
         ({**body, "duration": None}, "ends_at or duration"),
         ({**body, "ends_at": "2020-01-01T00:00:00Z", "duration": None}, "ends_at"),
+        ({**body, "ends_at": "9999-12-31T00:00:00Z", "duration": None}, "ends_at"),  # once past the 3650d
+        (
+            {
+                **body,
+                "starts_at": "2030-01-01T00:00:00Z",
+                "ends_at": "2040-01-01T00:00:00Z",
+                "duration": None,
+            },
+            "ends_at",
+        ),
         ({**body, "matchers": []}, "matchers"),
     ):
         r = client.post("/v1/silences", json=bad, headers=admin())
