@@ -397,12 +397,12 @@ def webhooks_add(
         )
     except ValidationError as exc:
         raise Invalid("; ".join(errors_at(exc))) from None
-    from alerts.urls import check_url
+    from alerts.urls import AddressRule, check_url, system_resolver
     from core.config import get_settings
 
-    check_url(spec.url, allow_private=get_settings().webhook_allow_private_urls, resolve=False)
+    check_url(spec.url, rule=AddressRule.of(get_settings()), resolver=system_resolver)
     created = _with_session(lambda s: flows.add_webhook(session=s, spec=spec))
-    typer.echo(f"webhook {created.id} -> {created.url}")
+    typer.echo(f"webhook {created.id} -> {created.url}")  # masked, as in the list
     typer.echo(f"secret (shown once): {created.secret}")
 
 

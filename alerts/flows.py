@@ -75,7 +75,7 @@ from alerts.specs import (
     check_silence,
     parse_rules,
 )
-from core.config import Settings
+from core.config import Settings, mask_url
 from core.database import Database, utcnow
 from core.errors import Invalid
 from core.events import HEALTH_PASS, JOB_FINISHED, MONITOR_RUN, subscribe
@@ -243,8 +243,8 @@ def _alertmanager_signal(item: AlertmanagerAlert, fp: str, payload: Alertmanager
         evidence={
             "receiver": payload.receiver,
             "group_key": payload.groupKey,
-            "generator_url": item.generatorURL,
-            "external_url": payload.externalURL,
+            "generator_url": mask_url(item.generatorURL),  # evidence is shown: no credential of a URL
+            "external_url": mask_url(payload.externalURL),
         },
         summary=item.annotations.get("summary", alertname),
         started_at=item.startsAt.astimezone(UTC),

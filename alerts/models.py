@@ -7,7 +7,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from sqlalchemy import (
     Boolean,
     Float,
@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from core.config import mask_url
 from core.database import Base, UTCDateTime, utcnow
 
 
@@ -232,7 +233,8 @@ class SilenceRead(_Read):
 
 
 class WebhookRead(_Read):
-    """A webhook subscription (its secret is shown only once, when it is created)."""
+    """A webhook subscription (its secret is shown only once, when it is created; a password or token in
+    its URL never: ``http://user:***@host/``)."""
 
     id: str
     url: str
@@ -240,6 +242,11 @@ class WebhookRead(_Read):
     description: str
     enabled: bool
     created_at: datetime
+
+    @field_validator("url")
+    @classmethod
+    def _masked(cls, url: str) -> str:
+        return mask_url(url)
 
 
 class WebhookCreated(WebhookRead):

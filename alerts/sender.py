@@ -10,8 +10,10 @@ rest, and the next pass does not wait for it (a claimed row is protected by its 
 own short transaction as soon as the request ends. A 2xx answer delivers; anything else (an error status, a
 redirect, a refused connection, a timeout) schedules the next attempt after ``min(backoff * 2**(attempts-1),
 backoff_max) * U(0.5, 1.0)`` seconds, and the ``webhook_max_attempts``-th failure marks the row ``dead``.
-Every request has ``webhook_timeout_s`` and follows no redirect, and its URL is checked first
-(:mod:`alerts.urls`: no private address unless allowed).
+Every request has ``webhook_timeout_s`` and follows no redirect (a 3xx is a failed attempt whose error names
+the location, never a request to it), and its URL is checked where it connects (:mod:`alerts.urls`: the host
+resolved once, refused if any address is non-public unless allowed, the connection made to the checked
+addresses).
 
 The periodic sender (:mod:`alerts.scheduled`) keeps one :class:`Sender` for the life of the process and adds a
 circuit breaker: after ``BREAKER_FAILURES`` consecutive failures of one endpoint, its other due messages wait
@@ -37,9 +39,9 @@ from datetime import datetime, timedelta
 import httpx
 
 from alerts import service
-from alerts.urls import RefusedURL, check_url
+from alerts.urls import AddressRule, RefusedURL, Resolver, check_url, system_resolver, webhook_client
 from alerts.webhooks import headers
-from core.config import Settings
+from core.config import Settings, mask_url
 from core.database import Database, utcnow
 
 log = logging.getLogger("driftwarden.alerts.sender")
@@ -67,14 +69,11 @@ def backoff_s(*, settings: Settings, attempts: int, rng: random.Random | None = 
     return base * (rng or random).uniform(0.5, 1.0)
 
 
-def _post(client: httpx.Client, claim: service.Claim, *, timeout_s: float, allow_private: bool) -> Attempt:
-    try:  # again at every delivery: the host's addresses may have changed since it was subscribed
-        check_url(claim.url, allow_private=allow_private, resolve=True)
-    except RefusedURL as exc:
-        return Attempt(False, None, str(exc)[:MAX_ERROR_CHARS])
+def _post(client: httpx.Client, claim: service.Claim, *, timeout_s: float, rule: AddressRule) -> Attempt:
     sent_at = utcnow()
     deadline = time.monotonic() + timeout_s
-    try:
+    try:  # the client checks where it connects: the host's addresses may have changed since it was subscribed
+        check_url(claim.url, rule=rule, resolver=None)
         with client.stream(
             "POST",
             claim.url,
@@ -91,13 +90,15 @@ def _post(client: httpx.Client, claim: service.Claim, *, timeout_s: float, allow
                 return Attempt(True, response.status_code, None)
             text = seen.decode(errors="replace").strip()
             where = (
-                f" (redirect to {response.headers.get('location')}: not followed)"
+                f" (redirect to {mask_url(response.headers.get('location', ''))}: not followed)"
                 if response.is_redirect
                 else ""
             )
             return Attempt(
                 False, response.status_code, f"HTTP {response.status_code}{where}: {text}"[:MAX_ERROR_CHARS]
             )
+    except RefusedURL as exc:
+        return Attempt(False, None, str(exc)[:MAX_ERROR_CHARS])
     except httpx.TimeoutException as exc:
         return Attempt(False, None, f"timed out after {timeout_s:g}s ({type(exc).__name__})")
     except httpx.HTTPError as exc:
@@ -123,7 +124,8 @@ class _Breaker:
 class Sender:
     """Sends claimed deliveries on a pool of threads that outlives one pass (see the module docstring).
 
-    ``clock`` (tests) stands for the current time; ``breaker_failures`` 0 turns the breaker off.
+    ``clock`` (tests) stands for the current time; ``breaker_failures`` 0 turns the breaker off; ``resolver``
+    looks host names up (:func:`alerts.urls.system_resolver`; tests give a table).
     """
 
     def __init__(
@@ -131,7 +133,7 @@ class Sender:
         *,
         db: Database,
         settings: Settings,
-        client: httpx.Client | None = None,
+        resolver: Resolver = system_resolver,
         max_parallel: int = MAX_PARALLEL,
         per_endpoint: int = PER_ENDPOINT,
         breaker_failures: int = BREAKER_FAILURES,
@@ -141,8 +143,8 @@ class Sender:
         self.max_parallel, self.per_endpoint = max_parallel, per_endpoint
         self.breaker_failures = breaker_failures
         self._clock = clock
-        self._own_client = client is None
-        self._client = client  # made at the first claim (its TLS setup takes a while: not before claiming)
+        self._resolver = resolver
+        self._client: httpx.Client | None = None  # made at the first claim (its TLS setup takes a while)
         self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="webhook-sender")
         self._cond = threading.Condition()
         self._busy: Counter[str] = Counter()  # requests in flight by endpoint
@@ -173,7 +175,7 @@ class Sender:
             if not claims:
                 return 0
             if self._client is None:
-                self._client = httpx.Client(timeout=self.settings.webhook_timeout_s, follow_redirects=False)
+                self._client = webhook_client(settings=self.settings, resolver=self._resolver)
             client = self._client
             with self._cond:
                 for c in claims:
@@ -228,7 +230,7 @@ class Sender:
 
     def _shutdown(self) -> None:  # under self._cond
         self._pool.shutdown(wait=False)
-        if self._own_client and self._client is not None and not self._busy.total():
+        if self._client is not None and not self._busy.total():
             self._client.close()
 
     def _claim(self, *, free: int, busy: Counter[str], due_by: datetime | None) -> list[service.Claim]:
@@ -268,7 +270,7 @@ class Sender:
                 client,
                 claim,
                 timeout_s=self.settings.webhook_timeout_s,
-                allow_private=self.settings.webhook_allow_private_urls,
+                rule=AddressRule.of(self.settings),
             )
             self._record(claim, key, result)
         except Exception as exc:  # e.g. the database is down: the row comes due again after its lease
@@ -327,18 +329,19 @@ def send_due(
     settings: Settings,
     limit: int = 100,
     now: datetime | None = None,
-    client: httpx.Client | None = None,
+    resolver: Resolver = system_resolver,
 ) -> int:
     """Attempt every due delivery once (at most ``limit``) and wait for the last; returns how many were
     attempted.
 
     Under the caps of :class:`Sender` (no breaker): a freed thread takes the next due message at once.
-    ``now`` (tests) stands for the current time when choosing what is due and when to retry.
+    ``now`` (tests) stands for the current time when choosing what is due and when to retry; ``resolver``
+    looks host names up.
     """
     due_by = now or utcnow()  # fixed for the call: a message that failed in it is not due again in it
     clock = (lambda: now) if now is not None else utcnow
     total = 0
-    with Sender(db=db, settings=settings, client=client, breaker_failures=0, clock=clock) as sender:
+    with Sender(db=db, settings=settings, resolver=resolver, breaker_failures=0, clock=clock) as sender:
         while total < limit:
             before = sender.ended
             started = sender.send(limit=limit - total, due_by=due_by)

@@ -21,7 +21,7 @@ from alerts import flows, service
 from alerts.alertmanager import AlertmanagerPayload, auth_denied, parse_payload
 from alerts.models import AlertRead, DeliveryRead, WebhookRead
 from alerts.specs import RULE_SEVERITIES, RuleSpec, SilenceSpec, WebhookSpec, errors_at
-from alerts.urls import check_url
+from alerts.urls import AddressRule, check_url, system_resolver
 from core.auth import Scope
 from core.database import utcnow
 from core.errors import Invalid
@@ -229,7 +229,9 @@ async def delete_silence(request: Request, silence_id: str) -> Response:
 )
 async def create_webhook(request: Request) -> Response:
     spec = await BODY.model(request, WebhookSpec)
-    check_url(spec.url, allow_private=runtime(request).settings.webhook_allow_private_urls, resolve=False)
+    rule = AddressRule.of(runtime(request).settings)
+    # its host name looked up off the event loop (a slow DNS server must not stall the other requests)
+    await asyncio.to_thread(check_url, spec.url, rule=rule, resolver=system_resolver)
     created = await _in_session(request, lambda s: flows.add_webhook(session=s, spec=spec))
     return _ok(request, created.model_dump(mode="json"), 201)
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MAX_LINK_TTL_S = 90 * 86400.0
@@ -313,6 +314,11 @@ class Settings(BaseSettings):
         description="Allow webhook URLs on loopback, private, link-local and other non-public addresses "
         "(off: refused when subscribed and when sent, against server-side request forgery).",
     )
+    webhook_allowed_networks: list[str] = Field(
+        default_factory=list,
+        description="Non-public networks webhooks may reach while webhook_allow_private_urls is off, e.g. "
+        '["10.20.0.0/16"] for an in-house receiver (a JSON list of CIDRs; empty: none).',
+    )
     webhook_max_attempts: int = Field(
         default=8, gt=0, description="Deliveries of one webhook message before it is dead-lettered."
     )
@@ -431,6 +437,20 @@ class Settings(BaseSettings):
             data = {**data, "spool_path": Path(registry).parent / "spool"}
         return data
 
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        """Each a network in CIDR form (host bits allowed: ``10.0.0.7/8`` is ``10.0.0.0/8``)."""
+        out = []
+        for network in networks:
+            try:
+                out.append(str(ipaddress.ip_network(network, strict=False)))
+            except ValueError:
+                raise ValueError(
+                    f"{network!r} is not a network: write e.g. 10.20.0.0/16 or fd00::/8"
+                ) from None
+        return out
+
     @model_validator(mode="after")
     def _link_key_long_enough(self) -> Settings:
         """A link key shorter than :data:`MIN_LINK_KEY_CHARS` is refused (the error names its length only)."""
@@ -451,7 +471,7 @@ class Settings(BaseSettings):
             if isinstance(value, SecretStr) and not name.endswith("database_url"):
                 out[name] = "***"
             elif isinstance(value, SecretStr):
-                out[name] = _mask_url(value.get_secret_value())
+                out[name] = mask_url(value.get_secret_value())
             elif isinstance(value, Path):
                 out[name] = str(value)
             else:
@@ -459,9 +479,10 @@ class Settings(BaseSettings):
         return out
 
 
-def _mask_url(url: str) -> str:
+def mask_url(url: str) -> str:
     """Hide the password of a URL like ``scheme://user:pw@host``, and every credential-bearing query
-    parameter (``password``, ``sslpassword``, ``passwd``, ``pwd``; any ``*secret``, ``*token``, ``*key``)."""
+    parameter (``password``, ``sslpassword``, ``passwd``, ``pwd``; any ``*secret``, ``*token``, ``*key``):
+    the one masking of a URL shown (settings, webhook subscriptions, their errors, alert evidence)."""
     url = _PASSWORD_PARAM.sub(r"\1***", url)
     if "://" not in url or "@" not in url:
         return url

@@ -52,6 +52,8 @@ class Receiver:
     secret: str
     mode: str = "ok"
     delay_s: float = 0.3
+    host: str = "127.0.0.1"  # any address of 127.0.0.0/8 (two receivers may share a port on two of them)
+    location: str = "http://127.0.0.1:9/elsewhere"  # where ``redirect`` sends the sender
     port: int = field(default_factory=free_port)
     requests: list[Request] = field(default_factory=list)
     accepted: list[Request] = field(default_factory=list)
@@ -63,7 +65,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"http://{self.host}:{self.port}/hook"
 
     def start(self) -> Receiver:
         receiver = self
@@ -128,7 +130,7 @@ class Receiver:
                     self._answer(500, b"receiver is broken")
                 elif mode == "redirect":
                     self.send_response(307)
-                    self.send_header("location", "http://127.0.0.1:9/elsewhere")
+                    self.send_header("location", receiver.location)
                     self.send_header("content-length", "0")
                     self.end_headers()
                 elif not req.signature_ok:
@@ -144,7 +146,7 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(text)
 
-        server = _Server(("127.0.0.1", self.port), Handler)
+        server = _Server((self.host, self.port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self._server = server
         return self

@@ -93,8 +93,12 @@ def test_alertmanager_with_bearer_and_basic_auth_is_recorded(
     api: tuple[Server, httpx.Client], db: Database
 ) -> None:
     _, client = api
+    with_credentials = am_payload(  # URLs with credentials: the alert's evidence shows them masked
+        alert={"generatorURL": "http://prom:pw1@prometheus:9090/graph?token=t1"},
+        externalURL="http://am:pw2@alertmanager:9093",
+    )
     r = client.post(
-        "/v1/alerts/alertmanager", json=am_payload(), headers={"authorization": f"Bearer {AM_TOKEN}"}
+        "/v1/alerts/alertmanager", json=with_credentials, headers={"authorization": f"Bearer {AM_TOKEN}"}
     )
     assert r.status_code == 200, r.text
     doc = r.json()
@@ -112,6 +116,8 @@ def test_alertmanager_with_bearer_and_basic_auth_is_recorded(
     assert alert["started_at"].startswith("2027-01-10T12:00:00") and alert["severity"] == "warning"
     assert alert["labels"]["alertname"] == "DriftwardenDatasetDrift"
     assert alert["history"][0]["to_state"] == "firing"
+    assert alert["evidence"]["generator_url"] == "http://prom:***@prometheus:9090/graph?token=***"
+    assert alert["evidence"]["external_url"] == "http://am:***@alertmanager:9093"
 
     basic = base64.b64encode(AM_BASIC.encode()).decode()
     resolved = am_payload(status="resolved", alert={"status": "resolved", "endsAt": "2027-01-10T12:30:00Z"})
