@@ -25,15 +25,17 @@ TF_QUIET_ENV = {
 
 
 _URL_SECRET = re.compile(r"([?&](?:token|signature)=)[^&\s\"'#]+")
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@", re.IGNORECASE)
 
 
 class MaskUrlSecrets(logging.Filter):
-    """Masks a credential carried in a URL (``?token=``, a signed link's ``signature=``) in every record a
-    handler writes: ``POST /v1/cloudevents?model=m&token=***``."""
+    """Masks a credential carried in a URL (``?token=``, a signed link's ``signature=``, the password of
+    ``scheme://user:pw@host``, which httpx's request lines carry) in every record a handler writes:
+    ``POST /v1/cloudevents?model=m&token=***``, ``POST http://user:***@host/hook``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = _URL_SECRET.sub(r"\1***", message)
+        masked = _URL_PASSWORD.sub(r"\1***@", _URL_SECRET.sub(r"\1***", message))
         if masked != message:
             record.msg, record.args = masked, None
         return True

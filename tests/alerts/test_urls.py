@@ -4,7 +4,9 @@ shown."""
 
 from __future__ import annotations
 
+import io
 import ipaddress
+import logging
 import socket
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +17,7 @@ from alerts.sender import send_due
 from alerts.urls import AddressRule, RefusedURL, addresses_of, check_url
 from alerts.webhooks import new_secret
 from core.database import Database, utcnow
+from core.logs import mask_secrets
 from tests.alerts.receiver import Receiver
 from tests.alerts.test_webhooks import deliveries, queue_messages, settings_for, subscribe
 from tests.support import Server, auth, serve_settings
@@ -293,3 +296,24 @@ def test_a_redirect_to_a_refused_address_is_not_followed(db: Database) -> None:
     d = deliveries(db)[msg]
     assert d.state == "pending" and d.last_status_code == 307
     assert f"redirect to {target.url}: not followed" in (d.last_error or "")
+
+
+def test_a_password_in_a_webhook_url_stays_out_of_the_log(db: Database) -> None:
+    """httpx logs each request's URL (INFO); the log set-up's filter masks its password and token."""
+    secret, out = new_secret(), io.StringIO()
+    handler = mask_secrets(logging.StreamHandler(out))
+    httpx_log = logging.getLogger("httpx")
+    level = httpx_log.level
+    httpx_log.addHandler(handler)
+    httpx_log.setLevel(logging.INFO)
+    try:
+        with Receiver(secret) as receiver:
+            url = f"http://hook:pw-s3cret@127.0.0.1:{receiver.port}/hook?token=t0k-s3cret"
+            queue_messages(db, subscribe(db, url, secret), 1, utcnow())
+            send_due(db=db, settings=settings_for(db, webhook_allow_private_urls=True))
+            assert len(receiver.accepted) == 1
+    finally:
+        httpx_log.removeHandler(handler)
+        httpx_log.setLevel(level)
+    assert f"POST http://hook:***@127.0.0.1:{receiver.port}/hook?token=***" in out.getvalue(), out.getvalue()
+    assert "s3cret" not in out.getvalue()
