@@ -183,6 +183,11 @@ def test_request_level_violations(server: Server, trained: TrainedModels) -> Non
             "/v2/models/credit/infer",
             json={"inputs": [{**t, "shape": [2]} if t["name"] == "age" else t for t in _v2_tensors([row])]},
         )
+        tensors = _v2_tensors([row])
+        v2_twice = c.post(  # the rule KServe's events follow too (codecs.repeated_tensor)
+            "/v2/models/credit/infer",
+            json={"inputs": [*tensors, next(t for t in tensors if t["name"] == "age")]},
+        )
         sig = c.post("/v1/models/credit:predict", json={"instances": [row], "signature_name": "other"})
     assert too_many.status_code == 400 and "rule: max_rows" in too_many.json()["error"]
     assert both.status_code == 400 and "not both" in both.json()["error"]
@@ -190,6 +195,8 @@ def test_request_level_violations(server: Server, trained: TrainedModels) -> Non
     assert not_json.status_code == 400 and "rule: json" in not_json.json()["error"]
     assert ragged.status_code == 400 and "feature 'age'" in ragged.json()["error"]
     assert huge.status_code == 413 and "rule: max_body_bytes" in huge.json()["error"]
+    assert v2_twice.status_code == 400 and "'age'" in v2_twice.json()["error"], v2_twice.text
+    assert "rule: duplicate_input" in v2_twice.json()["error"], v2_twice.text
     assert (
         v2_type.status_code == 400
         and "'region'" in v2_type.json()["error"]
