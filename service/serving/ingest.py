@@ -100,7 +100,7 @@ async def _known(state: AppState, model_name: str, ids: list[str]) -> set[str]:
     first attempt is seen)."""
     writer = state.writer
     if writer is not None:
-        await asyncio.to_thread(writer.flush, 5.0)
+        await asyncio.to_thread(writer.settle, 5.0)
 
     def _find() -> set[str]:
         with state.db.session() as session:

@@ -25,6 +25,7 @@ from core.errors import Unavailable
 from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
 from tests import own_models
 from tests.faults.conftest import wait_until
+from tests.service.test_tokens import ADMIN_ROUTES, READ_ROUTES
 from tests.support import (
     OwnPostgres,
     Server,
@@ -151,12 +152,18 @@ def test_routes_that_spool_keep_spooling_with_verified_tokens_while_the_database
         assert "database unavailable; cannot verify a new token" in never_seen.json()["error"]
         made_up = c.post("/v1/models/credit:predict", json={"instances": rows}, headers=_bearer("dw_x_y"))
         assert made_up.status_code == 503
-        for token in (reader, srv.settings.admin_token.get_secret_value()):  # type: ignore[union-attr]
+        admin = srv.settings.admin_token.get_secret_value()  # type: ignore[union-attr]
+        for token in (reader, admin):
             # the token passes; the route needs the database
             read = c.get("/v1/alerts", headers=_bearer(token))
             assert read.status_code == 503, read.text
             assert read.headers["retry-after"] == "5"
             assert "the database is unavailable" in read.json()["error"]
+        label = {"labels": [{"prediction_id": before["v1"].json()["prediction_ids"][0], "label": 1}]}
+        feedback = ("POST", "/v1/models/credit/feedback", label)  # a logged prediction's: the table is read
+        for method, path, body in [*READ_ROUTES, *ADMIN_ROUTES, feedback]:  # every route that reads it
+            answer = c.request(method, path, json=body, headers=_bearer(admin))
+            assert (answer.status_code, answer.headers.get("retry-after")) == (503, "5"), (path, answer.text)
 
         labelled = _records("labelled", rows, probs, labels=True)
         with_labels = c.post(
