@@ -21,7 +21,9 @@ from core.config import Settings
 from core.database import Database, unreachable
 from core.errors import Unavailable
 
-MAX_ENTRIES = 10_000  # beyond: the cache starts over (bounds memory against floods of made-up tokens)
+Entry = tuple[float, float, Grant | None]
+"""A cached answer: when the database last gave it, when it was last tried, the grant (None: refused)."""
+MAX_ENTRIES = 10_000  # beyond: the refusals go, then all (bounds memory against floods of made-up tokens)
 
 
 class CachedVerifier:
@@ -32,8 +34,8 @@ class CachedVerifier:
         self.db = db
         self.ttl_s = ttl_s
         self.grace_s = grace_s
-        # digest -> (when the database last answered for it, when it was last tried, its answer)
-        self._cache: dict[str, tuple[float, float, Grant | None]] = {}
+        self._cache: dict[str, Entry] = {}  # by the token's digest
+        self._failed_at: float | None = None  # the last read that found the database unreachable
         self.reads = 0  # database reads so far (tests, diagnostics)
 
     def _read(self, token: str) -> Grant | None:
@@ -46,31 +48,46 @@ class CachedVerifier:
 
         Unavailable (503) when the database is unreachable and the token was not verified (nor refused)
         within the last ``ttl_s + grace_s`` seconds: a token never seen cannot be told from a made-up one.
+        Once a read found the database unreachable, no token is read for ``ttl_s`` seconds (a flood of
+        made-up tokens costs one connection attempt per period, not one each).
         """
         key = token_digest(token)
         hit = self._cache.get(key)
         now = time.monotonic()
         if hit is not None and now - hit[1] < self.ttl_s:
             grant = hit[2]
+        elif self._failed_at is not None and now - self._failed_at < self.ttl_s:
+            grant = self._from_grace(key, hit, now)
         else:
             try:
                 grant = await asyncio.to_thread(self._read, token)
             except Exception as exc:
                 if not unreachable(exc):
                     raise
-                if hit is None or now - hit[0] >= self.ttl_s + self.grace_s:
-                    raise Unavailable(
-                        "database unavailable; cannot verify a new token (a token verified within the last "
-                        f"{self.ttl_s + self.grace_s:g} s is still accepted: token_grace_s); try again "
-                        "once the database is back (rule: token_grace_s)"
-                    ) from None
-                grant = hit[2]
-                self._cache[key] = (hit[0], now, grant)  # the next read is tried after ttl_s again
+                self._failed_at = now
+                grant = self._from_grace(key, hit, now)
             else:
-                if len(self._cache) >= MAX_ENTRIES:
-                    self._cache.clear()
-                self._cache[key] = (now, now, grant)
+                self._failed_at = None
+                self._remember(key, (now, now, grant))
         return None if grant is None or grant.expired() else grant
+
+    def _from_grace(self, key: str, hit: Entry | None, now: float) -> Grant | None:
+        """The answer the database gave within ``ttl_s + grace_s``, else Unavailable (the database is out)."""
+        if hit is None or now - hit[0] >= self.ttl_s + self.grace_s:
+            raise Unavailable(
+                "database unavailable; cannot verify a new token (a token verified within the last "
+                f"{self.ttl_s + self.grace_s:g} s keeps its answer: token_grace_s); try again once the "
+                "database is back (rule: token_grace_s)"
+            )
+        self._cache[key] = (hit[0], now, hit[2])  # its next read is tried after ttl_s again
+        return hit[2]
+
+    def _remember(self, key: str, entry: Entry) -> None:
+        if len(self._cache) >= MAX_ENTRIES:  # made-up tokens: drop the refusals, keep the grants' grace
+            self._cache = {k: v for k, v in self._cache.items() if v[2] is not None}
+            if len(self._cache) >= MAX_ENTRIES:
+                self._cache.clear()
+        self._cache[key] = entry
 
 
 class CachedLinkKey:

@@ -255,3 +255,24 @@ def test_a_verified_token_outlives_the_database_for_the_grace_only(
         assert asyncio.run(verifier.verify(tokens["reader"][1])) is not None
     finally:
         db.dispose()
+
+
+def test_one_connection_attempt_per_period_while_the_database_is_down(
+    own_pg: OwnPostgres, pg_url: str
+) -> None:
+    """Tokens never seen, sent while the database is down, cost one attempt to reach it per ``token_cache_s``
+    (then 503 at once), not one each: a flood of made-up tokens cannot pile up connection attempts."""
+    tokens = _tokens(pg_url)
+    db = open_database(pg_url)
+    try:
+        cache = CachedVerifier(db=db, ttl_s=3600, grace_s=0)
+        assert asyncio.run(cache.verify(tokens["pipeline"][1])) is not None
+        own_pg.stop("fast")
+        reads = cache.reads
+        for i in range(20):
+            with pytest.raises(Unavailable, match="cannot verify a new token"):
+                asyncio.run(cache.verify(f"dw_madeup{i}_x"))
+        assert cache.reads == reads + 1
+        assert asyncio.run(cache.verify(tokens["pipeline"][1])) is not None  # cached: within token_cache_s
+    finally:
+        db.dispose()
