@@ -258,6 +258,14 @@ class Settings(BaseSettings):
         description="A verified token is trusted this long without a database read (a revocation or an "
         "expiry takes effect within it; 0: read every time).",
     )
+    token_grace_s: float = Field(
+        default=900.0,
+        ge=0,
+        le=86400,
+        description="While the database is unreachable, a token the database verified (or refused) within "
+        "this many seconds more than token_cache_s keeps that answer, so the routes that spool keep taking "
+        "predictions; a token not seen in that time is a 503 (at most 1 day; 0: none).",
+    )
     link_signing_key: SecretStr | None = Field(
         default=None,
         description="Key of the signed report links (`/reports/{name}/drift?expires=...&signature=...`), at "

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any, overload
 
 from sqlalchemy import JSON, DateTime, Dialect, Engine, MetaData, create_engine, event, make_url, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
 from core import migrate
 from core.config import Settings, get_settings
+from core.errors import Unavailable
 
 # JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -153,6 +155,68 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+# PostgreSQL's SQLSTATEs of a server that cannot be reached or is going away: class 08 (connection
+# exception), admin_shutdown, crash_shutdown, cannot_connect_now (starting up or shutting down)
+UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
+RETRY_AFTER_S = 5  # the Retry-After of an answer refused while the database is unreachable
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the error it wraps) says the database cannot be reached right now: no connection
+    could be made (refused, timed out, the SQLite file cannot be opened), the connection was lost or the
+    server is shutting down, or the pool had none to give. A statement the database refused (a syntax error, a
+    missing table, a constraint, a lock) is not: that is a bug or bad data, never an outage."""
+    current: BaseException | None = exc
+    for _ in range(8):  # the chain of causes, bounded
+        if current is None:
+            return False
+        if isinstance(current, sa_exc.TimeoutError):  # the pool's: every connection busy or none made
+            return True
+        if isinstance(current, sa_exc.DBAPIError):
+            if current.connection_invalidated:  # the dialect saw a disconnect
+                return True
+            if current.statement is None and isinstance(
+                current, sa_exc.OperationalError | sa_exc.InterfaceError
+            ):  # raised while connecting, before any statement
+                return True
+            current = current.orig
+            continue
+        if _driver_unreachable(current):
+            return True
+        current = current.__cause__
+    return False
+
+
+def _driver_unreachable(exc: BaseException) -> bool:
+    """A DB-API error of the driver itself (psycopg raises its own from some paths) that is about the
+    connection: an interface error, or an operational one without a SQLSTATE (the client's) or with one of
+    :data:`UNREACHABLE_STATES`."""
+    if not type(exc).__module__.startswith("psycopg"):
+        return False  # sqlite3's own errors come from statements on an open file (locked, no such table)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "InterfaceError" in names:
+        return True
+    state = getattr(exc, "sqlstate", None)
+    return "OperationalError" in names and (state is None or str(state).startswith(UNREACHABLE_STATES))
+
+
+class DatabaseUnavailable(Unavailable):
+    """The database cannot be reached: answered 503 with ``Retry-After`` (HTTP), exit 2 (CLI)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.headers = {"Retry-After": str(RETRY_AFTER_S)}
+        super().__init__(
+            f"the database is unavailable ({type(cause).__name__}); try again in a few seconds "
+            "(rule: database_unavailable)"
+        )
+
+
+def unavailable(exc: BaseException) -> DatabaseUnavailable | None:
+    """The :class:`DatabaseUnavailable` to answer for ``exc`` when it is the database being unreachable
+    (:func:`unreachable`), else None."""
+    return DatabaseUnavailable(exc) if unreachable(exc) else None
 
 
 @dataclass

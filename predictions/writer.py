@@ -266,6 +266,13 @@ class LogWriter:
             time.sleep(0.005)
         return False
 
+    def settle(self, timeout_s: float = 5.0) -> bool:
+        """:meth:`flush` before a lookup that may do without it (the ingest's look-up of named runs, which the
+        insert's conflict key backs up), except while the writer knows the database is down: then False at
+        once (the rows are spooled, and waiting would only hold the request ``timeout_s`` longer). A read that
+        needs its own rows in the table first (labels of predictions just logged) flushes."""
+        return self.stats.database_ok and self.flush(timeout_s)
+
     # -- writer thread ---------------------------------------------------------------------------
     def _run(self) -> None:
         while True:

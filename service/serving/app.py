@@ -13,12 +13,14 @@ from pathlib import Path
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from access.verifier import CachedLinkKey, CachedVerifier
 from alerts.flows import install as install_alerts
 from alerts.flows import seed_rules
 from alerts.views import router as alerts_router
 from core.config import Settings, get_settings, weak_admin_token
+from core.database import unavailable
 from core.errors import DomainError
 from core.http import error_response, request_id_of
 from core.logs import setup_logging
@@ -87,7 +89,8 @@ def create_app(
                 settings=cfg, db=db, manager=manager, writer=writer, metrics=metrics, pairing=pairing
             )
             app.state.dw = state
-            app.state.verifier = CachedVerifier(db=db, ttl_s=cfg.token_cache_s)  # core.http.require_scope
+            # core.http.require_scope: the tokens table behind a cache, with a grace while the database is out
+            app.state.verifier = CachedVerifier(db=db, ttl_s=cfg.token_cache_s, grace_s=cfg.token_grace_s)
             # core.http.require_scope_or_signed_link: the key of the signed report links
             app.state.link_keys = CachedLinkKey(db=db, settings=cfg, ttl_s=cfg.token_cache_s)
             install_alerts()  # the alert rules act on every monitor run, health pass and finished job
@@ -133,8 +136,38 @@ def create_app(
     app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
-    app.add_exception_handler(Exception, _unexpected)
+    app.add_exception_handler(Exception, _unexpected)  # what escapes AnswerUnhandled itself
+    app.add_middleware(AnswerUnhandled)  # innermost of the middlewares: inside Starlette's error middleware
     return app
+
+
+class AnswerUnhandled:
+    """Answers an exception no route or handler caught (:func:`_unexpected`: a 503 when the database is
+    unreachable, else a logged 500) without raising it further, so the client's keep-alive connection stays
+    usable: Starlette's ``ServerErrorMiddleware`` answers too but re-raises, and uvicorn then closes the
+    connection. An exception after the answer started cannot be answered: it goes on (the connection ends)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:
+            if started:
+                raise
+            response = await _unexpected(Request(scope, receive), exc)
+            await response(scope, receive, send)
 
 
 def worker_app() -> FastAPI:
@@ -195,5 +228,10 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> Re
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
+    """Any other exception: the database unreachable is a 503 with ``Retry-After`` (whichever route read it),
+    anything else a bug, a 500 with its traceback in the log."""
+    if (down := unavailable(exc)) is not None:
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        return await _domain_error(request, down)
     log.exception("unexpected error on %s %s", request.method, request.url.path)
     return error_response(500, f"internal error ({type(exc).__name__})", request_id_of(request))

@@ -19,13 +19,17 @@ the model's serving version (served here or elsewhere).
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from core.database import unreachable
 from predictions.service import StoredFeedback, logged_predictions, store_feedback
 from service.serving.flows import AppState
 from service.serving.records import SOURCE, check_records, parse_records, request_rows, segments
+
+log = logging.getLogger("driftwarden.ingest")
 
 
 class LogOff(RuntimeError):
@@ -96,13 +100,21 @@ async def _known(state: AppState, model_name: str, ids: list[str]) -> set[str]:
     first attempt is seen)."""
     writer = state.writer
     if writer is not None:
-        await asyncio.to_thread(writer.flush, 5.0)
+        await asyncio.to_thread(writer.settle, 5.0)
 
     def _find() -> set[str]:
         with state.db.session() as session:
             return set(logged_predictions(session=session, model_name=model_name, ids=ids))
 
-    return await asyncio.to_thread(_find)
+    try:
+        return await asyncio.to_thread(_find)
+    except Exception as exc:
+        if not unreachable(exc):
+            raise
+        # the database down: log the runs (the writer spools them); a run the log has, sent again with its
+        # records' times, has the same ids and times, and the replay skips it as the writer's insert does
+        log.warning("ingest: the database is unavailable (%s); %d named run(s) not checked", exc, len(ids))
+        return set()
 
 
 async def _store_labels(state: AppState, model_name: str, labels: list[tuple[str, float]]) -> StoredFeedback:
