@@ -308,6 +308,18 @@ BAD = [
         b'{"predictions": [0.2, "high"]}',
         "predictions[1]",
     ),
+    (  # PostgreSQL cannot store it: refused on both backends before anything is kept (issue 41, item 1)
+        "nul in a name",
+        _binary_headers("e5", REQUEST_TYPE, **{"ce-inferenceservicename": "ce_bin"}),
+        b'{"instances": [{"x\\u0000y": 1}]}',
+        "the request's row 0['x\\x00y']: feature names and text values may not contain U+0000",
+    ),
+    (
+        "nul in a value",
+        _binary_headers("e6", REQUEST_TYPE, **{"ce-inferenceservicename": "ce_bin"}),
+        b'{"inputs": {"zzz": ["a\\u0000b"]}}',
+        "the request's row 0['zzz']: feature names and text values may not contain U+0000",
+    ),
     (
         "not a cloudevent",
         {"content-type": "application/json"},
