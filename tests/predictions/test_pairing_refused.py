@@ -9,15 +9,19 @@ deleted, and nothing stays open for the next pass to fail on. On main the driver
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import select
 
 from core.database import open_database
 from predictions.batch import LogBatch, ids_from
 from predictions.models import PredictionBatch
+from predictions.service import database_failure
 from predictions.service.pairing import REJECTED, Arrival, Pair, offer_half, open_pairs, sweep_pairs
 from tests.predictions.test_poison_rows import _no_model, _nul
 from tests.predictions.test_prediction_log import ids, make_rows
@@ -158,3 +162,15 @@ def test_a_second_half_whose_rows_are_refused_settles_its_pair_rejected(
         ] == ids(good)
         assert open_pairs(session=s) == 0
     db.dispose()
+
+
+def test_database_failure_tells_a_refused_row_from_an_outage_and_from_a_bug() -> None:
+    """The drivers' own errors (the pairing's raw-cursor insert raises them) count as SQLAlchemy's do; an
+    error that is not the database's is None, so the replay never keeps retrying a bug as an outage."""
+    assert database_failure(psycopg.errors.UntranslatableCharacter("unsupported Unicode escape")) == "data"
+    assert database_failure(psycopg.errors.NotNullViolation("null value")) == "data"
+    assert database_failure(sqlite3.IntegrityError("NOT NULL constraint failed")) == "data"
+    assert database_failure(psycopg.OperationalError("connection refused")) == "unavailable"
+    assert database_failure(sa_exc.OperationalError("select 1", {}, Exception("gone"))) == "unavailable"
+    assert database_failure(KeyError("request")) is None
+    assert database_failure(RuntimeError("a bug")) is None
