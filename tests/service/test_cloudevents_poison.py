@@ -14,14 +14,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from sqlalchemy import create_engine, text
 
 from predictions.service.pairing import Arrival
-from service.serving.cloudevents import half_spool
-from service.serving.kserve import RESPONSE_TYPE
+from service.serving.cloudevents import half_spool, sweep_once
+from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
 from tests import own_models
 from tests.faults.conftest import wait_until
 from tests.support import Server, query_rows, serve_settings
@@ -88,3 +90,52 @@ def test_the_replay_sets_a_hostile_half_aside_and_pairs_the_clean_ones(server: S
     with server.client() as c:
         r = c.post("/v1/cloudevents", content=content, headers=headers)
     assert r.status_code == 400 and "U+0000" in r.json()["error"], r.text
+
+
+def _execute(url: str, sql: str) -> None:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(sql))
+    finally:
+        engine.dispose()
+
+
+def test_the_drivers_own_outage_error_spools_the_half_and_the_replay_pairs_it_later(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The pairing's insert raises psycopg's own errors (a raw cursor), not SQLAlchemy's: with the log's table
+    out of reach (renamed away: psycopg's UndefinedTable, the schema's fault, an outage) a completing half is
+    spooled, not a 500, and a replay pass gives its claim back until the table is there again, then pairs it.
+    The passes are run here (no periodic sweep) so that each is seen whole. On main the route answered 500
+    and the pass raised, leaving its claim under the live server."""
+    registry = own_models.register_served_elsewhere(pg_url, tmp_path, {MODEL: "binary"})
+    settings = serve_settings(
+        pg_url,
+        tmp_path / "spool",
+        registry_path=registry,
+        monitor_enabled=False,
+        cloudevents_wait_s=3600.0,
+        cloudevents_sweep_interval_s=0,  # no periodic pass: the test runs them
+    )
+    data = own_models.reference(3, seed=12)
+    rows = own_models.feature_rows(data)
+    probs = {"predictions": [float(p) for p in own_models.answers("binary", data)]}
+    event_id = f"away-{uuid.uuid4()}"
+    with Server(settings) as srv, srv.client() as c:
+        spool = half_spool(srv.state)
+        content, headers = own_models.kserve_message(REQUEST_TYPE, event_id, {"instances": rows}, model=MODEL)
+        assert c.post("/v1/cloudevents", content=content, headers=headers).json()["outcome"] == "waiting"
+        _execute(pg_url, "alter table prediction_batches rename to prediction_batches_away")
+        try:
+            content, headers = own_models.kserve_message(RESPONSE_TYPE, event_id, probs, model=MODEL)
+            r = c.post("/v1/cloudevents", content=content, headers=headers)
+            assert r.status_code == 200 and r.json()["outcome"] == "spooled", r.text
+            (spooled,) = [p.name for p in spool.directory.iterdir()]
+            assert sweep_once(srv.state) == []  # the table is still away: nothing settled, nothing raised
+            assert [p.name for p in spool.directory.iterdir()] == [spooled]  # given back, not claimed
+        finally:
+            _execute(pg_url, "alter table prediction_batches_away rename to prediction_batches")
+        assert [outcome for _, outcome, _ in sweep_once(srv.state)] == ["logged"]
+        assert _logged(srv, [event_id]) == {event_id}
+        assert list(spool.directory.iterdir()) == []
