@@ -6,7 +6,8 @@ request whose instance has the key ``"x\\u0000y"``, then its response, then clea
 periodic pass replays them: the clean pairs are logged, the hostile response is set aside with its reason
 (``.bad`` and ``.bad.reason``: the halves' dead letter), no half stays claimed under the live server, and the
 response sent again to the route is a 400 naming the rule, not a 500. On main PostgreSQL's error escaped the
-pass and left every half it had claimed as ``*.half.claimed-<pid>`` for good.
+pass and left every half it had claimed as ``*.half.claimed-<pid>`` for good. A second test (PostgreSQL) puts
+the log's table out of reach, so that the pairing's insert raises the driver's own outage error.
 """
 
 from __future__ import annotations
