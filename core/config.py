@@ -147,7 +147,8 @@ class Settings(BaseSettings):
     spool_max_bytes: int | None = Field(
         default=None,
         gt=0,
-        description="Cap on the spool's bytes not yet replayed, per process (unset: the disk's free space). "
+        description="Cap on the spool's bytes not yet replayed, per process, and on the spool of KServe's "
+        "CloudEvents halves (unset: the disk's free space). "
         "Past it, with the database down, new log rows are lost: counted in "
         "driftwarden_prediction_log_rows_dropped_total and failing the prediction_log health check (fast "
         "mode still answers; durable mode answers 503).",

@@ -9,7 +9,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
@@ -333,6 +333,18 @@ def require_scope_or_signed_link(scope: str) -> Any:
         return await authorize(request, scope, alternative=SIGNED_LINK_HINT)
 
     return Depends(check)
+
+
+NUL_RULE = "feature names and text values may not contain U+0000 (NUL), which PostgreSQL cannot store"
+
+
+def nul_in_row(row: Mapping[str, Any]) -> str | None:
+    """The first name of ``row`` (a record's inputs: names to values) whose name or text value holds a NUL
+    character, or None: the one check of every ingest path's inputs (:data:`NUL_RULE`), on every backend."""
+    for name, value in row.items():
+        if (isinstance(name, str) and "\x00" in name) or (isinstance(value, str) and "\x00" in value):
+            return name
+    return None
 
 
 def holds_nul(value: Any) -> bool:

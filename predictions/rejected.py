@@ -5,11 +5,11 @@ text, a number out of range, ...) fails every write it is part of, whatever the 
 writer splits such a write until each refused row is alone (:mod:`predictions.writer`) and appends the row
 here, with the error, so the rows around it are written and the log keeps flowing. The file is ``<spool
 slot>/rejected.jsonl`` (beside the spool's segments, which it is never mixed with): one JSON object per
-line, ``rejected_at`` (RFC 3339), ``error`` (the database's message), ``source`` (``direct`` or ``spool``:
-the row came from a request or from a spool replay) and ``row`` (the row as a spool line holds it). Nothing
-replays it automatically: the same row would be refused again. An operator reads it, fixes or drops the
-rows, and re-imports them (``driftwarden predictions rejected PATH --import``: :meth:`DeadLetter.reimport`;
-see docs/operations.md, "Faults").
+line, ``rejected_at`` (RFC 3339), ``error`` (the database's message), ``source`` (``direct``, ``spool`` or
+``cloudevents``: the row came from a request, from a spool replay or from a KServe pair the pairing
+settled) and ``row`` (the row as a spool line holds it). Nothing replays it automatically: the same row
+would be refused again. An operator reads it, fixes or drops the rows, and re-imports them (``driftwarden
+predictions rejected PATH --import``: :meth:`DeadLetter.reimport`; see docs/operations.md, "Faults").
 """
 
 from __future__ import annotations

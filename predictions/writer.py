@@ -344,7 +344,7 @@ class LogWriter:
                 self.stats.rows_written += written
                 self.stats.batches += 1
                 self._mark_ok()
-                lost = self._reject(refused, source="direct")
+                lost = self.reject(refused, source="direct")
                 if lost is not None:  # only the requests whose refused rows are lost get the error
                     gone = {id(row) for row, _ in refused}
                     hits = [any(id(r) in gone for r in b) for b in built]
@@ -367,7 +367,7 @@ class LogWriter:
             except Exception as exc:
                 self._mark_failed(exc)
                 return
-            self._reject(refused, source="spool")  # on disk (or counted lost): the replay moves past them
+            self.reject(refused, source="spool")  # on disk (or counted lost): the replay moves past them
             self.spool.commit(batch)
             self.stats.rows_replayed += written
             self._mark_ok()
@@ -417,14 +417,16 @@ class LogWriter:
         written_b, refused_b = self._write_sorting(rows[half:], idempotent=True)
         return written_a + written_b, refused_a + refused_b
 
-    def _reject(self, refused: list[tuple[LogBatch, str]], *, source: str) -> BaseException | None:
-        """Put rows the database refused for their values into the dead-letter file (fsynced)."""
+    def reject(self, refused: list[tuple[LogBatch, str]], *, source: str) -> BaseException | None:
+        """Put rows the database refused for their values into the dead-letter file (fsynced), counted in
+        ``rows_rejected``; the error of a dead letter that failed too (the rows then count as lost). Also
+        called by the CloudEvents pairing (``source="cloudevents"``) for a pair's refused rows."""
         if not refused:
             return None
         try:
             self.dead_letter.append(refused, source=source)
         except Exception as exc:  # the local disk failed too: the rows are lost
-            self._count_lost(
+            self.count_lost(
                 predictions_in([r for r, _ in refused]),
                 f"dead-letter append to {self.dead_letter.path} failed",
                 exc,
@@ -456,12 +458,14 @@ class LogWriter:
         try:
             self.spool.append(rows, sync=sync)
         except Exception as exc:  # the local disk failed too (or is full): this is the only way to lose rows
-            self._count_lost(predictions_in(rows), "spool append failed", exc)
+            self.count_lost(predictions_in(rows), "spool append failed", exc)
             return exc
         self.stats.rows_spooled += predictions_in(rows)
         return None
 
-    def _count_lost(self, n: int, what: str, exc: BaseException) -> None:
+    def count_lost(self, n: int, what: str, exc: BaseException) -> None:
+        """Count ``n`` predictions lost (``rows_dropped``; one critical line per 10 s): also called by the
+        CloudEvents route for a half its full spool could not keep."""
         now = time.time()
         if now - self._drop_logged_at > 10.0:  # one line per 10 s, not one per batch
             self._drop_logged_at = now

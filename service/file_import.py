@@ -36,6 +36,7 @@ import numpy as np
 from core.config import Settings
 from core.database import Database, make_engine
 from core.errors import Invalid, NotFound
+from core.http import NUL_RULE, nul_in_row
 from core.tabular import SUFFIXES, CodedColumn, Column, TableStream, as_python
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
@@ -229,6 +230,19 @@ def _records(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, fi
     ]
 
 
+def _check_storable(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, first: int) -> None:
+    """Refuse the first row whose input text no log can store (``core.http.NUL_RULE``), naming it: its
+    feature columns' distinct values are checked (text columns are coded), then the row is found."""
+    for name in schema.feature_names:
+        column = batch.get(name)
+        if not isinstance(column, CodedColumn):
+            continue
+        refused = [k for k, c in enumerate(column.categories.tolist()) if nul_in_row({name: c}) is not None]
+        rows = np.flatnonzero(np.isin(column.codes, refused)) if refused else np.empty(0, dtype=np.intp)
+        if rows.size:
+            raise Invalid(f"{spec.row(first + int(rows[0]))}: column {name!r}: {NUL_RULE}")
+
+
 @dataclass
 class _Read:
     """One batch read by the contract, column by column: each row's prediction as the log holds it (the
@@ -245,6 +259,7 @@ class _Read:
 def _read(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, version: int, first: int) -> _Read:
     """One batch read by the contract (both passes): the first row whose prediction, label, time or id is
     unusable stops the import, read as a record so that its error is the ingest route's."""
+    _check_storable(batch, spec, schema, first)
     values, vectors, bad = _outputs(batch[spec.prediction_column], schema, spec, first)
     n = len(values)
     ids = _ids(batch[spec.id_column], spec, spec.id_column, first) if spec.id_column else None

@@ -15,6 +15,7 @@ from predictions.service.inserts import (
     WriteFailure,
     batch_json,
     classify_write_error,
+    database_failure,
     write_log_rows,
 )
 from predictions.service.labelled import LabelledRows, labelled_rows
@@ -56,6 +57,7 @@ __all__ = [
     "apply_retention",
     "batch_json",
     "classify_write_error",
+    "database_failure",
     "count_before",
     "count_predictions",
     "decode_documents",

@@ -187,23 +187,43 @@ def classify_write_error(exc: BaseException) -> WriteFailure:
     return "unavailable"
 
 
+def database_failure(exc: BaseException) -> WriteFailure | None:
+    """Why the database failed a statement (:func:`classify_write_error`), or None when ``exc`` is not the
+    database's at all (a bug: it must not pass for an outage, which would keep it retried for ever).
+    SQLAlchemy's errors and the drivers' own count (the raw-cursor inserts raise the latter)."""
+    if isinstance(exc, sa_exc.SQLAlchemyError | psycopg.Error | sqlite3.Error | orjson.JSONEncodeError):
+        return classify_write_error(exc)
+    return None
+
+
 def insert_batches(*, connection: Connection, rows: Sequence[LogBatch]) -> None:
     """Insert batch rows inside the caller's transaction (the CloudEvents pairing's), skipping a batch the
     table already has; their layouts are written every time (a rolled-back transaction takes them along, so
-    this path never trusts the process's record of written layouts)."""
+    this path never trusts the process's record of written layouts).
+
+    The insert runs under a savepoint: rows the database refuses (:func:`database_failure` ``data``) raise
+    the driver's error with the caller's transaction still usable (rolled back to before the insert), so
+    the caller can put them aside and go on."""
     if not rows:
         return
     layouts = [(i, *typed.KNOWN[i].as_json()) for i in {b.layout for b in rows if b.layout is not None}]
     raw: Any = connection.connection.dbapi_connection
     cur = raw.cursor()
     try:
-        if connection.dialect.name == "postgresql":
-            for values in layouts:
-                cur.execute(PG_LAYOUT, values)
-            cur.execute(PG_INSERT_IDEMPOTENT, (batch_json(rows),))
-        else:
-            if layouts:
-                cur.executemany(SQLITE_LAYOUT, layouts)
-            cur.executemany(SQLITE_INSERT_IDEMPOTENT, [_sqlite_values(b) for b in rows])
+        cur.execute("SAVEPOINT log_rows")
+        try:
+            if connection.dialect.name == "postgresql":
+                for values in layouts:
+                    cur.execute(PG_LAYOUT, values)
+                cur.execute(PG_INSERT_IDEMPOTENT, (batch_json(rows),))
+            else:
+                if layouts:
+                    cur.executemany(SQLITE_LAYOUT, layouts)
+                cur.executemany(SQLITE_INSERT_IDEMPOTENT, [_sqlite_values(b) for b in rows])
+        except BaseException as exc:
+            if database_failure(exc) in ("data", "duplicate"):  # the connection is sound: undo the insert
+                cur.execute("ROLLBACK TO SAVEPOINT log_rows")
+            raise
+        cur.execute("RELEASE SAVEPOINT log_rows")
     finally:
         cur.close()

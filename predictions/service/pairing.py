@@ -7,6 +7,11 @@ settled (its bodies dropped, ``settled_at`` and ``outcome`` set). A half that is
 is settled, is a duplicate. :func:`sweep_pairs` settles the pairs whose wait is over (a request without its
 response is still logged: its inputs count for drift) and forgets tombstones older than ``keep``.
 
+A pair whose rows the database refuses for their values (a NUL in a text, a number out of range: a ``data``
+failure of :func:`~predictions.service.inserts.database_failure`) never stops either: its rows go to the
+caller's dead letter (``refuse``, with the database's message) and the pair is settled ``rejected``, so the
+sweep goes on with the others instead of failing on it, oldest first, at every pass.
+
 On PostgreSQL the second half's ``UPDATE ... WHERE <half>_at IS NULL`` locks the row, so of two copies of
 one half arriving at once exactly one completes the pair, and the sweep takes only rows nobody holds
 (``FOR UPDATE SKIP LOCKED``). SQLite serializes writers (``BEGIN IMMEDIATE``).
@@ -26,7 +31,7 @@ from sqlalchemy.orm import Session
 from core.database import begin_sqlite, make_engine
 from predictions.batch import LogBatch
 from predictions.models import CloudEventPair
-from predictions.service.inserts import insert_batches
+from predictions.service.inserts import database_failure, insert_batches
 
 Half = Literal["request", "response"]
 PAIRS = cast(Table, CloudEventPair.__table__)
@@ -60,6 +65,13 @@ Settle = Callable[[Pair], tuple[str, Sequence[LogBatch]]]
 """What a pair becomes: the outcome to record (``logged``, ``unanswered``, ...) and the log rows to insert."""
 
 
+Refuse = Callable[[Pair, Sequence[LogBatch], str], None]
+"""Where a pair's rows the database refused go (the dead letter), with the database's message; it must not
+raise (a failing dead letter counts the rows lost)."""
+
+REJECTED = "rejected"  # the outcome of a pair whose rows the database refused
+
+
 def pairing_engine(url: str, *, wait_for_disk: bool) -> Engine:
     """The engine the pairing uses in a serving process: no ping before each use (a round trip in front of
     every event; a connection the server closed fails its event, which is spooled and offered again), TCP
@@ -90,9 +102,10 @@ def _values(arrival: Arrival) -> dict[str, Any]:
     return {f"{h}_at": arrival.received_at, f"{h}_time": arrival.time, f"{h}_body": arrival.body}
 
 
-def offer_half(*, session: Session, arrival: Arrival, settle: Settle) -> str:
+def offer_half(*, session: Session, arrival: Arrival, settle: Settle, refuse: Refuse) -> str:
     """Keep a first half (``waiting``); with the second, log and settle the pair in one transaction (the
-    outcome ``settle`` gives); ``duplicate`` for a half already there or a settled pair."""
+    outcome ``settle`` gives, or ``rejected``: its rows went to ``refuse``); ``duplicate`` for a half already
+    there or a settled pair."""
     begin_sqlite(session, immediate=True)
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     mine = _values(arrival)
@@ -134,15 +147,22 @@ def offer_half(*, session: Session, arrival: Arrival, settle: Settle) -> str:
         response=response[0],
         response_time=response[1],
     )
-    outcome = _settle(session, pair, settle, arrival.received_at)
+    outcome = _settle(session, pair, settle, refuse, arrival.received_at)
     session.commit()
     return outcome
 
 
-def _settle(session: Session, pair: Pair, settle: Settle, now: datetime) -> str:
-    """Insert what ``settle`` makes of ``pair`` and mark the pair settled (in the caller's transaction)."""
+def _settle(session: Session, pair: Pair, settle: Settle, refuse: Refuse, now: datetime) -> str:
+    """Insert what ``settle`` makes of ``pair`` and mark the pair settled (in the caller's transaction); rows
+    the database refuses go to ``refuse`` and the pair is settled ``rejected``."""
     outcome, rows = settle(pair)
-    insert_batches(connection=session.connection(), rows=rows)
+    try:
+        insert_batches(connection=session.connection(), rows=rows)
+    except Exception as exc:
+        if database_failure(exc) != "data":
+            raise
+        refuse(pair, rows, f"{type(exc).__name__}: {exc}"[:2000])
+        outcome = REJECTED
     session.execute(
         update(PAIRS)
         .where(_key(pair.model_name, pair.event_id))
@@ -152,10 +172,18 @@ def _settle(session: Session, pair: Pair, settle: Settle, now: datetime) -> str:
 
 
 def sweep_pairs(
-    *, session: Session, now: datetime, wait: timedelta, keep: timedelta, settle: Settle, limit: int = 500
+    *,
+    session: Session,
+    now: datetime,
+    wait: timedelta,
+    keep: timedelta,
+    settle: Settle,
+    refuse: Refuse,
+    limit: int = 500,
 ) -> list[str]:
-    """Settle up to ``limit`` pairs opened more than ``wait`` ago (what ``settle`` makes of what came) and
-    forget tombstones settled more than ``keep`` ago; the outcomes, one per pair settled."""
+    """Settle up to ``limit`` pairs opened more than ``wait`` ago (what ``settle`` makes of what came; rows
+    the database refuses go to ``refuse``) and forget tombstones settled more than ``keep`` ago; the
+    outcomes, one per pair settled."""
     begin_sqlite(session, immediate=True)
     query = (
         select(PAIRS)
@@ -177,6 +205,7 @@ def sweep_pairs(
                 response_time=r.response_time,
             ),
             settle,
+            refuse,
             now,
         )
         for r in session.execute(query).all()

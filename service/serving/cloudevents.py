@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.database import session_scope
@@ -31,7 +30,8 @@ from core.runtime import Runtime
 from core.scheduling import every
 from predictions.batch import LogBatch
 from predictions.halves import HalfSpool
-from predictions.service.pairing import Arrival, Pair, offer_half, sweep_pairs
+from predictions.service import database_failure
+from predictions.service.pairing import REJECTED, Arrival, Pair, Refuse, offer_half, sweep_pairs
 from predictions.spool import spool_dir
 from registry.schema import ModelSchema
 from service.serving.codecs import BadRequest
@@ -61,10 +61,18 @@ class Receipt:
         }
 
 
+class HalfLost(LogOff):
+    """The database is down and the spool of halves is full (``spool_max_bytes``) or its disk failed: the
+    half is kept nowhere (a 503; its rows are counted lost)."""
+
+
 def half_spool(state: Runtime) -> HalfSpool:
-    """The server's spool of halves (beside the log's spool of the same database)."""
+    """The server's spool of halves (beside the log's spool of the same database), capped at
+    ``spool_max_bytes`` as the log's spool is."""
     url = state.settings.database_url.get_secret_value()
-    return HalfSpool(spool_dir(state.settings.spool_path, url) / "cloudevents")
+    return HalfSpool(
+        spool_dir(state.settings.spool_path, url) / "cloudevents", max_bytes=state.settings.spool_max_bytes
+    )
 
 
 async def receive(*, state: AppState, headers: Mapping[str, str], body: bytes, model: str | None) -> Receipt:
@@ -85,9 +93,19 @@ async def receive(*, state: AppState, headers: Mapping[str, str], body: bytes, m
     )
     try:
         outcome, logged = await asyncio.to_thread(_offer, state, arrival, contract)
-    except SQLAlchemyError as exc:
+    except Exception as exc:
+        failure = database_failure(exc)
+        if failure is None:
+            raise
+        if failure != "unavailable":  # the half's own values (a pair's rows the database refuses are settled)
+            raise BadRequest(f"the database refused the event: {exc}"[:500], "database") from None
         log.warning("cloudevents: database unavailable (%s); the %s half is spooled", exc, event.half)
-        await asyncio.to_thread(half_spool(state).put, arrival)
+        try:
+            await asyncio.to_thread(half_spool(state).put, arrival)
+        except OSError as full:  # SpoolFull, or the disk's own error: nothing was kept
+            state.writer.count_lost(rows or 0, f"the {event.half} half of event {event.id} not spooled", full)
+            state.metrics.cloudevent(event.model, "lost")
+            raise HalfLost(f"the database is down and the event cannot be spooled: {full}") from None
         outcome, logged = "spooled", []
     _count(state, event.model, outcome, logged)
     ids = prediction_ids(event.model, event.id, rows) if outcome == "logged" and rows else []
@@ -104,8 +122,29 @@ def _offer(state: Runtime, arrival: Arrival, contract: tuple[int, ModelSchema]) 
         return outcome, rows
 
     with _session(state) as session:
-        outcome = offer_half(session=session, arrival=arrival, settle=settle)
-    return outcome, logged if outcome not in ("waiting", "duplicate") else []
+        outcome = offer_half(session=session, arrival=arrival, settle=settle, refuse=_refuser(state))
+    return outcome, logged if outcome not in ("waiting", "duplicate", REJECTED) else []
+
+
+def _refuser(state: Runtime) -> Refuse:
+    """The pairing's dead letter: the log writer's (``<spool slot>/rejected.jsonl``, source ``cloudevents``,
+    counted in ``rows_rejected`` and the ``prediction_log`` health check), so ``predictions rejected``
+    re-imports them as it does the writer's."""
+    writer = getattr(state, "writer", None)
+
+    def refuse(pair: Pair, rows: Sequence[LogBatch], error: str) -> None:
+        log.error(
+            "cloudevents: the database refused the rows of pair %s of %s (%s): moved to the dead letter",
+            pair.event_id,
+            pair.model_name,
+            error.splitlines()[0] if error else "",
+        )
+        if writer is None:
+            log.critical("cloudevents: no log writer: the refused rows of pair %s are lost", pair.event_id)
+            return
+        writer.reject([(row, error) for row in rows], source="cloudevents")
+
+    return refuse
 
 
 Settled = tuple[str, str, list[LogBatch]]
@@ -149,22 +188,35 @@ def sweep_once(state: AppState) -> list[Settled]:
     settled: list[Settled] = []
     spool = half_spool(state)
     claimed = spool.claim()
-    for k, (path, arrival) in enumerate(claimed):
-        try:
-            contract = state.manager.contract(arrival.model_name)
-            outcome, logged = _offer(state, arrival, contract)
-        except NotServed:
-            log.warning("cloudevents: spooled half of %s: the model is no longer known", arrival.model_name)
-            outcome, logged = "unknown_model", []
-        except SQLAlchemyError:
-            for rest, _ in claimed[k:]:
-                spool.release(rest)
-            return settled
-        except BadRequest as exc:  # checked on arrival; a contract changed since
-            log.warning("cloudevents: spooled half of %s refused: %s", arrival.model_name, exc)
-            outcome, logged = "refused", []
-        spool.done(path)
-        settled.append((arrival.model_name, outcome, logged))
+    left = [path for path, _ in claimed]  # claimed, not yet done: given back whatever happens
+    try:
+        for path, arrival in claimed:
+            try:
+                contract = state.manager.contract(arrival.model_name)
+                outcome, logged = _offer(state, arrival, contract)
+            except NotServed:
+                log.warning(
+                    "cloudevents: spooled half of %s: the model is no longer known", arrival.model_name
+                )
+                outcome, logged = "unknown_model", []
+            except Exception as exc:
+                if not isinstance(exc, BadRequest) and database_failure(exc) == "unavailable":
+                    return settled  # the rest is given back below, offered again next pass
+                # a pair refused by its contract (checked on arrival: a contract changed since, or a half an
+                # older version spooled), the database refusing the half itself, or a bug: set aside with its
+                # reason (the halves' dead letter), never offered again; the pass goes on
+                if not isinstance(exc, BadRequest):
+                    log.exception("cloudevents: spooled half %s of %s failed", path.name, arrival.model_name)
+                spool.set_aside(path, f"{type(exc).__name__}: {exc}")
+                left.remove(path)
+                settled.append((arrival.model_name, "refused", []))
+                continue
+            spool.done(path)
+            left.remove(path)
+            settled.append((arrival.model_name, outcome, logged))
+    finally:
+        for path in left:
+            spool.release(path)
     return settled + _settle_due(state)
 
 
@@ -172,7 +224,7 @@ def _settle_due(state: AppState) -> list[Settled]:
     """Settle the pairs whose wait is over, each by its model's contract."""
     settings = state.settings
     now = datetime.now(UTC)
-    done: list[Settled] = []
+    done: dict[tuple[str, str], Settled] = {}  # by pair: a pair's rows the database refused are not counted
 
     def settle(pair: Pair) -> tuple[str, list[LogBatch]]:
         try:
@@ -181,8 +233,20 @@ def _settle_due(state: AppState) -> list[Settled]:
         except (NotServed, BadRequest) as exc:
             log.warning("cloudevents: pair %s of %s not logged: %s", pair.event_id, pair.model_name, exc)
             outcome, rows = "refused", []
-        done.append((pair.model_name, outcome, rows))
+        except Exception:  # one pair must never stop the pass for the others
+            log.exception(
+                "cloudevents: pair %s of %s cannot be read: not logged", pair.event_id, pair.model_name
+            )
+            outcome, rows = "refused", []
+        done[(pair.model_name, pair.event_id)] = (pair.model_name, outcome, rows)
         return outcome, rows
+
+    def refuse(pair: Pair, rows: Sequence[LogBatch], error: str) -> None:
+        refused.add((pair.model_name, pair.event_id))
+        dead_letter(pair, rows, error)
+
+    refused: set[tuple[str, str]] = set()
+    dead_letter = _refuser(state)
 
     try:
         with _session(state) as session:
@@ -192,11 +256,17 @@ def _settle_due(state: AppState) -> list[Settled]:
                 wait=timedelta(seconds=settings.cloudevents_wait_s),
                 keep=timedelta(seconds=settings.cloudevents_keep_s),
                 settle=settle,
+                refuse=refuse,
             )
-    except SQLAlchemyError as exc:
+    except Exception as exc:
+        if database_failure(exc) is None:
+            raise
         log.warning("cloudevents: pairs not swept (%s); the next pass tries again", exc)
         return []
-    return done
+    return [
+        (m, REJECTED, []) if key in refused else (m, outcome, rows)
+        for key, (m, outcome, rows) in done.items()
+    ]
 
 
 def start_sweeps(state: AppState) -> asyncio.Task[None] | None:

@@ -39,6 +39,7 @@ from service.serving.records import (
     UNANSWERED,
     Record,
     check_records,
+    check_storable,
     keyed_ids,
     read_value,
     request_rows,
@@ -152,6 +153,8 @@ def read_inputs(schema: ModelSchema, payload: Any) -> list[dict[str, Any]]:
         raise BadRequest("the request body holds no rows", "empty")
     if len(rows) > MAX_RECORDS:
         raise BadRequest(f"{len(rows)} rows exceed the limit of {MAX_RECORDS} per event", "max_rows")
+    for i, row in enumerate(rows):
+        check_storable(row, f"the request's row {i}")
     return rows
 
 

@@ -81,7 +81,8 @@ FAMILIES: dict[str, Family] = {
         "counter",
         "KServe logger events by outcome: waiting (first half kept), logged (a pair logged), duplicate, "
         "spooled (the database down), unanswered (a request logged without its response), mismatched, "
-        "error_response, expired_response.",
+        "error_response, expired_response, rejected (the database refused the pair's rows: dead letter), "
+        "refused (a spooled half or a pair its contract refuses), lost (the database down, the spool full).",
         ("model", "outcome"),
     ),
     "contract_flags": Family("counter", "Rows accepted with a contract flag.", ("model", "feature", "rule")),

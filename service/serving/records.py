@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from core.http import NUL_RULE, nul_in_row
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import new_prediction_ids
@@ -98,6 +99,7 @@ def _record(i: int, item: Any) -> Record:
     for key, value in inputs.items():
         if not isinstance(value, _SCALARS):
             raise BadRequest(f"{where}.inputs.{key} must be a number, a string or null", "type")
+    check_storable(inputs, f"{where}.inputs")
     if "prediction" not in item:
         raise BadRequest(f"{where}.prediction is required: the model's answer", "required")
     return Record(
@@ -110,6 +112,13 @@ def _record(i: int, item: Any) -> Record:
         label=item.get("label"),
         has_label="label" in item and item["label"] is not None,
     )
+
+
+def check_storable(row: Mapping[str, Any], where: str) -> None:
+    """Refuse a row of inputs that no log can store (``core.http.NUL_RULE``): a 400 naming the feature."""
+    name = nul_in_row(row)
+    if name is not None:
+        raise BadRequest(f"{where}[{name!r}]: {NUL_RULE}", "nul")
 
 
 def _id(where: str, value: Any) -> str | None:

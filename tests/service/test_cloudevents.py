@@ -335,6 +335,18 @@ BAD = [
         ).encode(),
         "outputs[1].name: 'p' is sent twice",
     ),
+    (  # PostgreSQL cannot store it: refused on both backends before anything is kept (issue 41, item 1)
+        "nul in a name",
+        _binary_headers("e7", REQUEST_TYPE, **{"ce-inferenceservicename": "ce_bin"}),
+        b'{"instances": [{"x\\u0000y": 1}]}',
+        "the request's row 0['x\\x00y']: feature names and text values may not contain U+0000",
+    ),
+    (
+        "nul in a value",
+        _binary_headers("e8", REQUEST_TYPE, **{"ce-inferenceservicename": "ce_bin"}),
+        b'{"inputs": {"zzz": ["a\\u0000b"]}}',
+        "the request's row 0['zzz']: feature names and text values may not contain U+0000",
+    ),
     (
         "not a cloudevent",
         {"content-type": "application/json"},
@@ -447,6 +459,31 @@ def test_half_spool_keeps_halves_in_order(tmp_path: Path) -> None:
     broken = spool.put(Arrival("m", "e3", "request", b"{}", now, now))
     broken.write_bytes(b"{not json")
     assert spool.claim() == [] and broken.with_name(broken.name + ".bad").exists()  # set aside, not retried
+
+
+def test_half_spool_holds_its_cap_and_keeps_nothing_past_it(tmp_path: Path) -> None:
+    """``spool_max_bytes`` caps the halves waiting (claimed ones count); past it nothing is written."""
+    from predictions.halves import HalfSpool
+    from predictions.service.pairing import Arrival
+    from predictions.spool import SpoolFull
+
+    now = datetime.now(UTC)
+    half = Arrival("m", "e", "request", b"x" * 1000, now, now)
+    spool = HalfSpool(tmp_path / "halves", max_bytes=5000)
+    kept = 0
+    with pytest.raises(SpoolFull, match="5000 bytes"):
+        for _ in range(10):
+            spool.put(half)
+            kept += 1
+    assert kept == 3 and spool.pending() == 3  # ~1.5 KB each: a fourth would pass 5000 bytes
+    assert spool.pending_bytes() <= 5000
+    assert sorted(p.suffix for p in spool.directory.iterdir()) == [".half"] * 3  # no temporary file left
+    taken = spool.claim(limit=1)
+    with pytest.raises(SpoolFull):
+        spool.put(half)  # a claimed half still waits for the database: it counts
+    spool.done(taken[0][0])
+    spool.put(half)
+    assert spool.pending() == 3
 
 
 def test_a_server_without_its_log_answers_503_and_keeps_nothing(

@@ -244,6 +244,16 @@ BAD = [
         {"records": [{"inputs": {}, "prediction": 0.2, "score": 1}]},
         "unknown field(s) 'score'",
     ),
+    (  # PostgreSQL cannot store it: never "stored" then refused by the writer (issue 41, item 3)
+        "nul in a value",
+        {"records": [{"inputs": {"zzz": "a\u0000b"}, "prediction": 0.2}]},
+        "records[0].inputs['zzz']: feature names and text values may not contain U+0000",
+    ),
+    (
+        "nul in a name",
+        {"records": [{"inputs": {"x\u0000y": 1}, "prediction": 0.2}]},
+        "records[0].inputs['x\\x00y']: feature names and text values may not contain U+0000",
+    ),
 ]
 
 
@@ -551,6 +561,10 @@ def test_a_multiclass_parquet_with_list_predictions(
         ({"score": 1.5}, "line 9: prediction must be the positive class's probability"),
         ({"scored_at": "yesterday"}, "line 9: scored_at 'yesterday' is not a time"),
         ({"truth": 3}, "line 9: label must be 0 or 1"),
+        (
+            {"color": "re\u0000d"},
+            "line 9: column 'color': feature names and text values may not contain U+0000",
+        ),
     ],
 )
 def test_a_bad_row_stops_the_import_before_anything_is_written(
