@@ -57,13 +57,14 @@ def label_reader(schema: ModelSchema | None) -> LabelReader:
 
         allowed = f"a class name ({shown}) or its index 0 to {len(classes) - 1} (multi-class)"
         return LabelReader(read_class, allowed, "a class name or index")
-    return LabelReader(_binary, "0 or 1 (binary classification)", "0 or 1")
+    return LabelReader(_binary, "0 or 1 (binary classification; a number, not true or false)", "0 or 1")
 
 
 def _binary(value: Any) -> float | None:
-    if isinstance(value, bool):
-        value = int(value)
-    return float(value) if isinstance(value, int | float) and value in (0, 1) else None
+    """0 or 1; a boolean is not a label (a label is a number or a class name, on every path alike)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value in (0, 1) else None
 
 
 def _number(value: Any) -> float | None:
