@@ -36,3 +36,25 @@ MAX_REFERENCE_COLUMNS = 2_000
 """Columns of a reference (features, target and prediction column together), counted from its header or
 Parquet metadata before its rows are read: a contract and profile take about 1.4 ms a column (10,000
 columns: 13.6 s and 1.8 GB)."""
+
+# --- training (the retraining API's bounds, training/models.py RetrainRequest, are these too) --------------
+MAX_EPOCHS = 1_000
+"""Passes over the training rows (`train`, `jobs submit`, `demo`, DRIFTWARDEN_RETRAIN_EPOCHS)."""
+MAX_CLUSTER_WORKERS = 64
+"""Worker processes of a training cluster (`train`, `jobs submit`, `demo`), and of `serve --workers`."""
+MAX_PARAMETER_SERVERS = 16
+"""Parameter servers of an async training cluster (`train --ps`, `jobs submit --ps`)."""
+MAX_BATCH_SIZE = 65_536
+"""Rows of one training step (`train --batch-size`)."""
+MAX_GENERATED_ROWS = 5_000_000
+"""Rows of a generated table (`data generate --rows`, `demo --rows`): about 200 bytes a row while it is
+built (1 million rows: 1.3 s and 230 MB)."""
+
+# --- waits and windows of time ------------------------------------------------------------------------------
+MAX_PASS_INTERVAL_S = 30 * 86_400.0
+"""Seconds between the passes of `driftwarden monitor --interval` (a model's own monitor interval_s has the
+same bound)."""
+MAX_POLL_S = 3_600.0
+"""Seconds between an idle `driftwarden worker`'s looks for a job (`--poll`)."""
+MAX_KEEP_DAYS = 36_500.0
+"""Days `predictions purge --days` keeps (100 years: the cutoff stays a time both backends store)."""

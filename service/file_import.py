@@ -182,7 +182,7 @@ def _columns(stream: TableStream, spec: FileImport, schema: ModelSchema, version
     if missing and not spec.allow_missing_features:
         raise Invalid(
             f"{spec.path} lacks {len(missing)} feature column(s) of {spec.model_name}:{version}'s contract: "
-            f"{', '.join(missing)} (rename the file's columns to the contract's, or pass "
+            f"{_listed(missing)} (rename the file's columns to the contract's, or pass "
             "--allow-missing-features to log them as missing)"
         )
     extra = [name for name in named.values() if name is not None and name not in features]
