@@ -127,9 +127,9 @@ def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imp
     import tensorflow as tf
 
     assert spec.path is not None, "a SavedModel import names its folder"
+    reference = read_reference(spec.reference)  # a reference too wide is refused before TensorFlow loads
     source = _load(spec.path)
     fn = _signature(source, spec)
-    reference = read_reference(spec.reference)
     layout = _layout(fn, spec, reference)
     output_name, output = _output(fn, spec)
     columns = {name: _reference_column(reference[name], name, layout) for name in layout.features}

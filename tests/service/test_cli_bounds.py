@@ -151,3 +151,26 @@ def test_the_help_states_the_bound(command: str, option: str, shown: str) -> Non
     assert done.exit_code == 0, done.output
     line = next(line for line in done.stdout.splitlines() if option in line)
     assert shown in line, line
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "bound"),
+    [
+        ("DRIFTWARDEN_API_WORKERS", "1000", MAX_CLUSTER_WORKERS),
+        ("DRIFTWARDEN_RETRAIN_EPOCHS", "1e6", MAX_EPOCHS),
+    ],
+)
+def test_the_settings_behind_the_options_share_their_bounds(
+    variable: str, value: str, bound: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.config import get_settings
+
+    monkeypatch.setenv(variable, value)
+    get_settings.cache_clear()
+    try:
+        done = CliRunner().invoke(app, ["config"])
+    finally:
+        get_settings.cache_clear()
+    err = done.stderr.strip()
+    assert done.exit_code == 2 and err.startswith("error: invalid setting"), done.output
+    assert variable in err and f"less than or equal to {bound}" in err, err

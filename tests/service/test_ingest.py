@@ -23,6 +23,7 @@ from core.database import aware, open_database
 from core.tabular import write_table
 from registry.schema import Task
 from registry.service import promote
+from service import file_import
 from service.serving.records import keyed_ids
 from tests import own_models
 from tests.support import NO_AUTH, Server, count_rows, query_rows, run_cli, serve_settings, server_env
@@ -646,6 +647,9 @@ def test_import_refuses_what_the_route_refuses_naming_the_row_never_other_conten
         "pipe.csv": "pipe.csv is not a regular file",
     }
     before = _count(srv, "ing_file")
+    monkeypatch.setattr(
+        file_import, "BATCH_ROWS", 4
+    )  # Parquet batches of 4 rows: row 8 repeats one of batch 1
     for name, named in cases.items():
         args = ["--model", "ing_file", "--prediction-column", "score", "--label-column", "truth"]
         if name.startswith(("repeated", "long")):
