@@ -197,19 +197,19 @@ _SHOWN = 300  # characters of a reason shown at most
 def _unreadable(p: Path, fmt: str, exc: BaseException) -> TableError:
     """A reader's error as one line naming the file and what is wrong, never the file's content."""
     if isinstance(exc, UnicodeDecodeError):
-        return _not_utf8(p, f"byte 0x{exc.object[exc.start]:02x} in its header")
+        return _not_utf8(p, fmt, f"byte 0x{exc.object[exc.start]:02x}")
     reason = _ECHOED_ROW.sub(r"\1", " ".join(str(exc).split()))
-    if "invalid UTF8" in reason or "invalid utf8" in reason.lower():
-        return _not_utf8(p, reason)
+    if "invalid utf8" in reason.lower():
+        return _not_utf8(p, fmt, reason)
     if len(reason) > _SHOWN:
         reason = reason[:_SHOWN] + " ..."
     return TableError(f"cannot read {p} as {fmt.upper()}: {reason}")
 
 
-def _not_utf8(p: Path, where: str) -> TableError:
+def _not_utf8(p: Path, fmt: str, where: str) -> TableError:
     return TableError(
-        f"cannot read {p} as CSV: it is not UTF-8 text ({where}); a CSV is read as UTF-8: convert it "
-        "(e.g. iconv -f LATIN1 -t UTF-8) or write Parquet"
+        f"cannot read {p} as {fmt.upper()}: its text is not UTF-8 ({where}); text is read as UTF-8: convert "
+        "it (e.g. iconv -f LATIN1 -t UTF-8)"
     )
 
 
@@ -219,7 +219,7 @@ def _utf8(p: Path, fmt: str, schema: pa.Schema) -> None:
         return
     for k, field in enumerate(schema):
         if pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type):
-            raise _not_utf8(p, f"column #{k + 1}, {field.name[:40]!r}")
+            raise _not_utf8(p, fmt, f"column #{k + 1}, {field.name[:40]!r}")
 
 
 def _unique_names(p: Path, names: Sequence[str]) -> None:
