@@ -27,6 +27,14 @@ from alerts.backtest_traffic import Pool, Shift, ShiftKind, fit_tails
 from alerts.config import WILDCARD, load_rules_file
 from alerts.flows import check_rule_features, check_rule_sets
 from alerts.specs import MONITOR_KINDS, RuleSpec
+from core.bounds import (
+    BACKTEST_MAX_COUNTED_ROWS,
+    BACKTEST_MAX_RATE,
+    BACKTEST_MAX_RUNS,
+    BACKTEST_MAX_WINDOW,
+    MAX_PROCESSES,
+    MAX_SEED,
+)
 from core.config import Settings
 from core.database import Database
 from core.durations import require_duration
@@ -43,7 +51,6 @@ from registry.service import latest_version, read_schema, serving_version
 DEFAULT_RATE = 100.0  # rows a minute
 DEFAULT_DAYS = 30.0
 DEFAULT_INTERVAL = "5m"
-MAX_RUNS = 10_000_000
 MIN_HALF_ROWS = 500
 
 
@@ -145,27 +152,53 @@ def _version(*, db: Database, settings: Settings, model_name: str) -> _Version:
 
 
 def _plan(request: BacktestRequest, *, settings: Settings, config: MonitorConfig) -> Plan:
-    """The runs asked for: window, rows per run, number of runs (each bound checked)."""
+    """The runs asked for: window, rows per run, number of runs, each bound (``core.bounds``) checked before
+    any work starts."""
     interval = require_duration(request.interval, where="--interval").total_seconds()
+    if not 0 <= request.seed <= MAX_SEED:
+        raise Invalid(f"--seed {request.seed}: a seed is a whole number from 0 to {MAX_SEED}")
+    if not 1 <= request.workers <= MAX_PROCESSES:
+        raise Invalid(
+            f"--workers {request.workers}: from 1 to {MAX_PROCESSES} processes on this machine (4 per CPU, "
+            "at most 64)"
+        )
     if not (request.days > 0 and np.isfinite(request.days)):
         raise Invalid(f"--days: {request.days:g} must be a number of days above 0")
-    if not (request.rate > 0 and np.isfinite(request.rate)):
-        raise Invalid(f"--rate: {request.rate:g} must be a number of rows a minute above 0")
+    if not (0 < request.rate <= BACKTEST_MAX_RATE):
+        raise Invalid(
+            f"--rate: {request.rate:g} must be a number of rows a minute above 0 and at most "
+            f"{BACKTEST_MAX_RATE:,.0f}"
+        )
     step = round(interval / 60.0 * request.rate)
     if step < 1:
         raise Invalid(
             f"--interval {request.interval} at --rate {request.rate:g} rows a minute adds no row per run"
         )
-    runs = int(request.days * 86_400 // interval)
-    if not 1 <= runs <= MAX_RUNS:
+    runs_asked = request.days * 86_400 // interval  # a float: no overflow before the check
+    if not 1 <= runs_asked <= BACKTEST_MAX_RUNS:
         raise Invalid(
-            f"--days {request.days:g} at --interval {request.interval} makes {runs} runs (1 to {MAX_RUNS})"
+            f"--days {request.days:g} at --interval {request.interval} makes {runs_asked:,.0f} runs "
+            f"(1 to {BACKTEST_MAX_RUNS:,})"
         )
+    runs = int(runs_asked)
     window = request.window or config.window_rows or settings.monitor_window_rows
     if window is None:
         raise Invalid("the model's window has no row limit (a window of minutes): give --window N")
+    given = "--window" if request.window else "the model's window"
     if window < settings.monitor_min_rows:
-        raise Invalid(f"--window {window}: a monitor runs on at least {settings.monitor_min_rows} rows")
+        raise Invalid(f"{given} {window}: a monitor runs on at least {settings.monitor_min_rows} rows")
+    if window > BACKTEST_MAX_WINDOW:
+        raise Invalid(
+            f"{given} {window:,} rows: a backtest holds at most {BACKTEST_MAX_WINDOW:,} rows in its window "
+            "(give a smaller --window)"
+        )
+    counted = window + runs * min(step, window)
+    if counted > BACKTEST_MAX_COUNTED_ROWS:
+        raise Invalid(
+            f"{runs:,} runs of {min(step, window):,} new rows (--rate {request.rate:g} a minute every "
+            f"--interval {request.interval}, window {window:,}) draw {counted:,} rows: at most "
+            f"{BACKTEST_MAX_COUNTED_ROWS:,} (lower --rate, --days or --window)"
+        )
     days = runs * interval / 86_400
     return Plan(
         window=window,

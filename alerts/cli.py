@@ -14,6 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from core.bounds import (
+    BACKTEST_MAX_COUNTED_ROWS,
+    BACKTEST_MAX_RATE,
+    BACKTEST_MAX_RUNS,
+    BACKTEST_MAX_WINDOW,
+    MAX_PROCESSES,
+    MAX_SEED,
+)
 from core.terminal import make_console
 
 if TYPE_CHECKING:
@@ -231,17 +239,34 @@ def alerts_unsilence(silence_id: Annotated[str, typer.Argument(help="Silence id.
 @alerts_app.command("backtest", epilog=RULES_EPILOG)
 def alerts_backtest(
     model: Annotated[str, typer.Option("--model", "-m", help="The model whose rules are backtested.")],
-    days: Annotated[float, typer.Option("--days", help="Days of scheduled runs replayed.")] = 30.0,
+    days: Annotated[
+        float,
+        typer.Option(
+            "--days", help=f"Days of scheduled runs replayed (at most {BACKTEST_MAX_RUNS:,} runs in all)."
+        ),
+    ] = 30.0,
     interval: Annotated[str, typer.Option("--interval", help="Time between runs: e.g. 1m, 5m, 1h.")] = "5m",
     window: Annotated[
         int | None,
-        typer.Option("--window", min=1, help="Rows per window (default: the model's monitor window)."),
+        typer.Option(
+            "--window",
+            min=1,
+            max=BACKTEST_MAX_WINDOW,
+            help="Rows per window (default: the model's monitor window).",
+        ),
     ] = None,
     rules: Annotated[
         Path | None,
         typer.Option("--rules", help="A YAML rules file to backtest instead of the stored rules."),
     ] = None,
-    rate: Annotated[float, typer.Option("--rate", help="Predictions a minute.")] = 100.0,
+    rate: Annotated[
+        float,
+        typer.Option(
+            "--rate",
+            max=BACKTEST_MAX_RATE,
+            help=f"Predictions a minute (the rows a backtest draws: at most {BACKTEST_MAX_COUNTED_ROWS:,}).",
+        ),
+    ] = 100.0,
     shift: Annotated[
         list[str] | None,
         typer.Option(
@@ -258,8 +283,18 @@ def alerts_backtest(
         str | None,
         typer.Option("--category", help="The categorical feature of the new category (default: the first)."),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the resampled traffic.")] = 0,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Processes running the streams.")] = 1,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the resampled traffic.")
+    ] = 0,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=MAX_PROCESSES,
+            help="Processes running the streams (4 per CPU, at most 64).",
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
 ) -> None:
     """Replay a month of monitor runs on the model's own reference traffic: false notifications per rule,

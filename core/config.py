@@ -11,6 +11,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS
+
 MAX_LINK_TTL_S = 90 * 86400.0
 """The longest lifetime of a signed report link (a link is a bearer credential for one report)."""
 MIN_LINK_KEY_CHARS = 32
@@ -110,6 +112,7 @@ class Settings(BaseSettings):
     api_workers: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_CLUSTER_WORKERS,
         description="`serve`: worker processes sharing the port (--workers overrides); unset: one per CPU "
         "core this process may run on. Each worker loads every served model.",
     )
@@ -396,7 +399,7 @@ class Settings(BaseSettings):
     retrain_include_previous_data: bool = Field(
         default=False, description="Mix the serving version's training data into the retraining set."
     )
-    retrain_epochs: float = Field(default=3.0, gt=0, description="Epochs of a retraining job.")
+    retrain_epochs: float = Field(default=3.0, gt=0, le=MAX_EPOCHS, description="Epochs of a retraining job.")
     retrain_auto_promote: bool = Field(
         default=True,
         description="A candidate that passes the gate is promoted (off: held for `models promote`).",

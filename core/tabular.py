@@ -172,22 +172,54 @@ def _format(p: Path, *, verb: str) -> str:
 
 
 def _readable(p: Path) -> str:
-    """The format of a file that exists and may be read, else :class:`TableError`."""
+    """The format of a file that exists and may be read, else :class:`TableError`: a directory, a device, a
+    pipe or a socket (a link to one too) is refused before it is opened (reading ``/dev/zero`` never ends)."""
     if not p.exists():
         raise TableError(
             f"data file not found: {p} (check the path; make one with `driftwarden data generate`)"
         )
     if p.is_dir():
         raise TableError(f"{p} is a directory, not a data file: give a .csv or .parquet file")
+    if not p.is_file():
+        raise TableError(f"{p} is not a regular file (a device, pipe or socket): give a .csv or .parquet")
     fmt = _format(p, verb="read")
     if fmt == "csv" and p.stat().st_size == 0:
         raise TableError(f"{p} is empty (0 bytes): a CSV needs a header row and data rows")
     return fmt
 
 
+# Arrow's CSV parse errors end with the row they could not parse: never shown (the file may not be the one
+# meant, e.g. a link to another file, and a row of data is not the user's to see in an error)
+_ECHOED_ROW = re.compile(r"(Expected \d+ columns?, got \d+)\s*:.*$", re.S)
+_SHOWN = 300  # characters of a reason shown at most
+
+
 def _unreadable(p: Path, fmt: str, exc: BaseException) -> TableError:
-    reason = " ".join(str(exc).split())
+    """A reader's error as one line naming the file and what is wrong, never the file's content."""
+    if isinstance(exc, UnicodeDecodeError):
+        return _not_utf8(p, fmt, f"byte 0x{exc.object[exc.start]:02x}")
+    reason = _ECHOED_ROW.sub(r"\1", " ".join(str(exc).split()))
+    if "invalid utf8" in reason.lower():
+        return _not_utf8(p, fmt, reason)
+    if len(reason) > _SHOWN:
+        reason = reason[:_SHOWN] + " ..."
     return TableError(f"cannot read {p} as {fmt.upper()}: {reason}")
+
+
+def _not_utf8(p: Path, fmt: str, where: str) -> TableError:
+    return TableError(
+        f"cannot read {p} as {fmt.upper()}: its text is not UTF-8 ({where}); text is read as UTF-8: convert "
+        "it (e.g. iconv -f LATIN1 -t UTF-8)"
+    )
+
+
+def _utf8(p: Path, fmt: str, schema: pa.Schema) -> None:
+    """A CSV column Arrow read as bytes held text that is not UTF-8: refused (a CSV is UTF-8 text)."""
+    if fmt != "csv":
+        return
+    for k, field in enumerate(schema):
+        if pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type):
+            raise _not_utf8(p, fmt, f"column #{k + 1}, {field.name[:40]!r}")
 
 
 def _unique_names(p: Path, names: Sequence[str]) -> None:
@@ -208,8 +240,9 @@ def read_table(path: str | Path) -> Columns:
             table = pacsv.read_csv(p, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
         else:
             table = pq.read_table(p)
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise _unreadable(p, fmt, exc) from exc
+    _utf8(p, fmt, table.schema)
     _unique_names(p, table.column_names)
     return {name: _to_numpy(table.column(name)) for name in table.column_names}
 
@@ -228,7 +261,8 @@ class TableStream:
     Parquet is read row group by row group (dictionary pages stay codes), CSV block by block, so memory is
     bounded by a batch whatever the file's size. Opening checks what :func:`read_table` checks (missing,
     empty, malformed, unsupported, duplicate names); ``names`` are the columns, ``rows`` the row count when
-    the file's metadata knows it (Parquet). A CSV column typed by its first block is widened as
+    the file's metadata knows it (Parquet), ``booleans`` the columns of true/false values (CSV: as its first
+    block types them), which batches give as 1/0. A CSV column typed by its first block is widened as
     :func:`read_table` would type it (int -> float -> text) when a later block needs it; iterate with
     :func:`fold_batches`, which starts the fold again in that case. ``threads=False`` decodes Parquet in the
     calling thread (less memory; for a caller whose own threads keep the cores busy).
@@ -248,11 +282,13 @@ class TableStream:
         self.block_bytes = block_bytes
         self.threads = threads
         self.rows: int | None = None
+        self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
         self._types: dict[str, pa.DataType] = {}
         try:
             if self.format == "parquet":
                 meta = pq.ParquetFile(self.path)
                 self.names: list[str] = list(meta.schema_arrow.names)
+                self.booleans = {f.name for f in meta.schema_arrow if pa.types.is_boolean(f.type)}
                 self.rows = meta.metadata.num_rows
                 self._text = [
                     f.name
@@ -262,7 +298,9 @@ class TableStream:
             else:
                 with self._open_csv(None) as reader:
                     self.names = list(reader.schema.names)
-        except (pa.ArrowException, OSError) as exc:
+                    self.booleans = {f.name for f in reader.schema if pa.types.is_boolean(f.type)}
+                    _utf8(self.path, self.format, reader.schema)
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise _unreadable(self.path, self.format, exc) from exc
         _unique_names(self.path, self.names)
 
@@ -304,12 +342,13 @@ class TableStream:
             else:
                 batches = iter(self._open_csv(wanted))
             for batch in batches:
+                _utf8(self.path, self.format, batch.schema)
                 yield {name: _batch_column(batch.column(name)) for name in wanted}
         except pa.ArrowInvalid as exc:
             if self._widen(exc):
                 raise _Widened(str(exc)) from exc
             raise _unreadable(self.path, self.format, exc) from exc
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise _unreadable(self.path, self.format, exc) from exc
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from core.bounds import MAX_PASS_INTERVAL_S
 from core.errors import Invalid
 
 if TYPE_CHECKING:
@@ -313,7 +314,10 @@ def monitor_cmd(
         list[str] | None, typer.Option("--model", "-m", help="Only these models (repeatable).")
     ] = None,
     interval: Annotated[
-        float | None, typer.Option("--interval", min=0.1, help="Seconds between passes (default: settings).")
+        float | None,
+        typer.Option(
+            "--interval", min=0.1, max=MAX_PASS_INTERVAL_S, help="Seconds between passes (default: settings)."
+        ),
     ] = None,
     fail_on_skip: Annotated[
         bool,

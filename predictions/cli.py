@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from core.bounds import MAX_KEEP_DAYS
 from core.errors import Invalid
 
 if TYPE_CHECKING:
@@ -19,7 +20,10 @@ predictions_app = typer.Typer(help="The prediction log.", no_args_is_help=True)
 @predictions_app.command("purge")
 def purge(
     days: Annotated[
-        float | None, typer.Option("--days", min=0.0, help="Keep this many days (default: retention_days).")
+        float | None,
+        typer.Option(
+            "--days", min=0.0, max=MAX_KEEP_DAYS, help="Keep this many days (default: retention_days)."
+        ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
     dry_run: Annotated[

@@ -27,6 +27,7 @@ from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
 from core.auth import SCOPES_LISTED
+from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS, MAX_GENERATED_ROWS, MAX_SEED
 from core.errors import DomainError
 from core.logs import quiet_tensorflow, quiet_tensorflow_banner
 
@@ -433,10 +434,18 @@ def db_current() -> None:
 @app.command("demo")
 def demo(
     model: Annotated[str, typer.Option("--model", help="Model name to train and serve.")] = "credit",
-    rows: Annotated[int, typer.Option("--rows", min=1000, help="Rows per generated data set.")] = 20_000,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Cluster workers.")] = 2,
-    epochs: Annotated[float, typer.Option("--epochs", min=0.1, help="Training epochs.")] = 3.0,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for the data and training.")] = 0,
+    rows: Annotated[
+        int, typer.Option("--rows", min=1000, max=MAX_GENERATED_ROWS, help="Rows per generated data set.")
+    ] = 20_000,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=MAX_CLUSTER_WORKERS, help="Cluster workers.")
+    ] = 2,
+    epochs: Annotated[
+        float, typer.Option("--epochs", min=0.1, max=MAX_EPOCHS, help="Training epochs.")
+    ] = 3.0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for the data and training.")
+    ] = 0,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show the log records here too (they go to var/demo/demo.log).")
     ] = False,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -48,7 +48,15 @@ from registry.schema import ModelSchema, Task
 from registry.service import get_version, read_schema, serving_version
 from service.serving.codecs import BadRequest
 from service.serving.readers import label_reader, log_layout
-from service.serving.records import MAX_RUN, Checked, Record, check_records, keyed_ids, read_prediction
+from service.serving.records import (
+    MAX_RUN,
+    Checked,
+    Record,
+    check_id,
+    check_records,
+    keyed_ids,
+    read_prediction,
+)
 
 log = logging.getLogger("driftwarden.service.file_import")
 
@@ -104,11 +112,16 @@ def import_file(
     stream = TableStream(spec.path, batch_rows=BATCH_ROWS, threads=False)
     columns = _columns(stream, spec, schema, version)
     result = Imported(version=version)
+    seen: dict[str, int] = {}  # the file's ids so far (repeats are refused), kept during pass 1 only
     for batch, first in _batches(stream, columns):  # pass 1: every row checked, nothing written
-        n = _read(batch, spec, schema, version, first).n
+        read = _read(batch, spec, schema, version, first)
+        if read.ids is not None:
+            _repeats(read.ids, first, seen, spec)
+        n = read.n
         result.rows += n
         if progress is not None:
             progress(n)
+    seen.clear()
     if not spec.dry_run:
         _write(
             spec=spec,
@@ -150,26 +163,37 @@ def _columns(stream: TableStream, spec: FileImport, schema: ModelSchema, version
         "--time-column": spec.time_column,
         "--label-column": spec.label_column,
     }
+    features = [f for f in schema.feature_names if f in stream.names]
+    if not features:  # checked first: the columns of a file that is not the one meant are not shown
+        raise Invalid(
+            f"{spec.path} has none of the features of {spec.model_name}'s contract "
+            f"({_listed(schema.feature_names)})"
+        )
     for option, name in named.items():
         if name is not None and name not in stream.names:
             raise Invalid(
-                f"{option} {name!r} is not a column of {spec.path} (its columns: {', '.join(stream.names)})"
+                f"{option} {name!r} is not a column of {spec.path} (its columns: {_listed(stream.names)})"
             )
-    features = [f for f in schema.feature_names if f in stream.names]
-    if not features:
+    if spec.label_column is not None and spec.label_column in stream.booleans:
         raise Invalid(
-            f"{spec.path} has none of the features of {spec.model_name}'s contract "
-            f"({', '.join(schema.feature_names)})"
+            f"--label-column {spec.label_column!r} holds true/false: a label is a number or a class name "
+            f"({label_reader(schema).allowed})"
         )
     missing = [f for f in schema.feature_names if f not in stream.names]
     if missing and not spec.allow_missing_features:
         raise Invalid(
             f"{spec.path} lacks {len(missing)} feature column(s) of {spec.model_name}:{version}'s contract: "
-            f"{', '.join(missing)} (rename the file's columns to the contract's, or pass "
+            f"{_listed(missing)} (rename the file's columns to the contract's, or pass "
             "--allow-missing-features to log them as missing)"
         )
     extra = [name for name in named.values() if name is not None and name not in features]
     return list(dict.fromkeys([*features, *extra]))
+
+
+def _listed(names: Sequence[str], most: int = 20) -> str:
+    """Column names in an error: the first ``most``, each cut at 40 characters."""
+    shown = [name if len(name) <= 40 else name[:40] + "..." for name in names[:most]]
+    return ", ".join(shown) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _batches(stream: TableStream, columns: Sequence[str]) -> Iterator[tuple[dict[str, Column], int]]:
@@ -334,8 +358,9 @@ def _labels(column: Column, schema: ModelSchema, bad: int) -> tuple[list[float |
     """Each row's label as stored (None: no label) and the first row before ``bad`` whose label the task
     cannot take (``bad`` when none); each distinct value is read once."""
     read = label_reader(schema)
-    if isinstance(column, CodedColumn):
-        distinct, index = [*column.categories.tolist(), None], column.codes
+    if isinstance(column, CodedColumn):  # text (a Parquet string column): read as a CSV reads its cells
+        distinct = [*(_label_text(t, schema) for t in column.categories.tolist()), None]
+        index = column.codes
     else:  # floats by their bits: -0.0 is read apart from 0.0
         bits = column.dtype == np.float64
         uniques, index = np.unique(column.view(np.int64) if bits else column, return_inverse=True)
@@ -348,20 +373,66 @@ def _labels(column: Column, schema: ModelSchema, bad: int) -> tuple[list[float |
     return lookup[index].tolist(), int(wrong[0]) if wrong.size else bad
 
 
+_INTEGER = re.compile(r"[+-]?\d{1,18}")
+
+
+def _label_text(text: str, schema: ModelSchema) -> Any:
+    """A label cell's text as a CSV's cell would be read: a class name of a multi-class model as it is, a
+    number as that number (``"0"`` in Parquet is the 0 a CSV holds), else the text (refused by the task)."""
+    if schema.kind is Task.MULTICLASS and text in schema.classes:
+        return text
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _ids(column: Column, spec: FileImport, name: str, first: int) -> list[str]:
-    """Each row's id as text; an empty one stops the import."""
+    """Each row's id as text, by the ingest route's rule (:func:`service.serving.records.check_id`); an empty
+    or unusable one stops the import, naming its row."""
     if isinstance(column, CodedColumn):  # text: each distinct id checked once
-        empty = np.array([t == "" for t in column.categories.tolist()] + [True], dtype=bool)
-        wrong = np.flatnonzero(empty[column.codes])
+        texts = column.categories.tolist()
+        usable = np.array([_id_error(t, "id") is None for t in texts] + [False], dtype=bool)
+        wrong = np.flatnonzero(~usable[column.codes])
         if wrong.size:
-            raise Invalid(_no_id(spec.row(first + int(wrong[0])), name))
+            code = int(column.codes[wrong[0]])
+            _refuse_id(texts[code] if code >= 0 else "", spec.row(first + int(wrong[0])), name)
         return list(column.categories[column.codes].tolist())
     out: list[str] = []
     for i, v in enumerate(as_python(column)):
-        if v is None:
-            raise Invalid(_no_id(spec.row(first + i), name))
-        out.append(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
+        text = "" if v is None else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+        if text == "" or _id_error(text, "id") is not None:
+            _refuse_id(text, spec.row(first + i), name)
+        out.append(text)
     return out
+
+
+def _id_error(text: str, field: str) -> str | None:
+    """What the route's id rule says of ``text`` (None: a usable id)."""
+    try:
+        check_id(text, field=field)
+    except BadRequest as exc:
+        return str(exc)
+    return None
+
+
+def _refuse_id(text: str, row: str, name: str) -> NoReturn:
+    if text == "":
+        raise Invalid(_no_id(row, name))
+    raise Invalid(_id_error(text, f"{row}: {name}") or f"{row}: {name} is not a usable id")
+
+
+def _repeats(ids: list[str], first: int, seen: dict[str, int], spec: FileImport) -> None:
+    """Stop the import at the first row whose id an earlier row of the file has (``seen``: id -> row)."""
+    for i, key in enumerate(ids):
+        earlier = seen.setdefault(key, first + i)
+        if earlier != first + i:
+            raise Invalid(
+                f"{spec.row(first + i)}: {spec.id_column} repeats the id of {spec.row(earlier)}: each row's "
+                "id must be unique in the file, as in one ingest request"
+            )
 
 
 def _no_id(row: str, name: str) -> str:
@@ -388,7 +459,7 @@ def _times(column: Column, spec: FileImport, name: str, first: int) -> tuple[lis
     if wrong.size:
         row = int(wrong[0])
         code = int(column.codes[row])
-        shown = column.categories[code] if code >= 0 else "(empty)"
+        shown = str(column.categories[code])[:40] if code >= 0 else "(empty)"
         raise Invalid(
             f"{spec.row(first + row)}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
         )

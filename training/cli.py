@@ -12,6 +12,14 @@ from typing import TYPE_CHECKING, Annotated
 import numpy as np
 import typer
 
+from core.bounds import (
+    MAX_BATCH_SIZE,
+    MAX_CLUSTER_WORKERS,
+    MAX_EPOCHS,
+    MAX_GENERATED_ROWS,
+    MAX_PARAMETER_SERVERS,
+    MAX_SEED,
+)
 from core.errors import DomainError, Invalid
 from training.datagen import Scenario
 from training.jobs import Mode
@@ -65,11 +73,15 @@ def data_generate(
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Output file: .csv or .parquet, in an existing folder.")
     ],
-    rows: Annotated[int, typer.Option("--rows", "-n", min=1, help="Number of rows.")] = 20_000,
+    rows: Annotated[
+        int, typer.Option("--rows", "-n", min=1, max=MAX_GENERATED_ROWS, help="Number of rows.")
+    ] = 20_000,
     scenario: Annotated[
         Scenario, typer.Option("--scenario", "-s", help="Which drift to plant.")
     ] = Scenario.BASELINE,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed; same seed, same table.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Random seed; same seed, same table.")
+    ] = 0,
     severity: Annotated[float, typer.Option("--severity", min=0.0, help="Scale of the planted drift.")] = 1.0,
     task: Annotated[
         str,
@@ -163,14 +175,26 @@ def train(
         Mode, typer.Option("--mode", help="async: parameter servers; sync: all-reduce; local: one process.")
     ] = Mode.ASYNC,
     ps: Annotated[
-        int | None, typer.Option("--ps", min=1, help="Parameter servers (--mode async only; default 1).")
+        int | None,
+        typer.Option(
+            "--ps", min=1, max=MAX_PARAMETER_SERVERS, help="Parameter servers (--mode async only; default 1)."
+        ),
     ] = None,
     workers: Annotated[
         int | None,
-        typer.Option("--workers", min=1, help="Worker processes (--mode async or sync; default 2)."),
+        typer.Option(
+            "--workers",
+            min=1,
+            max=MAX_CLUSTER_WORKERS,
+            help="Worker processes (--mode async or sync; default 2).",
+        ),
     ] = None,
-    epochs: Annotated[float, typer.Option("--epochs", min=0.01, help="Passes over the training rows.")] = 3.0,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Global batch size.")] = 64,
+    epochs: Annotated[
+        float, typer.Option("--epochs", min=0.01, max=MAX_EPOCHS, help="Passes over the training rows.")
+    ] = 3.0,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, max=MAX_BATCH_SIZE, help="Global batch size.")
+    ] = 64,
     learning_rate: Annotated[
         float, typer.Option("--learning-rate", min=0.0, help="Adam learning rate.")
     ] = 0.003,
@@ -218,7 +242,9 @@ def train(
             "Not with --features.",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for the split, init and shuffling.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for the split, init and shuffling.")
+    ] = 0,
     checkpoint_every: Annotated[
         int | None,
         typer.Option("--checkpoint-every", min=1, help="Steps between checkpoints (default: settings)."),

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from core.bounds import MAX_REFERENCE_COLUMNS
 from core.errors import Invalid
 from registry.cli import models_app
 from registry.cli import register as register_models
@@ -26,7 +27,9 @@ def models_import(
             "--reference",
             "-r",
             help="CSV or Parquet rows the model was trained or validated on: the contract's ranges and "
-            "categories and the drift baseline come from them and the model's answers on them.",
+            "categories and the drift baseline come from them and the model's answers on them. At most "
+            f"{MAX_REFERENCE_COLUMNS:,} columns; each feature needs DRIFTWARDEN_DRIFT_MIN_ROWS (30) values "
+            "that are not missing.",
         ),
     ],
     path: Annotated[

@@ -46,10 +46,11 @@ from typing import Any
 
 import numpy as np
 
+from core.bounds import MAX_REFERENCE_COLUMNS
 from core.config import get_settings
 from core.database import Database
 from core.errors import Invalid
-from core.tabular import Columns, read_table
+from core.tabular import Columns, TableStream, read_table
 from registry.models import ModelVersion
 from registry.schema import (
     OUTPUT_NAMES,
@@ -126,12 +127,13 @@ def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imp
     import tensorflow as tf
 
     assert spec.path is not None, "a SavedModel import names its folder"
+    reference = read_reference(spec.reference)  # a reference too wide is refused before TensorFlow loads
     source = _load(spec.path)
     fn = _signature(source, spec)
-    reference = read_table(spec.reference)
     layout = _layout(fn, spec, reference)
     output_name, output = _output(fn, spec)
     columns = {name: _reference_column(reference[name], name, layout) for name in layout.features}
+    check_reference_rows(columns, spec.reference)
     features = tuple(_feature(name, columns[name], layout) for name in layout.features)
     width = output.shape[-1] if len(output.shape) == 2 else 1
     recorded = _source_signature(fn, spec, layout)
@@ -175,7 +177,7 @@ def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Impor
     reference predictions from ``spec.prediction_column`` (numbers, or lists of class probabilities)."""
     column = spec.prediction_column
     assert column is not None, "a reference import names its prediction column"
-    reference = read_table(spec.reference)
+    reference = read_reference(spec.reference)
     raw = read_prediction_column(reference, column, spec.reference)
     names = spec.features or tuple(c for c in reference if c not in {column, spec.target})
     missing = [name for name in names if name not in reference]
@@ -184,6 +186,7 @@ def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Impor
     if not names:
         raise Invalid(f"the reference {spec.reference} has no feature column beside {column!r}")
     columns = {name: np.asarray(reference[name]) for name in names}
+    check_reference_rows(columns, spec.reference)
     try:
         chance = get_settings().range_chance
         features = tuple(infer_feature(name, columns[name], range_chance=chance) for name in names)
@@ -224,6 +227,41 @@ def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Impor
         labels=labels,
         lineage=lineage,
     )
+
+
+def read_reference(path: Path) -> Columns:
+    """The reference's rows; its columns (at most :data:`core.bounds.MAX_REFERENCE_COLUMNS`) are counted
+    from the Parquet metadata or the CSV header before any row is read."""
+    names = TableStream(path).names
+    if len(names) > MAX_REFERENCE_COLUMNS:
+        raise Invalid(
+            f"the reference {path} has {len(names):,} columns: a model takes at most "
+            f"{MAX_REFERENCE_COLUMNS:,} (features, target and prediction column together)"
+        )
+    return read_table(path)
+
+
+def check_reference_rows(columns: Mapping[str, np.ndarray], path: Path) -> None:
+    """Every feature of the reference has at least ``drift_min_rows`` values that are not missing: fewer,
+    and no drift test of that feature could ever give a verdict (``driftwarden drift`` calls it insufficient
+    data)."""
+    minimum = get_settings().drift_min_rows
+    rows = len(next(iter(columns.values()))) if columns else 0
+    if rows < minimum:
+        raise Invalid(
+            f"the reference {path} has {rows} row(s): a drift test needs at least {minimum} "
+            "(DRIFTWARDEN_DRIFT_MIN_ROWS): give the rows the model was trained or validated on"
+        )
+    short = {name: int(np.count_nonzero(~is_missing(np.asarray(v)))) for name, v in columns.items()}
+    short = {name: n for name, n in short.items() if n < minimum}
+    if short:
+        shown = ", ".join(f"{name!r} ({n})" for name, n in list(short.items())[:5])
+        more = f" and {len(short) - 5} more" if len(short) > 5 else ""
+        raise Invalid(
+            f"the reference {path} has fewer than {minimum} values that are not missing "
+            f"(DRIFTWARDEN_DRIFT_MIN_ROWS) in feature(s) {shown}{more}: no drift test of them could give a "
+            "verdict; fill them, or leave them out (--features)"
+        )
 
 
 def read_prediction_column(reference: Columns, column: str, path: Path) -> np.ndarray:

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS, MAX_PARAMETER_SERVERS, MAX_POLL_S
 from core.terminal import make_console
 from training.jobs import Mode
 
@@ -169,12 +170,18 @@ def jobs_submit(
     ] = None,
     epochs: Annotated[
         float | None,
-        typer.Option("--epochs", min=0.01, help="Passes over the rows (default: retrain_epochs)."),
+        typer.Option(
+            "--epochs", min=0.01, max=MAX_EPOCHS, help="Passes over the rows (default: retrain_epochs)."
+        ),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", min=1, help="Cluster workers (async, sync).")
+        int | None,
+        typer.Option("--workers", min=1, max=MAX_CLUSTER_WORKERS, help="Cluster workers (async, sync)."),
     ] = None,
-    ps: Annotated[int | None, typer.Option("--ps", min=1, help="Parameter servers (async only).")] = None,
+    ps: Annotated[
+        int | None,
+        typer.Option("--ps", min=1, max=MAX_PARAMETER_SERVERS, help="Parameter servers (async only)."),
+    ] = None,
     drill: Annotated[
         str | None,
         typer.Option(
@@ -244,6 +251,7 @@ def worker(
         typer.Option(
             "--poll",
             min=0.05,
+            max=MAX_POLL_S,
             help="Seconds between looks for a job when idle (default: job_poll_interval_s).",
         ),
     ] = None,

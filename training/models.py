@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Boolean, Enum, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS, MAX_PARAMETER_SERVERS
 from core.database import Base, UTCDateTime, utcnow
 
 
@@ -121,9 +122,13 @@ class RetrainRequest(BaseModel):
     mode: Mode | None = Field(
         default=None, description="async | sync | local (default: the serving version's mode, else async)."
     )
-    epochs: float | None = Field(default=None, gt=0, le=1000, description="Default: retrain_epochs.")
-    workers: int | None = Field(default=None, ge=1, le=64, description="Cluster workers (async, sync).")
-    ps: int | None = Field(default=None, ge=1, le=16, description="Parameter servers (async only).")
+    epochs: float | None = Field(default=None, gt=0, le=MAX_EPOCHS, description="Default: retrain_epochs.")
+    workers: int | None = Field(
+        default=None, ge=1, le=MAX_CLUSTER_WORKERS, description="Cluster workers (async, sync)."
+    )
+    ps: int | None = Field(
+        default=None, ge=1, le=MAX_PARAMETER_SERVERS, description="Parameter servers (async only)."
+    )
     drill: Literal["shuffled_labels"] | None = Field(
         default=None,
         description="A fire drill: shuffled_labels trains on shuffled labels; the gate must reject it.",

@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from core.bounds import MAX_CLUSTER_WORKERS
+
 
 def serve(
     host: Annotated[
@@ -31,6 +33,7 @@ def serve(
             "--workers",
             "-w",
             min=1,
+            max=MAX_CLUSTER_WORKERS,
             help="Worker processes sharing the port (default: settings api_workers, else one per CPU core); "
             "/metrics sums them.",
         ),

@@ -219,8 +219,8 @@ def parse_feedback(payload: Any, schema: ModelSchema | None = None) -> list[tupl
     The label is the task's (``schema``'s; binary without one): 0 or 1; a class's index or name
     (multi-class, stored as the index); a finite number (regression). A UUID's hex digits are
     case-insensitive (RFC 9562): the ids this server hands out are lower case, and an id sent in upper case
-    is the same id."""
-    read = label_reader(schema)
+    is the same id. A binary label may also be true or false (documented in the route's schema)."""
+    read = label_reader(schema, booleans=True)
     if not isinstance(payload, Mapping) or not isinstance(payload.get("labels"), list):
         raise BadRequest(
             f'the body must be {{"labels": [{{"prediction_id": "...", "label": {read.hint}}}, ...]}}'

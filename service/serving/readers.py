@@ -39,7 +39,9 @@ class LabelReader:
         return self.read(value)
 
 
-def label_reader(schema: ModelSchema | None) -> LabelReader:
+def label_reader(schema: ModelSchema | None, *, booleans: bool = False) -> LabelReader:
+    """How ``schema``'s task reads a label: a number or a class name (the ingest route, file imports); with
+    ``booleans`` a binary label may also be true or false (the feedback route documents it: 1 and 0)."""
     task = schema.kind if schema is not None else Task.BINARY
     if task is Task.REGRESSION:
         return LabelReader(_number, "a finite number (regression)", "a number")
@@ -57,13 +59,20 @@ def label_reader(schema: ModelSchema | None) -> LabelReader:
 
         allowed = f"a class name ({shown}) or its index 0 to {len(classes) - 1} (multi-class)"
         return LabelReader(read_class, allowed, "a class name or index")
-    return LabelReader(_binary, "0 or 1 (binary classification)", "0 or 1")
+    if booleans:
+        return LabelReader(_binary_or_boolean, "0 or 1 (binary classification)", "0 or 1")
+    return LabelReader(_binary, "0 or 1 (binary classification; a number, not true or false)", "0 or 1")
 
 
 def _binary(value: Any) -> float | None:
-    if isinstance(value, bool):
-        value = int(value)
-    return float(value) if isinstance(value, int | float) and value in (0, 1) else None
+    """0 or 1; a boolean is not a label here (a label is a number or a class name)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value in (0, 1) else None
+
+
+def _binary_or_boolean(value: Any) -> float | None:
+    return _binary(int(value) if isinstance(value, bool) else value)
 
 
 def _number(value: Any) -> float | None:

@@ -104,7 +104,7 @@ def _record(i: int, item: Any) -> Record:
         raise BadRequest(f"{where}.prediction is required: the model's answer", "required")
     return Record(
         index=i,
-        id=_id(where, item.get("id")),
+        id=check_id(item.get("id"), field=f"{where}.id"),
         time=_time(where, item.get("time")),
         version=_version(where, item.get("version")),
         inputs=dict(inputs),
@@ -121,7 +121,9 @@ def check_storable(row: Mapping[str, Any], where: str) -> None:
         raise BadRequest(f"{where}[{name!r}]: {NUL_RULE}", "nul")
 
 
-def _id(where: str, value: Any) -> str | None:
+def check_id(value: Any, *, field: str) -> str | None:
+    """A record's own id (None: none): the one rule of the ingest route and ``predictions import``
+    (``field`` names it in the error)."""
     if value is None:
         return None
     if (
@@ -131,7 +133,7 @@ def _id(where: str, value: Any) -> str | None:
         or value != value.strip()
     ):
         raise BadRequest(
-            f"{where}.id must be a string of 1 to {MAX_ID_LENGTH} printable characters without surrounding "
+            f"{field} must be a string of 1 to {MAX_ID_LENGTH} printable characters without surrounding "
             "spaces",
             "type",
         )

@@ -6,6 +6,7 @@ be, a planted shift is caught at the run it enters the window, and bad input is 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -28,14 +29,23 @@ from alerts.backtest import (
     rules_view,
     summarize,
 )
+from alerts.backtest_flows import BacktestRequest, prepare
 from alerts.backtest_traffic import Pool, Shift, ShiftKind, Traffic
 from alerts.backtest_window import Layout, SlidingWindow
 from alerts.cli import register
 from alerts.models import Alert
 from alerts.rules import DEFAULT_RULES
 from alerts.specs import MONITOR_KINDS, Kind, RuleSpec
+from core.bounds import (
+    BACKTEST_MAX_COUNTED_ROWS,
+    BACKTEST_MAX_RUNS,
+    BACKTEST_MAX_WINDOW,
+    MAX_PROCESSES,
+    MAX_SEED,
+)
 from core.config import Settings, get_settings
 from core.database import Database, open_database
+from core.errors import Invalid
 from core.tabular import write_table
 from monitors.engine import compare, sketch_columns
 from monitors.profile import Profile, build_reference_profile, profile_from_dict
@@ -376,6 +386,48 @@ def test_bad_input_is_one_line_and_exit_2(cli: typer.Typer, registered: Path, tm
     code, out, err = run(cli, "alerts", "backtest", "--model", MODEL)
     assert (code, out) == (2, "") and len(err.splitlines()) == 1
     assert f"the reference of {MODEL}:1, {registered.resolve()}, is gone" in err
+
+
+def test_every_option_that_sizes_work_is_bounded_before_any_work(
+    cli: typer.Typer, registered: Path, database: Database
+) -> None:
+    """Each was unbounded: a window of 10**20 rows (4.5 GB before it was killed), 10**8 (1 GB in 25 s), a
+    rate of 10**12 a minute (hours of counting), 100,000 worker processes, a negative seed (a bug)."""
+    cases = {
+        ("--window", "99999999999999999999"): f"'--window': Input should be less than or equal to "
+        f"{BACKTEST_MAX_WINDOW}",
+        ("--window", "100000000"): f"'--window': Input should be less than or equal to {BACKTEST_MAX_WINDOW}",
+        ("--rate", "1e12"): "'--rate': Input should be less than or equal to 10000000",
+        ("--rate", "1e6"): f"draw 864,100,000 rows: at most {BACKTEST_MAX_COUNTED_ROWS:,}",
+        ("--days", "1e300"): f"runs (1 to {BACKTEST_MAX_RUNS:,})",
+        ("--days", "400", "--interval", "1m"): f"makes 576,000 runs (1 to {BACKTEST_MAX_RUNS:,})",
+        ("--workers", "100000"): f"'--workers': Input should be less than or equal to {MAX_PROCESSES}",
+        ("--seed", "-1"): "'--seed': Input should be greater than or equal to 0",
+        ("--seed", str(2**32)): f"'--seed': Input should be less than or equal to {MAX_SEED}",
+    }
+    for args, message in cases.items():
+        code, out, err = run(cli, "alerts", "backtest", "--model", MODEL, *args)
+        assert (code, out) == (2, ""), (args, err)
+        assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err, (args, err)
+
+    # the same bounds hold for a request made without the command line, and for the model's own window
+    settings = get_settings()
+    config_path = settings.registry_path / MODEL / "monitor.json"
+    config_path.write_text(json.dumps({"window_rows": 5_000_000}))
+    try:
+        requests = {
+            BacktestRequest(model_name=MODEL, window=1000, workers=100_000): "--workers 100000: from 1 to",
+            BacktestRequest(model_name=MODEL, window=1000, seed=-1): f"--seed -1: a seed is a whole number "
+            f"from 0 to {MAX_SEED}",
+            BacktestRequest(model_name=MODEL, window=1000, rate=1e12): "--rate: 1e+12 must be",
+            BacktestRequest(model_name=MODEL): f"the model's window 5,000,000 rows: a backtest holds at most "
+            f"{BACKTEST_MAX_WINDOW:,} rows",
+        }
+        for request, message in requests.items():
+            with pytest.raises(Invalid, match=re.escape(message)):
+                prepare(db=database, settings=settings, request=request)
+    finally:
+        database.dispose()
 
 
 def test_a_gradual_shift_is_followed_for_three_days_and_an_abrupt_one_until_the_window_is_shifted() -> None:

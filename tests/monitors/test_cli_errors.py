@@ -75,6 +75,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out["not_schema"].write_text(json.dumps({"features": 1}))
     out["a_dir"] = root / "reports"
     out["a_dir"].mkdir()
+    out["not_utf8"] = root / "latin1.csv"  # its header is not UTF-8: was "a bug" (UnicodeDecodeError)
+    out["not_utf8"].write_bytes(b"income,r\xe9gion\n1,a\n")
     return out
 
 
@@ -98,6 +100,7 @@ INPUT_ERRORS: dict[str, Case] = {
     "0-byte reference": lambda d: ([d["empty"], d["same"]], ["empty.csv", "0 bytes"]),
     "0-byte current": lambda d: ([d["reference"], d["empty"]], ["empty.csv", "0 bytes"]),
     "ragged csv": lambda d: ([d["reference"], d["ragged"]], ["ragged.csv", "cannot read"]),
+    "not UTF-8": lambda d: ([d["reference"], d["not_utf8"]], ["latin1.csv", "not UTF-8 (byte 0xe9)"]),
     "not parquet": lambda d: ([d["reference"], d["not_parquet"]], ["broken.parquet", "PARQUET"]),
     "directory as data": lambda d: ([d["reference"], d["a_dir"]], ["reports", "directory"]),
     "header-only reference": lambda d: (

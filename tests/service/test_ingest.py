@@ -9,6 +9,7 @@ and nothing else, and the monitor runs on the ingested window as on served predi
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +23,7 @@ from core.database import aware, open_database
 from core.tabular import write_table
 from registry.schema import Task
 from registry.service import promote
+from service import file_import
 from service.serving.records import keyed_ids
 from tests import own_models
 from tests.support import NO_AUTH, Server, count_rows, query_rows, run_cli, serve_settings, server_env
@@ -34,6 +36,7 @@ MODELS = {
     "ing_hist": "binary",
     "ing_file": "binary",
     "ing_mix": "binary",
+    "ing_text": "binary",
 }
 TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
@@ -228,7 +231,17 @@ BAD = [
         {"records": [{"inputs": {}, "prediction": 0.2, "label": 3}]},
         "records[0].label must be 0 or 1",
     ),
+    (
+        "boolean label",
+        {"records": [{"inputs": {}, "prediction": 0.2, "label": True}]},
+        "records[0].label must be 0 or 1 (binary classification; a number, not true or false), got True",
+    ),
     ("bad id", {"records": [{"inputs": {}, "prediction": 0.2, "id": ""}]}, "records[0].id must be"),
+    (
+        "long id",
+        {"records": [{"inputs": {}, "prediction": 0.2, "id": "x" * 129}]},
+        "records[0].id must be a string of 1 to 128 printable characters",
+    ),
     (
         "repeated id",
         {
@@ -600,6 +613,100 @@ def test_a_bad_row_stops_the_import_before_anything_is_written(
     )
     assert named in err, err
     assert _count(srv, "ing_file") == before
+
+
+def test_import_refuses_what_the_route_refuses_naming_the_row_never_other_content(
+    ingest_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Repeated ids and ids over 128 characters were imported (the route refuses both); true/false labels
+    were read as 1/0 (refused on the route too); a CSV that is not UTF-8 was "a bug"; a link to another file
+    showed one of its lines; a pipe would be read until it ends."""
+    srv = ingest_server
+
+    def scored(change: dict[str, Any]) -> dict[str, np.ndarray]:
+        table = _scored(50, seed=25)
+        for column, value in change.items():
+            values = table[column].astype(object)
+            values[7] = value  # line 9 of the CSV (the header is line 1), row 8 of a Parquet file
+            table[column] = values
+        return table
+
+    def booleans(table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return table | {"truth": table["truth"].astype(bool)}
+
+    secret = tmp_path / "secret"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+    (tmp_path / "linked.csv").symlink_to(secret)
+    secret_commas = tmp_path / "secret2"
+    secret_commas.write_text("a,b\npostgres:x:101:104:PostgreSQL administrator,,,:/var/lib/postgresql\n")
+    (tmp_path / "linked2.csv").symlink_to(secret_commas)
+    (tmp_path / "garbage.csv").write_bytes(b"\xff\xfe,score\n1,0.5\n")
+    (tmp_path / "latin1.csv").write_bytes(b"a,b,c,color,score\n1,2,3,r\xe9d,0.5\n")
+    os.mkfifo(tmp_path / "pipe.csv")
+    write_table(scored({"row_id": "job7-3"}), tmp_path / "repeated.csv")
+    write_table(scored({"row_id": "job7-3"}), tmp_path / "repeated.parquet")
+    write_table(scored({"row_id": "x" * 129}), tmp_path / "long.csv")
+    write_table(booleans(_scored(50, seed=25)), tmp_path / "booleans.csv")
+    write_table(booleans(_scored(50, seed=25)), tmp_path / "booleans.parquet")
+    cases = {
+        "repeated.csv": "line 9: row_id repeats the id of line 5: each row's id must be unique in the file",
+        "repeated.parquet": "row 8 (1-based): row_id repeats the id of row 4 (1-based)",
+        "long.csv": "line 9: row_id must be a string of 1 to 128 printable characters",
+        "booleans.csv": "--label-column 'truth' holds true/false: a label is a number or a class name",
+        "booleans.parquet": "--label-column 'truth' holds true/false",
+        "garbage.csv": "garbage.csv as CSV: its text is not UTF-8 (byte 0xff)",
+        "latin1.csv": "latin1.csv as CSV: its text is not UTF-8 (column #4, 'color')",
+        "linked.csv": "linked.csv has none of the features of ing_file's contract (a, b, c, color)",
+        "linked2.csv": "cannot read",
+        "pipe.csv": "pipe.csv is not a regular file",
+    }
+    before = _count(srv, "ing_file")
+    monkeypatch.setattr(
+        file_import, "BATCH_ROWS", 4
+    )  # Parquet batches of 4 rows: row 8 repeats one of batch 1
+    for name, named in cases.items():
+        args = ["--model", "ing_file", "--prediction-column", "score", "--label-column", "truth"]
+        if name.startswith(("repeated", "long")):
+            args += ["--id-column", "row_id"]
+        done = _cli(srv, monkeypatch, "predictions", "import", str(tmp_path / name), *args)
+        err = done.stderr.strip()
+        assert done.exit_code == 2 and err.startswith("error: ") and "\n" not in err, (name, done.output)
+        assert named in err, (name, err)
+        assert "root:x" not in err and "daemon" not in err and "postgres:x" not in err, err
+    assert _count(srv, "ing_file") == before
+
+
+def test_text_labels_are_read_alike_in_csv_and_parquet(
+    ingest_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A Parquet string column of "0" and "1" was refused where a CSV's 0 and 1 were taken."""
+    srv = ingest_server
+    table = _scored(40, seed=26)
+    del table["row_id"]
+    text = table | {"truth": np.array([str(v) for v in table["truth"]], dtype=object)}
+    write_table(text, tmp_path / "text.parquet")
+    write_table(table, tmp_path / "numbers.csv")
+    for name in ("text.parquet", "numbers.csv"):
+        done = _cli(
+            srv,
+            monkeypatch,
+            "predictions",
+            "import",
+            str(tmp_path / name),
+            "--model",
+            "ing_text",
+            "--prediction-column",
+            "score",
+            "--label-column",
+            "truth",
+        )
+        assert done.exit_code == 0 and "40 of 40 rows logged" in done.output, (name, done.output)
+        assert "40 labels stored" in done.output, (name, done.output)
+    stored = _query(
+        srv,
+        "select f.label from prediction_feedback f where f.model_name = 'ing_text' order by f.label",
+    )
+    assert sorted(float(r[0]) for r in stored) == sorted(2 * [float(v) for v in table["truth"]])
 
 
 def test_import_names_a_missing_column_or_model(
