@@ -37,6 +37,7 @@ from core.config import Settings
 from core.database import Database, make_engine
 from core.errors import Invalid, NotFound
 from core.tabular import SUFFIXES, CodedColumn, Column, TableStream, as_python
+from core.times import RANGE, outside, utc_in_range
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import logged_predictions, new_prediction_ids
@@ -359,23 +360,25 @@ def _times(column: Column, spec: FileImport, name: str, first: int) -> tuple[lis
     if not isinstance(column, CodedColumn):
         raise Invalid(f"{name} holds numbers; give times as RFC 3339 text or a Parquet timestamp column")
     distinct: dict[datetime, int] = {}
-    found: list[int] = []
+    found: list[int] = []  # per category: its time's index; -1: not a time, -2: outside the range
     for text in column.categories.tolist():
         try:
-            moment = datetime.fromisoformat(text)
+            moment = utc_in_range(datetime.fromisoformat(text))
         except ValueError:
             found.append(-1)
             continue
-        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-        found.append(distinct.setdefault(moment, len(distinct)))
+        found.append(-2 if moment is None else distinct.setdefault(moment, len(distinct)))
     index = np.array([*found, -1], dtype=np.int64)[column.codes]
     wrong = np.flatnonzero(index < 0)
     if wrong.size:
         row = int(wrong[0])
         code = int(column.codes[row])
         shown = column.categories[code] if code >= 0 else "(empty)"
+        if index[row] == -2:
+            raise Invalid(f"{spec.row(first + row)}: {name} {outside(shown)}")
         raise Invalid(
-            f"{spec.row(first + row)}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
+            f"{spec.row(first + row)}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z, "
+            f"from {RANGE})"
         )
     return list(distinct), index
 

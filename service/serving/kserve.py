@@ -21,13 +21,14 @@ import binascii
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 from cloudevents.core.exceptions import BaseCloudEventException
 
+from core.times import outside, utc_in_range
 from predictions.batch import LogBatch
 from predictions.pending import build
 from predictions.service.pairing import Half, Pair
@@ -111,11 +112,14 @@ def read_event(headers: Mapping[str, str], body: bytes, model: str | None) -> Ev
             "required",
         )
     moment = event.get_time()
+    at = utc_in_range(moment) if isinstance(moment, datetime) else None
+    if isinstance(moment, datetime) and at is None:
+        raise BadRequest(f"{where.format('time')} {outside(attrs.get('time', moment))}", "time")
     return Event(
         id=event_id,
         half=half,
         model=model_name,
-        time=moment.astimezone(UTC) if isinstance(moment, datetime) else None,
+        time=at,
         body=body if binary else _data(event.get_data()),
     )
 

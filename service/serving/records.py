@@ -14,9 +14,10 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from core.times import outside, utc_in_range
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import new_prediction_ids
@@ -138,7 +139,10 @@ def _time(where: str, value: Any) -> datetime | None:
         except ValueError:
             moment = None
         if moment is not None and moment.tzinfo is not None:
-            return moment.astimezone(UTC)
+            at = utc_in_range(moment)
+            if at is None:
+                raise BadRequest(f"{where}.time {outside(value)}", "time")
+            return at
     raise BadRequest(
         f"{where}.time must be an RFC 3339 time with its UTC offset, e.g. 2026-12-01T10:00:00Z, "
         f"got {value!r}",
