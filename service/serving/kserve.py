@@ -32,6 +32,7 @@ from core.times import outside, utc_in_range
 from predictions.batch import LogBatch
 from predictions.pending import build
 from predictions.service.pairing import Half, Pair
+from registry.contracts import ContractViolation, flag_rows
 from registry.schema import ModelSchema, Task
 from service.serving.codecs import BadRequest, parse_json
 from service.serving.records import (
@@ -343,7 +344,13 @@ def check_half(schema: ModelSchema, event: Event) -> int | None:
     answer."""
     payload = parse_json(event.body)
     if event.half == "request":
-        return len(read_inputs(schema, payload))
+        rows = read_inputs(schema, payload)
+        try:  # what the pairing would refuse to log, refused while the sender can still be answered
+            flag_rows(schema, rows)
+        except ContractViolation as exc:
+            v = exc.violations[0]
+            raise BadRequest(f"the request's row {v.row}, input {v.feature!r}: {v.message}", v.rule) from None
+        return len(rows)
     outputs = read_outputs(schema, payload)
     return None if outputs is None else len(outputs)
 

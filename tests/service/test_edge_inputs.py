@@ -1,10 +1,13 @@
-"""Times at the edge of the range, on every entry point, on both backends (issue 41, items 4 and 7).
+"""Times at the edge of the range and values that once stopped monitor runs, on every entry point, on both
+backends (issue 41, items 4, 5 and 7).
 
 One real server per backend with two models served elsewhere. Every time a client sends (an ingested
 record's ``time``, ``ce-time`` in binary and structured mode, Alertmanager's ``startsAt``/``endsAt``, a
 silence's ``starts_at``/``ends_at``, the drift history's ``since``/``until``, a file import's time column)
 outside 1970-01-01T00:00:00Z ... 9999-12-30T23:59:59Z is a 400 (exit 2) naming the field, and nothing is
-kept; the edges themselves are stored and read back, a monitor run and retention work after them.
+kept; the edges themselves are stored and read back, a monitor run and retention work after them. A category
+longer than its ``max_length`` is refused on the ingest paths as predict refuses it, and one already in the
+log no longer stops a monitor run.
 """
 
 from __future__ import annotations
@@ -23,10 +26,14 @@ from core.database import aware, open_database
 from core.tabular import write_table
 from predictions.service import apply_retention
 from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
+from service.serving.readers import log_layout
 from tests import own_models
+from tests.predictions.logdata import write_requests
 from tests.support import Server, count_rows, query_rows, run_cli, serve_settings, server_env
 
 MODELS = {"edge_bin": "binary", "edge_long": "binary"}
+MAX_LENGTH = 256  # the contract's max_length of "color" (registry.schema.MAX_CATEGORY_CHARS)
+LONG = "x" * 2_000_000  # a 2 MB category (the probe's)
 OUTSIDE = [
     "0001-01-01T00:00:00Z",  # year 1: once stored unreadably on SQLite (strftime does not pad the year)
     "0001-01-01T00:00:00+01:00",  # its UTC is before year 1: astimezone overflowed (a 500)
@@ -280,3 +287,78 @@ def test_a_file_imports_time_outside_the_range_stops_it_naming_the_line(
     assert result.exit_code == 2 and err.startswith("error: line 5: at "), (result.exit_code, err)
     assert "1970-01-01T00:00:00Z to 9999-12-30T23:59:59Z" in err and "\n" not in err, err
     assert count_rows(_url(edge_server), "model_name = 'edge_bin'") == before
+
+
+# --- item 5: long categories --------------------------------------------------------------------------------
+
+
+def test_a_category_over_its_max_length_is_refused_on_the_ingest_route(edge_server: Server) -> None:
+    records = _records(3, seed=6)
+    records[2]["inputs"]["color"] = LONG
+    before = count_rows(_url(edge_server), "model_name = 'edge_long'")
+    with edge_server.client() as c:
+        r = c.post("/v1/models/edge_long/predictions", json={"records": records})
+        predict_like = c.post(
+            "/v1/models/edge_long/predictions",
+            json={"records": [{**records[0], "inputs": {**records[0]["inputs"], "color": "y" * MAX_LENGTH}}]},
+        )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error.startswith("records[2].inputs.color: ") and "at most 256" in error and "max_length" in error
+    assert predict_like.status_code == 200, predict_like.text  # at the bound: stored (flagged unseen)
+    assert count_rows(_url(edge_server), "model_name = 'edge_long'") == before + 1
+
+
+def test_a_category_over_its_max_length_is_refused_in_a_cloudevent(edge_server: Server) -> None:
+    rows = _rows(2, 7)
+    rows[1]["color"] = LONG
+    for mode in ("binary", "structured"):
+        event_id = f"long-{mode}"
+        body = {"instances": rows}
+        if mode == "binary":
+            content, headers = _binary(REQUEST_TYPE, event_id, body, model="edge_long", time=None)
+        else:
+            content, headers = _structured(
+                REQUEST_TYPE, event_id, body, model="edge_long", time="2026-12-01T10:00:00Z"
+            )
+        with edge_server.client() as c:
+            r = c.post("/v1/cloudevents", content=content, headers=headers)
+        assert r.status_code == 400, (mode, r.text)
+        assert "row 1, input 'color'" in r.json()["error"] and "max_length" in r.json()["error"], r.text
+        assert _count(edge_server, "cloudevent_pairs", "event_id = :e", {"e": event_id}) == 0
+
+
+def test_a_category_over_its_max_length_stops_a_file_import_naming_the_line(
+    edge_server: Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    data = own_models.reference(4, seed=8)
+    colors = data["color"].copy()
+    colors[2] = LONG
+    table = {**{k: data[k] for k in own_models.FEATURES}, "color": colors}
+    write_table({**table, "score": own_models.answers("binary", data)}, tmp_path / "long.csv")
+    before = count_rows(_url(edge_server), "model_name = 'edge_long'")
+    args = ["predictions", "import", str(tmp_path / "long.csv"), "--model", "edge_long"]
+    result = run_cli(monkeypatch, server_env(edge_server), *args, "--prediction-column", "score")
+    err = result.stderr.strip()
+    assert result.exit_code == 2 and err.startswith("error: line 4: color: "), (result.exit_code, err)
+    assert "a category of 2000000 characters; at most 256 (rule: max_length)" in err and len(err) < 300, err
+    assert count_rows(_url(edge_server), "model_name = 'edge_long'") == before
+
+
+def test_a_long_category_already_in_the_log_does_not_stop_a_monitor_run(edge_server: Server) -> None:
+    """Rows written through the log's own service (as a server of an older version would have stored them),
+    one with a 2 MB colour: the window's category counts hold it, the run is a 201."""
+    srv = edge_server
+    _, schema = srv.state.manager.contract("edge_long")
+    docs = _rows(40, 9)
+    docs[17]["color"] = LONG
+    db = open_database(_url(srv))
+    try:
+        write_requests(db.engine, docs, model="edge_long", layout=log_layout(schema), per_request=8)
+    finally:
+        db.dispose()
+    with srv.client() as c:
+        run = c.post("/v1/models/edge_long/monitors:run")
+    assert run.status_code == 201, run.text[:2000]
+    (color,) = [f for f in run.json()["report"]["features"] if f["name"] == "color"]
+    assert color["rows"] >= 40, color
