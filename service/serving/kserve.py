@@ -28,6 +28,7 @@ import orjson
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 from cloudevents.core.exceptions import BaseCloudEventException
 
+from core.http import DEPTH_REFUSAL, DEPTH_RULE, nests_deeper
 from core.times import outside, utc_in_range
 from predictions.batch import LogBatch
 from predictions.pending import build
@@ -74,6 +75,8 @@ def read_event(headers: Mapping[str, str], body: bytes, model: str | None) -> Ev
     lowered = {k.lower(): v for k, v in headers.items()}
     binary = any(k.startswith("ce-") for k in lowered)
     if binary:
+        if nests_deeper(body):  # the SDK parses the body with Python's json, which recursion stops
+            raise BadRequest(DEPTH_REFUSAL, DEPTH_RULE)
         attrs: Mapping[str, Any] = {k[3:]: v for k, v in lowered.items() if k.startswith("ce-")}
         where = "the header ce-{}"
     else:

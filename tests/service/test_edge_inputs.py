@@ -1,5 +1,5 @@
 """Times at the edge of the range and values that once stopped monitor runs, on every entry point, on both
-backends (issue 41, items 4, 5 and 7).
+backends (issue 41, items 4, 5, 7 and 8).
 
 One real server per backend with two models served elsewhere. Every time a client sends (an ingested
 record's ``time``, ``ce-time`` in binary and structured mode, Alertmanager's ``startsAt``/``endsAt``, a
@@ -7,7 +7,8 @@ silence's ``starts_at``/``ends_at``, the drift history's ``since``/``until``, a 
 outside 1970-01-01T00:00:00Z ... 9999-12-30T23:59:59Z is a 400 (exit 2) naming the field, and nothing is
 kept; the edges themselves are stored and read back, a monitor run and retention work after them. A category
 longer than its ``max_length`` is refused on the ingest paths as predict refuses it, and one already in the
-log no longer stops a monitor run.
+log no longer stops a monitor run. JSON nested deeper than 100 levels is a 400 on every JSON route, binary
+CloudEvents included.
 """
 
 from __future__ import annotations
@@ -362,3 +363,37 @@ def test_a_long_category_already_in_the_log_does_not_stop_a_monitor_run(edge_ser
     assert run.status_code == 201, run.text[:2000]
     (color,) = [f for f in run.json()["report"]["features"] if f["name"] == "color"]
     assert color["rows"] >= 40, color
+
+
+# --- item 8: JSON nested too deeply -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [101, 200_000])
+def test_json_nested_deeper_than_100_levels_is_a_400_on_every_json_route(
+    edge_server: Server, depth: int
+) -> None:
+    nested = b"[" * depth + b"]" * depth
+    document = b'{"records": ' + nested + b"}"
+    headers = dict(own_models.kserve_message(REQUEST_TYPE, f"deep-{depth}", {}, model="edge_bin")[1])
+    with edge_server.client() as c:
+        answers = {
+            "binary cloudevent": c.post("/v1/cloudevents", content=nested, headers=headers),
+            "structured cloudevent": c.post(
+                "/v1/cloudevents",
+                content=b'{"specversion": "1.0", "id": "d", "type": "x", "data": ' + nested + b"}",
+                headers={"Content-Type": "application/cloudevents+json"},
+            ),
+            "ingest": c.post(
+                "/v1/models/edge_bin/predictions",
+                content=document,
+                headers={"Content-Type": "application/json"},
+            ),
+            "alertmanager": c.post(
+                "/v1/alerts/alertmanager", content=document, headers={"Content-Type": "application/json"}
+            ),
+        }
+        still = c.get("/v1/models/edge_bin")  # the server serves on
+    for route, r in answers.items():
+        assert r.status_code == 400, (route, r.status_code, r.text[:300])
+        assert "more than 100 levels deep (rule: max_json_depth)" in r.json()["error"], (route, r.text[:300])
+    assert still.status_code == 200
