@@ -182,6 +182,15 @@ def test_nesting_depth_counts_brackets_outside_strings_only() -> None:
         body = json.dumps(doc).encode()
         for limit in (0, 1, 2, 4, 7):
             assert nests_deeper(body, limit) is (_depth(doc) > limit), (body, limit)
+    wide = [[["]"]], {"[": [1]}] * 2000  # 10,000 brackets outside strings: the numpy path
+    for limit in (2, 3):
+        assert nests_deeper(json.dumps(wide).encode(), limit) is (_depth(wide) > limit)
+    deep: Any = "\\"
+    for _ in range(MAX_JSON_DEPTH):
+        deep = [deep, '"[{']
+    assert nests_deeper(json.dumps([*wide, deep]).encode()) and not nests_deeper(
+        json.dumps([*wide, deep[0]]).encode()
+    )
     assert nests_deeper(b"[" * 200_000)
     assert not nests_deeper(b'["' + b"[" * 300 + b'"]')  # inside a string
     assert nests_deeper(b'["\\\\"' + b"[" * 300)  # an escaped backslash ends the string before them
