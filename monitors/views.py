@@ -24,7 +24,7 @@ from core.http import (
     runtime,
 )
 from core.openapi import AUTH, errors, json_body
-from core.times import parse_time
+from core.times import RANGE, parse_time
 from monitors import flows
 from monitors.config import settings_schema
 from monitors.findings import finding_from_dict, headline
@@ -70,10 +70,12 @@ async def run_history(
     name: str,
     limit: Annotated[int, Query(ge=1, le=1000, description="Runs per page.")] = 50,
     since: Annotated[
-        str | None, Query(description="Only runs stored at or after this time (RFC 3339, with its zone).")
+        str | None,
+        Query(description=f"Only runs stored at or after this time: RFC 3339 with its zone, from {RANGE}."),
     ] = None,
     until: Annotated[
-        str | None, Query(description="Only runs stored before this time (RFC 3339, with its zone).")
+        str | None,
+        Query(description=f"Only runs stored before this time: RFC 3339 with its zone, from {RANGE}."),
     ] = None,
     cursor: Annotated[
         str | None,
