@@ -14,7 +14,7 @@ import binascii
 import hmac
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -27,6 +27,7 @@ from core.auth import Scope
 from core.config import Settings
 from core.errors import Invalid
 from core.http import authorize, error_response, holds_nul, request_id_of
+from core.times import ClientTime
 
 VERSION = "4"
 # One notification is recorded in one transaction, ~4 ms per new alert on PostgreSQL (1000 distinct alerts:
@@ -49,7 +50,21 @@ def _count(value: Any) -> Any:
     return value
 
 
-Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text)]
+def _ends_text(value: Any) -> Any:
+    """``endsAt``: Alertmanager's "no end yet" (Go's zero time, ``0001-01-01T00:00:00Z``) is None; any other
+    value is a time as ``startsAt`` is."""
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return value  # worded by the time's own validation
+        if moment.utcoffset() == timedelta(0) and moment.replace(tzinfo=None) == datetime.min:
+            return None
+    return _rfc3339_text(value)
+
+
+Timestamp = Annotated[ClientTime, BeforeValidator(_rfc3339_text)]
+EndTimestamp = Annotated[ClientTime | None, BeforeValidator(_ends_text)]
 Count = Annotated[int, BeforeValidator(_count)]
 
 
@@ -62,13 +77,13 @@ class AlertmanagerAlert(BaseModel):
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
     startsAt: Timestamp  # noqa: N815 (the wire format's names)
-    endsAt: Timestamp | None = None  # noqa: N815
+    endsAt: EndTimestamp = None  # noqa: N815
     generatorURL: str = ""  # noqa: N815
     fingerprint: str = Field(default="", max_length=64)
 
     def ends(self) -> datetime | None:
         """``endsAt``, None while firing (Alertmanager sends 0001-01-01T00:00:00Z then)."""
-        return None if self.endsAt is None or self.endsAt.year < 1000 else self.endsAt
+        return self.endsAt
 
 
 class AlertmanagerPayload(BaseModel):

@@ -27,6 +27,7 @@ from pydantic import (
 from alerts.labels import LABEL_NAME, LABEL_RULE, Matcher, check_matcher
 from core.durations import LONGEST, require_duration
 from core.errors import Invalid
+from core.times import ClientTime, require_time
 from monitors.horizon import LOWER_IS_BETTER  # re-exported: metrics that grow when the model gets worse
 
 
@@ -311,8 +312,8 @@ class SilenceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     matchers: list[MatcherSpec] = Field(min_length=1, max_length=50)
-    starts_at: datetime | None = None
-    ends_at: datetime | None = None
+    starts_at: ClientTime | None = None
+    ends_at: ClientTime | None = None
     duration: str | None = None
     comment: str = Field(default="", max_length=2000)
     created_by: str = Field(default="api", min_length=1, max_length=128)
@@ -342,6 +343,7 @@ def check_silence(spec: SilenceSpec, *, now: datetime) -> tuple[list[Matcher], d
             raise Invalid(f"duration: {spec.duration!r} from starts_at ends after the year 9999") from None
     else:
         raise Invalid('ends_at or duration: a silence needs an end (e.g. "duration": "2h")')
+    ends = require_time(ends, field="ends_at" if spec.ends_at is not None else "duration")
     if ends <= max(starts, now):
         raise Invalid(f"ends_at: {ends.isoformat()} is not in the future (and after starts_at)")
     if ends - starts > LONGEST:  # the bound of a duration, for an end given as a time too

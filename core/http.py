@@ -99,6 +99,42 @@ async def read_body(request: Request, limit: int, *, rule: str = "max_body_bytes
     return body
 
 
+MAX_JSON_DEPTH = 100
+"""Levels of arrays and objects a JSON body may nest. Deeper text is refused before any parser reads it:
+orjson parses 1024 levels, but Python's ``json`` (the CloudEvents SDK's parser, the NaN-tolerant fallback)
+and any recursive code stop near the interpreter's recursion limit (1000) and orjson writes only 254."""
+DEPTH_RULE = "max_json_depth"
+DEPTH_REFUSAL = f"the body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep"
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a backslash and the byte it escapes
+_STEP = bytes({ord("["): 1, ord("{"): 1, ord("]"): 255, ord("}"): 255}.get(b, 0) for b in range(256))
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nests_deeper(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON text ``body`` nests arrays and objects more than ``limit`` levels deep (brackets
+    inside strings do not count; text that is not JSON may count either way: its parser refuses it).
+
+    In time linear in the body, without parsing it: fewer openers than ``limit`` settle it at once; else the
+    escapes are dropped, the text between quotes (the strings) cut out, the brackets left mapped to +1/-1 and
+    their running sum's maximum taken (with numpy past a few thousand brackets).
+    """
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    if b"\\" in body:
+        body = _ESCAPE.sub(b"", body)
+    steps = b"".join(body.split(b'"')[::2]).translate(_STEP, _NOT_BRACKET)  # +1 opens, 255 (-1) closes
+    if len(steps) <= 4096:
+        level = 0
+        for step in steps:
+            level += 1 if step == 1 else -1
+            if level > limit:
+                return True
+        return False
+    import numpy as np  # only for a long run of brackets
+
+    return int(np.cumsum(np.frombuffer(steps, dtype=np.int8), dtype=np.int64).max(initial=0)) > limit
+
+
 def pydantic_errors(exc: ValidationError) -> str:
     """``path: message`` of each error of a pydantic validation, joined by ``; ``."""
     return "; ".join(
@@ -140,6 +176,8 @@ class JsonBody:
                 return {}
             example = f", e.g. {self.example}" if self.example else ""
             raise Invalid(f"the body is empty: send a JSON object{example}")
+        if nests_deeper(body):
+            raise Invalid(f"{DEPTH_REFUSAL} (rule: {DEPTH_RULE})")
         try:
             return orjson.loads(body)  # refuses lone surrogates, which no text column can store
         except orjson.JSONDecodeError as exc:

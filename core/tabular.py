@@ -134,7 +134,10 @@ def _coded(array: pa.Array) -> CodedColumn:
     if not pa.types.is_dictionary(array.type):
         array = pc.dictionary_encode(array)
     codes = array.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    words = array.dictionary.to_pylist()
+    if pa.types.is_timestamp(array.dictionary.type):  # as text, by Arrow: a Python datetime may overflow
+        words = array.dictionary.cast(pa.string()).to_pylist()  # (a CSV's 0001-01-01T00:00:00+01:00)
+    else:
+        words = array.dictionary.to_pylist()
     if not (pa.types.is_string(array.dictionary.type) or pa.types.is_large_string(array.dictionary.type)):
         words = [None if w is None else str(w) for w in words]
     if array.dictionary.null_count:  # a null inside the dictionary: a null cell

@@ -25,6 +25,7 @@ from core.config import Settings
 from core.database import Database, make_engine
 from core.errors import DomainError, Invalid
 from core.events import MONITOR_RUN, publish
+from core.times import utc_in_range
 from monitors.config import MonitorConfig, config_path, load_config, parse_config, save_config, stored_form
 from monitors.engine import evaluate
 from monitors.findings import finding_from_dict, headline
@@ -399,10 +400,11 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     """A cursor ``history`` gave back into its run's time and id; ``Invalid`` naming ``cursor`` otherwise."""
     try:
         raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        at, run_id = datetime.fromisoformat(raw["t"]), raw["id"]
-        if at.tzinfo is None or not isinstance(run_id, int) or isinstance(run_id, bool):
+        given, run_id = datetime.fromisoformat(raw["t"]), raw["id"]
+        at = utc_in_range(given) if given.tzinfo is not None else None
+        if at is None or not isinstance(run_id, int) or isinstance(run_id, bool) or not 0 < run_id < 2**63:
             raise ValueError("not a cursor")
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
         raise Invalid(
             "cursor: not a page cursor of this route; pass the next_cursor of the previous answer as it is"
         ) from None

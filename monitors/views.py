@@ -8,14 +8,13 @@ the flows raise a :class:`monitors.flows.MonitorError` (a ``DomainError``), answ
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from core.auth import Scope
-from core.errors import Invalid
 from core.http import (
     JsonBody,
     json_response,
@@ -25,6 +24,7 @@ from core.http import (
     runtime,
 )
 from core.openapi import AUTH, errors, json_body
+from core.times import RANGE, parse_time
 from monitors import flows
 from monitors.config import settings_schema
 from monitors.findings import finding_from_dict, headline
@@ -70,10 +70,12 @@ async def run_history(
     name: str,
     limit: Annotated[int, Query(ge=1, le=1000, description="Runs per page.")] = 50,
     since: Annotated[
-        str | None, Query(description="Only runs stored at or after this time (RFC 3339, with its zone).")
+        str | None,
+        Query(description=f"Only runs stored at or after this time: RFC 3339 with its zone, from {RANGE}."),
     ] = None,
     until: Annotated[
-        str | None, Query(description="Only runs stored before this time (RFC 3339, with its zone).")
+        str | None,
+        Query(description=f"Only runs stored before this time: RFC 3339 with its zone, from {RANGE}."),
     ] = None,
     cursor: Annotated[
         str | None,
@@ -98,17 +100,7 @@ async def run_history(
 
 def _instant(value: str | None, *, field: str) -> datetime | None:
     """An RFC 3339 time of a query parameter, or ``Invalid`` naming ``field`` and the rule."""
-    if value is None:
-        return None
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        raise Invalid(
-            f"{field}: {value[:64]!r} is not an RFC 3339 time; give e.g. 2026-12-04T10:00:00Z"
-        ) from None
-    if at.tzinfo is None:
-        raise Invalid(f"{field}: {value[:64]!r} has no time zone; give one, e.g. 2026-12-04T10:00:00Z")
-    return at.astimezone(UTC)
+    return None if value is None else parse_time(value, field=field)
 
 
 @router.post(

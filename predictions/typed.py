@@ -186,9 +186,12 @@ def count_categories(
     values: Any = None
     if written.any():
         schema = pa.schema([("v", pa.list_(pa.string()))])
-        table = pajson.read_json(
-            pa.py_buffer(texts), parse_options=pajson.ParseOptions(explicit_schema=schema)
-        )
+        parse = pajson.ParseOptions(explicit_schema=schema)
+        try:
+            table = pajson.read_json(pa.py_buffer(texts), parse_options=parse)
+        except pa.ArrowInvalid:  # a line longer than a block (1 MiB): one block of all the lines
+            read = pajson.ReadOptions(block_size=len(texts) + 1)
+            table = pajson.read_json(pa.py_buffer(texts), read_options=read, parse_options=parse)
         if table.num_rows != int(written.sum()):
             raise ValueError(f"{table.num_rows} category texts for {int(written.sum())} rows")
         values = table.column("v").combine_chunks()

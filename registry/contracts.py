@@ -5,7 +5,8 @@ Hard rules always reject the request (HTTP 400): ``unknown_feature``, ``missing_
 ``max_length``, by default 256 characters or the longest trained on), ``max_rows``, ``empty``. Soft
 rules (``observed_range``, ``unseen_category``, ``not_null``) follow the feature's policy: ``reject``
 makes them violations, ``flag`` accepts the row and records ``"<feature>:<rule>"`` in its flags (logged
-and counted).
+and counted). Predictions another stack answered are flagged, not refused (:func:`flag_rows`), except for
+the rules of :data:`REFUSED_WHEN_LOGGED`: values no log should hold.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import base64
 import binascii
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from core.tabular import Column
 
 MAX_REPORTED = 20  # violations listed in one error answer
+REFUSED_WHEN_LOGGED = frozenset({"max_length"})
+"""The hard rules that refuse a prediction even where the contract only flags (an ingested record, a KServe
+event, an imported row): a category longer than ``max_length``, which predict refuses too; kept, every
+window read that counts its feature would carry it (a 2 MB text once stopped every monitor run)."""
 
 
 @dataclass(frozen=True)
@@ -364,13 +369,17 @@ def _categorical(
 def flag_rows(schema: ModelSchema, rows: Sequence[Mapping[str, Any]]) -> list[list[str] | None]:
     """The flags of rows a model has already answered (ingested predictions): every rule a row breaks, hard
     or soft, as ``"<feature>:<rule>"``, and ``"<key>:unknown_feature"`` for a key outside the contract;
-    nothing is refused. Values must be JSON scalars (the caller refuses others)."""
+    nothing is refused but a rule of :data:`REFUSED_WHEN_LOGGED` (:class:`ContractViolation`, naming the
+    first row and feature breaking it). Values must be JSON scalars (the caller refuses others)."""
     flags: list[list[str] | None] = [None] * len(rows)
     names = set(schema.feature_names)
     for spec in schema.features:
         problems: list[Violation] = []
         check = _numeric if spec.kind is FeatureKind.NUMERIC else _categorical
         check(spec, [row.get(spec.name) for row in rows], problems, flags)
+        refused = [p for p in problems if p.rule in REFUSED_WHEN_LOGGED]
+        if refused:
+            raise ContractViolation(refused[:1])
         for problem in problems:
             if problem.row is not None:
                 _add_flag(flags, problem.row, f"{spec.name}:{problem.rule}")
@@ -387,6 +396,9 @@ def flag_columns(schema: ModelSchema, columns: Mapping[str, Column], n: int) -> 
     flags: list[list[str] | None] = [None] * n
     for spec in schema.features:
         rows, found = _column_flags(spec, columns.get(spec.name), n)
+        refused = [i for i, f in zip(rows, found, strict=True) if f.rsplit(":", 1)[1] in REFUSED_WHEN_LOGGED]
+        if refused:  # the first such row, worded as flag_rows words it
+            _refuse_value(spec, columns[spec.name], min(refused))
         for i, flag in zip(rows, found, strict=True):  # one flag per row and feature, in feature order
             _add_flag(flags, i, flag)
     names = set(schema.feature_names)
@@ -395,6 +407,19 @@ def flag_columns(schema: ModelSchema, columns: Mapping[str, Column], n: int) -> 
             for i in range(n):
                 _add_flag(flags, i, f"{key}:unknown_feature")
     return flags
+
+
+def _refuse_value(spec: FeatureSpec, column: Column, row: int) -> None:
+    """Raise the :class:`ContractViolation` of a rule of :data:`REFUSED_WHEN_LOGGED` that ``column``'s value
+    at ``row`` breaks, in :func:`flag_rows`' words."""
+    from core.tabular import as_python
+
+    (value,) = as_python(column[np.array([row])])
+    check = _numeric if spec.kind is FeatureKind.NUMERIC else _categorical
+    problems: list[Violation] = []
+    check(spec, [value], problems, [None])
+    refused = [p for p in problems if p.rule in REFUSED_WHEN_LOGGED]
+    raise ContractViolation([replace(refused[0], row=row)])
 
 
 def _column_flags(spec: FeatureSpec, column: Column | None, n: int) -> tuple[list[int], list[str]]:

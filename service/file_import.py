@@ -7,8 +7,9 @@ prediction fits the version's task, the label the task's labels, the time parses
 at the first bad row, naming it (:meth:`FileImport.row`: a CSV's line, a Parquet file's row from 1), before
 anything is written; the second pass writes. Both read a batch column by column (numbers as arrays, each
 distinct text once); a bad row is then read as a record, so that its error is the ingest route's. A row's
-inputs are the columns of the version's contract; the contract flags, never refuses
-(:func:`registry.contracts.flag_columns`: the flags of :func:`~registry.contracts.flag_rows`, by column). Rows
+inputs are the columns of the version's contract; the contract flags, refusing only what no log holds (a
+category over its ``max_length``: :func:`registry.contracts.flag_columns`, the flags of
+:func:`~registry.contracts.flag_rows` by column). Rows
 go through the log's own writer (:class:`predictions.writer.LogWriter`, its spool included: rows the database
 cannot take now are replayed by the next server that adopts the spool slot), each run with its values by
 feature, which the writer types by the contract's layout. With ``--id-column`` the rows' prediction ids derive
@@ -38,12 +39,13 @@ from core.database import Database, make_engine
 from core.errors import Invalid, NotFound
 from core.http import NUL_RULE, nul_in_row
 from core.tabular import SUFFIXES, CodedColumn, Column, TableStream, as_python
+from core.times import RANGE, outside, utc_in_range
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import logged_predictions, new_prediction_ids
 from predictions.spool import Spool, spool_dir
 from predictions.writer import LogWriter
-from registry.contracts import OUTPUT_FLAG, flag_columns, output_flags
+from registry.contracts import OUTPUT_FLAG, ContractViolation, flag_columns, output_flags
 from registry.schema import ModelSchema, Task
 from registry.service import get_version, read_schema, serving_version
 from service.serving.codecs import BadRequest
@@ -293,6 +295,12 @@ def _read(batch: dict[str, Column], spec: FileImport, schema: ModelSchema, versi
     labels = None
     if spec.label_column:
         labels, bad = _labels(batch[spec.label_column], schema, bad)
+    try:  # the contract flags, but refuses what no log holds (a category over its max_length)
+        flag_columns(schema, {f: batch[f] for f in schema.feature_names if f in batch}, n)
+    except ContractViolation as exc:
+        v = exc.violations[0]
+        where = spec.row(first + (v.row or 0))
+        raise Invalid(f"{where}: {v.feature}: {v.message} (rule: {v.rule})") from None
     if bad < n:
         one = {name: column[bad : bad + 1] for name, column in batch.items()}
         _check(_records(one, spec, schema, first + bad), spec, version, schema)  # raises, naming the row
@@ -445,23 +453,25 @@ def _times(column: Column, spec: FileImport, name: str, first: int) -> tuple[lis
     if not isinstance(column, CodedColumn):
         raise Invalid(f"{name} holds numbers; give times as RFC 3339 text or a Parquet timestamp column")
     distinct: dict[datetime, int] = {}
-    found: list[int] = []
+    found: list[int] = []  # per category: its time's index; -1: not a time, -2: outside the range
     for text in column.categories.tolist():
         try:
-            moment = datetime.fromisoformat(text)
+            moment = utc_in_range(datetime.fromisoformat(text))
         except ValueError:
             found.append(-1)
             continue
-        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-        found.append(distinct.setdefault(moment, len(distinct)))
+        found.append(-2 if moment is None else distinct.setdefault(moment, len(distinct)))
     index = np.array([*found, -1], dtype=np.int64)[column.codes]
     wrong = np.flatnonzero(index < 0)
     if wrong.size:
         row = int(wrong[0])
         code = int(column.codes[row])
         shown = str(column.categories[code])[:40] if code >= 0 else "(empty)"
+        if index[row] == -2:
+            raise Invalid(f"{spec.row(first + row)}: {name} {outside(shown)}")
         raise Invalid(
-            f"{spec.row(first + row)}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z)"
+            f"{spec.row(first + row)}: {name} {shown!r} is not a time (RFC 3339, e.g. 2026-12-01T10:00:00Z, "
+            f"from {RANGE})"
         )
     return list(distinct), index
 

@@ -35,7 +35,8 @@ def import_cmd(
         str | None,
         typer.Option(
             "--time-column",
-            help="When each row was scored (RFC 3339 or a Parquet timestamp; without an offset: UTC). "
+            help="When each row was scored (RFC 3339 or a Parquet timestamp; without an offset: UTC; from "
+            "1970-01-01T00:00:00Z to 9999-12-30T23:59:59Z). "
             "Default: now.",
         ),
     ] = None,

@@ -92,8 +92,9 @@ def batch_json(batches: Sequence[LogBatch]) -> str:
 
 
 def _sqlite_time(moment: datetime) -> str:
-    """A timestamp as SQLAlchemy stores it on SQLite (naive UTC text, compared as text)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    """A timestamp as SQLAlchemy stores it on SQLite (naive UTC text, compared as text; the year in four
+    digits, which ``strftime("%Y")`` does not give before year 1000)."""
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def _sqlite_values(batch: LogBatch) -> tuple[Any, ...]:

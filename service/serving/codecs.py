@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from core.http import DEPTH_REFUSAL, DEPTH_RULE, nests_deeper
 from registry.contracts import ContractViolation, Violation, check_columns, rows_to_columns
 from registry.schema import FeatureKind, ModelSchema
 
@@ -58,7 +59,10 @@ class Columns:
 
 
 def parse_json(body: bytes) -> Any:
-    """Parse JSON; NaN and Infinity literals are accepted here so the contract can name them."""
+    """Parse JSON; NaN and Infinity literals are accepted here so the contract can name them. Text nesting
+    deeper than :data:`core.http.MAX_JSON_DEPTH` is refused before any parser reads it."""
+    if nests_deeper(body):
+        raise BadRequest(DEPTH_REFUSAL, DEPTH_RULE)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -230,8 +230,8 @@ INGEST = _json_body(
                         "time": {
                             "type": "string",
                             "format": "date-time",
-                            "description": "When the model answered (RFC 3339 with its offset); default: "
-                            "arrival.",
+                            "description": "When the model answered (RFC 3339 with its offset, from "
+                            "1970-01-01T00:00:00Z to 9999-12-30T23:59:59Z); default: arrival.",
                         },
                         "version": {
                             "type": "integer",
@@ -338,7 +338,12 @@ CLOUDEVENTS: dict[str, Any] = {
             ),
             ("ce-specversion", "1.0", {"type": "string", "enum": ["1.0"]}),
             ("ce-source", "the component's URL", {"type": "string"}),
-            ("ce-time", "when the half was sent (RFC 3339); default: arrival", {"type": "string"}),
+            (
+                "ce-time",
+                "when the half was sent (RFC 3339, from 1970-01-01T00:00:00Z to 9999-12-30T23:59:59Z); "
+                "default: arrival",
+                {"type": "string"},
+            ),
             ("ce-inferenceservicename", "the model (else ?model=)", {"type": "string"}),
         )
     ],

@@ -5,7 +5,8 @@
 stores nothing: a record without an ``inputs`` object, a value that is not a JSON scalar, a prediction that
 does not fit the version's task, a label the task cannot take or a time that does not parse is a 400 naming
 ``records[i].<field>`` and the rule. The model has already answered, so the input contract flags a record
-(``"<feature>:<rule>"``, hard rules too) and never refuses it.
+(``"<feature>:<rule>"``, hard rules too) and refuses only a value no log should hold (a category over its
+``max_length``: :data:`registry.contracts.REFUSED_WHEN_LOGGED`).
 
 Records that carry an ``id`` (the caller's own, up to 128 printable characters) form runs (consecutive
 records of one time, up to 2048) whose prediction ids derive from the model and every id of the run

@@ -21,16 +21,19 @@ import binascii
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 from cloudevents.core.exceptions import BaseCloudEventException
 
+from core.http import DEPTH_REFUSAL, DEPTH_RULE, nests_deeper
+from core.times import outside, utc_in_range
 from predictions.batch import LogBatch
 from predictions.pending import build
 from predictions.service.pairing import Half, Pair
+from registry.contracts import ContractViolation, flag_rows
 from registry.schema import ModelSchema, Task
 from service.serving.codecs import BadRequest, parse_json, repeated_tensor
 from service.serving.records import (
@@ -73,6 +76,8 @@ def read_event(headers: Mapping[str, str], body: bytes, model: str | None) -> Ev
     lowered = {k.lower(): v for k, v in headers.items()}
     binary = any(k.startswith("ce-") for k in lowered)
     if binary:
+        if nests_deeper(body):  # the SDK parses the body with Python's json, which recursion stops
+            raise BadRequest(DEPTH_REFUSAL, DEPTH_RULE)
         attrs: Mapping[str, Any] = {k[3:]: v for k, v in lowered.items() if k.startswith("ce-")}
         where = "the header ce-{}"
     else:
@@ -112,11 +117,14 @@ def read_event(headers: Mapping[str, str], body: bytes, model: str | None) -> Ev
             "required",
         )
     moment = event.get_time()
+    at = utc_in_range(moment) if isinstance(moment, datetime) else None
+    if isinstance(moment, datetime) and at is None:
+        raise BadRequest(f"{where.format('time')} {outside(attrs.get('time', moment))}", "time")
     return Event(
         id=event_id,
         half=half,
         model=model_name,
-        time=moment.astimezone(UTC) if isinstance(moment, datetime) else None,
+        time=at,
         body=body if binary else _data(event.get_data()),
     )
 
@@ -356,7 +364,13 @@ def check_half(schema: ModelSchema, event: Event) -> int | None:
     answer."""
     payload = parse_json(event.body)
     if event.half == "request":
-        return len(read_inputs(schema, payload))
+        rows = read_inputs(schema, payload)
+        try:  # what the pairing would refuse to log, refused while the sender can still be answered
+            flag_rows(schema, rows)
+        except ContractViolation as exc:
+            v = exc.violations[0]
+            raise BadRequest(f"the request's row {v.row}, input {v.feature!r}: {v.message}", v.rule) from None
+        return len(rows)
     outputs = read_outputs(schema, payload)
     return None if outputs is None else len(outputs)
 

@@ -3,9 +3,10 @@ that is not driftwarden's own serving (the ingest route, file imports).
 
 A record is shape-checked on its own (:func:`parse_records` for a JSON body), then read by its version's
 contract (:func:`check_records`: the prediction by the task, the label by the task's labels; the input
-contract flags, never refuses, since the model has already answered), then cut into log rows
-(:func:`segments`: one time, all named or none, at most :data:`MAX_RUN` named records) whose prediction ids
-derive from the records' own ids (:func:`keyed_ids`), so the same run sent again gets the same ids.
+contract flags, since the model has already answered, and refuses only what no log should hold), then cut
+into log rows (:func:`segments`: one time, all named or none, at most :data:`MAX_RUN` named records) whose
+prediction ids derive from the records' own ids (:func:`keyed_ids`), so the same run sent again gets the
+same ids.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from core.http import NUL_RULE, nul_in_row
+from core.times import outside, utc_in_range
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import new_prediction_ids
-from registry.contracts import OUTPUT_FLAG, flag_rows, output_flags
+from registry.contracts import OUTPUT_FLAG, ContractViolation, flag_rows, output_flags
 from registry.schema import SUM_TOLERANCE, ModelSchema, Task
 from service.serving.codecs import BadRequest
 from service.serving.readers import LabelReader, label_reader, log_layout
@@ -149,7 +151,10 @@ def _time(where: str, value: Any) -> datetime | None:
         except ValueError:
             moment = None
         if moment is not None and moment.tzinfo is not None:
-            return moment.astimezone(UTC)
+            at = utc_in_range(moment)
+            if at is None:
+                raise BadRequest(f"{where}.time {outside(value)}", "time")
+            return at
     raise BadRequest(
         f"{where}.time must be an RFC 3339 time with its UTC offset, e.g. 2026-12-01T10:00:00Z, "
         f"got {value!r}",
@@ -262,7 +267,12 @@ def check_records(
             group.vectors.append(vector or [])
         group.labels.append(label)
     for group in groups.values():
-        group.flags = flag_rows(group.schema, [r.inputs for r in group.records])
+        try:
+            group.flags = flag_rows(group.schema, [r.inputs for r in group.records])
+        except ContractViolation as exc:  # a value no log holds (a category over its max_length)
+            v = exc.violations[0]
+            where = f"records[{group.records[v.row or 0].index}].inputs.{v.feature}"
+            raise BadRequest(f"{where}: {v.message}", v.rule) from None
         spec = group.schema.output
         for i in output_flags(spec, group.values):
             group.flags[i] = [*(group.flags[i] or []), f"{spec.name}:{OUTPUT_FLAG}"]

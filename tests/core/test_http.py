@@ -1,9 +1,12 @@
 """core.http's body reading: an empty body and a compressed one are answered in words that say what to do,
-and the words each route family chose for a bad body stay as they were."""
+the words each route family chose for a bad body stay as they were, and JSON nested deeper than
+``MAX_JSON_DEPTH`` is refused before any parser reads it."""
 
 from __future__ import annotations
 
 import gzip
+import json
+import random
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,10 +17,12 @@ from pydantic import BaseModel, ConfigDict
 
 from core.errors import DomainError
 from core.http import (
+    MAX_JSON_DEPTH,
     JsonBody,
     caller_request_id,
     error_response,
     json_response,
+    nests_deeper,
     read_body,
     request_id_of,
     runtime,
@@ -144,3 +149,57 @@ def test_only_a_callers_sane_request_id_is_the_one_logged(
         assert len(found["echoed"]) == 32 and found["echoed"] != header
     else:
         assert found["echoed"] == logged
+
+
+def _depth(value: Any) -> int:
+    """Nesting of a parsed JSON value (the reference :func:`core.http.nests_deeper` must agree with)."""
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+def test_nesting_depth_counts_brackets_outside_strings_only() -> None:
+    """Random documents whose keys and strings are full of brackets, quotes and backslashes: the byte scan
+    agrees with the parsed value's depth at every limit."""
+    rng = random.Random(41)
+    alphabet = ["[", "]", "{", "}", '"', "\\", "a"]
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+
+    def value(depth: int) -> Any:
+        r = rng.random()
+        if depth and r < 0.4:
+            return [value(depth - 1) for _ in range(rng.randint(0, 3))]
+        if depth and r < 0.7:
+            return {text(): value(depth - 1) for _ in range(rng.randint(0, 3))}
+        return text() if r < 0.9 else 1.5
+
+    for _ in range(2000):
+        doc = value(rng.randint(0, 10))
+        body = json.dumps(doc).encode()
+        for limit in (0, 1, 2, 4, 7):
+            assert nests_deeper(body, limit) is (_depth(doc) > limit), (body, limit)
+    wide = [[["]"]], {"[": [1]}] * 2000  # 10,000 brackets outside strings: the numpy path
+    for limit in (2, 3):
+        assert nests_deeper(json.dumps(wide).encode(), limit) is (_depth(wide) > limit)
+    deep: Any = "\\"
+    for _ in range(MAX_JSON_DEPTH):
+        deep = [deep, '"[{']
+    assert nests_deeper(json.dumps([*wide, deep]).encode()) and not nests_deeper(
+        json.dumps([*wide, deep[0]]).encode()
+    )
+    assert nests_deeper(b"[" * 200_000)
+    assert not nests_deeper(b'["' + b"[" * 300 + b'"]')  # inside a string
+    assert nests_deeper(b'["\\\\"' + b"[" * 300)  # an escaped backslash ends the string before them
+    assert not nests_deeper(b'["\\"' + b"[" * 300 + b'"]')  # an escaped quote does not
+
+
+def test_a_json_body_nested_too_deeply_is_a_400_naming_the_rule(client: TestClient) -> None:
+    deep = b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1)
+    r = client.post("/object", content=b'{"a": ' + deep + b"}")
+    assert r.status_code == 400 and r.json()["error"].endswith("(rule: max_json_depth)"), r.text
+    at_the_bound = b"[" * (MAX_JSON_DEPTH - 1) + b"]" * (MAX_JSON_DEPTH - 1)
+    assert client.post("/object", content=b'{"a": ' + at_the_bound + b"}").status_code == 200

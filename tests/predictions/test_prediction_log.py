@@ -520,6 +520,29 @@ def test_time_window_boundary_includes_a_row_logged_exactly_on_it(database_url: 
     db.dispose()
 
 
+def test_a_time_before_year_1000_is_stored_with_four_digits_and_sorts_before_the_others(
+    database_url: str,
+) -> None:
+    """SQLite keeps a time as text compared as text: the writer's insert pads the year (``strftime("%Y")``
+    wrote ``999-...``, which read back as no time at all and sorted after ``2026-...``, so retention never
+    purged it). The API refuses such a time (core.times); the writer stores whatever it is handed right."""
+    db = open_database(database_url)
+    engine = make_engine(database_url)
+    early = datetime(999, 12, 31, 23, 0, 0, 1, tzinfo=UTC)
+    write_log_rows(
+        engine=engine,
+        rows=make_rows(1, when=early) + make_rows(1, start=1, when=datetime(2026, 11, 30, tzinfo=UTC)),
+        idempotent=False,
+    )
+    with db.session() as s:
+        stored = s.scalars(select(PredictionBatch.logged_at).order_by(PredictionBatch.logged_at)).all()
+        n = purge_predictions(session=s, before=datetime(2000, 1, 1, tzinfo=UTC))
+    assert [t.replace(tzinfo=UTC) for t in stored] == [early, datetime(2026, 11, 30, tzinfo=UTC)]
+    assert n == 1
+    engine.dispose()
+    db.dispose()
+
+
 def test_a_postgres_batch_is_one_autocommitted_statement_and_the_pool_gets_its_connection_back_as_lent(
     postgres_url: str,
 ) -> None:

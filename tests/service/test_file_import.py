@@ -23,7 +23,7 @@ from core.database import Database
 from core.tabular import CodedColumn, Column, TableStream, as_python, write_table
 from predictions.batch import LogBatch
 from predictions.pending import RequestRows, build
-from registry.contracts import flag_columns, flag_rows
+from registry.contracts import ContractViolation, flag_columns, flag_rows
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy, Task
 from registry.service import promote
 from service import file_import
@@ -116,7 +116,15 @@ def test_flag_columns_flags_as_flag_rows_does(case: tuple[ModelSchema, dict[str,
     schema, columns, n = case
     values = {name: as_python(column) for name, column in columns.items()}
     rows = [{name: column[i] for name, column in values.items()} for i in range(n)]
-    assert flag_columns(schema, columns, n) == flag_rows(schema, rows)
+    assert _flags(flag_columns, schema, columns, n) == _flags(flag_rows, schema, rows)
+
+
+def _flags(flagged: Any, *args: Any) -> Any:
+    """The flags ``flagged`` gives, or the refusal of a value no log holds (a category over max_length)."""
+    try:
+        return flagged(*args)
+    except ContractViolation as exc:
+        return [v.to_dict() for v in exc.violations]
 
 
 def test_flag_columns_on_a_large_seeded_batch() -> None:
@@ -135,14 +143,19 @@ def test_flag_columns_on_a_large_seeded_batch() -> None:
     x[rng.random(n) < 0.01] = np.nan
     x[rng.random(n) < 0.001] = np.inf
     categories = np.array(["a", "b", "zz", "long", ""], dtype=object)
-    columns: dict[str, Column] = {
-        "x": x,
-        "k": rng.integers(-2, 12, n),
-        "c": CodedColumn(rng.integers(-1, len(categories), n).astype(np.int32), categories),
-    }
+    codes = rng.integers(-1, len(categories), n).astype(np.int32)
+    columns: dict[str, Column] = {"x": x, "k": rng.integers(-2, 12, n), "c": CodedColumn(codes, categories)}
     values = {name: as_python(column) for name, column in columns.items()}
     rows = [{name: column[i] for name, column in values.items()} for i in range(n)]
+    refused = _flags(flag_columns, schema, columns, n)
+    assert refused == _flags(flag_rows, schema, rows)
+    (first,) = refused
+    assert first["rule"] == "max_length" and first["message"] == "a category of 4 characters; at most 3"
+    assert codes[first["row"]] == 3 and 3 not in codes[: first["row"]]  # the first row holding "long"
+    categories[3] = "lon"  # within max_length: flagged unseen, logged
     flags = flag_columns(schema, columns, n)
+    values = {name: as_python(column) for name, column in columns.items()}
+    rows = [{name: column[i] for name, column in values.items()} for i in range(n)]
     assert flags == flag_rows(schema, rows)
     assert sum(1 for f in flags if f) > n // 3  # the rules were exercised
 
@@ -155,7 +168,8 @@ def _schema(task: Task) -> ModelSchema:
         FeatureSpec("a", FeatureKind.NUMERIC, "float64", False, 0.0, -2.0, 2.0, -10.0, 10.0),
         FeatureSpec("b", FeatureKind.NUMERIC, "float64", True, 0.1, -1.0, 1.0, policy=Policy.REJECT),
         FeatureSpec("c", FeatureKind.NUMERIC, "int64", False, 0.0, 0.0, 6.0),
-        FeatureSpec("color", FeatureKind.CATEGORICAL, "string", False, categories=COLORS, max_length=6),
+        # "turquoise" at the bound: a longer category is refused, not flagged (test_flag_columns_...)
+        FeatureSpec("color", FeatureKind.CATEGORICAL, "string", False, categories=COLORS, max_length=9),
         FeatureSpec("size", FeatureKind.CATEGORICAL, "string", True, categories=("s", "m")),  # in no file
     )
     output = OutputSpec.for_task(task, classes=len(CLASSES), expected=(-1.0, 1.0))
@@ -164,7 +178,7 @@ def _schema(task: Task) -> ModelSchema:
 
 
 def _scored(task: Task, n: int, seed: int) -> dict[str, Any]:
-    """Scored rows with what the contract flags: nulls, values outside both ranges, unseen, long, empty."""
+    """Scored rows with what the contract flags: nulls, values outside both ranges, unseen, empty."""
     rng = np.random.default_rng(seed)
     a = rng.normal(0, 2.5, n)
     a[rng.random(n) < 0.05] = np.nan
