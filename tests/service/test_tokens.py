@@ -25,7 +25,7 @@ ADMIN = "bootstrap-admin-token"
 FEEDBACK = {"labels": [{"prediction_id": "00000000000000000000000000000000", "label": 1}]}
 SILENCE = {
     "matchers": [{"name": "model", "value": "credit"}],
-    "ends_at": "2099-01-01T00:00:00Z",
+    "duration": "2h",
     "comment": "t",
 }
 
