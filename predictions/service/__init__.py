@@ -17,7 +17,7 @@ from predictions.service.inserts import (
     classify_write_error,
     write_log_rows,
 )
-from predictions.service.labelled import LabelledRows, labelled_rows
+from predictions.service.labelled import LabelledRows, count_labelled, labelled_rows
 from predictions.service.reading import (
     Logged,
     LoggedPrediction,
@@ -57,6 +57,7 @@ __all__ = [
     "batch_json",
     "classify_write_error",
     "count_before",
+    "count_labelled",
     "count_predictions",
     "decode_documents",
     "drop_partitions_before",
