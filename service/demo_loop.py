@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
@@ -269,8 +270,9 @@ def close_the_loop(
         return
     alert = drift[0]
     retrain = (alert.get("evidence") or {}).get("retrain") or {}
+    fired = datetime.fromisoformat(str(alert["fired_at"])).astimezone(UTC).strftime("%H:%M:%S UTC")
     console.print(
-        f"  alert {alert['rule_name']} fired at {alert.get('fired_at')} ({alert['severity']}): "
+        f"  alert {alert['rule_name']} fired at {fired} ({alert['severity']}): "
         f"{(alert.get('annotations') or {}).get('summary', '')}"
     )
     console.print(f"  at that moment the log held {rows_in()}")
