@@ -363,6 +363,6 @@ def close_the_loop(
         "bad candidate rejected",
         bad["state"] == "rejected" and bool(failed) and untouched,
         f"job {bad['id']} {bad['state']}: "
-        + "; ".join(f"{c['name']}: {c.get('message', '')}" for c in failed)
+        + ("; ".join(f"{c['name']}: {c.get('message', '')}" for c in failed) or str(bad.get("error")))
         + f"; {model}:{version} still serves",
     )
