@@ -185,3 +185,23 @@ def test_the_dashboards_the_demo_names_are_the_provisioned_ones() -> None:
     folder = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "dashboards"
     uids = {json.loads(p.read_text())["uid"] for p in folder.glob("*.json")}
     assert set(DASHBOARDS) == uids
+
+
+def test_a_demo_wait_lasts_while_there_is_progress_and_names_what_stalled() -> None:
+    from service.demo_loop import DemoFailed, follow
+
+    calls = iter(range(1_000_000))
+
+    def moving() -> tuple[int | None, str]:  # progress at each look, done after 25: longer than stall_s
+        n = next(calls)
+        return (n if n >= 25 else None), f"{n} of 25 rows written"
+
+    assert follow("the log", moving, console=None, every_s=0.1, stall_s=1.0) == 25
+
+    def stuck() -> tuple[int | None, str]:
+        return None, "job 7: queued"
+
+    with pytest.raises(
+        DemoFailed, match=r"for the retraining job: no progress for 0s \(last seen: job 7: queued\)"
+    ):
+        follow("the retraining job", stuck, console=None, every_s=0.01, stall_s=0.05)
