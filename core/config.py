@@ -387,6 +387,14 @@ class Settings(BaseSettings):
     retrain_min_rows: int = Field(
         default=500, gt=0, description="Fewer labelled predictions than this: the job refuses to train."
     )
+    retrain_wait_for_rows_s: float = Field(
+        default=300.0,
+        ge=0,
+        le=86_400,
+        description="A job an alert started, whose window holds fewer labelled predictions than it needs "
+        "(retrain_min_rows, and twice retrain_holdout_min_rows), waits up to this long for more (and at most "
+        "30 s without a new one) before reading it; 0: no wait.",
+    )
     retrain_holdout_fraction: float = Field(
         default=0.2, gt=0, lt=1, description="The newest share of labelled rows kept out for the gate."
     )

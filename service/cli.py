@@ -433,7 +433,14 @@ def db_current() -> None:
 
 @app.command("demo")
 def demo(
-    model: Annotated[str, typer.Option("--model", help="Model name to train and serve.")] = "credit",
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="Model name to train and serve; when an earlier run left one of that name (in ./var or the "
+            "database), the run uses the first free NAME-2, NAME-3, ... and says so.",
+        ),
+    ] = "credit",
     rows: Annotated[
         int, typer.Option("--rows", min=1000, max=MAX_GENERATED_ROWS, help="Rows per generated data set.")
     ] = 20_000,

@@ -29,6 +29,7 @@ from service.demo_loop import DemoFailed, Summary
 from training.datagen import TARGET, Scenario, generate
 
 if TYPE_CHECKING:
+    from core.database import Database
     from monitors.findings import Headline
     from monitors.report import DriftReport
 
@@ -83,14 +84,16 @@ def send_traffic(*, client: httpx.Client, model: str, columns: Columns, batch: i
     return answered
 
 
-def wait_logged(*, client: httpx.Client, rows_written: int, timeout_s: float = 60) -> int:
-    """Wait until the prediction log has written ``rows_written`` rows in all (the writer is asynchronous)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+def wait_logged(*, client: httpx.Client, rows_written: int) -> int:
+    """Wait until the prediction log has written ``rows_written`` rows in all (the writer is asynchronous),
+    as long as it makes progress (:func:`service.demo_loop.follow`)."""
+    from service.demo_loop import follow
+
+    def observe() -> tuple[int | None, str]:
         written = int(client.get("/status").json()["prediction_log"]["rows_written"])
-        if written >= rows_written or time.monotonic() > deadline:
-            return written
-        time.sleep(0.1)
+        return (written if written >= rows_written else None), f"{written} of {rows_written} rows written"
+
+    return follow("the prediction log", observe, console=console, every_s=0.1)
 
 
 METRICS = (("accuracy", "accuracy"), ("roc_auc", "ROC AUC"), ("f1", "F1"))  # the figures a phase shows
@@ -210,16 +213,24 @@ def watch_drift(
             },
         )
         hook.raise_for_status()
+        webhook_id = str(hook.json()["id"])
         console.print(
             f"  webhook subscription {hook.json()['id']} -> {receiver.url} (Standard Webhooks, signed)"
         )
         written = int(client.get("/status").json()["prediction_log"]["rows_written"])
+        sent: dict[str, int] = {}  # the labelled predictions this server logged, by scenario
 
         def send(scenario: str, offset: int, n: int = window) -> None:
             nonlocal written
             cols = generate(n, scenario=Scenario(scenario), seed=seed + 1000 + offset)
-            written += send_traffic(client=client, model=model, columns=cols)
+            answered = send_traffic(client=client, model=model, columns=cols)
+            written += answered
+            sent[scenario] = sent.get(scenario, 0) + answered
             wait_logged(client=client, rows_written=written)
+
+        def rows_in() -> str:
+            parts = ", ".join(f"{n} {scenario}" for scenario, n in sent.items())
+            return f"{sum(sent.values())} labelled predictions of {model} from this run ({parts})"
 
         def monitor() -> dict[str, Any]:
             run = client.post(f"/v1/models/{model}/monitors:run")
@@ -264,6 +275,8 @@ def watch_drift(
             client=client,
             model=model,
             receiver=receiver,
+            webhook_id=webhook_id,
+            rows_in=rows_in,
             detected=verdicts[-1],
             planted=set(PLANTED[Scenario.COVARIATE_SHIFT]),
             send=send,
@@ -322,10 +335,42 @@ def show_observability(*, client: httpx.Client, url: str, model: str, wait_s: fl
     )
 
 
+def own_model_name(*, db: Database, settings: Settings, wanted: str) -> str:
+    """``wanted``, unless the database or the registry already knows a model of that name (an earlier demo
+    in this checkout or in the same database): then the first free ``<wanted>-<n>``, said on the console.
+
+    A run of the demo never meets an earlier run's state: its versions, its alerts still firing, its
+    retraining cooldown, its prediction log all belong to another model.
+    """
+    from registry.names import MAX_NAME_LENGTH, check_name
+    from registry.service import latest_version
+
+    def taken(name: str) -> bool:
+        if (settings.registry_path / name).exists():
+            return True
+        with db.session() as session:
+            return latest_version(session=session, model_name=name) is not None
+
+    check_name(wanted, given_as="--model")
+    if not taken(wanted):
+        return wanted
+    n = 2
+    while taken(name := f"{wanted[: MAX_NAME_LENGTH - 1 - len(str(n))]}-{n}"):
+        n += 1
+    console.print(
+        f"model {wanted!r} exists already (an earlier demo in this checkout or database): this run uses "
+        f"[bold]{name}[/], so that none of the earlier run's state (versions, alerts still firing, the "
+        "retraining cooldown, its predictions) meets this one"
+    )
+    log.info("model %r exists already: this demo run uses %r", wanted, name)
+    return name
+
+
 def run_demo(
     *, settings: Settings, model: str, rows: int, workers: int, epochs: float, seed: int, window: int = 2000
-) -> int:
-    """Run the tour; returns the registered (and promoted) version."""
+) -> str:
+    """Run the tour; returns the model it trained, served and retrained (``model``, or its own name when an
+    earlier run left one of that name: :func:`own_model_name`)."""
     from core.database import open_database
     from registry.saved_model import limit_threads
     from registry.service import promote
@@ -340,6 +385,11 @@ def run_demo(
     # The demo's servers run in this process, after training has run TensorFlow here: the model calls'
     # thread setting (DRIFTWARDEN_MODEL_THREADS) is taken only before TensorFlow first runs, so it is set now.
     limit_threads(intra_op=settings.model_threads)
+    db = open_database()
+    try:
+        model = own_model_name(db=db, settings=settings, wanted=model)
+    finally:
+        db.dispose()
     step("1. Data: a credit-risk table and its drift scenarios")
     data = make_data(folder=Path("var/demo/data"), rows=rows, seed=seed)
 
@@ -415,4 +465,4 @@ def run_demo(
     if not summary.ok:
         stage, evidence = next((stage, evidence) for stage, ok, evidence in summary.rows if not ok)
         raise DemoFailed(f"the loop did not close at {stage!r}: {evidence} (the table above has every stage)")
-    return result.version.version
+    return model

@@ -11,13 +11,15 @@ the summary table.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from rich.console import Console
@@ -28,6 +30,15 @@ from core.network import free_port
 from training.gate import check_verdict
 
 FINAL = {"promoted", "passed", "undecided", "rejected", "failed", "cancelled"}
+
+# The demo's waits follow progress, whatever the machine's speed: a wait fails only when what it waits on
+# has shown no progress for STALL_S, or after BOUND_S in all (a ceiling no healthy run comes near).
+STALL_S = 300.0
+BOUND_S = 7200.0
+QUIET_S = 5.0  # a wait shorter than this prints nothing; a longer one prints where it stands, as it moves
+
+log = logging.getLogger("driftwarden.demo")
+T = TypeVar("T")
 
 
 class DemoFailed(DomainError):
@@ -103,37 +114,79 @@ def webhook_receiver(secret: str) -> Iterator[WebhookReceiver]:
         server.server_close()
 
 
-def wait_until(what: str, ready: Callable[[], Any], *, timeout_s: float, every_s: float = 0.5) -> Any:
-    """Poll ``ready`` until it returns something truthy; raise naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+def follow(
+    what: str,
+    observe: Callable[[], tuple[T | None, str]],
+    *,
+    console: Console | None,
+    every_s: float = 0.5,
+    stall_s: float = STALL_S,
+    bound_s: float = BOUND_S,
+    quiet_s: float = QUIET_S,
+    show: Callable[[str], str] | None = None,
+) -> T:
+    """Wait for ``what``, following its progress: ``observe()`` answers the result (None: not yet) and a line
+    saying where it stands. Each new line goes to the log, and to ``console`` once the wait is longer than
+    ``quiet_s`` (``show`` words it; default: "waiting for <what> (<s>s): <line>"). The wait fails, naming
+    what it waited on and what it saw last, when the line has not changed for ``stall_s``, or after
+    ``bound_s`` in all: a slow machine only makes it longer, a stopped one ends it."""
+    start = changed = time.monotonic()
+    seen: str | None = None
+    pending: list[str] = []
     while True:
-        value = ready()
-        if value:
+        value, state = observe()
+        now = time.monotonic()
+        if value is not None:
             return value
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"the demo waited {timeout_s:.0f}s for {what}, in vain")
+        if state != seen:
+            seen, changed = state, now
+            line = show(state) if show else f"    waiting for {what} ({now - start:.0f}s): {state}"
+            log.info("%s", line.strip())
+            pending.append(line)
+        if console is not None and now - start >= quiet_s:
+            for line in pending:
+                console.print(line)
+            pending.clear()
+        if now - changed > stall_s:
+            raise DemoFailed(
+                f"the demo waited {now - start:.0f}s for {what}: no progress for {stall_s:.0f}s (last seen: "
+                f"{state})"
+            )
+        if now - start > bound_s:
+            raise DemoFailed(f"the demo waited {now - start:.0f}s for {what}, its bound (last seen: {state})")
         time.sleep(every_s)
 
 
-def wait_for_job(
-    client: httpx.Client, job_id: int, *, console: Console, timeout_s: float = 600
-) -> dict[str, Any]:
-    """Follow a job to its end, printing its phase and progress as they change."""
-    shown = ""
-
-    def done() -> dict[str, Any] | None:
-        nonlocal shown
-        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
-        p = job.get("progress") or {}
-        line = f"{job['state']}" + (f" step {p.get('step')}/{p.get('total_steps')}" if p.get("step") else "")
+def job_line(job: dict[str, Any]) -> str:
+    """Where a job stands: its state, its phase and its step and loss, or what it waits for."""
+    p = job.get("progress") or {}
+    line = str(job["state"])
+    if job["state"] == "queued":
+        return line + " (the server's embedded worker claims it at its next poll)"
+    phase = p.get("phase")
+    if phase == "waiting for labelled rows":
+        return f"{line}, {phase}: {p.get('labelled_rows')} of {p.get('wanted_rows')}"
+    if p.get("step"):
+        line += f" step {p.get('step')}/{p.get('total_steps')}"
         if p.get("loss") is not None:
             line += f", loss {float(p['loss']):.4f}"
-        if line != shown:
-            console.print(f"    job {job_id}: {line}")
-            shown = line
-        return job if job["state"] in FINAL else None
+    elif phase and job["state"] not in FINAL:
+        line += f", {phase}"
+    return line
 
-    job: dict[str, Any] = wait_until(f"job {job_id} to finish", done, timeout_s=timeout_s, every_s=1.0)
+
+def wait_for_job(client: httpx.Client, job_id: int, *, console: Console) -> dict[str, Any]:
+    """Follow a job to its end, printing its state, phase and progress as they change."""
+
+    def observe() -> tuple[dict[str, Any] | None, str]:
+        job: dict[str, Any] = _get(client, f"/v1/jobs/{job_id}")
+        return (job if job["state"] in FINAL else None), job_line(job)
+
+    def show(line: str) -> str:
+        return f"    job {job_id}: {line}"
+
+    job = follow(f"job {job_id} to finish", observe, console=console, every_s=1.0, quiet_s=0, show=show)
+    console.print(show(job_line(job)))
     return job
 
 
@@ -189,6 +242,8 @@ def close_the_loop(
     client: httpx.Client,
     model: str,
     receiver: WebhookReceiver,
+    webhook_id: str,
+    rows_in: Callable[[], str],
     detected: set[str],
     planted: set[str],
     send: Callable[[str, int], None],
@@ -199,7 +254,8 @@ def close_the_loop(
     """From the monitor run that found the planted drift to a promoted version and a rejected bad one.
 
     ``send(scenario, seed)`` sends a window of traffic with its labels and waits until it is logged;
-    ``monitor()`` runs the monitor now and returns its answer.
+    ``monitor()`` runs the monitor now and returns its answer; ``rows_in()`` says what the log holds of
+    the demo's traffic (said when the alert fired); ``webhook_id`` is the receiver's subscription.
     """
     summary.add("drift detected", detected == planted, f"drifted: {', '.join(sorted(detected)) or 'nothing'}")
     alerts = _get(client, "/v1/alerts", model=model, state="firing")["alerts"]
@@ -213,36 +269,48 @@ def close_the_loop(
     if not drift:
         return
     alert = drift[0]
+    retrain = (alert.get("evidence") or {}).get("retrain") or {}
+    fired = datetime.fromisoformat(str(alert["fired_at"])).astimezone(UTC).strftime("%H:%M:%S UTC")
     console.print(
-        f"  alert {alert['rule_name']} is firing ({alert['severity']}): "
-        f"{(alert.get('annotations') or {}).get('summary', '')}; its retrain action queued a job"
+        f"  alert {alert['rule_name']} fired at {fired} ({alert['severity']}): "
+        f"{(alert.get('annotations') or {}).get('summary', '')}"
     )
+    console.print(f"  at that moment the log held {rows_in()}")
+    log.info("alert %s fired at %s; the log held %s", alert["id"], alert.get("fired_at"), rows_in())
 
-    def delivered() -> Received | None:
+    def delivered() -> tuple[Received | None, str]:
         for m in receiver.of_type("alert.firing"):
             if any(a.get("id") == alert["id"] for a in m.body.get("data", {}).get("alerts", [])):
-                return m
-        return None
+                return m, "received"
+        outbox = _get(client, f"/v1/webhooks/{webhook_id}/deliveries")["deliveries"]
+        states = [f"{d['event_type']} {d['state']} after {d['attempts']} attempt(s)" for d in outbox[:3]]
+        return None, "; ".join(states) or "no message in the outbox yet"
 
-    message: Received = wait_until("the signed webhook", delivered, timeout_s=60)
+    message: Received = follow("the signed webhook", delivered, console=console)
     summary.add(
         "signed webhook received",
         message.verified,
         f"{message.type} {message.webhook_id} at {receiver.url}, signature verified with standardwebhooks",
     )
 
-    def started() -> dict[str, Any] | None:
-        jobs = _get(client, "/v1/jobs", model=model)["jobs"]
-        return next((j for j in jobs if j.get("alert_id") == alert["id"]), None)
-
-    job = wait_until("the retraining job of the alert", started, timeout_s=60)
+    if retrain.get("job_id") is None:  # the action says why it queued none: no use waiting for one
+        why = retrain.get("error") or retrain.get("reason") or "the alert has no retrain outcome"
+        summary.add("retraining job starts", False, f"alert {alert['id']} queued no job: {why}")
+        return
+    job = _get(client, f"/v1/jobs/{int(retrain['job_id'])}")
     summary.add(
-        "retraining job starts", True, f"job {job['id']} (trigger {job['trigger']}, alert {alert['id']})"
+        "retraining job starts",
+        job.get("alert_id") == alert["id"],
+        f"job {job['id']} (trigger {job['trigger']}, alert {job.get('alert_id')})",
     )
-    console.print(f"  retraining job {job['id']} started by the alert: training on the local cluster")
+    console.print(
+        f"  its retrain action queued job {job['id']}: the server's worker trains it on the local cluster, "
+        "reading its window when it starts"
+    )
     job = wait_for_job(client, job["id"], console=console)
     params = job.get("params") or {}
     window = job.get("data_window") or {}
+    log.info("job %s read its window: %s", job["id"], json.dumps(window))
     summary.add(
         "trained on the cluster",
         job.get("result_version") is not None,
@@ -257,11 +325,12 @@ def close_the_loop(
         return
     version = int(job["result_version"])
 
-    def serving() -> bool:
+    def serving() -> tuple[bool | None, str]:
         status = _get(client, f"/v1/models/{model}")["model_version_status"]
-        return any(int(s["version"]) == version and s["state"] == "AVAILABLE" for s in status)
+        ready = any(int(s["version"]) == version and s["state"] == "AVAILABLE" for s in status)
+        return (True if ready else None), ", ".join(f"version {s['version']} {s['state']}" for s in status)
 
-    wait_until(f"{model}:{version} to serve", serving, timeout_s=60)
+    follow(f"{model}:{version} to serve", serving, console=console)
     summary.add("new version serves", True, f"GET /v1/models/{model}: version {version} AVAILABLE")
 
     send("covariate_shift", 77)
@@ -294,6 +363,6 @@ def close_the_loop(
         "bad candidate rejected",
         bad["state"] == "rejected" and bool(failed) and untouched,
         f"job {bad['id']} {bad['state']}: "
-        + "; ".join(f"{c['name']}: {c.get('message', '')}" for c in failed)
+        + ("; ".join(f"{c['name']}: {c.get('message', '')}" for c in failed) or str(bad.get("error")))
         + f"; {model}:{version} still serves",
     )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -147,9 +148,11 @@ def evaluate(
     task: Task, *, y_true: np.ndarray, predictions: np.ndarray, classes: Sequence[str] = ()
 ) -> dict[str, Any]:
     """The held-out metrics of the task (``monitors.performance.metrics_for``: per-class ones named by
-    ``classes``), ``rows`` as an int."""
-    metrics: dict[str, Any] = dict(metrics_for(task, y_true=y_true, predictions=predictions, classes=classes))
-    metrics["rows"] = int(metrics["rows"])
+    ``classes``), ``rows`` as an int, an undefined one (precision of a model that predicts no positive, R²
+    of a constant target: NaN) as None: the version's metrics are JSON, and PostgreSQL's refuses NaN."""
+    found = metrics_for(task, y_true=y_true, predictions=predictions, classes=classes)
+    metrics: dict[str, Any] = {k: v if math.isfinite(v) else None for k, v in found.items()}
+    metrics["rows"] = int(found["rows"])
     return metrics
 
 

@@ -1,13 +1,14 @@
 """One retraining job from claim to final state: window -> data -> train -> validation gate -> outcome.
 
 1. **Window**: the model's newest labelled predictions (prediction log joined with feedback,
-   ``retrain_window_rows`` / ``retrain_window_minutes``), typed with the serving version's contract;
-   fewer than ``retrain_min_rows`` refuses clearly. Split by time: the newest
+   ``retrain_window_rows`` / ``retrain_window_minutes``), typed with the serving version's contract,
+   read when the job starts (a job an alert started first waits, bounded, while the window is short:
+   :func:`wait_for_rows`); fewer than ``retrain_min_rows`` refuses clearly. Split by time: the newest
    ``retrain_holdout_fraction`` (at least ``retrain_holdout_min_rows``, at most half) is the gate's
    holdout and is never trained on. Optionally the serving
    version's own training data is mixed in (``retrain_include_previous_data``). The drill
    ``shuffled_labels`` shuffles the training labels (the gate must reject the result). Both parts are
-   written to the job's folder (``<checkpoint_path>/job-<id>/``), so a worker taking the job over
+   written to the job's folder (``<checkpoint_path>/job-<id>-<created>/``), so a worker taking the job over
    trains on the same rows and resumes from the same checkpoints.
 2. **Train**: :func:`training.flows.run_training` (mode, ps and workers from the job's params, else the
    serving version's lineage, else async with 1 ps and 2 workers) on the serving version's feature list
@@ -44,7 +45,7 @@ from core.config import Settings
 from core.database import Database, aware
 from core.errors import Conflict, DomainError
 from core.tabular import Columns, read_table, write_table
-from predictions.service import labelled_rows
+from predictions.service import count_labelled, labelled_rows
 from registry.models import ModelVersion, VersionState
 from registry.schema import FeatureKind, ModelSchema, Task, label_codes
 from registry.service import (
@@ -60,7 +61,7 @@ from registry.signature import SourceSignature
 from training.builders import lineage_ref, require_retrainable
 from training.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
 from training.jobs import Mode, TrainingRunSpec, prepare
-from training.models import JobState
+from training.models import JobState, Trigger
 from training.progress import Progress
 from training.service import finish, get_job, record, update_progress
 
@@ -202,6 +203,7 @@ class Snapshot:
     alert_id: int | None
     params: dict[str, Any]
     result_version: int | None
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -234,9 +236,15 @@ class JobData:
     window: dict[str, Any]
 
 
-def job_folder(settings: Settings, job_id: int) -> Path:
-    """``<checkpoint_path>/job-<id>/``: the job's training set, holdout and window."""
-    return settings.checkpoint_path / f"job-{job_id}"
+def job_folder(settings: Settings, job_id: int, created_at: datetime) -> Path:
+    """``<checkpoint_path>/job-<id>-<created>/``: the job's training set, holdout and window.
+
+    The job's creation time (UTC, to the microsecond) is part of the name: a job id alone is reused by
+    another database (a fresh SQLite file, a PostgreSQL database set later, the test suite's) whose job of
+    the same id would else take this folder's rows for its own as a takeover does, and train on them.
+    """
+    stamp = (aware(created_at) or created_at).astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return settings.checkpoint_path / f"job-{job_id}-{stamp}"
 
 
 def run_job(control: JobControl) -> JobState:
@@ -255,11 +263,12 @@ def run_job(control: JobControl) -> JobState:
             alert_id=row.alert_id,
             params=dict(row.params or {}),
             result_version=row.result_version,
+            created_at=row.created_at,
         )
     candidate: int | None = None
     try:
         plan = make_plan(control, snap)
-        data = existing_data(control.settings, snap.id)
+        data = existing_data(control.settings, snap)
         if (
             snap.result_version is not None
             and data is not None
@@ -356,9 +365,9 @@ def make_plan(control: JobControl, snap: Snapshot) -> Plan:
     )
 
 
-def existing_data(settings: Settings, job_id: int) -> JobData | None:
+def existing_data(settings: Settings, snap: Snapshot) -> JobData | None:
     """The data an earlier attempt of the job wrote, when complete."""
-    folder = job_folder(settings, job_id)
+    folder = job_folder(settings, snap.id, snap.created_at)
     data = JobData(folder, folder / "train.parquet", folder / "holdout.parquet", {})
     meta = folder / "window.json"
     if not (data.train.exists() and data.holdout.exists() and meta.exists()):
@@ -399,6 +408,79 @@ def holdout_rows(*, labelled: int, fraction: float, min_rows: int) -> tuple[int,
     return n_hold, n_hold < min_rows
 
 
+WAITING_TRIGGERS = frozenset({Trigger.ALERT.value, Trigger.ALERTMANAGER.value})
+QUIET_S = 30.0  # a waiting job stops waiting after this long without a new labelled prediction
+
+
+def rows_wanted(settings: Settings) -> int:
+    """The labelled rows a job's window needs: ``retrain_min_rows`` to train at all, and twice
+    ``retrain_holdout_min_rows``, so that the gate's holdout (never more than half the window) is full;
+    never more than the window holds (``retrain_window_rows``)."""
+    return min(
+        settings.retrain_window_rows, max(settings.retrain_min_rows, 2 * settings.retrain_holdout_min_rows)
+    )
+
+
+def _count(control: JobControl, snap: Snapshot, limit: int) -> int:
+    minutes = control.settings.retrain_window_minutes
+    since = datetime.now(UTC) - timedelta(minutes=minutes) if minutes else None
+    with control.db.session() as session:
+        return count_labelled(session=session, model_name=snap.model_name, limit=limit, since=since)
+
+
+def wait_for_rows(control: JobControl, snap: Snapshot) -> str:
+    """An alert's job whose window is short waits for more labelled rows, bounded; returns what it did.
+
+    An alert fires on the traffic seen so far, which may be before the labelled rows it drifted on are all
+    in (labels come later than predictions). So a job triggered by an alert (its own or Alertmanager's)
+    whose window holds fewer than :func:`rows_wanted` re-counts it every ``job_poll_interval_s``, for at
+    most ``retrain_data_wait_s`` and no longer than :data:`QUIET_S` without a new labelled row, saying so in
+    its log, then reads its window (the caller does: the rows of that moment). Jobs asked for by a person
+    (API, CLI) read at once: they train on what there is.
+    """
+    settings = control.settings
+    limit = settings.retrain_wait_for_rows_s
+    wanted = rows_wanted(settings)
+    if snap.trigger not in WAITING_TRIGGERS or limit <= 0:
+        return ""
+    n = _count(control, snap, wanted)
+    if n >= wanted:
+        return ""
+    start = changed = time.monotonic()
+    quiet = min(QUIET_S, limit)
+    _record(
+        control,
+        progress={"phase": "waiting for labelled rows", "labelled_rows": n, "wanted_rows": wanted},
+        lines=[
+            f"the window holds {n} labelled predictions, fewer than the {wanted} it needs "
+            f"(retrain_min_rows={settings.retrain_min_rows}, twice "
+            f"retrain_holdout_min_rows={settings.retrain_holdout_min_rows}): waiting for more, at most "
+            f"{limit:g}s (retrain_wait_for_rows_s) and {quiet:g}s without a new one"
+        ],
+    )
+    while True:
+        if control.stop.wait(settings.job_poll_interval_s):
+            control.check()
+        now = time.monotonic()
+        count = _count(control, snap, wanted)
+        if count != n:
+            n, changed = count, now
+            _record(
+                control,
+                progress={"phase": "waiting for labelled rows", "labelled_rows": n, "wanted_rows": wanted},
+            )
+        if n >= wanted:
+            why = f"{wanted} labelled predictions or more after waiting {now - start:.0f}s"
+        elif now - start >= limit:
+            why = f"waited {now - start:.0f}s (retrain_wait_for_rows_s), {n} of {wanted} labelled predictions"
+        elif now - changed >= quiet:
+            why = f"no new labelled prediction for {now - changed:.0f}s, {n} of {wanted}"
+        else:
+            continue
+        _record(control, progress={"phase": "reading data"}, lines=[f"{why}: reading the window"])
+        return f"; {why}"
+
+
 def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
     """Read the window, split it by time, write the training set and the holdout into the job's folder."""
     settings = control.settings
@@ -406,6 +488,7 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
     numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
     categorical = [f.name for f in schema.features if f.kind is FeatureKind.CATEGORICAL]
     minutes = settings.retrain_window_minutes
+    waited = wait_for_rows(control, snap)
     since = datetime.now(UTC) - timedelta(minutes=minutes) if minutes else None
     with control.db.session() as session:
         rows = labelled_rows(
@@ -422,8 +505,8 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
     )
     if n < settings.retrain_min_rows:
         raise NotEnoughData(
-            f"model {snap.model_name} has {n} labelled predictions in the window ({where}), fewer than "
-            f"retrain_min_rows={settings.retrain_min_rows}: send feedback labels "
+            f"model {snap.model_name} has {n} labelled predictions in the window ({where}{waited}), fewer "
+            f"than retrain_min_rows={settings.retrain_min_rows}: send feedback labels "
             f"(POST /v1/models/{snap.model_name}/feedback) or lower DRIFTWARDEN_RETRAIN_MIN_ROWS"
         )
     n_hold, short = holdout_rows(
@@ -467,7 +550,7 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
         notes.append(
             "retrain_include_previous_data is on but the serving version's data_source is not readable"
         )
-    folder = job_folder(settings, snap.id)
+    folder = job_folder(settings, snap.id, snap.created_at)
     folder.mkdir(parents=True, exist_ok=True)
     times = rows.logged_at
     window: dict[str, Any] = {

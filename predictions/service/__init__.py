@@ -18,7 +18,7 @@ from predictions.service.inserts import (
     database_failure,
     write_log_rows,
 )
-from predictions.service.labelled import LabelledRows, labelled_rows
+from predictions.service.labelled import LabelledRows, count_labelled, labelled_rows
 from predictions.service.reading import (
     Logged,
     LoggedPrediction,
@@ -59,6 +59,7 @@ __all__ = [
     "classify_write_error",
     "database_failure",
     "count_before",
+    "count_labelled",
     "count_predictions",
     "decode_documents",
     "drop_partitions_before",

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from core.database import aware
@@ -32,6 +32,26 @@ class LabelledRows(NamedTuple):
     window_rows: int
 
 
+def _labelled(model_name: str, since: datetime | None) -> list[ColumnElement[bool]]:
+    """The conditions of the labelled answered predictions of ``model_name`` (since ``since``)."""
+    fb = PredictionFeedback
+    where = [
+        fb.model_name == model_name,
+        fb.status == PredictionStatus.OK.value,
+        fb.log_id.is_not(None),
+        fb.position.is_not(None),
+    ]
+    return where if since is None else [*where, fb.logged_at >= since]
+
+
+def count_labelled(*, session: Session, model_name: str, limit: int, since: datetime | None = None) -> int:
+    """How many labelled answered predictions of ``model_name`` there are (since ``since``), counted up to
+    ``limit``: what :func:`labelled_rows` would read, without reading it."""
+    wanted = select(PredictionFeedback.prediction_id).where(*_labelled(model_name, since)).limit(limit)
+    inner = wanted.subquery()
+    return int(session.scalar(select(func.count()).select_from(inner)) or 0)
+
+
 def labelled_rows(
     *,
     session: Session,
@@ -44,14 +64,7 @@ def labelled_rows(
     """The newest ``limit`` answered predictions of ``model_name`` (by their time, then log order) that have a
     ground-truth label."""
     fb, batch = PredictionFeedback, PredictionBatch
-    stmt = select(fb.log_id, fb.position, fb.label, fb.logged_at).where(
-        fb.model_name == model_name,
-        fb.status == PredictionStatus.OK.value,
-        fb.log_id.is_not(None),
-        fb.position.is_not(None),
-    )
-    if since is not None:
-        stmt = stmt.where(fb.logged_at >= since)
+    stmt = select(fb.log_id, fb.position, fb.label, fb.logged_at).where(*_labelled(model_name, since))
     stmt = stmt.order_by(fb.logged_at.desc(), fb.log_id.desc(), fb.position.desc()).limit(limit)
     found = list(reversed(session.execute(stmt).all()))
     layouts = load_layouts(session)

@@ -387,7 +387,12 @@ def test_first_day_binary_with_its_builder_gets_a_job(world: World, hooks: tuple
             (job,) = list_jobs(session=s, model_name="churn")
         assert job.state is JobState.QUEUED
         settings = Settings(
-            **{**world.server.settings.model_dump(), "retrain_min_rows": 300, "retrain_epochs": 40}
+            **{
+                **world.server.settings.model_dump(),
+                "retrain_min_rows": 300,
+                "retrain_epochs": 40,
+                "retrain_wait_for_rows_s": 0,  # its 300 rows are all there is: no wait for more
+            }
         )
         Worker(db=db, settings=settings).run_once()
         with db.session() as s:

@@ -396,7 +396,13 @@ def test_a_scrape_survives_an_unusable_snapshot_folder(tmp_path: Path) -> None:
     mine.start()
     other.write(generation=0, live=True)
     assert [s["counters"] for s in mine.others()] == [{"x": [[1]]}]  # read (not fresh: wait_s ran out)
-    shutil.rmtree(folder)  # e.g. cleaned away by a tmp reaper, or a disk that fails
+    # Cleaned away the way a reaper does it, atomically: renamed out of the way, then deleted. (An rmtree
+    # of the live folder itself races the snapshot thread, which may write a file between rmtree's listing
+    # and its rmdir: "Directory not empty".) The thread writes by path, so nothing lands in the renamed one.
+    reaped = tmp_path / "reaped"
+    folder.rename(reaped)
+    shutil.rmtree(reaped)
+    assert not folder.exists()
     assert mine.others() == []  # no exception: the scrape still answers with this process's own values
     assert mine._thread is not None and mine._thread.is_alive(), "the snapshot thread must survive"
     mine.close()

@@ -85,7 +85,7 @@ def test_the_window_is_the_newest_rows_by_time_whatever_their_log_order(tmp_path
         with db.session() as s:
             job = service.claim(session=s, worker_id="test:1", lease_s=60)
             assert job is not None and job.id == queued.job_id
-            snap = Snapshot(job.id, "credit", "cli", "test", None, {}, None)
+            snap = Snapshot(job.id, "credit", "cli", "test", None, {}, None, job.created_at)
         control = JobControl(db=db, settings=settings, job_id=snap.id, worker_id="test:1")
         data = read_data(control, snap, make_plan(control, snap))
 
