@@ -204,6 +204,17 @@ def serve_settings(url: str, spool: Path, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def elsewhere_settings(url: str, root: Path, models: dict[str, str], **overrides: Any) -> Settings:
+    """Settings for a test server of ``models`` served elsewhere (registered under ``root`` by
+    :func:`tests.own_models.register_served_elsewhere`, its spool ``root/spool``); no periodic monitor runs
+    unless ``overrides`` say so."""
+    from tests import own_models
+
+    registry = own_models.register_served_elsewhere(url, root, models)
+    values = {"monitor_enabled": False, **overrides}
+    return serve_settings(url, root / "spool", registry_path=registry, **values)
+
+
 def query_rows(url: str, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
     """The rows of ``sql`` on the database at ``url``, through a connection of its own."""
     engine = create_engine(url)

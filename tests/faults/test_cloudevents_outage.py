@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
 from tests import own_models
 from tests.faults.conftest import wait_until
-from tests.support import OwnPostgres, Server, serve_settings
+from tests.support import OwnPostgres, Server, elsewhere_settings
 
 
 def _post(client: httpx.Client, kind: str, event_id: str, body: Any) -> str:
@@ -43,12 +43,10 @@ def _logged(url: str) -> list[tuple[str, int]]:
 def test_pairs_survive_a_database_stopped_mid_stream(
     own_pg: OwnPostgres, pg_url: str, tmp_path: Path
 ) -> None:
-    registry = own_models.register_served_elsewhere(pg_url, tmp_path, {"ce_outage": "binary"})
-    settings = serve_settings(
+    settings = elsewhere_settings(
         pg_url,
-        tmp_path / "spool",
-        registry_path=registry,
-        monitor_enabled=False,
+        tmp_path,
+        {"ce_outage": "binary"},
         health_interval_s=1.0,
         cloudevents_sweep_interval_s=0.5,
         cloudevents_wait_s=600.0,  # no pair may be settled unanswered while the test runs

@@ -28,7 +28,7 @@ from service.serving.cloudevents import half_spool
 from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
 from tests import own_models
 from tests.faults.conftest import log_row, logged_ids, wait_until
-from tests.support import OwnPostgres, Server, query_rows, serve_settings
+from tests.support import OwnPostgres, Server, elsewhere_settings, query_rows, serve_settings
 
 MODEL = "hostile"
 NUL = "\u0000"
@@ -133,12 +133,10 @@ def _halves(spool: Path) -> list[str]:
 def test_hostile_values_in_a_stream_across_an_outage(
     own_pg: OwnPostgres, pg_url: str, tmp_path: Path
 ) -> None:
-    registry = own_models.register_served_elsewhere(pg_url, tmp_path, {MODEL: "binary"})
-    settings = serve_settings(
+    settings = elsewhere_settings(
         pg_url,
-        tmp_path / "spool",
-        registry_path=registry,
-        monitor_enabled=False,
+        tmp_path,
+        {MODEL: "binary"},
         monitor_min_rows=50,
         health_interval_s=1.0,
         cloudevents_sweep_interval_s=0.5,

@@ -27,7 +27,7 @@ from service.serving.cloudevents import half_spool, sweep_once
 from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
 from tests import own_models
 from tests.faults.conftest import wait_until
-from tests.support import Server, query_rows, serve_settings
+from tests.support import Server, elsewhere_settings, query_rows
 
 MODEL = "ce_poison"
 
@@ -35,12 +35,10 @@ MODEL = "ce_poison"
 @pytest.fixture(scope="module")
 def server(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("poison")
-    registry = own_models.register_served_elsewhere(module_db_url, root, {MODEL: "binary"})
-    settings = serve_settings(
+    settings = elsewhere_settings(
         module_db_url,
-        root / "spool",
-        registry_path=registry,
-        monitor_enabled=False,
+        root,
+        {MODEL: "binary"},
         cloudevents_wait_s=3600.0,  # no pair is settled unanswered while the test runs
         cloudevents_sweep_interval_s=0.3,
     )
@@ -110,12 +108,10 @@ def test_the_drivers_own_outage_error_spools_the_half_and_the_replay_pairs_it_la
     spooled, not a 500, and a replay pass gives its claim back until the table is there again, then pairs it.
     The passes are run here (no periodic sweep) so that each is seen whole. On main the route answered 500
     and the pass raised, leaving its claim under the live server."""
-    registry = own_models.register_served_elsewhere(pg_url, tmp_path, {MODEL: "binary"})
-    settings = serve_settings(
+    settings = elsewhere_settings(
         pg_url,
-        tmp_path / "spool",
-        registry_path=registry,
-        monitor_enabled=False,
+        tmp_path,
+        {MODEL: "binary"},
         cloudevents_wait_s=3600.0,
         cloudevents_sweep_interval_s=0,  # no periodic pass: the test runs them
     )

@@ -30,7 +30,7 @@ from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
 from service.serving.readers import log_layout
 from tests import own_models
 from tests.predictions.logdata import write_requests
-from tests.support import Server, count_rows, query_rows, run_cli, serve_settings, server_env
+from tests.support import Server, count_rows, elsewhere_settings, query_rows, run_cli, server_env
 
 MODELS = {"edge_bin": "binary", "edge_long": "binary"}
 MAX_LENGTH = 256  # the contract's max_length of "color" (registry.schema.MAX_CATEGORY_CHARS)
@@ -48,13 +48,11 @@ EDGES = ["1970-01-01T00:00:00Z", "9999-12-30T23:59:59.999999Z"]
 @pytest.fixture(scope="module")
 def edge_server(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("edge")
-    registry = own_models.register_served_elsewhere(module_db_url, root, MODELS)
-    settings = serve_settings(
+    settings = elsewhere_settings(
         module_db_url,
-        root / "spool",
-        registry_path=registry,
+        root,
+        MODELS,
         log_durability="durable",
-        monitor_enabled=False,
         monitor_min_rows=10,
         webhook_sender_enabled=False,
         worker_embedded=False,

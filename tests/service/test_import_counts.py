@@ -21,7 +21,7 @@ import pytest
 from core.database import open_database
 from core.tabular import write_table
 from tests import own_models
-from tests.support import Server, count_rows, run_cli, serve_settings, server_env
+from tests.support import Server, count_rows, elsewhere_settings, run_cli, server_env
 
 MODELS = {"gi_bin": "binary", "gi_reg": "regression"}
 TARGETS = {"binary": "y_bin", "regression": "y_reg"}
@@ -32,8 +32,7 @@ T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 @pytest.fixture(scope="module")
 def server(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("import-counts")
-    registry = own_models.register_served_elsewhere(module_db_url, root, MODELS)
-    settings = serve_settings(module_db_url, root / "spool", registry_path=registry, log_durability="durable")
+    settings = elsewhere_settings(module_db_url, root, MODELS, monitor_enabled=True, log_durability="durable")
     with Server(settings) as srv:
         yield srv
 
