@@ -184,14 +184,9 @@ def register_served_elsewhere(url: str, root: Path, models: dict[str, str]) -> P
     return registry
 
 
-def kserve_message(kind: str, event_id: str, body: Any, *, model: str) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of one half as KServe's logger posts it (binary mode, ``ce-type`` ``kind``)."""
-    import json
-
-    from cloudevents.core.bindings.http import to_binary_event
-    from cloudevents.core.v1.event import CloudEvent
-
-    attributes = {
+def kserve_attributes(kind: str, event_id: str, model: str) -> dict[str, str]:
+    """The CloudEvent attributes KServe's logger gives one half (``ce-type`` ``kind``) of ``model``'s."""
+    return {
         "specversion": "1.0",
         "id": event_id,
         "type": kind,
@@ -199,7 +194,16 @@ def kserve_message(kind: str, event_id: str, body: Any, *, model: str) -> tuple[
         "inferenceservicename": model,
         "datacontenttype": "application/json",
     }
-    message = to_binary_event(CloudEvent(attributes, json.dumps(body).encode()))
+
+
+def kserve_message(kind: str, event_id: str, body: Any, *, model: str) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of one half as KServe's logger posts it (binary mode, ``ce-type`` ``kind``)."""
+    import json
+
+    from cloudevents.core.bindings.http import to_binary_event
+    from cloudevents.core.v1.event import CloudEvent
+
+    message = to_binary_event(CloudEvent(kserve_attributes(kind, event_id, model), json.dumps(body).encode()))
     return message.body, dict(message.headers)
 
 

@@ -93,16 +93,7 @@ def _binary(kind: str, event_id: str, body: Any, *, model: str, time: str | None
 
 
 def _structured(kind: str, event_id: str, body: Any, *, model: str, time: str) -> tuple[bytes, dict]:
-    document = {
-        "specversion": "1.0",
-        "id": event_id,
-        "type": kind,
-        "source": f"http://{model}-predictor.default/",
-        "inferenceservicename": model,
-        "datacontenttype": "application/json",
-        "time": time,
-        "data": body,
-    }
+    document = {**own_models.kserve_attributes(kind, event_id, model), "time": time, "data": body}
     return json.dumps(document).encode(), {"Content-Type": "application/cloudevents+json"}
 
 
