@@ -31,6 +31,7 @@ class FeatureDrift:
     rows: int
     missing: int
     histogram: Histogram
+    impact: dict[str, Any] | None = None  # its share of the performance change (monitors/attribution.py)
 
     @property
     def drifted(self) -> bool:
@@ -46,6 +47,7 @@ class FeatureDrift:
             "rows": self.rows,
             "missing": self.missing,
             "histogram": _json_number(self.histogram.__dict__),
+            **({"impact": self.impact} if self.impact is not None else {}),
         }
 
 
@@ -83,6 +85,13 @@ class DriftReport:
     # reference beyond its chunks' variability (monitors/horizon.py); None: a profile without that spread
     estimated_performance_limits: dict[str, float] | None = None  # the same for the estimated metrics
     ignored_columns: list[str] = field(default_factory=list)  # offline: CURRENT's columns not compared
+    harm: dict[str, Any] | None = None  # is the window's performance worse than the reference's beyond the
+    # tolerance (monitors/harm.py); None: no performance figure to judge
+    attribution: dict[str, Any] | None = None  # the performance change split between the drifted features
+    # (monitors/attribution.py); None: nothing drifted, or no model or surrogate to ask
+    segments: list[dict[str, Any]] = field(default_factory=list)  # per segment, ranked by the worst change
+    # (monitors/segments.py)
+    weak_slices: dict[str, Any] | None = None  # where the model is worst (monitors/slices.py)
 
     @property
     def estimate_method(self) -> str:
@@ -115,6 +124,11 @@ class DriftReport:
             out["outputs"] = [f.as_dict() for f in self.outputs]
         if self.ignored_columns:
             out["ignored_columns"] = list(self.ignored_columns)
+        for key in ("harm", "attribution", "weak_slices"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.segments:
+            out["segments"] = list(self.segments)
         return dict(_json_number(out))
 
 
@@ -159,6 +173,7 @@ def _feature_from_dict(d: dict[str, Any]) -> FeatureDrift:
             reference=[0.0 if v is None else float(v) for v in h["reference"]],
             current=[0.0 if v is None else float(v) for v in h["current"]],
         ),
+        impact=d.get("impact"),
     )
 
 
@@ -180,4 +195,8 @@ def report_from_dict(data: dict[str, Any]) -> DriftReport:
         performance_limits=data.get("performance_limits"),
         estimated_performance_limits=data.get("estimated_performance_limits"),
         ignored_columns=list(data.get("ignored_columns") or []),
+        harm=data.get("harm"),
+        attribution=data.get("attribution"),
+        segments=list(data.get("segments") or []),
+        weak_slices=data.get("weak_slices"),
     )
