@@ -576,6 +576,19 @@ def estimate_regression_metrics(
     return {"rows": float(ok.size), "mae": float(abs_err.mean()), "rmse": float(np.sqrt(sq_err.mean()))}
 
 
+def predicted_abs_errors(
+    *, columns: Mapping[str, Any], predictions: np.ndarray, model: Mapping[str, Any]
+) -> np.ndarray:
+    """The loss model's predicted absolute error of each row (NaN where the prediction is; below 0: 0)."""
+    p = np.asarray(predictions, dtype=np.float64).reshape(-1)
+    out = np.full(p.size, np.nan)
+    ok = np.flatnonzero(~np.isnan(p))
+    if ok.size:
+        sub_cols = {s["name"]: columns[s["name"]][ok] for s in model["features"]}
+        out[ok] = np.clip(_design(sub_cols, p[ok], model) @ np.asarray(model["abs_error"]), 0.0, None)
+    return out
+
+
 def mean_design(
     model: Mapping[str, Any],
     *,
