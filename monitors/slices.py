@@ -226,10 +226,7 @@ def search(
     if not keep.any():
         return None
     loss = losses.values[keep]
-    features = [
-        _Feature(f.name, f.codes[keep], f.conditions)
-        for f in _coded({k: np.asarray(v)[keep] for k, v in columns.items()}, kinds)
-    ]
+    features = _coded({k: np.asarray(v)[keep] for k, v in columns.items() if k in kinds}, kinds)
     overall = float(loss.mean())
     # every slice tried: its key ((feature, code) or two of them), conditions, rows, mean and sd of the loss
     cells: list[tuple[tuple[int, ...], list[dict[str, Any]], float, float, float]] = []
