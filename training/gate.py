@@ -20,7 +20,11 @@ gate fails when a check fails; it is *undecided* when none fails but one cannot 
   serving; per class (one-vs-rest) for a multi-class model (:func:`calibration`); not applicable to a
   regression (passed, saying so).
 - ``slices``: the metric's difference on each value of each categorical feature with at least
-  ``slice_min_rows`` holdout rows (accuracy where a slice holds fewer than 10 rows of a class).
+  ``slice_min_rows`` holdout rows, and on each slice of one or two features (categorical levels, numeric
+  quintile bins, pairs of them) where the weak-slice search (:func:`weak_search`,
+  :func:`monitors.slices.search` on the candidate's realised per-row loss) finds the candidate
+  significantly weak at the Bonferroni-corrected level (the top five); accuracy where a slice holds fewer
+  than 10 rows of a class. The figures carry the search (``weak_slices``).
 
 **Per task** (``schema.kind``):
 
