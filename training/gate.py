@@ -1141,6 +1141,7 @@ def slices(
     figures["worst"] = docs[:SHOWN]
     figures["failed"] = failed[: SHOWN * 2]
     figures["undecided"] = open_[: SHOWN * 2]
+    figures["weak_judged"] = [s for s in docs if "slice" in s]  # the searched slices' comparisons
     judged = len(docs) - len(open_)
     listed_open = (
         f"; {len(open_)} too few rows to decide, not judged: "

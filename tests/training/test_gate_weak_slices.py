@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec
+from registry.service import read_schema
+from tests.support import TrainedModels
+from training.datagen import TARGET, generate
 from training.gate import GatePolicy, Holdout, Verdict, evaluate, slices
+from training.retrain import score_version
 
 N = 6000
 POLICY = GatePolicy(slice_tolerance=0.05, slice_min_rows=100)
@@ -64,7 +68,7 @@ def test_labels_flipped_in_a_category_pair_make_it_the_top_weak_slice_of_the_gat
     assert _names(top) == {("region", "north"), ("channel", "web")}
     assert top["significant"] and top["judged"] and top["rows"] == int(pair.sum())
     # judged against the serving version on that pair: as bad as serving there, so the check passes
-    judged = [s for s in check.figures["worst"] + check.figures["failed"] if s.get("slice") == top["slice"]]
+    judged = [s for s in check.figures["weak_judged"] if s["slice"] == top["slice"]]
     assert judged and judged[0]["conditions"] == top["conditions"] and judged[0]["rows"] == top["rows"]
     assert judged[0]["searched"]["value"] == top["value"]
     assert check.figures["slices"] == 6 + sum(
@@ -116,3 +120,23 @@ def test_without_a_weak_slice_only_the_categorical_values_are_judged() -> None:
     assert weak["tried"] > 9 and not any(s["significant"] for s in weak["slices"])
     assert check.figures["slices"] == 6  # three regions, three channels
     assert "none significantly weak" in check.message
+
+
+def test_on_a_trained_model_labels_flipped_in_a_category_pair_top_the_gate_search(
+    trained: TrainedModels,
+) -> None:
+    """The generator's data scored by the session's two trained versions (TensorFlow), as the job scores
+    its holdout: the pair whose labels were flipped is the top weak slice in the gate's figures."""
+    columns = generate(6000, seed=31)
+    labels = np.asarray(columns.pop(TARGET), dtype=np.float64)
+    pair = (columns["region"] == "north") & (columns["home_ownership"] == "OWN")
+    labels[pair] = 1.0 - labels[pair]
+    schema = read_schema(path=trained.paths[2])
+    candidate = score_version(trained.paths[2], schema, columns)
+    serving = score_version(trained.paths[1], schema, columns)
+    result = evaluate(schema=schema, holdout=Holdout(columns, labels, candidate, serving), policy=POLICY)
+    check = next(c for c in result.checks if c.name == "slices")
+    top = check.figures["weak_slices"]["slices"][0]
+    assert _names(top) == {("region", "north"), ("home_ownership", "OWN")}
+    assert top["significant"] and top["rows"] == int(pair.sum()) and top["gap"] > 0.3
+    assert top["slice"] in [s["slice"] for s in check.figures["weak_judged"]]
