@@ -191,8 +191,35 @@ def test_multiclass_slices_by_the_error_of_the_argmax(window: Columns, schema: M
     assert found is not None and found["metric"] == "error_rate"
     assert found["slices"][0]["slice"] == "loan_purpose=medical" and found["slices"][0]["significant"]
     assert found["overall"] == pytest.approx(np.mean(np.argmax(probs, axis=1) != y), abs=1e-6)
+    # without labels: 1 - the (calibrated) probability of the predicted class, low where the model hesitates
+    unsure = probs.copy()
+    unsure[weak] = [0.4, 0.35, 0.25]
+    found = weak_slices(
+        sample=_sample(window, schema, unsure, None), profile=profile, level=0.05, min_rows=100
+    )
+    assert found is not None and found["source"] == "estimated" and found["metric"] == "error_rate"
+    assert found["slices"][0]["slice"] == "loan_purpose=medical" and found["slices"][0]["significant"]
+    assert found["slices"][0]["value"] == pytest.approx(0.6, abs=1e-6)
 
 
 def test_an_empty_sample_has_no_report(schema: ModelSchema, profile: Profile) -> None:
     empty = _sample({s.name: np.zeros(0) for s in schema.features}, schema, np.zeros(0), None)
     assert weak_slices(sample=empty, profile=profile, level=0.05, min_rows=100) is None
+
+
+def test_only_labelled_rows_count_when_some_rows_have_a_label(
+    window: Columns, schema: ModelSchema, profile: Profile
+) -> None:
+    p = true_probability(window)
+    y = np.asarray(window[TARGET], dtype=np.float64)
+    pair = (window["region"] == "south") & (window["loan_purpose"] == "debt_consolidation")
+    y[pair] = 1.0 - y[pair]
+    y[np.random.default_rng(8).random(y.size) < 0.5] = np.nan  # half the rows have no label yet
+    sample = _sample(window, schema, p, y)
+    found = weak_slices(sample=sample, profile=profile, level=0.05, min_rows=100)
+    assert found is not None and found["source"] == "labels"
+    top = found["slices"][0]
+    assert _pair(top) == {("region", "south"), ("loan_purpose", "debt_consolidation")} and top["significant"]
+    assert top["rows"] == int(np.sum(pair & ~np.isnan(y)))
+    assert condition_mask(sample.columns, top["conditions"]).sum() == int(pair.sum())
+    assert found["overall"] == pytest.approx(np.nanmean(((p >= 0.5) != (y > 0.5))[~np.isnan(y)]), abs=1e-6)
