@@ -211,49 +211,34 @@ def _groups(codes: np.ndarray, loss: np.ndarray, size: int) -> tuple[np.ndarray,
     return n, mean, np.sqrt(var)
 
 
-def search(
-    *,
-    columns: Mapping[str, np.ndarray],
-    kinds: Mapping[str, FeatureKind],
-    losses: Losses,
-    level: float,
-    min_rows: int,
-    top: int = TOP,
-) -> Found | None:
-    """The weak slices of one or two features by ``losses`` (module docstring); None without a row or a
-    feature to search."""
-    keep = ~np.isnan(losses.values)
-    if not keep.any():
-        return None
-    loss = losses.values[keep]
-    features = _coded({k: np.asarray(v)[keep] for k, v in columns.items() if k in kinds}, kinds)
-    overall = float(loss.mean())
-    # every slice tried: its key ((feature, code) or two of them), conditions, rows, mean and sd of the loss
-    cells: list[tuple[tuple[int, ...], list[dict[str, Any]], float, float, float]] = []
-    single: dict[tuple[int, int], float] = {}
+Cell = tuple[tuple[int, ...], list[dict[str, Any]], float, float, float]
+"""A slice tried: its key ((feature, code) or two of them), conditions, rows, mean and sd of the loss."""
+
+
+def _cells(features: Sequence[_Feature], loss: np.ndarray, min_rows: int) -> list[Cell]:
+    """Every slice of one feature, then of two, with at least ``min_rows`` rows (``np.bincount`` on the
+    combined codes)."""
+    cells: list[Cell] = []
     for i, f in enumerate(features):
         n, mean, sd = _groups(f.codes, loss, len(f.conditions))
         for k in np.flatnonzero(n >= min_rows):
-            single[(i, int(k))] = float(mean[k])
             cells.append(((i, int(k)), [f.conditions[k]], float(n[k]), float(mean[k]), float(sd[k])))
     for i, j in itertools.combinations(range(len(features)), 2):
         fa, fb = features[i], features[j]
         width = len(fb.conditions)
-        both = (fa.codes >= 0) & (fb.codes >= 0)
-        codes = np.where(both, fa.codes * width + fb.codes, -1)
+        codes = np.where((fa.codes >= 0) & (fb.codes >= 0), fa.codes * width + fb.codes, -1)
         n, mean, sd = _groups(codes, loss, len(fa.conditions) * width)
         for k in np.flatnonzero(n >= min_rows):
             a, b = divmod(int(k), width)
             conditions = [fa.conditions[a], fb.conditions[b]]
             cells.append(((i, a, j, b), conditions, float(n[k]), float(mean[k]), float(sd[k])))
-    tried = len(cells)
-    if tried == 0:
-        return Found(_report(losses, overall, min_rows, 0, level, []), [])
-    n_all = np.array([c[2] for c in cells])
-    mean_all = np.array([c[3] for c in cells])
-    sd_all = np.array([c[4] for c in cells])
-    z = float(stats.norm.isf(level / tried / 2.0))
-    lower, upper = _bounds(mean_all, sd_all, n_all, z=z, rate=losses.rate)
+    return cells
+
+
+def _ranked(cells: Sequence[Cell], lower: np.ndarray, overall: float) -> list[tuple[bool, float, int]]:
+    """(significant, gap, index) of the slices worth reporting, significant first, then by gap; a pair only
+    when worse than both its parents, significant only when its lower bound is above them too."""
+    single = {key: value for key, _, _, value, _ in cells if len(key) == 2}
     ranked: list[tuple[bool, float, int]] = []
     for idx, (key, _, _, value, _) in enumerate(cells):
         floor = overall
@@ -264,10 +249,40 @@ def search(
             floor = max(floor, parents)
         ranked.append((bool(lower[idx] > floor), value - overall, idx))
     ranked.sort(key=lambda r: (not r[0], -r[1]))
+    return ranked
+
+
+def search(
+    *,
+    columns: Mapping[str, np.ndarray],
+    kinds: Mapping[str, FeatureKind],
+    losses: Losses,
+    level: float,
+    min_rows: int,
+    top: int = TOP,
+) -> Found | None:
+    """The weak slices of one or two features by ``losses`` (module docstring); None without a row to
+    search. ``level``: the chance that any slice is called significant by chance, in (0, 1)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), not {level}")
+    if min_rows < 1:
+        raise ValueError(f"min_rows must be at least 1, not {min_rows}")
+    keep = ~np.isnan(losses.values)
+    if not keep.any():
+        return None
+    loss = losses.values[keep]
+    features = _coded({k: np.asarray(v)[keep] for k, v in columns.items() if k in kinds}, kinds)
+    overall = float(loss.mean())
+    cells = _cells(features, loss, min_rows)
+    if not cells:
+        return Found(_report(losses, overall, min_rows, 0, level, []), [])
+    z = float(stats.norm.isf(level / len(cells) / 2.0))
+    rows, mean, sd = (np.array([c[k] for c in cells]) for k in (2, 3, 4))
+    lower, upper = _bounds(mean, sd, rows, z=z, rate=losses.rate)
     slices, masks = [], []
-    for significant, gap, idx in ranked[:top]:
+    for significant, gap, idx in _ranked(cells, lower, overall)[:top]:
         key, conditions, count, value, _ = cells[idx]
-        masks.append(_mask(features, key))
+        masks.append(_expand(_mask(features, key), keep))
         slices.append(
             {
                 "features": [c["feature"] for c in conditions],
@@ -281,8 +296,7 @@ def search(
                 "significant": significant,
             }
         )
-    full = [_expand(m, keep) for m in masks]
-    return Found(_report(losses, overall, min_rows, tried, level, slices), full)
+    return Found(_report(losses, overall, min_rows, len(cells), level, slices), masks)
 
 
 def _mask(features: Sequence[_Feature], key: tuple[int, ...]) -> np.ndarray:

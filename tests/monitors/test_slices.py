@@ -223,3 +223,14 @@ def test_only_labelled_rows_count_when_some_rows_have_a_label(
     assert top["rows"] == int(np.sum(pair & ~np.isnan(y)))
     assert condition_mask(sample.columns, top["conditions"]).sum() == int(pair.sum())
     assert found["overall"] == pytest.approx(np.nanmean(((p >= 0.5) != (y > 0.5))[~np.isnan(y)]), abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("level", "min_rows", "word"), [(0.0, 100, "level"), (1.5, 100, "level"), (0.05, 0, "min_rows")]
+)
+def test_a_bad_level_or_minimum_is_refused_naming_it(
+    window: Columns, schema: ModelSchema, profile: Profile, level: float, min_rows: int, word: str
+) -> None:
+    sample = _sample(window, schema, true_probability(window), None)
+    with pytest.raises(ValueError, match=word):
+        weak_slices(sample=sample, profile=profile, level=level, min_rows=min_rows)
