@@ -230,6 +230,7 @@ def _row(
         "quality": None,
         "drift": None,
         "judged": False,
+        "worse": False,
         "flagged": False,
         "reasons": [],
     }
@@ -253,7 +254,7 @@ def _row(
             )
             rest_worse = max(_worse_by(metric, rest["change"]), 0.0) if rest else 0.0
             own = _worse_by(metric, perf["change"]) > LOCAL_RATIO * rest_worse
-            out["flagged"] = own
+            out["flagged"] = out["worse"] = own
             out["reasons"].append(_perf_reason(perf, metric, own=own, rest=rest))
     drift = _drift(window, reference, skip=skip, config=config, level=level)
     out["drift"] = drift["summary"]
