@@ -12,12 +12,12 @@ import pytest
 from core.tabular import Columns
 from monitors.config import MonitorConfig
 from monitors.horizon import run_alpha
-from monitors.profile import Profile, profile_from_dict
+from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from monitors.rows import RowSample
 from monitors.segments import segment_table
-from registry.schema import FeatureKind, ModelSchema
+from registry.schema import FeatureKind, ModelSchema, Task, infer_schema
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.datagen import BANDS, LOSS_GIVEN_DEFAULT, TARGET, TARGETS, default_logit, generate
 
 SCHEDULED = run_alpha(alpha=0.05, budget=0.5, every_s=300.0)  # a run every 5 minutes: about 8e-6
 
@@ -196,3 +196,55 @@ def test_the_table_is_json_ready_and_ranked_by_the_worst_change(
     p = [r["drift"]["p_value"] for r in judged if not r["flagged"]]
     z = [r.get("z") or 0.0 for r in judged if not r["flagged"]]
     assert all((z[i], -p[i]) >= (z[i + 1], -p[i + 1]) for i in range(len(p) - 1))
+
+
+def _task_probabilities(cols: Columns) -> np.ndarray:
+    """The generator's own P(band | x) of the multi-class target, in the order of BANDS."""
+    logit = default_logit(cols)
+    low, below_high = 1 / (1 + np.exp(5 + logit)), 1 / (1 + np.exp(logit))
+    return np.column_stack([low, below_high - low, 1 - below_high])
+
+
+def _expected_loss(cols: Columns) -> np.ndarray:
+    """The generator's own expected loss of the regression target."""
+    return np.asarray(cols["loan_amount"] / 1000.0 * LOSS_GIVEN_DEFAULT / (1 + np.exp(-default_logit(cols))))
+
+
+@pytest.mark.parametrize("task", [Task.MULTICLASS, Task.REGRESSION])
+def test_other_tasks_segment_by_their_own_metric(task: Task) -> None:
+    target = TARGETS[task]
+    reference = generate(20_000, seed=41, task=task)
+    if task is Task.MULTICLASS:
+        schema = infer_schema(reference, target=target, task=task, classes=BANDS)
+        predict, metric, estimate = _task_probabilities, "macro_f1", "cbpe"
+        encode = lambda y: np.array([BANDS.index(v) for v in y], dtype=np.float64)  # noqa: E731
+    else:
+        schema = infer_schema(reference, target=target, task=task)
+        predict, metric, estimate = _expected_loss, "rmse", "dle"
+        encode = lambda y: np.asarray(y, dtype=np.float64)  # noqa: E731
+    profile = profile_from_dict(
+        build_reference_profile(
+            reference, schema, predictions=predict(reference), labels=encode(reference[target])
+        )
+    )
+
+    def rows_of(cols: Columns, *, labels: bool) -> RowSample:
+        base = sample({**cols, TARGET: np.zeros(len(cols[target]))}, schema, labels=False)
+        y = encode(cols[target]) if labels else None
+        return RowSample(columns=base.columns, kinds=base.kinds, predictions=predict(cols), labels=y)
+
+    window = generate(20_000, seed=42, task=task)
+    north = window["region"] == "north"
+    window["income"] = np.where(north, window["income"] * 0.55, window["income"])
+    ref = rows_of(reference, labels=True)
+    for labels, wanted in ((True, "realised"), (False, estimate)):
+        rows = segment_table(
+            reference=ref,
+            window=rows_of(window, labels=labels),
+            profile=profile,
+            config=MonitorConfig(),
+            level=SCHEDULED,
+        )
+        assert flagged(rows) == ["region=north"], (task, labels)
+        assert {r["metric"] for r in rows} == {metric} and {r["estimate"] for r in rows} == {wanted}
+        assert all(np.isfinite(r["change"]) for r in rows)
