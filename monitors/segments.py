@@ -177,20 +177,16 @@ def segment_table(
     worst change (flagged first); ``level`` is shared by the segments' tests (Bonferroni)."""
     kinds = {k: v for k, v in window.kinds.items() if k in reference.columns}
     parts = partitions(profile=profile, config=config, kinds=kinds)
-    coded = [(p, p.codes(window), p.codes(reference)) for p in parts]
-    minimum = config.segment_min_rows
-    judged = sum(
-        1
-        for _, w, r in coded
-        for s in _.segments
-        if np.count_nonzero(w == s.code) >= minimum and np.count_nonzero(r == s.code) >= minimum
-    )
+    cuts = [
+        (segment, _Cut(window, reference, w_codes == segment.code, r_codes == segment.code))
+        for part in parts
+        for segment, w_codes, r_codes in (
+            (s, part.codes(window), part.codes(reference)) for s in part.segments
+        )
+    ]
+    judged = sum(1 for _, cut in cuts if cut.enough(config.segment_min_rows))
     each = level / max(judged, 1)
-    rows: list[dict[str, Any]] = []
-    for part, w_codes, r_codes in coded:
-        for segment in part.segments:
-            cut = _Cut(window, reference, w_codes == segment.code, r_codes == segment.code)
-            rows.append(_row(segment, cut, profile=profile, config=config, level=each))
+    rows = [_row(segment, cut, profile=profile, config=config, level=each) for segment, cut in cuts]
     return sorted(rows, key=_rank)
 
 
@@ -202,6 +198,10 @@ class _Cut:
     reference: RowSample
     w_mask: np.ndarray
     r_mask: np.ndarray
+
+    def enough(self, minimum: int) -> bool:
+        """Whether both samples hold at least ``minimum`` rows of the segment."""
+        return bool(np.count_nonzero(self.w_mask) >= minimum and np.count_nonzero(self.r_mask) >= minimum)
 
     def inside(self) -> tuple[RowSample, RowSample]:
         return self.window.take(self.w_mask), self.reference.take(self.r_mask)
@@ -215,18 +215,18 @@ def _row(
 ) -> dict[str, Any]:
     """One segment's row of the table."""
     window, reference = cut.inside()
-    metric = TASK_METRIC[profile.task]
     out: dict[str, Any] = {
         **segment.describe(),
         "rows": window.rows,
         "reference_rows": reference.rows,
         "share": window.rows / cut.window.rows if cut.window.rows else 0.0,
         "reference_share": reference.rows / cut.reference.rows if cut.reference.rows else 0.0,
-        "metric": metric,
+        "metric": TASK_METRIC[profile.task],
         "estimate": None,
         "reference": None,
         "current": None,
         "change": None,
+        "z": None,
         "quality": None,
         "drift": None,
         "judged": False,
@@ -234,53 +234,59 @@ def _row(
         "flagged": False,
         "reasons": [],
     }
-    minimum = config.segment_min_rows
-    if window.rows < minimum or reference.rows < minimum:
+    if not cut.enough(config.segment_min_rows):
         out["reasons"] = [
             f"{window.rows} rows in the window's sample and {reference.rows} in the reference's: fewer than "
-            f"{minimum}, no verdict"
+            f"{config.segment_min_rows}, no verdict"
         ]
         return out
     out["judged"] = True
-    skip = segment.feature
-    rest_window, rest_reference = cut.outside()
-    perf = _performance(window, reference, profile=profile, config=config, metric=metric, level=level)
-    if perf is not None:
-        out.update({k: perf[k] for k in ("estimate", "reference", "current", "change")})
-        out["z"] = perf["z"]
-        if perf["worse"]:
-            rest = _performance(
-                rest_window, rest_reference, profile=profile, config=config, metric=metric, level=1.0
-            )
-            rest_worse = max(_worse_by(metric, rest["change"]), 0.0) if rest else 0.0
-            own = _worse_by(metric, perf["change"]) > LOCAL_RATIO * rest_worse
-            out["flagged"] = out["worse"] = own
-            out["reasons"].append(_perf_reason(perf, metric, own=own, rest=rest))
-    drift = _drift(window, reference, skip=skip, config=config, level=level)
-    out["drift"] = drift["summary"]
-    own_drift = []
-    for name in drift["summary"]["features"]:
-        rest_effect = _effect(name, rest_window, rest_reference)
-        if drift["effects"][name] > LOCAL_RATIO * rest_effect:
-            own_drift.append(name)
-    drift["summary"]["own"] = own_drift
-    if own_drift:
-        out["flagged"] = True
-        out["reasons"].append(
-            f"{', '.join(own_drift)} drifted in this segment, not in the rest of the window"
-        )
-    shared = [n for n in drift["summary"]["features"] if n not in own_drift]
-    if shared:
-        out["reasons"].append(
-            f"{', '.join(shared)} drifted here as in the rest of the window (not this segment's own)"
-        )
-    quality = _quality(window, reference, rest=(rest_window, rest_reference), config=config, level=level)
-    out["quality"] = quality
-    if quality["flagged"]:
-        out["flagged"] = True
-        worse = ", ".join(quality["features"])
-        out["reasons"].append(f"more values missing in this segment: {worse}")
+    inside, outside = (window, reference), cut.outside()
+    _judge_performance(out, inside, outside, profile=profile, config=config, level=level)
+    _judge_drift(out, inside, outside, skip=segment.feature, config=config, level=level)
+    out["quality"] = _quality(*inside, rest=outside, config=config, level=level)
+    if out["quality"]["flagged"]:
+        out["reasons"].append(f"more values missing in this segment: {', '.join(out['quality']['features'])}")
+    out["flagged"] = bool(out["worse"] or out["drift"]["own"] or out["quality"]["flagged"])
     return out
+
+
+Pair = tuple[RowSample, RowSample]  # (window, reference) rows
+
+
+def _judge_performance(
+    out: dict[str, Any], inside: Pair, outside: Pair, *, profile: Profile, config: MonitorConfig, level: float
+) -> None:
+    """The segment's metric, its change and ``worse``: significantly worse, and more than in the rest."""
+    metric = out["metric"]
+    perf = _performance(*inside, profile=profile, config=config, metric=metric, level=level)
+    if perf is None:
+        return
+    out.update({k: perf[k] for k in ("estimate", "reference", "current", "change", "z")})
+    if not perf["worse"]:
+        return
+    rest = _performance(*outside, profile=profile, config=config, metric=metric, level=1.0)
+    rest_worse = max(_worse_by(metric, rest["change"]), 0.0) if rest else 0.0
+    out["worse"] = own = _worse_by(metric, perf["change"]) > LOCAL_RATIO * rest_worse
+    out["reasons"].append(_perf_reason(perf, metric, own=own, rest=rest))
+
+
+def _judge_drift(
+    out: dict[str, Any], inside: Pair, outside: Pair, *, skip: str, config: MonitorConfig, level: float
+) -> None:
+    """Each feature's drift in the segment; ``own``: those drifted more than in the rest of the window."""
+    drift = _drift(*inside, skip=skip, config=config, level=level)
+    summary = drift["summary"]
+    rest = {name: _effect(name, *outside) for name in summary["features"]}
+    summary["own"] = [n for n in summary["features"] if drift["effects"][n] > LOCAL_RATIO * rest[n]]
+    out["drift"] = summary
+    for name in summary["features"]:
+        own = name in summary["own"]
+        out["reasons"].append(
+            f"{name} drifted in this segment ({drift['names'][name]} {drift['effects'][name]:.3f}), "
+            + ("not in the rest of the window" if own else "as in the rest of the window (not its own)")
+            + f" ({rest[name]:.3f})"
+        )
 
 
 def _rank(row: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -469,7 +475,9 @@ def _drift(
         "tested": len(names),
         "level": level,
     }
-    return {"summary": summary, "effects": {n: t[1] for n, t in zip(names, tested, strict=True)}}
+    effects = {n: t[1] for n, t in zip(names, tested, strict=True)}
+    kinds = {n: "KS" if window.kinds[n] is FeatureKind.NUMERIC else "total variation" for n in names}
+    return {"summary": summary, "effects": effects, "names": kinds}
 
 
 def _missing_rate(sample: RowSample, name: str) -> tuple[float, int]:
