@@ -282,10 +282,11 @@ def _judge_drift(
     out["drift"] = summary
     for name in summary["features"]:
         own = name in summary["own"]
+        here = f"{name} drifted in this segment ({drift['names'][name]} {drift['effects'][name]:.3f})"
         out["reasons"].append(
-            f"{name} drifted in this segment ({drift['names'][name]} {drift['effects'][name]:.3f}), "
-            + ("not in the rest of the window" if own else "as in the rest of the window (not its own)")
-            + f" ({rest[name]:.3f})"
+            f"{here}, not in the rest of the window ({rest[name]:.3f})"
+            if own
+            else f"{here} as in the rest of the window ({rest[name]:.3f}): not this segment's own"
         )
 
 
@@ -359,21 +360,18 @@ def _performance(
     level (None: no labels and no estimator)."""
     minimum = config.segment_min_rows
     realised = window.labelled >= minimum and reference.labelled >= minimum
+    current, ref = math.nan, math.nan
+
+    def measure(sample: RowSample, labels: bool) -> float:
+        rows = _labelled(sample) if labels else sample
+        return _value(rows, profile=profile, config=config, metric=metric, realised=labels)
+
+    if realised:  # a segment of one class has no ROC AUC: then the estimate
+        current, ref = measure(window, True), measure(reference, True)
+        realised = math.isfinite(current) and math.isfinite(ref)
+    if not realised:
+        current, ref = measure(window, False), measure(reference, False)
     estimate = "realised" if realised else ("dle" if profile.task is Task.REGRESSION else "cbpe")
-    current = _value(
-        _labelled(window) if realised else window,
-        profile=profile,
-        config=config,
-        metric=metric,
-        realised=realised,
-    )
-    ref = _value(
-        _labelled(reference) if realised else reference,
-        profile=profile,
-        config=config,
-        metric=metric,
-        realised=realised,
-    )
     if not (math.isfinite(current) and math.isfinite(ref)):
         return None
     change = current - ref

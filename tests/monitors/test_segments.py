@@ -248,3 +248,13 @@ def test_other_tasks_segment_by_their_own_metric(task: Task) -> None:
         assert flagged(rows) == ["region=north"], (task, labels)
         assert {r["metric"] for r in rows} == {metric} and {r["estimate"] for r in rows} == {wanted}
         assert all(np.isfinite(r["change"]) for r in rows)
+
+
+def test_a_segment_of_one_class_falls_back_to_the_estimate(
+    reference_sample: RowSample, profile: Profile, schema: ModelSchema
+) -> None:
+    cols = generate(20_000, seed=18)
+    cols[TARGET] = np.where(cols["region"] == "east", 0, cols[TARGET])  # no ROC AUC without a positive
+    rows = {r["segment"]: r for r in table(sample(cols, schema), reference_sample, profile)}
+    assert rows["region=east"]["estimate"] == "cbpe" and np.isfinite(rows["region=east"]["current"])
+    assert rows["region=west"]["estimate"] == "realised"
