@@ -100,16 +100,18 @@ class Partition:
     levels: tuple[str, ...] = ()  # categorical: code i is levels[i]; missing: len(levels)
     edges: tuple[float, ...] = ()  # numeric: code i is the bin between edges i-1 and i; missing: last
 
-    def codes(self, sample: RowSample) -> np.ndarray:
-        """Each row's segment code; -1 for a value the reference does not have."""
+    def codes(self, sample: RowSample, vocabulary: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Each row's segment code in a sample whose categories are codes of ``vocabulary``
+        (:func:`_encoded`); -1 for a value the reference does not have."""
         column = sample.columns[self.feature]
         if self.edges or any(s.numeric for s in self.segments):
             x = np.asarray(column, dtype=np.float64)
             out = np.searchsorted(np.asarray(self.edges, dtype=np.float64), x, side="right")
             return np.where(np.isnan(x), len(self.edges) + 1, out)
-        index: dict[Any, int] = {v: i for i, v in enumerate(self.levels)}
-        index[None] = index[""] = len(self.levels)
-        return np.fromiter((index.get(v, -1) for v in column), dtype=np.int64, count=len(column))
+        index = {v: i for i, v in enumerate(self.levels)}
+        words = vocabulary[self.feature].tolist()
+        lookup = np.array([index.get(v, -1) for v in words] + [len(self.levels)], dtype=np.int64)
+        return np.asarray(lookup[np.asarray(column, dtype=np.int64)])  # code -1 (missing): the last entry
 
 
 def partitions(
@@ -177,12 +179,12 @@ def segment_table(
     worst change (flagged first); ``level`` is shared by the segments' tests (Bonferroni)."""
     kinds = {k: v for k, v in window.kinds.items() if k in reference.columns}
     parts = partitions(profile=profile, config=config, kinds=kinds)
+    w_coded, r_coded, vocabulary = _encoded(window, reference)
+    coded = [(part, part.codes(w_coded, vocabulary), part.codes(r_coded, vocabulary)) for part in parts]
     cuts = [
-        (segment, _Cut(window, reference, w_codes == segment.code, r_codes == segment.code))
-        for part in parts
-        for segment, w_codes, r_codes in (
-            (s, part.codes(window), part.codes(reference)) for s in part.segments
-        )
+        (segment, _Cut(window, reference, w_coded, r_coded, w_codes == segment.code, r_codes == segment.code))
+        for part, w_codes, r_codes in coded
+        for segment in part.segments
     ]
     judged = sum(1 for _, cut in cuts if cut.enough(config.segment_min_rows))
     each = level / max(judged, 1)
@@ -192,10 +194,13 @@ def segment_table(
 
 @dataclass(frozen=True)
 class _Cut:
-    """A segment's rows in both samples (``inside``) and the rest of its partition (``outside``)."""
+    """A segment's rows in both samples (``inside``) and the rest of its partition (``outside``), as they are
+    (performance) and with categories as codes (drift, quality: :func:`_encoded`)."""
 
     window: RowSample
     reference: RowSample
+    w_coded: RowSample
+    r_coded: RowSample
     w_mask: np.ndarray
     r_mask: np.ndarray
 
@@ -205,6 +210,12 @@ class _Cut:
 
     def inside(self) -> tuple[RowSample, RowSample]:
         return self.window.take(self.w_mask), self.reference.take(self.r_mask)
+
+    def coded_inside(self) -> tuple[RowSample, RowSample]:
+        return self.w_coded.take(self.w_mask), self.r_coded.take(self.r_mask)
+
+    def coded_outside(self) -> tuple[RowSample, RowSample]:
+        return self.w_coded.take(~self.w_mask), self.r_coded.take(~self.r_mask)
 
     def outside(self) -> tuple[RowSample, RowSample]:
         return self.window.take(~self.w_mask), self.reference.take(~self.r_mask)
@@ -243,8 +254,9 @@ def _row(
     out["judged"] = True
     inside, outside = (window, reference), cut.outside()
     _judge_performance(out, inside, outside, profile=profile, config=config, level=level)
-    _judge_drift(out, inside, outside, skip=segment.feature, config=config, level=level)
-    out["quality"] = _quality(*inside, rest=outside, config=config, level=level)
+    coded, coded_rest = cut.coded_inside(), cut.coded_outside()
+    _judge_drift(out, coded, coded_rest, skip=segment.feature, config=config, level=level)
+    out["quality"] = _quality(*coded, rest=coded_rest, config=config, level=level)
     if out["quality"]["flagged"]:
         out["reasons"].append(f"more values missing in this segment: {', '.join(out['quality']['features'])}")
     out["flagged"] = bool(out["worse"] or out["drift"]["own"] or out["quality"]["flagged"])
@@ -420,12 +432,40 @@ def _perf_reason(perf: Mapping[str, Any], metric: str, *, own: bool, rest: Mappi
 # ---------------------------------------------------------------- drift and quality
 
 
+def _encoded(window: RowSample, reference: RowSample) -> tuple[RowSample, RowSample, dict[str, np.ndarray]]:
+    """Both samples with each categorical column as int64 codes into one vocabulary per feature (-1:
+    missing), so that a segment's counts are a ``bincount``, not a pass over Python strings."""
+    w_columns, r_columns = dict(window.columns), dict(reference.columns)
+    vocabulary: dict[str, np.ndarray] = {}
+    for name in window.categorical():
+        if name not in reference.columns:
+            continue
+        both = np.concatenate(
+            [np.asarray(r_columns[name], dtype=object), np.asarray(w_columns[name], dtype=object)]
+        )
+        missing = np.equal(both, None) | (both == "")
+        words, inverse = np.unique(both[~missing].astype(str), return_inverse=True)
+        codes = np.full(both.size, -1, dtype=np.int64)
+        codes[~missing] = inverse
+        vocabulary[name] = words
+        r_columns[name], w_columns[name] = codes[: reference.rows], codes[reference.rows :]
+    return window.with_columns(w_columns), reference.with_columns(r_columns), vocabulary
+
+
 def _present(sample: RowSample, name: str) -> np.ndarray:
+    """A numeric column's present values, sorted; a categorical one's present codes."""
     values = sample.columns[name]
     if sample.kinds[name] is FeatureKind.NUMERIC:
         x = np.asarray(values, dtype=np.float64)
         return np.sort(x[~np.isnan(x)])
-    return np.asarray(values)
+    codes = np.asarray(values, dtype=np.int64)
+    return codes[codes >= 0]
+
+
+def _counts(codes: np.ndarray) -> CategoricalCounts:
+    """The counts of present category codes, keyed by code."""
+    n = np.bincount(codes)
+    return CategoricalCounts(counts={str(c): int(n[c]) for c in np.flatnonzero(n)})
 
 
 def _ks(current: np.ndarray, reference: np.ndarray) -> float:
@@ -444,7 +484,7 @@ def _test(name: str, window: RowSample, reference: RowSample) -> tuple[float, fl
     if window.kinds[name] is FeatureKind.NUMERIC:
         d = _ks(w, r)
         return ks_p_value(d, n=w.size, m=r.size, exact_max_n=0), d
-    m = ChiSquare().measure(CategoricalCounts.from_values(r), CategoricalCounts.from_values(w))
+    m = ChiSquare().measure(_counts(r), _counts(w))
     return float(m.p_value if m.p_value is not None else 1.0), float(m.effect)
 
 
@@ -482,8 +522,8 @@ def _missing_rate(sample: RowSample, name: str) -> tuple[float, int]:
     values = sample.columns[name]
     if sample.kinds[name] is FeatureKind.NUMERIC:
         missing = int(np.count_nonzero(np.isnan(np.asarray(values, dtype=np.float64))))
-    else:
-        missing = sum(1 for v in values if v is None or v == "")
+    else:  # codes (:func:`_encoded`)
+        missing = int(np.count_nonzero(np.asarray(values, dtype=np.int64) < 0))
     return (missing / sample.rows if sample.rows else 0.0), missing
 
 
