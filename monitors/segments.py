@@ -443,7 +443,7 @@ def _encoded(window: RowSample, reference: RowSample) -> tuple[RowSample, RowSam
         both = np.concatenate(
             [np.asarray(r_columns[name], dtype=object), np.asarray(w_columns[name], dtype=object)]
         )
-        missing = np.equal(both, None) | (both == "")
+        missing = np.equal(both, np.array([None], dtype=object)) | (both == "")
         words, inverse = np.unique(both[~missing].astype(str), return_inverse=True)
         codes = np.full(both.size, -1, dtype=np.int64)
         codes[~missing] = inverse

@@ -258,3 +258,24 @@ def test_a_segment_of_one_class_falls_back_to_the_estimate(
     rows = {r["segment"]: r for r in table(sample(cols, schema), reference_sample, profile)}
     assert rows["region=east"]["estimate"] == "cbpe" and np.isfinite(rows["region=east"]["current"])
     assert rows["region=west"]["estimate"] == "realised"
+
+
+def test_missing_values_are_a_segment_of_their_own(schema: ModelSchema) -> None:
+    def with_missing(cols: Columns, seed: int) -> Columns:
+        out = {k: np.array(v, copy=True) for k, v in cols.items()}
+        out["region"] = np.where(
+            np.random.default_rng(seed).random(out["region"].size) < 0.08, None, out["region"]
+        )
+        return out
+
+    reference = with_missing(generate(20_000, seed=51), 1)
+    profile = profile_from_dict(
+        build_reference_profile(
+            reference, schema, predictions=true_probability(reference), labels=reference[TARGET]
+        )
+    )
+    window = with_missing(generate(20_000, seed=52), 2)
+    window = shifted(window, np.equal(window["region"], np.array([None], dtype=object)))
+    rows = table(sample(window, schema), sample(reference, schema), profile)
+    assert flagged(rows) == ["region=(missing)"]
+    assert rows[0]["value"] is None and 0.06 < rows[0]["share"] < 0.1
