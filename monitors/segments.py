@@ -77,8 +77,8 @@ class Segment:
             return f"{self.feature}={MISSING}"
         if not self.numeric:
             return f"{self.feature}={self.value}"
-        low = "(-inf" if self.low is None else f"[{self.low:g}"
-        high = "inf)" if self.high is None else f"{self.high:g})"
+        low = "(-inf" if self.low is None else f"[{self.low:.15g}"
+        high = "inf)" if self.high is None else f"{self.high:.15g})"
         return f"{self.feature}={low}, {high}"
 
     def describe(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from monitors.config import MonitorConfig
 from monitors.horizon import run_alpha
 from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from monitors.rows import RowSample
-from monitors.segments import segment_table
+from monitors.segments import partitions, segment_table
 from registry.schema import FeatureKind, ModelSchema, Task, infer_schema
 from tests.monitors.helpers import true_probability
 from training.datagen import BANDS, LOSS_GIVEN_DEFAULT, TARGET, TARGETS, default_logit, generate
@@ -279,3 +279,13 @@ def test_missing_values_are_a_segment_of_their_own(schema: ModelSchema) -> None:
     rows = table(sample(window, schema), sample(reference, schema), profile)
     assert flagged(rows) == ["region=(missing)"]
     assert rows[0]["value"] is None and 0.06 < rows[0]["share"] < 0.1
+
+
+def test_bin_names_are_exact_and_distinct(profile: Profile) -> None:
+    config = MonitorConfig(segments=[{"feature": "income", "bins": [1234567.25, 1234567.5]}])
+    (income,) = [p for p in partitions(profile=profile, config=config, kinds={"income": FeatureKind.NUMERIC})]
+    assert [s.name for s in income.segments] == [
+        "income=(-inf, 1234567.25)",
+        "income=[1234567.25, 1234567.5)",
+        "income=[1234567.5, inf)",
+    ]
