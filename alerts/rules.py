@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from alerts.specs import LOWER_IS_BETTER, PARAMS, Kind, RuleSpec
+from alerts.specs import LOWER_IS_BETTER, Kind, RuleSpec, rule_params
 from monitors.horizon import worse_than
 
 if TYPE_CHECKING:
@@ -33,9 +33,7 @@ class Finding:
 
 def _rule(name: str, kind: Kind, **values: Any) -> RuleSpec:
     spec = RuleSpec(name=name, kind=kind, **values)
-    return spec.model_copy(
-        update={"params": PARAMS[kind].model_validate(spec.params).model_dump(mode="json")}
-    )
+    return spec.model_copy(update={"params": rule_params(kind, spec.params)})
 
 
 DEFAULT_RULES: tuple[RuleSpec, ...] = (
@@ -210,9 +208,82 @@ def _concept(report: Mapping[str, Any]) -> list[Finding] | None:
     return [Finding(bool(c.get("drifted")), float(len(alarms)), evidence)]
 
 
+SEGMENT_ESTIMATES = {
+    Kind.PERFORMANCE: frozenset({"realised"}),
+    Kind.ESTIMATED_PERFORMANCE: frozenset({"cbpe", "dle"}),
+}
+"""The segment figures a performance rule reads (a ``harmful_drift`` rule reads either)."""
+
+
+def _segment_evidence(row: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("segment", "feature", "value", "low", "high", "rows", "share", "metric", "estimate")
+    evidence = {k: row.get(k) for k in keys if k in row}
+    evidence.update(
+        {k: row.get(k) for k in ("reference", "current", "change")},
+        drifted_features=list((row.get("drift") or {}).get("own") or [])[:20],
+        p_value=(row.get("drift") or {}).get("p_value"),
+        reasons="; ".join(str(r) for r in row.get("reasons") or []),
+    )
+    return evidence
+
+
+def _segment_active(kind: Kind, row: Mapping[str, Any], params: Mapping[str, Any]) -> bool | None:
+    """Whether a segment's own change is what the rule watches; None: the segment has no such figure."""
+    own = list((row.get("drift") or {}).get("own") or [])
+    if kind is Kind.DATASET_DRIFT:
+        return bool(own)
+    if kind is Kind.FEATURE_DRIFT:
+        wanted = params.get("feature", "*")
+        return bool(own) if wanted == "*" else wanted in own
+    if kind in SEGMENT_ESTIMATES and row.get("estimate") not in SEGMENT_ESTIMATES[kind]:
+        return None
+    metric, asked = str(row.get("metric")), str(params.get("metric", "roc_auc"))
+    if row.get("estimate") is None or (
+        asked != metric and not (asked == "roc_auc" and metric in TASK_METRICS)
+    ):
+        return None  # the segments measure their task's metric (monitors/segments.py) only
+    if any(params.get(k) is not None for k in ("below", "above", "margin")):
+        found = _performance(
+            {"rows": row.get("rows"), metric: row.get("current")},
+            {metric: row.get("reference")},
+            {**params, "metric": metric},
+            None,
+        )
+        return None if not found else found[0].active
+    return bool(row.get("worse"))
+
+
+def _segments(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None:
+    """One finding per judged segment (``segment: "*"``) or for the one named, from ``report["segments"]``;
+    None when the report has no such segment."""
+    wanted = spec.params.get("segment")
+    rows = [r for r in report.get("segments") or [] if r.get("judged")]
+    if wanted != "*":
+        rows = [r for r in rows if r.get("segment") == wanted]
+    if not rows:
+        return None
+    out = []
+    for row in rows:
+        active = _segment_active(spec.kind, row, spec.params)
+        if active is None:
+            continue
+        drifted = float(len((row.get("drift") or {}).get("own") or []))
+        value = (
+            _num(row.get("current")) if spec.kind not in (Kind.DATASET_DRIFT, Kind.FEATURE_DRIFT) else drifted
+        )
+        labels = {"segment": str(row.get("segment"))}
+        if spec.kind is Kind.FEATURE_DRIFT and spec.params.get("feature", "*") != "*":
+            labels["feature"] = str(spec.params["feature"])
+        out.append(Finding(active, value, _segment_evidence(row), labels))
+    return out or None
+
+
 def evaluate(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None:
-    """The findings of a monitor-run rule on a report dict; None when the report cannot say."""
+    """The findings of a monitor-run rule on a report dict; None when the report cannot say. A rule with a
+    ``segment`` param reads the report's segments (:func:`_segments`)."""
     p = spec.params
+    if p.get("segment") is not None:
+        return _segments(spec, report)
     match spec.kind:
         case Kind.DATASET_DRIFT:
             return _dataset(report)
@@ -276,6 +347,8 @@ def _g(v: Any, fmt: str = ".3g") -> str:
 def default_summary(spec: RuleSpec, model_name: str, finding: Finding) -> str:
     """A one-line summary of a finding when the rule has no ``summary`` annotation."""
     e = finding.evidence
+    if "segment" in finding.labels:
+        return f"{model_name}: segment {finding.labels['segment']}: {e.get('reasons') or spec.name}"
     match spec.kind:
         case Kind.DATASET_DRIFT:
             return (

@@ -52,7 +52,9 @@ SEVERITIES = ("info", "warning", "critical")
 ACTIONS = ("notify", "retrain")
 EVENTS = ("alert.firing", "alert.resolved", "job.finished", "job.rejected", "retrain.requested")
 RULE_NAME = r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$"
-RESERVED_LABELS = frozenset({"alertname", "model", "severity", "feature", "check"})  # set by the rule itself
+RESERVED_LABELS = frozenset(
+    {"alertname", "model", "severity", "feature", "check", "segment"}
+)  # set by the rule
 
 Severity = Literal["info", "warning", "critical"]
 RULE_SEVERITIES: tuple[str, ...] = get_args(Severity)
@@ -149,6 +151,31 @@ class HealthParams(_Params):
     """The health check to watch; ``{model}`` stands for the model's name."""
 
     check: str = Field(default="model:{model}", min_length=1, max_length=200)
+
+
+SEGMENT_KINDS = frozenset(
+    {"dataset_drift", "feature_drift", "performance", "estimated_performance", "harmful_drift"}
+)
+"""The kinds that take ``segment``: ``*`` for one alert per segment whose own change the kind watches, or one
+segment's name (``region=north``), evaluated from the report's ``segments`` (monitors/segments.py)."""
+
+
+class SegmentParam(_Params):
+    """``segment``: ``*`` (one alert per segment) or one segment's name, as the report's segments name it."""
+
+    segment: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+def rule_params(kind: Kind, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` checked against ``kind`` (with ``segment`` for the kinds of :data:`SEGMENT_KINDS`), in
+    their stored form; ``ValidationError`` otherwise."""
+    own = {k: v for k, v in params.items() if k != "segment" or kind not in SEGMENT_KINDS}
+    checked = PARAMS[kind].model_validate(own).model_dump(mode="json")
+    if kind in SEGMENT_KINDS and "segment" in params:
+        segment = SegmentParam.model_validate({"segment": params["segment"]}).segment
+        if segment is not None:
+            checked["segment"] = segment
+    return checked
 
 
 PARAMS: dict[Kind, type[_Params]] = {
@@ -258,10 +285,10 @@ def parse_rule(item: Any, *, path: str) -> RuleSpec:
     except ValidationError as exc:
         raise Invalid("; ".join(errors_at(exc, path)) + named) from None
     try:
-        params = PARAMS[spec.kind].model_validate(spec.params)
+        params = rule_params(spec.kind, spec.params)
     except ValidationError as exc:
         raise Invalid("; ".join(errors_at(exc, f"{path}.params")) + named) from None
-    return spec.model_copy(update={"params": params.model_dump(mode="json")})
+    return spec.model_copy(update={"params": params})
 
 
 def parse_rules(items: Any, *, path: str) -> list[RuleSpec]:

@@ -290,6 +290,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Most features per model exported as labelled series (the rest: a log line).",
     )
+    metrics_max_segments: int = Field(
+        default=10,
+        ge=0,
+        le=1000,
+        description="Most segments per model exported with their own `segment` label, the most rows first "
+        '(the rest summed as `segment="other"`; 0: only `other`).',
+    )
     drift_metrics_cache_s: float = Field(
         default=5.0, ge=0, description="Drift/quality series are re-read from the database this often."
     )

@@ -525,6 +525,8 @@ CONFIG_EPILOG = (
     "driftwarden monitor config churn  (prints the settings in effect)\n\n"
     "driftwarden monitor config churn --window-minutes 60  (the last hour, whatever its rows)\n\n"
     "driftwarden monitor config churn --window 50000 --ignore customer_id\n\n"
+    "driftwarden monitor config churn --segment plan --segment tenure:6,12,24  (segments of a categorical "
+    "feature's levels, of a numeric feature's bins)\n\n"
     "Stored as <registry>/NAME/monitor.json (PUT /v1/models/NAME/monitor does the same); a value that breaks "
     "a rule stops with one line and exit 2, and nothing is written."
 )
@@ -537,6 +539,22 @@ CONFIG_OPTIONS = {
     "alpha": "--alpha",
     "drift_share": "--drift-share",
 }
+
+
+def segment_spec(text: str) -> dict[str, Any]:
+    """``--segment FEATURE`` or ``FEATURE:EDGE,EDGE,...`` as a segment setting; Invalid naming the option."""
+    feature, _, edges = text.partition(":")
+    if not feature:
+        raise Invalid(f"--segment {text!r}: name a feature (FEATURE or FEATURE:EDGE,EDGE,...)")
+    if not _:
+        return {"feature": feature}
+    try:
+        bins = [float(e) for e in edges.split(",")]
+    except ValueError:
+        raise Invalid(
+            f"--segment {text!r}: the bin edges must be numbers separated by commas (e.g. age:18,30,50)"
+        ) from None
+    return {"feature": feature, "bins": bins}
 
 
 @monitor_app.command("config", epilog=CONFIG_EPILOG)
@@ -581,6 +599,17 @@ def monitor_config_cmd(
     include: Annotated[
         list[str] | None, typer.Option("--include", help="Monitor an ignored feature again (repeatable).")
     ] = None,
+    segment: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--segment",
+            help="Segment by this feature: its levels, or a numeric one's bins as FEATURE:EDGE,EDGE,... "
+            "(repeatable; replaces the stored segments).",
+        ),
+    ] = None,
+    no_segments: Annotated[
+        bool, typer.Option("--no-segments", help="Drop the segments the settings name (the defaults stay).")
+    ] = False,
     reset: Annotated[
         bool, typer.Option("--reset", help="Back to the defaults (an empty monitor.json).")
     ] = False,
@@ -597,6 +626,9 @@ def monitor_config_cmd(
         raise Invalid("--window and --server-window contradict each other: give one")
     if window_minutes is not None and server_window:
         raise Invalid("--window-minutes and --server-window contradict each other: give one")
+    if segment and no_segments:
+        raise Invalid("--segment and --no-segments contradict each other: give one")
+    segments = None if segment is None else [segment_spec(text) for text in segment]
     overlap = set(ignore or ()) & set(include or ())
     if overlap:
         raise Invalid(f"--ignore and --include both name {', '.join(sorted(overlap))}: give one")
@@ -607,7 +639,12 @@ def monitor_config_cmd(
         "drift_share": drift_share,
     }
     windowed = window is not None or window_minutes is not None or server_window
-    asked = reset or windowed or bool(ignore or include) or any(v is not None for v in changes.values())
+    asked = (
+        reset
+        or windowed
+        or bool(ignore or include or segment or no_segments)
+        or any(v is not None for v in changes.values())
+    )
     settings = get_settings()
     db = open_database()
     try:
@@ -633,6 +670,10 @@ def monitor_config_cmd(
                         del features[feature]
             if features or "features" in data:
                 data["features"] = features
+            if segments is not None:
+                data["segments"] = segments
+            if no_segments:
+                data.pop("segments", None)
             current = put_settings(
                 db=db, settings=settings, model_name=name, data=data, name=lambda f: CONFIG_OPTIONS.get(f, f)
             )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import Invalid
 from monitors.drift.base import Correction
@@ -33,6 +34,36 @@ class FeatureOverride(BaseModel):
         if name is not None and name not in known:
             raise ValueError(f"unknown test {name!r}; choose from {known}")
         return name
+
+
+MAX_SEGMENT_BINS = 50
+MAX_SEGMENTS = 20
+
+
+class SegmentSpec(BaseModel):
+    """A segmenting feature: each level of a categorical feature, or numeric bins (monitors/segments.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    feature: str = Field(min_length=1, max_length=128)
+    bins: list[float] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SEGMENT_BINS,
+        description="A numeric feature's bin edges, increasing: [18, 30, 50] makes (-inf, 18), [18, 30), "
+        "[30, 50), [50, inf). None: a categorical feature's levels, a numeric feature's reference quartiles.",
+    )
+
+    @field_validator("bins")
+    @classmethod
+    def _increasing(cls, bins: list[float] | None) -> list[float] | None:
+        if bins is None:
+            return None
+        if not all(math.isfinite(b) for b in bins):
+            raise ValueError("bin edges must be finite numbers")
+        if any(b >= a for a, b in zip(bins[1:], bins, strict=False)):
+            raise ValueError(f"bin edges must increase strictly, got {bins}")
+        return bins
 
 
 class MonitorConfig(BaseModel):
@@ -84,6 +115,26 @@ class MonitorConfig(BaseModel):
         description="Window of this model: the predictions logged in the last T minutes (alone: no row "
         "limit). Neither set: the server's default window.",
     )
+    segments: list[SegmentSpec] = Field(
+        default_factory=list,
+        max_length=MAX_SEGMENTS,
+        description='Segmenting features besides the default ones: [{"feature": "region"}, '
+        '{"feature": "age", "bins": [18, 30, 50]}] (monitors/segments.py).',
+    )
+    segment_max_levels: int = Field(
+        default=20,
+        ge=0,
+        le=100,
+        description="Every categorical feature with at most this many reference levels is segmented by "
+        "its levels (0: only the features named in segments).",
+    )
+    segment_min_rows: int = Field(
+        default=50,
+        ge=10,
+        le=1_000_000,
+        description="A segment with fewer rows in the window's or the reference's sample is listed "
+        "without a verdict.",
+    )
     interval_s: float | None = Field(
         default=None,
         gt=0,
@@ -103,6 +154,15 @@ class MonitorConfig(BaseModel):
     def _categorical_test(cls, name: str) -> str:
         lookup(FeatureKind.CATEGORICAL, name)
         return name
+
+    @field_validator("segments")
+    @classmethod
+    def _one_spec_per_feature(cls, specs: list[SegmentSpec]) -> list[SegmentSpec]:
+        names = [s.feature for s in specs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named more than once: one entry per segmenting feature")
+        return specs
 
     @field_validator("prediction")
     @classmethod

@@ -37,6 +37,7 @@ from monitors.report import DriftReport, report_from_dict
 from monitors.service import latest_run, list_runs, prune_models, record_run
 from predictions.windows import WindowSpec
 from registry.models import ModelVersion
+from registry.schema import FeatureKind
 from registry.service import (
     count_versions,
     latest_version,
@@ -454,8 +455,9 @@ def _document(*, settings: Settings, model_name: str, config: MonitorConfig) -> 
 
 
 def check_features(*, db: Database, model_name: str, config: MonitorConfig, where: str = "") -> None:
-    """Every feature the settings name is a feature of the model's contract (serving, else newest version)."""
-    if not config.features:
+    """Every feature the settings name (``features``, ``segments``) is a feature of the model's contract
+    (serving, else newest version), and segment bins are given for numeric features only."""
+    if not config.features and not config.segments:
         return
     with db.session() as session:
         require_model(session=session, model_name=model_name)
@@ -466,14 +468,27 @@ def check_features(*, db: Database, model_name: str, config: MonitorConfig, wher
     if path is None:
         return
     try:
-        features = read_schema(path=path[0]).feature_names
+        schema = read_schema(path=path[0])
     except (OSError, ValueError, KeyError):  # the version's files are gone: nothing to check against
         return
+    features = schema.feature_names
     for name in config.features:
         if name not in features:
             raise Invalid(
                 f"{where}features.{name}: {name!r} is not a feature of model {model_name!r} "
                 f"(version {path[1]} has {', '.join(features)})"
+            )
+    kinds = {spec.name: spec.kind for spec in schema.features}
+    for i, segment in enumerate(config.segments):
+        if segment.feature not in kinds:
+            raise Invalid(
+                f"{where}segments[{i}].feature: {segment.feature!r} is not a feature of model {model_name!r} "
+                f"(version {path[1]} has {', '.join(features)})"
+            )
+        if segment.bins is not None and kinds[segment.feature] is not FeatureKind.NUMERIC:
+            raise Invalid(
+                f"{where}segments[{i}].bins: {segment.feature!r} is categorical: its segments are its "
+                "levels, give bins for a numeric feature only"
             )
 
 

@@ -20,6 +20,15 @@ Series (one value per model, feature, ...): ``driftwarden_drift_statistic{model,
 ``driftwarden_monitor_window_predictions{model,source}`` (the window's predictions by the source of their log
 rows: ``serve``, ``ingest``, ``import``, ``cloudevents``; a source without a prediction in the window has no
 series, nor has a run stored before the count).
+
+Per segment of the window (``monitors/segments.py``; a report without segments has none):
+``driftwarden_segment_rows{model,segment}`` (the window's rows in it, from its sample's share),
+``driftwarden_segment_performance{model,segment,metric,source}`` (``source`` ``realized`` or ``estimated``),
+``driftwarden_segment_drifted_features{model,segment}`` and ``driftwarden_segment_flagged{model,segment}``.
+The ``segment`` label is bounded: the ``metrics_max_segments`` segments with the most rows keep their name
+(cut at :data:`MAX_SEGMENT_LABEL` characters), the rest are summed as ``segment="other"`` (rows, drifted
+features, flagged segments; no performance, which does not add up). The segments themselves come from the
+reference's levels and the settings' bins, never from the window's values.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ from monitors.service import latest_runs
 log = logging.getLogger("driftwarden.monitors.metrics")
 
 NOT_METRICS = {"rows", "label_coverage"}  # keys of a performance dict that are not a metric
+OTHER_SEGMENT = "other"  # the label of every segment beyond metrics_max_segments (a name has "=": no clash)
+MAX_SEGMENT_LABEL = 128
 
 
 @dataclass(frozen=True)
@@ -150,8 +161,55 @@ class DriftFamilies:
             ["model", "source"],
         )
 
+        self.segment_rows = _gauge(
+            "segment_rows", "Rows of the window in the segment (from its sample).", ["model", "segment"]
+        )
+        self.segment_performance = _gauge(
+            "segment_performance",
+            "Model performance on the segment's rows: realized (labels) or estimated (CBPE/DLE).",
+            ["model", "segment", "metric", "source"],
+        )
+        self.segment_drifted = _gauge(
+            "segment_drifted_features",
+            "Features drifted in the segment against the reference's segment.",
+            ["model", "segment"],
+        )
+        self.segment_flagged = _gauge(
+            "segment_flagged",
+            "1 if the segment's own change is significant (other: how many).",
+            ["model", "segment"],
+        )
+
     def families(self) -> list[GaugeMetricFamily]:
         return list(vars(self).values())
+
+    def add_segments(self, run: RunView, *, max_segments: int) -> None:
+        """The segment series of one run: the ``max_segments`` largest segments by name, the rest as other."""
+        found = [s for s in run.report.get("segments") or [] if isinstance(s, dict)]
+        if not found:
+            return
+        ranked = sorted(found, key=lambda s: -float(_num(s.get("share")) or 0.0))
+        named, rest = ranked[:max_segments], ranked[max_segments:]
+        m = run.model_name
+        for s in named:
+            label = str(s.get("segment"))[:MAX_SEGMENT_LABEL]
+            self.segment_rows.add_metric([m, label], round(float(_num(s.get("share")) or 0.0) * run.rows))
+            self.segment_drifted.add_metric(
+                [m, label], float(len((s.get("drift") or {}).get("features") or []))
+            )
+            self.segment_flagged.add_metric([m, label], float(bool(s.get("flagged"))))
+            value, metric = _num(s.get("current")), s.get("metric")
+            if value is not None and metric:
+                source = "realized" if s.get("estimate") == "realised" else "estimated"
+                self.segment_performance.add_metric([m, label, str(metric), source], value)
+        if rest:
+            share = sum(float(_num(s.get("share")) or 0.0) for s in rest)
+            drifted = sum(len((s.get("drift") or {}).get("features") or []) for s in rest)
+            self.segment_rows.add_metric([m, OTHER_SEGMENT], round(share * run.rows))
+            self.segment_drifted.add_metric([m, OTHER_SEGMENT], float(drifted))
+            self.segment_flagged.add_metric(
+                [m, OTHER_SEGMENT], float(sum(bool(s.get("flagged")) for s in rest))
+            )
 
     def add(self, run: RunView, *, max_features: int) -> None:
         """The series of one model's latest run (at most ``max_features`` features)."""
@@ -236,4 +294,5 @@ class DriftCollector(CachedCollector[list[RunView]]):
                     run.run_id,
                 )
             families.add(run, max_features=cap)
+            families.add_segments(run, max_segments=self.settings.metrics_max_segments)
         return list(families.families())

@@ -19,19 +19,20 @@ PSI_EPSILON = 1e-4  # floor on bin proportions so that empty bins give a finite 
 KS_EXACT_MAX_N = 10_000  # above this effective size, kstwo.sf gets slow (up to 0.3 s); use Stephens' form
 
 
-def ks_p_value(d: float, *, n: int, m: int) -> float:
+def ks_p_value(d: float, *, n: int, m: int, exact_max_n: int = KS_EXACT_MAX_N) -> float:
     """Two-sided p-value of a two-sample KS statistic ``d`` for sample sizes ``n`` and ``m``.
 
     With ``en = n m / (n + m)``: ``scipy.stats.kstwo.sf(d, round(en))`` (as ``ks_2samp(method="asymp")``)
     up to ``en = 10_000``; beyond, Stephens' corrected limit ``kstwobign.sf((sqrt(en) + 0.12 + 0.11 /
     sqrt(en)) d)``, within 0.3 % of it for p between 1e-3 and 0.5 at that size, and milliseconds faster.
     ``kstwobign.sf`` is ``scipy.special.kolmogorov``; ``kstwo`` lives only in ``scipy.stats``, imported
-    (~0.7 s, once) when a window is that small.
+    (~0.7 s, once) when a window is that small. ``exact_max_n=0``: Stephens' form at every size (the many
+    small tests of the segments, :mod:`monitors.segments`).
     """
     if n == 0 or m == 0:
         return 1.0
     en = n * m / (n + m)
-    if en <= KS_EXACT_MAX_N:
+    if en <= exact_max_n:
         from scipy.stats import kstwo
 
         p = kstwo.sf(d, np.round(en))

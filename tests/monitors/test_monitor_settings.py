@@ -113,6 +113,70 @@ def test_settings_route_reads_validates_and_stores_monitor_json(served: tuple[Se
     assert back.json()["window"]["source"] == "server default"
 
 
+def test_segment_settings_are_checked_against_the_contract(served: tuple[Server, Database]) -> None:
+    server, _ = served
+    url = f"{server.url}/v1/models/credit/monitor"
+    stored = config_path(registry=server.settings.registry_path, model_name="credit")
+    body = {
+        "segments": [{"feature": "region"}, {"feature": "age", "bins": [30, 50]}],
+        "segment_max_levels": 5,
+    }
+    put = httpx.put(url, json=body, headers=AUTH)
+    assert put.status_code == 200, put.text
+    assert json.loads(stored.read_text()) == body
+    assert put.json()["settings"]["segments"][1] == {"feature": "age", "bins": [30.0, 50.0]}
+    refused = {
+        "unknown feature": (
+            {"segments": [{"feature": "nope"}]},
+            "segments[0].feature: 'nope' is not a feature",
+        ),
+        "bins of a category": (
+            {"segments": [{"feature": "age"}, {"feature": "region", "bins": [1]}]},
+            "segments[1].bins: 'region' is categorical",
+        ),
+        "edges not increasing": ({"segments": [{"feature": "age", "bins": [50, 30]}]}, "segments.0.bins: "),
+        "an unknown key": ({"segments": [{"feature": "age", "edges": [1]}]}, "segments.0.edges: "),
+        "twice": ({"segments": [{"feature": "age"}, {"feature": "age"}]}, "age named more than once"),
+        "too many levels": ({"segment_max_levels": 1000}, "segment_max_levels: "),
+        "too few rows": ({"segment_min_rows": 1}, "segment_min_rows: "),
+    }
+    for why, (bad, words) in refused.items():
+        r = httpx.put(url, json=bad, headers=AUTH)
+        assert r.status_code == 400, (why, r.text)
+        assert words in r.json()["error"], (why, r.json())
+    assert json.loads(stored.read_text()) == body  # nothing written on a refusal
+
+
+def test_monitor_config_segment_options(
+    tmp_path: Path, profile_dict: dict[str, Any], schema: ModelSchema
+) -> None:
+    settings = get_settings()
+    db = open_database(settings.database_url.get_secret_value(), upgrade=True)
+    _register(db, settings.registry_path, profile_dict, schema, "credit")
+    db.dispose()
+    stored = config_path(registry=settings.registry_path, model_name="credit")
+    done = runner.invoke(
+        app, ["monitor", "config", "credit", "--segment", "region", "--segment", "age:30,50"]
+    )
+    assert done.exit_code == 0, done.output
+    want = {"segments": [{"feature": "region"}, {"feature": "age", "bins": [30.0, 50.0]}]}
+    assert json.loads(stored.read_text()) == want
+    for args, words in (
+        (["--segment", "nope"], "segments[0].feature: 'nope' is not a feature of model 'credit'"),
+        (["--segment", "age:30,x"], "--segment 'age:30,x': the bin edges must be numbers"),
+        (["--segment", "region:1,2"], "segments[0].bins: 'region' is categorical"),
+        (["--segment", "age:50,30"], "bin edges must increase strictly"),
+        (["--segment", "age", "--no-segments"], "--segment and --no-segments"),
+    ):
+        bad = runner.invoke(app, ["monitor", "config", "credit", *args])
+        assert bad.exit_code == 2, (args, bad.output)
+        lines = bad.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], (args, lines)
+        assert json.loads(stored.read_text()) == want  # nothing written
+    assert runner.invoke(app, ["monitor", "config", "credit", "--no-segments"]).exit_code == 0
+    assert json.loads(stored.read_text()) == {}
+
+
 def test_a_window_in_minutes_bounds_the_window_by_time(
     database_url: str,
     monkeypatch: pytest.MonkeyPatch,
