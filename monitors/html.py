@@ -218,7 +218,10 @@ def _attribution_note(report: DriftReport) -> str:
         if a.get("method") == "surrogate"
         else "the model itself"
     )
-    message = f"{html.escape(str(a['message']))} " if _said(a) else ""
+    said = str(a["message"]).rstrip() if _said(a) else ""
+    message = html.escape(said if not said or said.endswith((".", "!", "?")) else said + ".") + " " * bool(
+        said
+    )
     which = html.escape(estimate_label(a.get("estimate")))
     return (
         f'<div class="note">{message}Impact: the share of the {which} '
