@@ -47,7 +47,7 @@ def print_report(
         r = f.result
         p = r.adjusted_p_value if r.adjusted_p_value is not None else r.p_value
         table.add_row(
-            f.name,
+            escape(f.name),  # a client's name, never markup
             f.kind,
             r.test,
             num(r.statistic),
@@ -68,7 +68,7 @@ def print_report(
     for q in report.quality:
         if q.flagged:
             console.print(
-                f"[yellow]quality[/] {q.feature}: {q.check} {q.count}/{q.rows} ({q.rate:.2%}, "
+                f"[yellow]quality[/] {escape(q.feature)}: {q.check} {q.count}/{q.rows} ({q.rate:.2%}, "
                 f"expected {q.expected_rate:.2%})",
                 soft_wrap=not wrap,
             )

@@ -24,6 +24,7 @@ from training.datagen import TARGET, generate
 
 HOSTILE = {
     CAUSE: "<script>alert(1)</script>",
+    "loan_amount": "[red]loan[/red]",
     "region": '"><img src=x onerror=alert(2)>',
     "north": "[bold red]north[/]&amp;",
 }
@@ -164,6 +165,7 @@ def test_hostile_names_are_escaped_in_the_page_and_the_terminal(shifted: dict[st
     out = _console(report)
     assert "<script>alert(1)</script>" in out  # printed as it is, not read as markup
     assert '"><img src=x onerror=alert(2)>=[bold red]north[/]&amp;' in out
+    assert "[red]loan[/red]" in out and "&lt;" not in out
 
 
 def test_the_terminal_prints_harm_summary_causes_segments_and_weak_slices(shifted: dict[str, Any]) -> None:
