@@ -343,6 +343,6 @@ def render_annotations(spec: RuleSpec, model_name: str, finding: Finding) -> dic
     context.update(model=model_name, rule=spec.name, severity=spec.severity, value=finding.value)
     out = {k: render(v, context) for k, v in spec.annotations.items()}
     out.setdefault("summary", default_summary(spec, model_name, finding))
-    if causes:
-        out.setdefault("causes", render(causes, {}))
+    if causes:  # client text (feature names): cut, never read as a template
+        out.setdefault("causes", causes if len(causes) <= MAX_RENDERED else causes[: MAX_RENDERED - 1] + "…")
     return out

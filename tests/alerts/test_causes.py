@@ -68,6 +68,10 @@ def test_the_annotations_name_the_causes(reports: dict[str, dict[str, Any]]) -> 
     assert notes["causes"].startswith(line) and notes["description"] == f"why: {notes['causes']}"
     plain = rules.render_annotations(DEFAULTS["dataset_drift"], "credit", rules.evaluate(spec, report)[0])  # type: ignore[index]
     assert "causes" not in plain
+    hostile = explain(reports["covariate_shift"], names={CAUSE: "{x:>999999999}" * 400})  # never a template
+    (found,) = _findings("dataset_drift", hostile)
+    cut = rules.render_annotations(DEFAULTS["dataset_drift"], "credit", found)["causes"]
+    assert cut.startswith("{x:>999999999}{x:>999999999}") and len(cut) == rules.MAX_RENDERED
 
 
 def test_a_webhook_body_carries_the_impact_ranking(db: Database, reports: dict[str, dict[str, Any]]) -> None:
