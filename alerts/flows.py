@@ -39,6 +39,7 @@ from alerts.alertmanager import (
     Received,
     RetrainRequested,
 )
+from alerts.causes import with_causes
 from alerts.config import load_rules_file
 from alerts.job_outcomes import job_finished
 from alerts.labels import fingerprint
@@ -134,7 +135,7 @@ def evaluate_model(
         if spec.kind in HEALTH_KINDS:
             findings = rules.evaluate_health(spec, health or {}, model_name)
         else:
-            findings = rules.evaluate(spec, report or {})
+            findings = with_causes(str(spec.kind), report or {}, rules.evaluate(spec, report or {}))
         if findings is None:
             continue  # the report cannot say: the rule's alerts keep their state
         evaluated.add(spec.name)

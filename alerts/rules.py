@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from alerts.specs import LOWER_IS_BETTER, Kind, RuleSpec, rule_params
+from monitors.findings import causes_text
 from monitors.horizon import worse_than
 
 if TYPE_CHECKING:
@@ -410,8 +411,11 @@ def render_annotations(spec: RuleSpec, model_name: str, finding: Finding) -> dic
     context: dict[str, Any] = {
         k: v for k, v in finding.evidence.items() if isinstance(v, str | int | float) or v is None
     }
-    context.update(finding.labels)
+    causes = causes_text(finding.evidence.get("causes") or [])  # the report's top causes (alerts/causes.py)
+    context.update(finding.labels, causes=causes)
     context.update(model=model_name, rule=spec.name, severity=spec.severity, value=finding.value)
     out = {k: render(v, context) for k, v in spec.annotations.items()}
     out.setdefault("summary", default_summary(spec, model_name, finding))
+    if causes:  # client text (feature names): cut, never read as a template
+        out.setdefault("causes", causes if len(causes) <= MAX_RENDERED else causes[: MAX_RENDERED - 1] + "…")
     return out

@@ -27,6 +27,7 @@ from core.auth import signed_path
 from core.config import Settings
 from core.config import base_url as base_url
 from core.errors import Invalid
+from monitors.findings import MAX_CAUSES, harm_summary, top_causes
 from monitors.links import report_path
 
 SECRET_PREFIX = "whsec_"
@@ -140,7 +141,8 @@ def alert_item(alert: Alert, *, settings: Settings) -> dict[str, Any]:
 def drift_evidence(
     report: Mapping[str, Any], *, run_id: int | None, model_version: int | None
 ) -> dict[str, Any]:
-    """The drift part of a message: the run, the dataset verdict and each drifted feature's numbers."""
+    """The drift part of a message: the run, the dataset verdict, each drifted feature's numbers, and why it
+    matters when the report says (harm, causes, flagged segments)."""
     dataset = report.get("dataset") or {}
     features = []
     for f in report.get("features") or []:
@@ -172,7 +174,22 @@ def drift_evidence(
         },
         "features": features,
         "prediction_drifted": prediction.get("drifted") if prediction else None,
+        **_explained(report),
     }
+
+
+def _explained(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Why the drift matters, when the report says: the harm verdict (``harm``), the top causes by impact
+    (``causes``: on a report with an attribution) and the flagged segments (``segments``: their names)."""
+    out: dict[str, Any] = {}
+    if report.get("harm"):
+        out["harm"] = harm_summary(report["harm"])
+    if report.get("attribution"):
+        out["causes"] = top_causes(report["attribution"])
+    flagged = [str(s.get("segment")) for s in report.get("segments") or [] if s.get("flagged")]
+    if flagged:
+        out["segments"] = flagged[:MAX_CAUSES]
+    return out
 
 
 def message(*, event_type: str, at: datetime, data: dict[str, Any]) -> str:

@@ -7,11 +7,24 @@ value is cut ("statis…") and each finding stays on one line.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from monitors.findings import Headline, headline
+from monitors.findings import (
+    Headline,
+    causes_text,
+    estimate_label,
+    feature_summary,
+    harm_line,
+    headline,
+    top_causes,
+)
 from monitors.report import DriftReport
+
+SHOWN = 5  # segments and weak slices printed (the HTML report and the JSON have them all)
 
 
 def print_report(
@@ -34,7 +47,7 @@ def print_report(
         r = f.result
         p = r.adjusted_p_value if r.adjusted_p_value is not None else r.p_value
         table.add_row(
-            f.name,
+            escape(f.name),  # a client's name, never markup
             f.kind,
             r.test,
             num(r.statistic),
@@ -55,7 +68,7 @@ def print_report(
     for q in report.quality:
         if q.flagged:
             console.print(
-                f"[yellow]quality[/] {q.feature}: {q.check} {q.count}/{q.rows} ({q.rate:.2%}, "
+                f"[yellow]quality[/] {escape(q.feature)}: {q.check} {q.count}/{q.rows} ({q.rate:.2%}, "
                 f"expected {q.expected_rate:.2%})",
                 soft_wrap=not wrap,
             )
@@ -72,9 +85,65 @@ def print_report(
         f"{d.drift_share:.0%}, {d.correction} at alpha {d.alpha})",
         soft_wrap=not wrap,
     )
+    _print_explained(report, console)
     summary = summary or headline(report)
     mark = "[green]no findings[/]" if summary.ok else "[bold red]ATTENTION[/]"
     console.print(f"{mark}: {summary.text}", soft_wrap=not wrap)
+
+
+def _num(v: Any, fmt: str = ".3g") -> str:
+    return format(v, fmt) if isinstance(v, int | float) and not isinstance(v, bool) and v == v else "-"
+
+
+def _impact(row: dict[str, Any]) -> str:
+    imp = row["impact"]
+    if imp is None:
+        return "grouped" if row["grouped"] else "\u2014"
+    if imp["harmless"]:
+        return "harmless"
+    bounds = f" [{_num(imp['share_lower'], '.0%')}, {_num(imp['share_upper'], '.0%')}]"
+    return _num(imp["share"], ".0%") + (bounds if imp["share_lower"] is not None else "")
+
+
+def _print_explained(report: DriftReport, console: Console) -> None:
+    """The harm line, the summary of every feature (verdict, effect, impact), the top causes, the worst
+    segments and weak slices; nothing for a report without them."""
+    if not (report.harm or report.attribution or report.segments or report.weak_slices):
+        return
+    wrap = console.is_terminal
+    line = harm_line(report)
+    if line is not None and report.harm is not None:
+        mark = "[bold red]HARMFUL DRIFT[/]" if report.harm.get("harmful") else "[green]no harmful drift[/]"
+        console.print(f"{mark}: {escape(line)}", soft_wrap=not wrap)
+    table = Table(title="Summary: every feature, by impact then drift")
+    for col in ("feature", "verdict", "effect", "impact"):
+        table.add_column(col, justify="right" if col == "effect" else "left")
+    for r in feature_summary(report):
+        effect = f"{_num(r['effect'])} {r['effect_name']}".strip()
+        verdict = "[bold red]DRIFT[/]" if r["drifted"] else "[green]ok[/]"
+        table.add_row(escape(r["name"]), verdict, escape(effect), escape(_impact(r)))
+    _print_table(console, table)
+    causes = top_causes(report.attribution)
+    if causes:
+        console.print(f"causes: {escape(causes_text(causes))}", soft_wrap=not wrap)
+    for s in report.segments[:SHOWN]:
+        flag = "[bold red]FLAGGED[/] " if s.get("flagged") else ""
+        console.print(
+            f"segment {flag}{escape(str(s.get('segment')))}: {escape(str(s.get('metric')))} "
+            f"{_num(s.get('current'), '.3f')} vs {_num(s.get('reference'), '.3f')} "
+            f"({_num(s.get('change'), '+.3f')}, {estimate_label(s.get('estimate'))}), {s.get('rows')} rows",
+            soft_wrap=not wrap,
+        )
+    slices = (report.weak_slices or {}).get("slices") or []
+    for x in slices[:SHOWN]:
+        w = report.weak_slices or {}
+        console.print(
+            f"weak slice {escape(str(x.get('slice')))}: {escape(str(w.get('metric')))} "
+            f"{_num(x.get('value'), '.3f')} [{_num(x.get('lower'), '.3f')}, {_num(x.get('upper'), '.3f')}] "
+            f"vs {_num(w.get('overall'), '.3f')} overall, {x.get('rows')} rows"
+            + (" (significant)" if x.get("significant") else ""),
+            soft_wrap=not wrap,
+        )
 
 
 def _print_table(console: Console, table: Table) -> None:

@@ -3,15 +3,17 @@
 A report is "green" only when nothing stands: no drifted feature, prediction or multivariate detector, no
 flagged data-quality check, no realised or estimated metric below the reference beyond its limit (the
 variability of the reference's own chunks, :mod:`monitors.horizon`; the margin for a profile without it),
-no concept-drift alarm, and no extra finding a caller adds (the firing alerts of the model, from
-``alerts/``). The HTML report, ``GET /v1/models/{name}/drift`` and the terminal table all use this one
-summary, so they can never disagree.
+no harmful drift (``report.harm``), no flagged segment, no concept-drift alarm, and no extra finding a
+caller adds (the firing alerts of the model, from ``alerts/``). The HTML report, ``GET
+/v1/models/{name}/drift`` and the terminal table all use this one summary, so they can never disagree; it
+also holds every feature's line (verdict, effect, impact), the harm verdict and the top causes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from monitors.horizon import worse_than
@@ -26,7 +28,7 @@ class Finding:
     """One thing an on-call engineer should look at."""
 
     kind: str  # feature_drift | prediction_drift | multivariate_drift | data_quality | performance |
-    # estimated_performance | concept_drift | alert
+    # estimated_performance | harmful_drift | segment | concept_drift | alert
     subject: str  # the feature, metric or alert name
     message: str  # one line, with the figures
 
@@ -123,6 +125,14 @@ def report_findings(report: DriftReport, *, margin: float = DEFAULT_MARGIN) -> l
         margin,
         report.estimated_performance_limits,
     )
+    if report.harm and report.harm.get("harmful"):
+        subject = str(report.harm.get("metric", "performance"))
+        out.append(Finding("harmful_drift", subject, harm_line(report) or "the drift hurts the model"))
+    out += [
+        Finding("segment", str(s.get("segment")), _segment_message(s))
+        for s in report.segments
+        if s.get("flagged")
+    ]
     if report.concept_drift and report.concept_drift.get("drifted"):
         out.append(
             Finding("concept_drift", "errors", "the error rate changed (concept drift detector alarm)")
@@ -130,16 +140,194 @@ def report_findings(report: DriftReport, *, margin: float = DEFAULT_MARGIN) -> l
     return out
 
 
+ESTIMATES = {"realised": "realised (labels)", "cbpe": "estimated (CBPE)", "dle": "estimated (DLE)"}
+MAX_CAUSES = 3  # the causes a headline, an alert and a webhook message carry
+
+
+def _num(value: Any) -> float | None:
+    """A finite number, else None (NaN, infinities, text, booleans)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _g(value: Any, fmt: str = ".3f") -> str:
+    n = _num(value)
+    return "?" if n is None else format(n, fmt)
+
+
+def estimate_label(estimate: Any) -> str:
+    """How a figure was measured: ``realised (labels)``, ``estimated (CBPE)``, ``estimated (DLE)``."""
+    return ESTIMATES.get(str(estimate), str(estimate))
+
+
+def harm_line(report: DriftReport) -> str | None:
+    """One line on whether the drift hurts the model (``report.harm``'s message, else its figures); None
+    without a harm verdict."""
+    h = report.harm
+    if not h:
+        return None
+    message = h.get("message")
+    if isinstance(message, str) and message:
+        return message
+    verdict = "harmful" if h.get("harmful") else "not harmful"
+    return (
+        f"{verdict}: {estimate_label(h.get('estimate'))} {h.get('metric')} {_g(h.get('value'))} vs the "
+        f"reference {_g(h.get('reference'))} (change {_g(h.get('change'), '+.3f')}, tolerance "
+        f"{_g(h.get('tolerance'), 'g')})"
+    )
+
+
+def _segment_message(segment: Mapping[str, Any]) -> str:
+    reasons = "; ".join(str(r) for r in segment.get("reasons") or [])
+    return (
+        f"segment {segment.get('segment')}: {estimate_label(segment.get('estimate'))} "
+        f"{segment.get('metric')} "
+        f"{_g(segment.get('current'))} vs the reference {_g(segment.get('reference'))} (change "
+        f"{_g(segment.get('change'), '+.3f')})" + (f": {reasons}" if reasons else "")
+    )
+
+
+def _share_bounds(entry: Mapping[str, Any], change: float | None) -> tuple[float | None, float | None]:
+    """The bounds of a feature's share: its effect's bounds over the whole change."""
+    lower, upper = _num(entry.get("lower")), _num(entry.get("upper"))
+    if change is None or change == 0 or lower is None or upper is None:
+        return None, None
+    a, b = sorted((lower / change, upper / change))
+    return a, b
+
+
+def _impacts(report: DriftReport) -> dict[str, dict[str, Any]]:
+    """Each attributed feature's entry by name: its own ``impact``, else ``report.attribution``'s."""
+    out = {str(e.get("name")): dict(e) for e in (report.attribution or {}).get("features") or []}
+    out.update({f.name: dict(f.impact) for f in report.features if f.impact})
+    return out
+
+
+def _impact_summary(entry: Mapping[str, Any] | None, change: float | None) -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    low, high = _share_bounds(entry, change)
+    return {
+        "share": _num(entry.get("impact")),
+        "share_lower": low,
+        "share_upper": high,
+        "effect": _num(entry.get("effect")),
+        "lower": _num(entry.get("lower")),
+        "upper": _num(entry.get("upper")),
+        "harmless": bool(entry.get("harmless")),
+        "message": entry.get("message"),
+    }
+
+
+def feature_summary(report: DriftReport) -> list[dict[str, Any]]:
+    """Every feature in one line, ranked by impact (its signed share of the performance change) then drift:
+    name, kind, verdict, effect size and its name, impact (None: not attributed), grouped (attributed with
+    the rest)."""
+    impacts = _impacts(report)
+    attribution = report.attribution or {}
+    change, grouped = _num(attribution.get("change")), set(attribution.get("grouped") or [])
+    rows = [
+        {
+            "name": f.name,
+            "kind": f.kind,
+            "drifted": f.drifted,
+            "effect": _num(f.result.effect),
+            "effect_name": f.result.effect_name,
+            "impact": _impact_summary(impacts.get(f.name), change),
+            "grouped": f.name in grouped,
+        }
+        for f in report.features
+    ]
+    order = {id(r): i for i, r in enumerate(rows)}
+
+    def rank(row: dict[str, Any]) -> tuple[float, bool, int]:
+        share = (row["impact"] or {}).get("share")
+        return (-(share or 0.0), not row["drifted"], order[id(row)])
+
+    return sorted(rows, key=rank)
+
+
+def top_causes(attribution: Mapping[str, Any] | None, *, n: int = MAX_CAUSES) -> list[dict[str, Any]]:
+    """The ``n`` drifted features that explain most of the performance change (a positive share, not
+    harmless), with their share, their part of the change and its bounds; [] without an attribution."""
+    if not attribution:
+        return []
+    change = _num(attribution.get("change"))
+    ranked = sorted(
+        (
+            e
+            for e in attribution.get("features") or []
+            if not e.get("harmless") and (_num(e.get("impact")) or 0.0) > 0
+        ),
+        key=lambda e: -(_num(e.get("impact")) or 0.0),
+    )
+    out = []
+    for e in ranked[:n]:
+        low, high = _share_bounds(e, change)
+        out.append(
+            {
+                "feature": str(e.get("name")),
+                "impact": _num(e.get("impact")),
+                "impact_lower": low,
+                "impact_upper": high,
+                "effect": _num(e.get("effect")),
+                "lower": _num(e.get("lower")),
+                "upper": _num(e.get("upper")),
+                "metric": attribution.get("metric"),
+                "estimate": attribution.get("estimate"),
+            }
+        )
+    return out
+
+
+def causes_text(causes: Iterable[Mapping[str, Any]]) -> str:
+    """The causes in one line: ``income 93% [80%, 100%] of the estimated (CBPE) roc_auc change; ...``."""
+    parts = []
+    for c in causes:
+        low, high = _num(c.get("impact_lower")), _num(c.get("impact_upper"))
+        bounds = f" [{low:.0%}, {high:.0%}]" if low is not None and high is not None else ""
+        parts.append(
+            f"{c.get('feature')} {_g(c.get('impact'), '.0%')}{bounds} of the "
+            f"{estimate_label(c.get('estimate'))} {c.get('metric')} change"
+        )
+    return "; ".join(parts)
+
+
+def harm_summary(harm: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The harm verdict in brief: harmful or not, the estimate, the metric's value, reference, change and
+    bounds, the tolerance, the message."""
+    if not harm:
+        return None
+    keys = ("estimate", "metric", "value", "reference", "change", "tolerance", "lower", "upper")
+    return {
+        "harmful": bool(harm.get("harmful")),
+        **{k: harm.get(k) if k in ("estimate", "metric") else _num(harm.get(k)) for k in keys},
+        "message": harm.get("message"),
+    }
+
+
 @dataclass(frozen=True)
 class Headline:
-    """The one-line verdict of a report: ``ok`` only when no finding stands."""
+    """The one-line verdict of a report: ``ok`` only when no finding stands; with the summary of every
+    feature (verdict, effect, impact), the harm verdict and the top causes."""
 
     ok: bool
     text: str
     findings: list[Finding]
+    features: list[dict[str, Any]] = field(default_factory=list)
+    harm: dict[str, Any] | None = None
+    causes: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "text": self.text, "findings": [f.as_dict() for f in self.findings]}
+        return {
+            "ok": self.ok,
+            "text": self.text,
+            "findings": [f.as_dict() for f in self.findings],
+            "features": self.features,
+            "harm": self.harm,
+            "causes": self.causes,
+        }
 
 
 def headline(
@@ -147,12 +335,19 @@ def headline(
 ) -> Headline:
     """Summarise the report and any ``extra`` findings (e.g. firing alerts) in one line."""
     findings = [*report_findings(report, margin=margin), *extra]
+    summary: dict[str, Any] = {
+        "features": feature_summary(report),
+        "harm": harm_summary(report.harm),
+        "causes": top_causes(report.attribution),
+    }
     d = report.dataset
     dataset = (
         f"dataset {'DRIFTED' if d.drifted else 'stable'} ({d.n_drifted} of {d.n_features} features drifted)"
     )
     if not findings:
-        return Headline(True, f"No findings: {dataset}; data quality, performance and alerts clear.", [])
+        return Headline(
+            True, f"No findings: {dataset}; data quality, performance and alerts clear.", [], **summary
+        )
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.kind] = counts.get(f.kind, 0) + 1
@@ -166,11 +361,15 @@ def headline(
             "estimated metric below the reference",
             "estimated metrics below the reference",
         ),
+        "harmful_drift": ("harmful drift", "harmful drift"),
+        "segment": ("flagged segment", "flagged segments"),
         "concept_drift": ("concept-drift alarm", "concept-drift alarms"),
         "alert": ("firing alert", "firing alerts"),
     }
     parts = [f"{n} {words.get(k, (k, k))[n > 1]}" for k, n in counts.items()]
-    return Headline(False, f"Attention, {len(findings)} finding(s): {', '.join(parts)}; {dataset}.", findings)
+    return Headline(
+        False, f"Attention, {len(findings)} finding(s): {', '.join(parts)}; {dataset}.", findings, **summary
+    )
 
 
 def finding_from_dict(data: Mapping[str, Any]) -> Finding:

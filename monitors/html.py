@@ -6,7 +6,13 @@ import html
 import re
 from typing import Any
 
-from monitors.findings import Headline, headline
+from monitors.findings import (
+    Headline,
+    estimate_label,
+    feature_summary,
+    harm_line,
+    headline,
+)
 from monitors.report import DriftReport, FeatureDrift
 
 _CSS = """
@@ -21,8 +27,12 @@ h1{font-size:1.5rem}h2{font-size:1.15rem;margin:0 0 .4rem}
 table{border-collapse:collapse;font-size:.85rem;margin-top:.5rem}
 td,th{padding:.2rem .6rem;border-bottom:1px solid #eee;text-align:left}
 .legend span{display:inline-block;width:.8rem;height:.8rem;margin:0 .3rem 0 1rem;vertical-align:middle}
+.harm{padding:.6rem 1rem;border-radius:6px;margin-bottom:1rem}
+tr.flag td{background:#fff1e5}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.note{font-size:.85rem;color:#57606a;margin:.4rem 0}
 """
 _REF, _CUR = "#8c959f", "#0969da"
+_IMPACT, _GAP = "#8250df", "#bc4c00"  # the impact bars of the summary, the gap bars of the weak slices
 
 
 def _fmt(value: Any) -> str:
@@ -76,11 +86,16 @@ def _card(f: FeatureDrift) -> str:
     )
     r = f.result
     return (
-        f'<div class="card"><h2>{html.escape(f.name)} <small>({f.kind})</small>{verdict}</h2>'
+        f'<div class="card"><h2>{html.escape(f.name)} <small>({html.escape(f.kind)})</small>{verdict}</h2>'
         f"<div>verdict by <b>{html.escape(r.test)}</b>: p = {_fmt(r.p_value)}, adjusted p = "
         f"{_fmt(r.adjusted_p_value)}, {html.escape(r.effect_name)} = {_fmt(r.effect)} "
         f"(threshold {_fmt(r.threshold)}); rows {f.rows}, missing {f.missing}</div>"
-        f'<div class="legend"><span style="background:{_REF}"></span>reference'
+        + (
+            f'<div class="note">impact: {html.escape(str((f.impact or {}).get("message")))}</div>'
+            if _said(f.impact)
+            else ""
+        )
+        + f'<div class="legend"><span style="background:{_REF}"></span>reference'
         f'<span style="background:{_CUR}"></span>current</div>{_bars(f)}'
         "<table><tr><th>test</th><th>statistic</th><th>p-value</th><th>effect</th><th>threshold</th>"
         f"<th></th></tr>{rows}</table></div>"
@@ -125,6 +140,10 @@ def render_html(report: DriftReport, *, title: str = "Drift report", summary: He
         f'<div class="summary {cls}"><div>{html.escape(summary.text)}</div>'
         + (f'<ul class="findings">{listed}</ul>' if listed else "")
         + f'<div class="detail">{html.escape(head)}</div></div>'
+        + _harm(report)
+        + _summary_table(report)
+        + _segments(report)
+        + _weak_slices(report)
         + "".join(_card(f) for f in extra)
         + perf
         + (
@@ -135,6 +154,162 @@ def render_html(report: DriftReport, *, title: str = "Drift report", summary: He
         )
         + "".join(_card(f) for f in report.features)
         + "</body></html>"
+    )
+
+
+def _said(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("message"), str) and bool(entry["message"])
+
+
+def _bar(share: float | None, color: str, *, width: int = 80) -> str:
+    """A small horizontal bar of ``share`` (0..1, clipped) for a table cell."""
+    if share is None or share != share:
+        return ""
+    w = max(0.0, min(1.0, abs(share))) * width
+    return (
+        f'<svg width="{width}" height="10" role="img" aria-label="{share:.0%}">'
+        f'<rect x="0" y="1" width="{w:.1f}" height="8" fill="{color}"></rect></svg>'
+    )
+
+
+def _pct(value: Any) -> str:
+    return "-" if not isinstance(value, int | float) or value != value else f"{value:.0%}"
+
+
+def _impact_cell(row: dict[str, Any]) -> str:
+    imp = row["impact"]
+    if imp is None:
+        return "grouped" if row["grouped"] else "\u2014"
+    if imp["harmless"]:
+        return "harmless"
+    bounds = (
+        f" [{_pct(imp['share_lower'])}, {_pct(imp['share_upper'])}]" if imp["share_lower"] is not None else ""
+    )
+    effect = (
+        f" ({_fmt(imp['effect'])} [{_fmt(imp['lower'])}, {_fmt(imp['upper'])}])"
+        if imp["effect"] is not None
+        else ""
+    )
+    return f"{_bar(imp['share'], _IMPACT)} {_pct(imp['share'])}{bounds}{effect}"
+
+
+def _harm(report: DriftReport) -> str:
+    """The harm verdict above the summary: harmful or not, by which estimate, with its bounds."""
+    line = harm_line(report)
+    if line is None or report.harm is None:
+        return ""
+    h = report.harm
+    cls, word = ("bad", "Harmful drift") if h.get("harmful") else ("ok", "No harmful drift")
+    bounds = f" [{_fmt(h.get('lower'))}, {_fmt(h.get('upper'))}]" if h.get("lower") is not None else ""
+    return (
+        f'<div class="harm {cls}"><b>{word}</b> ({html.escape(estimate_label(h.get("estimate")))} '
+        f"{html.escape(str(h.get('metric')))} {_fmt(h.get('value'))}{bounds}): {html.escape(line)}</div>"
+    )
+
+
+def _attribution_note(report: DriftReport) -> str:
+    a = report.attribution
+    if not a:
+        return ""
+    fit = a.get("surrogate_fit") or {}
+    how = (
+        f"a surrogate of the model's answers ({html.escape(str(fit.get('metric')))} "
+        f"{_fmt(fit.get('value'))} on {_fmt(fit.get('rows'))} reference rows)"
+        if a.get("method") == "surrogate"
+        else "the model itself"
+    )
+    said = str(a["message"]).rstrip() if _said(a) else ""
+    message = html.escape(said if not said or said.endswith((".", "!", "?")) else said + ".") + " " * bool(
+        said
+    )
+    which = html.escape(estimate_label(a.get("estimate")))
+    return (
+        f'<div class="note">{message}Impact: the share of the {which} '
+        f"{html.escape(str(a.get('metric')))} change ({_fmt(a.get('change'))}) each drifted feature's shift "
+        f"explains, with bounds from {_fmt(a.get('resamples'))} resamples, asked of {how}.</div>"
+    )
+
+
+def _summary_table(report: DriftReport) -> str:
+    """Every feature: verdict, effect, impact (when the report has an attribution), by impact then drift; not
+    on a report stored before harm, attribution, segments and weak slices (it renders as it did)."""
+    explained = report.harm or report.attribution or report.segments or report.weak_slices
+    rows = feature_summary(report) if explained else []
+    if not rows:
+        return ""
+    attributed = report.attribution is not None
+    cells = "".join(
+        f"<tr><td>{html.escape(r['name'])}</td><td>{'DRIFT' if r['drifted'] else 'ok'}</td>"
+        f'<td class="num">{_fmt(r["effect"])}</td><td>{html.escape(str(r["effect_name"]))}</td>'
+        + (f"<td>{_impact_cell(r)}</td>" if attributed else "")
+        + "</tr>"
+        for r in rows
+    )
+    harmless = "".join(
+        f"<li>{html.escape(str(r['impact']['message']))}</li>"
+        for r in rows
+        if r["drifted"] and r["impact"] is not None and r["impact"]["harmless"] and _said(r["impact"])
+    )
+    return (
+        '<div class="card" id="summary"><h2>Features</h2>'
+        + _attribution_note(report)
+        + "<table><tr><th>feature</th><th>verdict</th><th>effect</th><th>effect size</th>"
+        + ("<th>impact</th>" if attributed else "")
+        + f"</tr>{cells}</table>"
+        + (f'<div class="note">Harmless drift:</div><ul class="harmless">{harmless}</ul>' if harmless else "")
+        + "</div>"
+    )
+
+
+def _segment_row(s: dict[str, Any]) -> str:
+    flagged = bool(s.get("flagged"))
+    drifted = ", ".join(map(str, (s.get("drift") or {}).get("features") or [])) or "-"
+    reasons = "; ".join(map(str, s.get("reasons") or []))
+    return (
+        ('<tr class="flag">' if flagged else "<tr>") + f"<td>{html.escape(str(s.get('segment')))}</td>"
+        f'<td class="num">{_fmt(s.get("rows"))}</td><td class="num">{_pct(s.get("share"))}</td>'
+        f"<td>{html.escape(str(s.get('metric')))} ({html.escape(estimate_label(s.get('estimate')))})</td>"
+        f'<td class="num">{_fmt(s.get("reference"))}</td><td class="num">{_fmt(s.get("current"))}</td>'
+        f'<td class="num">{_fmt(s.get("change"))}</td><td>{html.escape(drifted)}</td>'
+        f"<td>{('FLAGGED: ' + html.escape(reasons)) if flagged else ''}</td></tr>"
+    )
+
+
+def _segments(report: DriftReport) -> str:
+    """Per segment, ranked by the worst change; flagged ones marked."""
+    if not report.segments:
+        return ""
+    return (
+        '<div class="card" id="segments"><h2>Segments</h2><table><tr><th>segment</th><th>rows</th>'
+        "<th>share</th><th>metric</th><th>reference</th><th>current</th><th>change</th>"
+        f"<th>drifted features</th><th></th></tr>{''.join(_segment_row(s) for s in report.segments)}"
+        "</table></div>"
+    )
+
+
+def _weak_slices(report: DriftReport) -> str:
+    """Where the model is worst: slice, rows, value with its bounds, the gap to the overall metric."""
+    w = report.weak_slices
+    if not w or not w.get("slices"):
+        return ""
+    top = max([abs(float(x["gap"])) for x in w["slices"] if isinstance(x.get("gap"), int | float)] or [1.0])
+    rows = "".join(
+        f'<tr><td>{html.escape(str(x.get("slice")))}</td><td class="num">{_fmt(x.get("rows"))}</td>'
+        f'<td class="num">{_fmt(x.get("value"))}</td>'
+        f'<td class="num">[{_fmt(x.get("lower"))}, {_fmt(x.get("upper"))}]</td>'
+        f'<td class="num">{_fmt(x.get("gap"))}</td>'
+        f"<td>{_bar(x['gap'] / top if isinstance(x.get('gap'), int | float) and top else None, _GAP)}</td>"
+        f"<td>{'significant' if x.get('significant') else ''}</td></tr>"
+        for x in w["slices"]
+    )
+    source = "labels" if w.get("source") == "labels" else "the estimated per-row loss"
+    return (
+        f'<div class="card" id="weak-slices"><h2>Weak slices</h2><div class="note">'
+        f"{html.escape(str(w.get('metric')))} by slice against its overall {_fmt(w.get('overall'))}, from "
+        f"{source}; slices of at least {_fmt(w.get('min_rows'))} rows, bounds corrected for the "
+        f"{_fmt(w.get('tried'))} slices tried (level {_fmt(w.get('level'))}).</div>"
+        "<table><tr><th>slice</th><th>rows</th><th>value</th><th>bounds</th><th>gap</th><th></th><th></th>"
+        f"</tr>{rows}</table></div>"
     )
 
 

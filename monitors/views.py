@@ -50,7 +50,17 @@ NO_REPORT = errors(
 
 
 @router.get(
-    "/v1/models/{name}/drift", summary="Latest drift report (JSON)", responses=NO_REPORT, dependencies=READ
+    "/v1/models/{name}/drift",
+    summary="Latest drift report (JSON)",
+    description=(
+        "The newest run: `report` as stored (with `harm`, `attribution`, `segments` and `weak_slices` when "
+        "the run explained its drift) and its `headline`: `ok`, `text`, `findings`, and the summary: "
+        "`features` (every feature's verdict, effect and impact, by impact then drift), `harm` (the harm "
+        "verdict, null without one) and `causes` (the top three features by impact, with bounds). See "
+        'docs/monitoring.md, "Reading a report".'
+    ),
+    responses=NO_REPORT,
+    dependencies=READ,
 )
 async def latest(request: Request, name: str) -> Response:
     state = runtime(request)
