@@ -692,8 +692,8 @@ def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int
 
 def score_version(path: Path, schema: ModelSchema, columns: Columns) -> np.ndarray:
     """The version's output (``schema.output.name``) on the rows: ``[n]``, or ``[n, K]`` (multi-class)."""
+    from registry.inputs import raw_inputs
     from registry.saved_model import load
-    from training.features import raw_inputs
 
     runner = load(path)
     inputs = raw_inputs(columns, schema)

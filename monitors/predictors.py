@@ -1,0 +1,77 @@
+"""The predictor attribution asks for a version's answers: its own SavedModel through TensorFlow (imported
+only when one is loaded), else the surrogate fitted on its reference (a version served elsewhere).
+
+A loaded model is kept per version folder in a small LRU cache of this process (a version's files never
+change once published), since the scheduled runs ask every few minutes.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from monitors.profile import Profile
+from monitors.rows import Predictor
+from monitors.surrogate import surrogate_predict
+from registry.inputs import raw_inputs
+from registry.schema import ModelSchema, Task
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from registry.saved_model import SignatureRunner
+
+BATCH = 65_536  # rows per model call
+CACHED_MODELS = 4
+
+
+def has_model(version_dir: Path | None) -> bool:
+    """Whether the version folder holds a SavedModel."""
+    return version_dir is not None and (version_dir / "saved_model.pb").is_file()
+
+
+@lru_cache(maxsize=CACHED_MODELS)
+def _runner(path: str) -> SignatureRunner:
+    """The version's loaded signature, once per folder in this process."""
+    from registry.saved_model import load
+
+    return load(Path(path))
+
+
+def model_answers(runner: Any, schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The version's output on feature columns: ``[n]`` or ``[n, K]`` (multi-class), float64."""
+    inputs = raw_inputs(columns, schema)
+    n = len(next(iter(inputs.values()))) if inputs else 0
+    width = schema.output.width if schema.kind is Task.MULTICLASS else 0
+    out = []
+    for lo in range(0, n, BATCH):
+        answer = np.asarray(runner({k: v[lo : lo + BATCH] for k, v in inputs.items()})[schema.output.name])
+        out.append(answer.reshape(-1, width) if width else answer.reshape(-1))
+    if not out:
+        return np.zeros((0, width) if width else 0)
+    return np.concatenate(out).astype(np.float64)
+
+
+def predictor_for(
+    *, version_dir: Path | None, profile: Profile, schema: ModelSchema | None
+) -> Predictor | None:
+    """The version's own model (``method="model"``), else its profile's surrogate (``"surrogate"``, with its
+    fit); None: neither."""
+    if schema is not None and version_dir is not None and has_model(version_dir):
+        runner = _runner(str(version_dir.resolve()))
+
+        def predict(columns: Mapping[str, np.ndarray]) -> np.ndarray:
+            return model_answers(runner, schema, columns)
+
+        return Predictor(predict=predict, method="model")
+    surrogate = profile.surrogate
+    if surrogate is None:
+        return None
+
+    def answer(columns: Mapping[str, np.ndarray]) -> np.ndarray:
+        return surrogate_predict(surrogate, columns)
+
+    return Predictor(predict=answer, method="surrogate", fit=dict(surrogate.get("fit") or {}))
