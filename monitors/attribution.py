@@ -8,13 +8,16 @@ features keep their reference joint distribution. ``v(∅)`` is the window as it
 with every drifted feature back at the reference. A feature's ``effect`` is minus its Shapley value, so the
 effects sum to ``change = v(∅) - v(all)``: the move of the figure the drifted features explain.
 
-The figure is realised (the window sample's labels, with at least :data:`MIN_LABELLED` labelled rows) or
-estimated (CBPE with the profile's calibration for a classifier, DLE with its loss model for a regression),
-on the metric ``report.harm`` judges: ROC AUC (binary), macro F1 (multi-class), RMSE (regression) unless
-the caller names another (:data:`monitors.weighted.BINARY_METRICS`...). With no figure (no labels, a
-regression without a loss model) only the prediction is attributed. The prediction's figure is its mean
-(binary: the probability; regression: the value) or, multi-class, the total variation between the
-predicted-class distribution of ``S`` and that of ``all``.
+The figure is the label-free estimate (CBPE with the profile's calibration for a classifier, DLE with its
+loss model for a regression), on the metric ``report.harm`` judges: ROC AUC (binary), macro F1
+(multi-class), RMSE (regression) unless the caller names another (:data:`monitors.weighted.BINARY_METRICS`
+...). It is the estimate even where the window has labels: a realised figure cannot be split by replacing
+values, since a row's label belongs to its old values (a window whose ``x1`` moved up keeps the labels of the
+higher ``x1``; scored at a reference ``x1`` it would look wrong whatever the model). The estimate asks
+``P(y | x)`` of the reference, which holds for any mix of window and reference values; the realised change
+stays in ``report.harm``. With no estimate (a regression without a loss model) only the prediction is
+attributed. The prediction's figure is its mean (binary: the probability; regression: the value) or,
+multi-class, the total variation between the predicted-class distribution of ``S`` and that of ``all``.
 
 All coalitions are predicted in one batched call (the window rows stacked once per coalition). Exact over
 all subsets up to :data:`MAX_PLAYERS` features; beyond, each drifted feature is first replaced alone, the
@@ -54,7 +57,6 @@ MAX_ROWS = 2_000
 ROW_BUDGET = 256 * 2_000  # model rows per attribution (coalitions x rows)
 MIN_ROWS = 50
 RESAMPLES = 50
-MIN_LABELLED = 200  # labelled window rows for a realised figure
 LEVEL = 0.05  # two-sided, of each bound
 MIN_CHANGE = 0.005  # a classifier metric's change below this is no change
 MIN_RELATIVE_CHANGE = 0.01  # a regression error's change below this share of its value is no change
@@ -72,15 +74,14 @@ GROUP = "(grouped)"
 # ---------------------------------------------------------------- the figure
 
 
-def choose_figure(*, profile: Profile, window: RowSample, metric: str | None = None) -> Figure | None:
-    """The performance figure attribution splits: realised with enough labels, else CBPE / DLE; None: none."""
+def choose_figure(*, profile: Profile, metric: str | None = None) -> Figure | None:
+    """The performance figure attribution splits: CBPE (a classifier) or DLE (a regression with a loss model);
+    None: no figure."""
     task = profile.task
     allowed = {Task.MULTICLASS: MULTICLASS_METRICS, Task.REGRESSION: REGRESSION_METRICS}.get(
         task, BINARY_METRICS
     )
     name = metric if metric in allowed else allowed[0]
-    if window.labelled >= MIN_LABELLED and _labels_usable(task, window):
-        return Figure(task=task, metric=name, estimate="realised")
     if task is Task.REGRESSION:
         if not profile.loss_model:
             return None
@@ -88,31 +89,30 @@ def choose_figure(*, profile: Profile, window: RowSample, metric: str | None = N
     return Figure(task=task, metric=name, estimate="cbpe", calibration=profile.calibration)
 
 
-def _labels_usable(task: Task, window: RowSample) -> bool:
-    """Labels a realised figure can use: both classes present (binary)."""
-    if task is not Task.BINARY:
-        return True
-    assert window.labels is not None
-    y = window.labels[~np.isnan(window.labels)]
-    return bool(np.any(y == 1) and np.any(y == 0))
-
-
 # ---------------------------------------------------------------- drift sizes
 
 
 def drift_size(name: str, *, window: RowSample, reference: RowSample, profile: Profile) -> tuple[float, str]:
-    """How far a feature moved: the mean's shift in reference sd (numeric), or the total variation between
-    the category shares (categorical)."""
+    """How far a feature moved: numeric, the Wasserstein distance between the window's values and the
+    reference's in reference sd (a pure shift's distance is the mean's shift); categorical, the total
+    variation between the category shares."""
     known = profile.features.get(name)
     col = window.columns[name]
     if window.kinds[name] is FeatureKind.NUMERIC:
         x = np.asarray(col, dtype=np.float64)
-        if isinstance(known, NumericProfile):
-            mean, scale = known.mean, known.scale
+        x = x[~np.isnan(x)]
+        if isinstance(known, NumericProfile) and known.quantiles.size:
+            grid, scale = known.quantiles, known.scale
         else:
             ref = np.asarray(reference.columns[name], dtype=np.float64)
-            mean, scale = float(np.nanmean(ref)), float(np.nanstd(ref)) or 1.0
-        return (float(np.nanmean(x)) - mean) / scale if np.any(~np.isnan(x)) else 0.0, "sd"
+            ref = ref[~np.isnan(ref)]
+            if not ref.size:
+                return 0.0, "sd"
+            grid, scale = np.quantile(ref, np.linspace(0, 1, 1001)), float(np.std(ref)) or 1.0
+        if not x.size:
+            return 0.0, "sd"
+        here = np.quantile(x, np.linspace(0.0, 1.0, grid.size))
+        return float(np.mean(np.abs(here - grid))) / scale, "sd"
     if isinstance(known, CategoricalProfile):
         ref_counts = dict(known.categories)
     else:
@@ -250,11 +250,8 @@ def attribute(
     names = [n for n in dict.fromkeys(drifted) if n in window.columns and n in reference.columns]
     if not names or reference.rows == 0:
         return None
-    figure = choose_figure(profile=profile, window=window, metric=metric)
+    figure = choose_figure(profile=profile, metric=metric)
     rows = window
-    if figure is not None and figure.estimate == "realised":
-        assert window.labels is not None
-        rows = window.take(np.flatnonzero(~np.isnan(window.labels)))
     if rows.rows < MIN_ROWS:
         return None
     rng = np.random.default_rng(seed)
