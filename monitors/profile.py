@@ -26,6 +26,9 @@ varies between consecutive chunks of the labelled reference rows (:func:`perform
 A PCA of the standardised numeric features (``"multivariate"``) lets joint shifts be detected. It is
 cross-fitted: the axes are fitted on half the sampled rows and the reference error distribution comes
 from the other half, so it is the distribution fresh rows of the same population have.
+
+With a reference sample (``"sample"``) holding the model's answers, ``"surrogate"`` is a surrogate of those
+answers (:func:`monitors.surrogate.fit_surrogate`), which attribution asks for a version served elsewhere.
 """
 
 from __future__ import annotations
