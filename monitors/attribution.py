@@ -459,17 +459,17 @@ def feature_message(entry: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
 def summary_message(doc: Mapping[str, Any]) -> str:
     """The attribution in one or two sentences."""
     figure = _figure_words(doc)
-    total = doc.get("change") if doc.get("change") is not None else doc.get("prediction_change")
+    change = doc.get("change") if doc.get("change") is not None else doc.get("prediction_change")
+    total = "unknown" if change is None else f"{change:+.3f}"
     harmful = [e for e in doc["features"] if not e["harmless"]]
     harmless = [e["name"] for e in doc["features"] if e["harmless"]]
     if not doc.get("significant"):
-        text = f"the drifted features explain no significant {figure} change ({total:+.3f})"
+        text = f"the drifted features explain no significant {figure} change ({total})"
     else:
         text = "; ".join(
-            f"{e['name']} explains {100 * e['impact']:.0f}% of the {figure} change ({total:+.3f})"
-            for e in harmful
+            f"{e['name']} explains {100 * e['impact']:.0f}% of the {figure} change ({total})" for e in harmful
         )
-        text = text or f"no single drifted feature explains the {figure} change ({total:+.3f})"
+        text = text or f"no single drifted feature explains the {figure} change ({total})"
     if harmless and doc.get("significant"):
         text += f"; {', '.join(harmless)} drifted harmlessly"
     if doc.get("grouped"):

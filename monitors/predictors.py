@@ -7,6 +7,7 @@ change once published), since the scheduled runs ask every few minutes.
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from registry.saved_model import SignatureRunner
+
+log = logging.getLogger("driftwarden.monitors.predictors")
 
 BATCH = 65_536  # rows per model call
 CACHED_MODELS = 4
@@ -61,12 +64,18 @@ def predictor_for(
     """The version's own model (``method="model"``), else its profile's surrogate (``"surrogate"``, with its
     fit); None: neither."""
     if schema is not None and version_dir is not None and has_model(version_dir):
-        runner = _runner(str(version_dir.resolve()))
+        try:
+            runner = _runner(str(version_dir.resolve()))
+        except Exception as exc:  # a SavedModel TensorFlow cannot load: the surrogate, if any, answers
+            log.warning(
+                "attribution: the model of %s does not load (%s); its surrogate answers", version_dir, exc
+            )
+        else:
 
-        def predict(columns: Mapping[str, np.ndarray]) -> np.ndarray:
-            return model_answers(runner, schema, columns)
+            def predict(columns: Mapping[str, np.ndarray]) -> np.ndarray:
+                return model_answers(runner, schema, columns)
 
-        return Predictor(predict=predict, method="model")
+            return Predictor(predict=predict, method="model")
     surrogate = profile.surrogate
     if surrogate is None:
         return None

@@ -92,7 +92,10 @@ def reference_and_profile(task: Task, n: int = 20_000) -> tuple[RowSample, Any]:
         table["y"] = y
     schema = infer_schema(table, target="y", task=task, classes=CLASSES if task is Task.MULTICLASS else ())
     predictions = MODELS[task](cols)
-    profile = profile_from_dict(build_reference_profile(cols, schema, predictions=predictions, labels=y))
+    built = build_reference_profile(cols, schema, predictions=predictions, labels=y)
+    profile = profile_from_dict(
+        {k: v for k, v in built.items() if k != "surrogate"}
+    )  # no surrogate unless asked
     keep = slice(0, 5_000)
     sample = RowSample({k: v[keep] for k, v in cols.items()}, dict(KINDS), predictions[keep], y[keep])
     return sample, profile
@@ -422,3 +425,19 @@ def _binary_profile_dict() -> dict[str, Any]:
     y = labels(Task.BINARY, cols, seed=1)
     schema = infer_schema({**cols, "y": y}, target="y")
     return build_reference_profile(cols, schema, predictions=binary_model(cols), labels=y)
+
+
+def test_a_profile_with_a_sample_gets_its_surrogate(binary: tuple[RowSample, Any]) -> None:
+    from monitors.profile import _add_surrogate
+
+    reference, _ = binary
+    built = _binary_profile_dict()
+    built.pop("surrogate", None)
+    schema = infer_schema({**reference.columns, "y": reference.labels}, target="y")
+    _add_surrogate(built, schema)
+    assert "surrogate" not in built  # no sample, no surrogate
+    built["sample"] = reference.as_dict()
+    _add_surrogate(built, schema)
+    assert (
+        profile_from_dict(built).surrogate == built["surrogate"] and built["surrogate"]["fit"]["value"] > 0.97
+    )

@@ -7,6 +7,7 @@ decision boundary makes the model separate the rows less well, squeezing ``c`` a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from core.database import open_database
 from core.tabular import write_table
 from monitors.attribution import attribute
 from monitors.predictors import _runner, has_model, predictor_for
-from monitors.profile import Profile, profile_from_dict, read_profile
+from monitors.profile import Profile, profile_from_dict
 from monitors.rows import RowSample
 from monitors.surrogate import fit_surrogate
 from registry.schema import FeatureKind, ModelSchema
@@ -67,7 +68,8 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Imported]:
         db.dispose()
     path = Path(done.version.path)
     schema = read_schema(path=path)
-    profile = read_profile(path / "driftwarden" / "profile.json")
+    stored = json.loads((path / "driftwarden" / "profile.json").read_text())
+    profile = profile_from_dict({k: v for k, v in stored.items() if k != "surrogate"})  # only where asked
     predictor = predictor_for(version_dir=path, profile=profile, schema=schema)
     assert predictor is not None
     sample = {k: v[:3_000] for k, v in own_models.reference(3_000, seed=1).items()}
@@ -136,7 +138,18 @@ def test_a_shift_the_model_relies_on_against_one_it_ignores(imported: Imported, 
 
 
 def _profile_dict(imported: Imported) -> dict[str, Any]:
-    import json
-
     data: dict[str, Any] = json.loads((imported.path / "driftwarden" / "profile.json").read_text())
     return data
+
+
+def test_a_model_that_does_not_load_leaves_the_surrogate_to_answer(
+    imported: Imported, tmp_path: Path
+) -> None:
+    broken = tmp_path / "own" / "9"
+    broken.mkdir(parents=True)
+    (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
+    assert predictor_for(version_dir=broken, profile=imported.profile, schema=imported.schema) is None
+    surrogate = fit_surrogate(imported.reference, imported.schema.kind)
+    with_surrogate = profile_from_dict({**_profile_dict(imported), "surrogate": surrogate})
+    predictor = predictor_for(version_dir=broken, profile=with_surrogate, schema=imported.schema)
+    assert predictor is not None and predictor.method == "surrogate"
