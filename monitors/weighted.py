@@ -37,20 +37,25 @@ class Figure:
     loss_model: Mapping[str, Any] | None = None
 
 
-def auc(scores: np.ndarray, positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
-    """ROC AUC of one score column ``[n]`` under weightings (positive, negative weights ``[B, n]``): ``[B]``.
+def auc(scores: np.ndarray, truth: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """ROC AUC of one score column ``[n]`` under weightings ``[B, n]``: ``[B]``; ``truth`` is each row's label
+    or its chance of being positive (CBPE), so a row weighs ``w truth`` as a positive, ``w (1 - truth)`` as a
+    negative.
 
     ``sum_j pos_j (neg_{<j} + neg_{=j} / 2) / (P N)`` over groups of tied scores (the trapezoid of the ROC
     curve, as :func:`monitors.performance.roc_auc` and ``estimate_classification_metrics``).
     """
     order = np.argsort(scores, kind="stable")
     s = scores[order]
+    w = weights[:, order]
+    pos = w * truth[order]
+    neg = w - pos
     starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    pos = np.add.reduceat(positive[:, order], starts, axis=1)
-    neg = np.add.reduceat(negative[:, order], starts, axis=1)
-    below = np.cumsum(neg, axis=1) - neg
+    if starts.size < s.size:  # tied scores: one step of the curve each
+        pos = np.add.reduceat(pos, starts, axis=1)
+        neg = np.add.reduceat(neg, starts, axis=1)
     total = pos.sum(axis=1) * neg.sum(axis=1)
-    num = np.sum(pos * (below + neg / 2.0), axis=1)
+    num = np.sum(pos * (np.cumsum(neg, axis=1) - neg / 2.0), axis=1)
     return np.divide(num, total, out=np.full(total.shape, np.nan), where=total > 0)
 
 
@@ -99,7 +104,7 @@ def _binary(figure: Figure, p: np.ndarray, w: np.ndarray, labels: np.ndarray | N
         truth = calibrate(p, dict(figure.calibration) if figure.calibration else None)
     if figure.metric == "accuracy":
         return _mean(w, np.where(p >= 0.5, truth, 1.0 - truth))
-    return auc(p, w * truth, w * (1.0 - truth))
+    return auc(p, truth, w)
 
 
 def _multiclass(figure: Figure, p: np.ndarray, w: np.ndarray, labels: np.ndarray | None) -> np.ndarray:

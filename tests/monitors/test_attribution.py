@@ -372,6 +372,12 @@ def test_weighted_figures_follow_the_weights() -> None:
     )
     want = metrics_for(Task.BINARY, y_true=y[repeated], predictions=p[repeated])["roc_auc"]
     assert got[0] == pytest.approx(want, abs=1e-12)
+    tied = np.round(p, 1)  # ties: each group of equal scores one step of the curve
+    got = values(
+        Figure(Task.BINARY, "roc_auc", "realised"), predictions=tied, weights=counts[None] * 1.0, labels=y
+    )
+    want = metrics_for(Task.BINARY, y_true=y[repeated], predictions=tied[repeated])["roc_auc"]
+    assert got[0] == pytest.approx(want, abs=1e-12)
 
 
 # ---------------------------------------------------------------- the surrogate
