@@ -10,15 +10,15 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from monitors.profile import Profile
 from monitors.rows import Predictor
 from monitors.surrogate import surrogate_predict
-from registry.inputs import raw_inputs
-from registry.schema import ModelSchema, Task
+from registry.inputs import model_answers
+from registry.schema import ModelSchema
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -44,20 +44,6 @@ def _runner(path: str) -> SignatureRunner:
     return load(Path(path))
 
 
-def model_answers(runner: Any, schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The version's output on feature columns: ``[n]`` or ``[n, K]`` (multi-class), float64."""
-    inputs = raw_inputs(columns, schema)
-    n = len(next(iter(inputs.values()))) if inputs else 0
-    width = schema.output.width if schema.kind is Task.MULTICLASS else 0
-    out = []
-    for lo in range(0, n, BATCH):
-        answer = np.asarray(runner({k: v[lo : lo + BATCH] for k, v in inputs.items()})[schema.output.name])
-        out.append(answer.reshape(-1, width) if width else answer.reshape(-1))
-    if not out:
-        return np.zeros((0, width) if width else 0)
-    return np.concatenate(out).astype(np.float64)
-
-
 def predictor_for(
     *, version_dir: Path | None, profile: Profile, schema: ModelSchema | None
 ) -> Predictor | None:
@@ -73,7 +59,7 @@ def predictor_for(
         else:
 
             def predict(columns: Mapping[str, np.ndarray]) -> np.ndarray:
-                return model_answers(runner, schema, columns)
+                return model_answers(runner, schema, columns, batch=BATCH)
 
             return Predictor(predict=predict, method="model")
     surrogate = profile.surrogate
