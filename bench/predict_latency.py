@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 from registry.service import read_schema
 from core.tabular import read_table
-from training.features import raw_inputs
+from registry.inputs import raw_inputs
 
 path, data, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
 t0 = time.perf_counter()

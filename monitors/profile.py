@@ -26,6 +26,9 @@ varies between consecutive chunks of the labelled reference rows (:func:`perform
 A PCA of the standardised numeric features (``"multivariate"``) lets joint shifts be detected. It is
 cross-fitted: the axes are fitted on half the sampled rows and the reference error distribution comes
 from the other half, so it is the distribution fresh rows of the same population have.
+
+With a reference sample (``"sample"``) holding the model's answers, ``"surrogate"`` is a surrogate of those
+answers (:func:`monitors.surrogate.fit_surrogate`), which attribution asks for a version served elsewhere.
 """
 
 from __future__ import annotations
@@ -160,6 +163,13 @@ class Profile:
     predicted_class: CategoricalProfile | None = None  # multi-class: the predicted class names
     loss_model: dict[str, Any] | None = None  # regression: the direct-loss-estimation model
     performance_spread: dict[str, Any] | None = None  # sd of each metric across reference chunks
+
+    @property
+    def surrogate(self) -> dict[str, Any] | None:
+        """The surrogate of the model's answers fitted on the reference sample (:mod:`monitors.surrogate`);
+        None: a profile without a sample, or built before surrogates."""
+        model = self.extra.get("surrogate")
+        return model if isinstance(model, dict) else None
 
 
 # ---------------------------------------------------------------- building
@@ -428,7 +438,18 @@ def build_reference_profile(
             out["performance"] = classification_metrics(y_true=y[ok], y_prob=p[ok]).as_dict()
             out["calibration"] = _calibration(p[ok], y[ok])
             out["performance_spread"] = performance_spread(Task.BINARY, y_true=y, predictions=p)
+    _add_surrogate(out, schema)
     return out
+
+
+def _add_surrogate(profile: dict[str, Any], schema: ModelSchema) -> None:
+    """Fit the surrogate of the model's answers on the profile's reference sample (monitors/surrogate.py),
+    when it has one with predictions: ``profile["surrogate"]``."""
+    from monitors.surrogate import profile_surrogate
+
+    surrogate = profile_surrogate(profile, schema.kind)
+    if surrogate is not None:
+        profile["surrogate"] = surrogate
 
 
 def _multiclass_outputs(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from registry.schema import FeatureKind, ModelSchema, is_missing
+from registry.schema import FeatureKind, ModelSchema
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -71,19 +71,6 @@ def fit_preprocessing(columns: Mapping[str, np.ndarray], schema: ModelSchema) ->
         else:
             categorical.append(CategoricalEncoding(spec.name, spec.categories))
     return Preprocessing(tuple(numeric), tuple(categorical), tuple(schema.feature_names))
-
-
-def raw_inputs(columns: Mapping[str, np.ndarray], schema: ModelSchema) -> dict[str, np.ndarray]:
-    """Columns as the model's raw inputs: float32 with NaN for numbers, str with "" for missing categories."""
-    out: dict[str, np.ndarray] = {}
-    for spec in schema.features:
-        col = columns[spec.name]
-        if spec.kind is FeatureKind.NUMERIC:
-            out[spec.name] = col.astype(np.float32)
-        else:
-            missing = is_missing(col)
-            out[spec.name] = np.where(missing, "", col.astype(str)).astype(object)
-    return out
 
 
 def encode(features: Mapping[str, tf.Tensor], prep: Preprocessing) -> tf.Tensor:

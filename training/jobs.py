@@ -15,10 +15,11 @@ import numpy as np
 from core.config import get_settings
 from core.errors import Invalid
 from core.tabular import Columns, read_table
+from registry.inputs import raw_inputs
 from registry.schema import ModelSchema, Task, check_classes, infer_schema, label_codes
 from training.builders import file_sha256
 from training.datagen import TARGET
-from training.features import Preprocessing, fit_preprocessing, raw_inputs
+from training.features import Preprocessing, fit_preprocessing
 
 
 class Mode(enum.StrEnum):

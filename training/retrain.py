@@ -692,21 +692,10 @@ def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int
 
 def score_version(path: Path, schema: ModelSchema, columns: Columns) -> np.ndarray:
     """The version's output (``schema.output.name``) on the rows: ``[n]``, or ``[n, K]`` (multi-class)."""
+    from registry.inputs import model_answers
     from registry.saved_model import load
-    from training.features import raw_inputs
 
-    runner = load(path)
-    inputs = raw_inputs(columns, schema)
-    n = len(next(iter(inputs.values())))
-    width = schema.output.width if schema.kind is Task.MULTICLASS else 0
-    name = schema.output.name
-    out = []
-    for lo in range(0, n, SCORE_BATCH):
-        answer = np.asarray(runner({k: v[lo : lo + SCORE_BATCH] for k, v in inputs.items()})[name])
-        out.append(answer.reshape(-1, width) if width else answer.reshape(-1))
-    if not out:
-        return np.zeros((0, width) if width else 0)
-    return np.concatenate(out).astype(np.float64)
+    return model_answers(load(path), schema, columns, batch=SCORE_BATCH)
 
 
 def validate(control: JobControl, plan: Plan, candidate: int, data: JobData) -> GateResult:

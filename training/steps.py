@@ -9,9 +9,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from registry.inputs import raw_inputs
 from registry.schema import Task
 from training.builders import build_model, output_width
-from training.features import encode, raw_inputs
+from training.features import encode
 from training.jobs import PreparedData, TrainingRunSpec
 
 

@@ -91,7 +91,7 @@ def test_fresh_process_loads_and_answers_like_the_exporter(trained: tuple[Path, 
         f.name: ("float32" if f.kind.value == "numeric" else "string") for f in schema.features
     }
     local = tf.saved_model.load(str(path)).signatures["serving_default"]
-    from training.features import raw_inputs
+    from registry.inputs import raw_inputs
 
     raw = raw_inputs(cols, schema)
     expected = local(**{k: tf.constant(v) for k, v in raw.items()})["probability"].numpy()
