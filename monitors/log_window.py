@@ -18,6 +18,7 @@ labelled rows of the whole window. See docs/monitoring.md, "The sketch cache".
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
+from monitors.rows import RowSample, uniform_positions
 from monitors.service import (
     CachedBlock,
     SketchKey,
@@ -60,6 +62,7 @@ from predictions.windows import (
     narrow,
     newest_id,
     read_chunks,
+    read_sample,
     read_vectors,
     summarize_blocks,
     summarize_window,
@@ -108,6 +111,7 @@ class Window:
     cached_blocks: int | None = None  # with the sketch cache: blocks taken from it
     counted_blocks: int | None = None  # with the sketch cache: blocks read (the edges, new or changed ones)
     cache_seconds: dict[str, float] | None = None  # with the sketch cache: wall seconds per step
+    sample: RowSample | None = None  # a uniform sample of the window's rows (read_window's sample_rows)
 
     @property
     def rows_by_source(self) -> dict[str, int]:
@@ -155,10 +159,14 @@ def read_window(
     chunk_rows: int = CHUNK_ROWS,
     now: datetime | None = None,
     cache: SketchCache | None = None,
+    sample_rows: int = 0,
 ) -> Window:
     """Read one model's window from the prediction log in chunks and sketch it on ``profile``'s grids
     (``cache``: merge the stored counts of sealed blocks); a multi-class
-    model's probability vectors and their labels are read apart, in id order (:func:`_add_vectors`)."""
+    model's probability vectors and their labels are read apart, in id order (:func:`_add_vectors`).
+
+    ``sample_rows`` > 0: ``Window.sample`` holds a uniform sample of at most that many of the window's rows
+    (:func:`read_window_sample`)."""
     window = _read_window(
         engine=engine,
         profile=profile,
@@ -171,16 +179,16 @@ def read_window(
     )
     if profile.task is Task.MULTICLASS:
         _add_vectors(engine=engine, profile=profile, window=window, chunk_rows=chunk_rows)
+    if sample_rows > 0:
+        window.sample = read_window_sample(engine=engine, profile=profile, window=window, rows=sample_rows)
     return window
 
 
-def _add_vectors(*, engine: Engine, profile: Profile, window: Window, chunk_rows: int) -> None:
-    """Count a multi-class window's vectors and labels into its sketch (``MulticlassCounts``)."""
-    width = len(profile.class_probabilities)
-    if window.first_id is None or window.last_id is None or not window.rows or width == 0:
-        return
-    # the window's rows: its id range, answered, of its model (and version), logged since its first row
-    summary = WindowSummary(
+def _summary_of(window: Window) -> WindowSummary | None:
+    """The summary a window was read by (None: the window is empty)."""
+    if window.first_id is None or window.last_id is None or not window.rows:
+        return None
+    return WindowSummary(
         model_name=window.model_name,
         spec=window.spec,
         rows=window.rows,
@@ -191,6 +199,47 @@ def _add_vectors(*, engine: Engine, profile: Profile, window: Window, chunk_rows
         since=window.since,
         skip=window.skip,
     )
+
+
+def sample_seed(window: Window) -> int:
+    """The seed of a window's sample: the same window (model, id range, rows) draws the same rows."""
+    key = f"{window.model_name}|{window.first_id}|{window.last_id}|{window.skip}|{window.rows}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+
+
+def read_window_sample(*, engine: Engine, profile: Profile, window: Window, rows: int) -> RowSample | None:
+    """A uniform sample of at most ``rows`` of the window's rows (:func:`monitors.rows.uniform_positions`,
+    seeded by :func:`sample_seed`): the profile's features, the answers (a multi-class model's vectors) and
+    the labels from the feedback; None for an empty window."""
+    summary = _summary_of(window)
+    if summary is None or rows <= 0:
+        return None
+    numeric, categorical = _feature_names(profile)
+    width = len(profile.class_probabilities) if profile.task is Task.MULTICLASS else None
+    got = read_sample(
+        engine=engine,
+        summary=summary,
+        positions=uniform_positions(summary.rows, rows, seed=sample_seed(window)),
+        numeric=numeric,
+        categorical=categorical,
+        width=width or None,
+    )
+    values = {**got.numeric, **got.categorical}
+    return RowSample(
+        columns={name: values[name] for name in profile.features},
+        kinds={name: feature.kind for name, feature in profile.features.items()},
+        predictions=got.predictions,
+        labels=got.labels if np.isfinite(got.labels).any() else None,
+        population=got.population,
+    )
+
+
+def _add_vectors(*, engine: Engine, profile: Profile, window: Window, chunk_rows: int) -> None:
+    """Count a multi-class window's vectors and labels into its sketch (``MulticlassCounts``)."""
+    width = len(profile.class_probabilities)
+    summary = _summary_of(window)
+    if summary is None or width == 0:
+        return
     counts = MulticlassCounts(width)
     sketch = window.sketch
     for vectors, labels in read_vectors(engine=engine, summary=summary, width=width, chunk_rows=chunk_rows):
