@@ -44,6 +44,7 @@ import numpy as np
 
 from core.tabular import CodedColumn, Column, as_float, value_counts
 from monitors.binning import count_sorted
+from monitors.reservoir import sample_texts
 from monitors.rows import RowSample, sample_from_dict, uniform_positions
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, Task
 
@@ -370,16 +371,6 @@ def _calibration(predictions: np.ndarray, labels: np.ndarray) -> dict[str, list[
     return {"mean_prediction": mean_p, "mean_label": [float(v) for v in fitted]}
 
 
-def _sample_text(values: Column) -> np.ndarray:
-    """A categorical column's values as ``str`` or None (missing: None, NaN or ``""``), an object array."""
-    raw = values.decode() if isinstance(values, CodedColumn) else np.asarray(values, dtype=object)
-    out = np.empty(len(raw), dtype=object)
-    for i, v in enumerate(raw.tolist()):
-        missing = v is None or v == "" or (isinstance(v, float) and math.isnan(v))
-        out[i] = None if missing else str(v)
-    return out
-
-
 def _sample_labels(labels: np.ndarray | None, index: np.ndarray) -> np.ndarray | None:
     """The sampled rows' labels as float64 (NaN: none); None without labels or with labels that are not
     numbers."""
@@ -415,7 +406,7 @@ def reference_sample(
     for spec in schema.features:
         values = columns[spec.name][index]
         numeric = spec.kind is FeatureKind.NUMERIC
-        sampled[spec.name] = as_float(values).astype(np.float64) if numeric else _sample_text(values)
+        sampled[spec.name] = as_float(values).astype(np.float64) if numeric else sample_texts(values)
     answers: np.ndarray = (
         np.full(index.size, np.nan)
         if predictions is None

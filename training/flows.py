@@ -99,7 +99,9 @@ def run_training(
     metrics = evaluate(task, y_true=data.holdout_y, predictions=outputs, classes=data.schema.classes)
     # the features are profiled on the training rows, the answers on the held-out rows: the row sample is
     # of the held-out rows, whose features, answers and labels belong together
-    held_out = reference_sample(data.holdout_inputs, data.schema, predictions=outputs, labels=data.holdout_y)
+    held_out = reference_sample(
+        data.holdout_columns or data.holdout_inputs, data.schema, predictions=outputs, labels=data.holdout_y
+    )
     profile = build_reference_profile(
         data.train_columns, data.schema, predictions=outputs, labels=data.holdout_y, sample=held_out
     )

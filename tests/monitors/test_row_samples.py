@@ -32,10 +32,12 @@ from monitors.rows import RowSample, uniform_positions
 from predictions.service import record_feedback
 from predictions.windows import WindowSpec
 from registry.schema import FeatureKind, ModelSchema, Task, infer_schema
+from registry.service import read_schema
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns
 from tests.monitors.test_log_window import contract
 from tests.predictions.logdata import write_requests
+from tests.support import TrainedModels
 from training.datagen import TARGET, TARGETS, generate
 
 
@@ -230,3 +232,21 @@ def test_the_profile_sample_round_trips_through_json(profile_dict: dict[str, Any
     first = profile_from_dict(profile_dict).sample
     assert again.sample is not None and first is not None
     assert again.sample.as_dict() == first.as_dict()
+
+
+def test_a_trained_version_samples_its_held_out_rows(trained: TrainedModels) -> None:
+    """Training profiles the training rows' features but answers the held-out rows: the sample is of those
+    (features, answers and labels of the same rows)."""
+    data = generate(2000, seed=1)  # the session's trained models' data (tests/conftest.py), version 1: seed 0
+    hold = np.random.default_rng(0).permutation(2000)[:400]  # training.jobs' split: 20 % held out
+    stored = json.loads((trained.paths[1] / "driftwarden" / "profile.json").read_text())
+    sample = profile_from_dict(stored).sample
+    assert sample is not None and sample.population == 400 and sample.rows == 400
+    schema = read_schema(path=trained.paths[1])
+    assert_rows(sample, data, schema, hold)
+    assert sample.labels is not None
+    assert np.array_equal(sample.labels, data[TARGET][hold].astype(np.float64))
+    # the answers are the held-out rows' own: the profile's summary of the answers is of the same values
+    assert stored["prediction"]["count"] == 400
+    assert np.mean(sample.predictions) == pytest.approx(stored["prediction"]["mean"], rel=1e-9)
+    assert ((sample.predictions > 0) & (sample.predictions < 1)).all()
