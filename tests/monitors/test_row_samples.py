@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from core.database import open_database
-from core.tabular import Columns
+from core.tabular import Columns, write_table
 from monitors.log_window import SketchCache, read_window, sample_seed
 from monitors.profile import (
     REFERENCE_SAMPLE_ROWS,
@@ -33,12 +33,14 @@ from predictions.service import record_feedback
 from predictions.windows import WindowSpec
 from registry.schema import FeatureKind, ModelSchema, Task, infer_schema
 from registry.service import read_schema
+from tests import own_models
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns
 from tests.monitors.test_log_window import contract
 from tests.predictions.logdata import write_requests
 from tests.support import TrainedModels
 from training.datagen import TARGET, TARGETS, generate
+from training.importer import ImportSpec, import_reference
 
 
 def texts(values: np.ndarray) -> list[str | None]:
@@ -250,3 +252,30 @@ def test_a_trained_version_samples_its_held_out_rows(trained: TrainedModels) -> 
     assert stored["prediction"]["count"] == 400
     assert np.mean(sample.predictions) == pytest.approx(stored["prediction"]["mean"], rel=1e-9)
     assert ((sample.predictions > 0) & (sample.predictions < 1)).all()
+
+
+def test_a_model_served_elsewhere_samples_its_reference_rows(tmp_path: Path) -> None:
+    """An imported version without a model (its answers a column of the reference) samples the reference's
+    rows with those answers and the target."""
+    data = own_models.reference(8_000, seed=0)
+    answer = 1.0 / (1.0 + np.exp(-(data["a"] + 0.5 * data["b"])))
+    write_table({**data, "answer": answer}, tmp_path / "reference.parquet")
+    spec = ImportSpec(
+        model_name="imp",
+        path=None,
+        reference=tmp_path / "reference.parquet",
+        target="y_bin",
+        task=Task.BINARY,
+        features=own_models.FEATURES,
+        prediction_column="answer",
+    )
+    db = open_database(f"sqlite:///{tmp_path / 'imp.db'}", upgrade=True)
+    imported = import_reference(spec=spec, db=db, registry=tmp_path / "registry")
+    db.dispose()
+    path = Path(imported.version.path)
+    sample = read_profile(path / "driftwarden" / "profile.json").sample
+    assert sample is not None and sample.rows == REFERENCE_SAMPLE_ROWS and sample.population == 8_000
+    index = uniform_positions(8_000, REFERENCE_SAMPLE_ROWS, seed=0)
+    assert_rows(sample, data, read_schema(path=path), index)
+    assert np.array_equal(sample.predictions, answer[index])
+    assert sample.labels is not None and np.array_equal(sample.labels, data["y_bin"][index].astype(float))
