@@ -948,26 +948,22 @@ class SampleRows:
     labels: np.ndarray
 
 
-@dataclass
 class _Picked:
-    """The pieces of each sampled row as the log holds them: its batch's layout, its typed values (one
-    row of ``numbers``), its other texts (``{"v": [...]}`` values when it holds a category outside the
-    layout), its output, its vector and its document (None where typed)."""
+    """The pieces of each sampled row as the log holds them: its batch's layout (0: none), its typed values
+    (``numbers[starts[i] : starts[i] + widths[i]]``, width 0: no typed copy), its output, its vector, its
+    document where its batch holds documents, and its texts (``{"v": [...]}`` values) where it holds a
+    category outside the layout."""
 
-    n: int
-    layouts: list[int | None] = field(default_factory=list)
-    numbers: list[bytes | None] = field(default_factory=list)
-    others: dict[int, list[Any]] = field(default_factory=dict)
-    outputs: list[bytes | None] = field(default_factory=list)
-    vectors: list[bytes | None] = field(default_factory=list)
-    documents: list[Any] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.layouts = [None] * self.n
-        self.numbers = [None] * self.n
-        self.outputs = [None] * self.n
-        self.vectors = [None] * self.n
-        self.documents = [None] * self.n
+    def __init__(self, n: int, width: int | None) -> None:
+        self.n = n
+        self.layouts = np.zeros(n, dtype=np.int64)
+        self.starts = np.zeros(n, dtype=np.int64)
+        self.widths = np.zeros(n, dtype=np.int64)
+        self.numbers = np.empty(0)
+        self.outputs = np.full(n, np.nan)
+        self.vectors = None if not width else np.full((n, width), np.nan)
+        self.documents: dict[int, Any] = {}
+        self.others: dict[int, list[Any]] = {}
 
 
 def read_sample(
@@ -1057,18 +1053,31 @@ def _batch_sizes(engine: Engine, summary: WindowSummary) -> tuple[np.ndarray, np
     return id_array, size_array
 
 
-# PostgreSQL: the sampled rows' slices, one result row each (the batch's width is its ``numbers`` length
-# over its size: the layout's, without reading the layouts in SQL)
+# PostgreSQL: the sampled rows' slices in one result row, each column concatenated in sample order (the rows
+# come in the order of ``unnest``: ``ord``); a batch's width is its ``numbers`` length over its size (the
+# layout's, without reading the layouts in SQL); an output or vector the batch lacks is NaN
 _SLICES_SQL = """
-SELECT s.ord, p.layout,
-    substring(p.numbers from s.pos * (octet_length(p.numbers) / p.size) + 1
-              for octet_length(p.numbers) / p.size),
-    substring(p.outputs from s.pos * 8 + 1 for 8),
-    substring(p.vectors from s.pos * %(vector_bytes)s + 1 for %(vector_bytes)s),
-    p.inputs -> s.pos
+SELECT count(*),
+    string_agg(int4send(s.ord), ''::bytea ORDER BY s.ord),
+    string_agg(int8send(coalesce(p.layout, 0)), ''::bytea ORDER BY s.ord),
+    string_agg(int4send(coalesce(octet_length(p.numbers) / p.size, 0)), ''::bytea ORDER BY s.ord),
+    string_agg(
+        coalesce(substring(p.numbers from s.pos * (octet_length(p.numbers) / p.size) + 1
+                           for octet_length(p.numbers) / p.size), ''::bytea),
+        ''::bytea ORDER BY s.ord),
+    string_agg(
+        CASE WHEN octet_length(p.outputs) = 8 * p.size THEN substring(p.outputs from s.pos * 8 + 1 for 8)
+        ELSE %(nan)s END,
+        ''::bytea ORDER BY s.ord),
+    string_agg(CASE WHEN octet_length(p.vectors) = %(vector_bytes)s * p.size
+                    THEN substring(p.vectors from s.pos * %(vector_bytes)s + 1 for %(vector_bytes)s)
+               ELSE %(nan_vector)s END, ''::bytea ORDER BY s.ord) FILTER (WHERE %(vectors)s),
+    array_agg(s.ord ORDER BY s.ord) FILTER (WHERE p.inputs IS NOT NULL),
+    array_agg(p.inputs -> s.pos ORDER BY s.ord) FILTER (WHERE p.inputs IS NOT NULL)
 FROM unnest(%(ids)s::int8[], %(pos)s::int4[], %(ord)s::int4[]) AS s(id, pos, ord)
 JOIN prediction_batches p ON p.id = s.id AND p.model_name = %(model_name)s
 """
+_NAN = np.array([np.nan], dtype="<f8").tobytes()
 
 
 def _pg_rows(engine: Engine, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -1095,8 +1104,8 @@ def _pick_sliced(
     layouts: dict[int, typed.Layout],
     width: int | None,
 ) -> _Picked:
-    """The sampled rows' pieces from their slices (PostgreSQL)."""
-    picked = _Picked(log_ids.size)
+    """The sampled rows' pieces from their slices, in one result row (PostgreSQL)."""
+    picked = _Picked(log_ids.size, width)
     if not log_ids.size:
         return picked
     params = {
@@ -1104,30 +1113,47 @@ def _pick_sliced(
         "pos": places.tolist(),
         "ord": list(range(log_ids.size)),
         "model_name": summary.model_name,
+        "nan": _NAN,
         "vector_bytes": 8 * (width or 1),
+        "nan_vector": _NAN * (width or 1),
+        "vectors": bool(width),
     }
-    for i, layout, numbers, output, vector, doc in _pg_rows(engine, _SLICES_SQL, params):
-        picked.layouts[i] = None if layout is None else int(layout)
-        picked.numbers[i] = None if numbers is None else bytes(numbers)
-        picked.outputs[i] = None if output is None else bytes(output)
-        picked.vectors[i] = None if vector is None else bytes(vector)
-        picked.documents[i] = doc
+    (found, ords, layout_ids, widths, numbers, outputs, vectors, doc_ords, docs), *_ = _pg_rows(
+        engine, _SLICES_SQL, params
+    )
+    if not found:
+        return picked
+    at = np.frombuffer(bytes(ords), dtype=">i4").astype(np.int64)  # the rows found (a batch may be gone)
+    picked.layouts[at] = np.frombuffer(bytes(layout_ids), dtype=">i8")
+    row_widths = np.frombuffer(bytes(widths), dtype=">i4").astype(np.int64) // 8
+    picked.widths[at] = row_widths
+    picked.starts[at] = np.cumsum(row_widths) - row_widths
+    picked.numbers = np.frombuffer(bytes(numbers or b""), dtype="<f8")
+    picked.outputs[at] = np.frombuffer(bytes(outputs), dtype="<f8")
+    if picked.vectors is not None and width:
+        picked.vectors[at] = np.frombuffer(bytes(vectors or b""), dtype="<f8").reshape(-1, width)
+    picked.documents = dict(zip(doc_ords or [], docs or [], strict=True))
     texts = _rows_with_texts(picked, layouts)
     if texts:
         _fetch_texts(engine, summary, log_ids, places, texts, picked, layouts)
     return picked
 
 
+def _row(picked: _Picked, i: int) -> np.ndarray:
+    """Sampled row ``i``'s typed values."""
+    return picked.numbers[picked.starts[i] : picked.starts[i] + picked.widths[i]]
+
+
 def _rows_with_texts(picked: _Picked, layouts: dict[int, typed.Layout]) -> list[int]:
     """The sampled rows typed with a category outside their layout (their texts are read apart)."""
     out = []
-    for i, (layout_id, numbers) in enumerate(zip(picked.layouts, picked.numbers, strict=True)):
-        layout = layouts.get(layout_id) if layout_id is not None else None
-        if layout is None or numbers is None or not layout.categorical:
+    for layout_id in np.unique(picked.layouts[picked.widths > 0]).tolist():
+        layout = layouts.get(layout_id)
+        if layout is None or not layout.categorical:
             continue
-        codes = np.frombuffer(numbers, dtype="<f8")[len(layout.numeric) :]
-        if (codes == typed.OTHER).any():
-            out.append(i)
+        for i in np.flatnonzero((picked.layouts == layout_id) & (picked.widths == layout.width)).tolist():
+            if (_row(picked, i)[len(layout.numeric) :] == typed.OTHER).any():
+                out.append(i)
     return out
 
 
@@ -1180,7 +1206,7 @@ def _pick_whole(
     width: int | None,
 ) -> _Picked:
     """The sampled rows' pieces from their batches read whole (SQLite)."""
-    picked = _Picked(log_ids.size)
+    picked = _Picked(log_ids.size, width)
     log = PredictionBatch
     batches: dict[int, Any] = {}
     wanted = np.unique(log_ids).tolist()
@@ -1190,38 +1216,37 @@ def _pick_whole(
         ).where(log.model_name == summary.model_name, log.id.in_(wanted[lo : lo + 500]))
         with engine.connect() as conn:
             batches.update({int(r[0]): r for r in conn.execute(stmt)})
-    vector_bytes = 8 * (width or 1)
+    rows: list[np.ndarray] = []
+    start = 0
     for i, (batch_id, place) in enumerate(zip(log_ids.tolist(), places.tolist(), strict=True)):
+        if batch_id not in batches:  # gone since the window was summarized
+            continue
         _, size, layout_id, numbers, categories, outputs, vectors, inputs = batches[batch_id]
         numbers, outputs, vectors = as_bytes(numbers), as_bytes(outputs) or b"", as_bytes(vectors)
-        layout = layouts.get(int(layout_id)) if layout_id is not None else None
-        picked.layouts[i] = None if layout_id is None else int(layout_id)
-        if numbers is not None and layout is not None:
-            row = len(numbers) // int(size)
-            picked.numbers[i] = one = numbers[place * row : (place + 1) * row]
-            if (np.frombuffer(one, dtype="<f8")[len(layout.numeric) :] == typed.OTHER).any():
+        picked.layouts[i] = layout_id or 0
+        if numbers is not None and len(numbers) % (8 * int(size)) == 0:
+            row_width = len(numbers) // (8 * int(size))
+            rows.append(np.frombuffer(numbers, dtype="<f8")[place * row_width : (place + 1) * row_width])
+            picked.starts[i], picked.widths[i] = start, row_width
+            start += row_width
+            layout = layouts.get(int(layout_id)) if layout_id is not None else None
+            if layout is not None and (rows[-1][len(layout.numeric) :] == typed.OTHER).any():
                 picked.others[i] = _row_texts(layout, numbers, categories, int(size), place)
-        picked.outputs[i] = outputs[8 * place : 8 * place + 8]
-        if vectors is not None:
-            picked.vectors[i] = vectors[vector_bytes * place : vector_bytes * (place + 1)]
+        if len(outputs) == 8 * int(size):
+            picked.outputs[i] = np.frombuffer(outputs, dtype="<f8")[place]
+        if picked.vectors is not None and width and vectors is not None and len(vectors) == 8 * width * size:
+            picked.vectors[i] = np.frombuffer(vectors, dtype="<f8").reshape(int(size), width)[place]
         if inputs is not None:
             picked.documents[i] = _documents(inputs, int(size))[place]
+    picked.numbers = np.concatenate(rows) if rows else np.empty(0)
     return picked
 
 
 def _sample_answers(picked: _Picked, width: int | None) -> np.ndarray:
     """The sampled rows' answers: outputs ``[n]``, or vectors ``[n, width]`` (NaN where a row has none)."""
-    if width:
-        out = np.full((picked.n, width), np.nan)
-        for i, blob in enumerate(picked.vectors):
-            if blob is not None and len(blob) == 8 * width:
-                out[i] = np.frombuffer(blob, dtype="<f8")
-        return out
-    values = np.full(picked.n, np.nan)
-    for i, blob in enumerate(picked.outputs):
-        if blob is not None and len(blob) == 8:
-            values[i] = np.frombuffer(blob, dtype="<f8")[0]
-    return values
+    if width and picked.vectors is not None:
+        return picked.vectors
+    return picked.outputs
 
 
 def _sample_columns(
@@ -1235,34 +1260,45 @@ def _sample_columns(
     their documents, as :func:`_decode` decides (:func:`_kind`)."""
     nums = {name: np.full(picked.n, np.nan) for name in numeric}
     texts = {name: np.full(picked.n, None, dtype=object) for name in categorical}
-    by_layout: dict[int, list[int]] = {}
-    for i in range(picked.n):
-        layout_id, numbers, doc = picked.layouts[i], picked.numbers[i], picked.documents[i]
-        layout = layouts.get(layout_id) if layout_id is not None else None
-        if layout is not None and numbers is not None and (doc is None or _holds(layout, asked)):
-            by_layout.setdefault(layout.id, []).append(i)
+    typed_rows = np.zeros(picked.n, dtype=bool)
+    for layout_id in np.unique(picked.layouts[picked.widths > 0]).tolist():
+        layout = layouts.get(layout_id)
+        if layout is None:
             continue
+        mine = (picked.layouts == layout_id) & (picked.widths == layout.width)
+        if not _holds(layout, asked):  # rows whose batch holds documents are read from them
+            mine &= np.array([i not in picked.documents for i in range(picked.n)])
+        rows = np.flatnonzero(mine)
+        typed_rows[rows] = True
+        matrix = picked.numbers[picked.starts[rows][:, None] + np.arange(layout.width)]
+        _typed_values(layout, matrix, rows, [picked.others.get(i) for i in rows.tolist()], nums, texts)
+    for i in np.flatnonzero(~typed_rows).tolist():
+        doc = picked.documents.get(i)
         doc = doc if isinstance(doc, dict) else {}
         for name in numeric:
             nums[name][i] = _numeric_values([doc], name)[0]
         for name in categorical:
             texts[name][i] = _text(doc.get(name))
-    for layout_id, rows in by_layout.items():
-        layout = layouts[layout_id]
-        matrix = np.frombuffer(b"".join(picked.numbers[i] or b"" for i in rows), dtype="<f8")
-        matrix = matrix.reshape(len(rows), layout.width)
-        index = np.asarray(rows)
-        for j, name in enumerate(layout.numeric):
-            if name in nums:
-                nums[name][index] = matrix[:, j]
-        for j, name in enumerate(layout.categorical):
-            if name in texts:
-                texts[name][index] = _codes_to_text(
-                    layout, j, matrix[:, len(layout.numeric) + j], [picked.others.get(i) for i in rows]
-                )
     for values in texts.values():  # "" is missing, as the profile counts it
         values[values == ""] = None
     return nums, texts
+
+
+def _typed_values(
+    layout: typed.Layout,
+    matrix: np.ndarray,
+    rows: np.ndarray,
+    others: list[list[Any] | None],
+    nums: dict[str, np.ndarray],
+    texts: dict[str, np.ndarray],
+) -> None:
+    """Typed rows' values into the sample's columns (a feature the layout lacks stays missing)."""
+    for j, name in enumerate(layout.numeric):
+        if name in nums:
+            nums[name][rows] = matrix[:, j]
+    for j, name in enumerate(layout.categorical):
+        if name in texts:
+            texts[name][rows] = _codes_to_text(layout, j, matrix[:, len(layout.numeric) + j], others)
 
 
 def _text(value: Any) -> str | None:
