@@ -8,8 +8,9 @@ The log is the one ``bench/drift.py`` writes (25 features, 20 numeric and 5 cate
 ``prediction_batches`` row per request of ``--request-rows`` predictions; ``--labels`` of them labelled), in a
 scratch PostgreSQL schema dropped at the end. For each window (the last N predictions) it prints, median of
 ``--repeat`` runs, the wall and CPU seconds of: the window read and sketched without the sketch cache (every
-row read), the warm run with the sketch cache (the monitor's steady state: the same window again), and the
-sample read alone (``monitors.log_window.read_window_sample``: the batch sizes' index scan, the sampled
+row read), the warm run with the sketch cache (the monitor's steady state: the same window again), the same
+with ``sample_rows`` (the sample read on its own thread while the window is sketched), and the sample read
+alone (``monitors.log_window.read_window_sample``: the batch sizes' index scan, the sampled
 rows' slices, their labels). Then the profile: its JSON size and parse time with and without ``"sample"``,
 and the first access of ``Profile.sample``.
 """
@@ -97,6 +98,10 @@ def bench_windows(args: argparse.Namespace, profile: Any, request_rows: int) -> 
             read(cache=cache)  # cold: fills the cache
             wall, cpu, _ = timed(partial(read, cache=cache), args.repeat)
             show("read + sketch, warm sketch cache", wall, cpu, base)
+            warm = wall
+            wall, cpu, _ = timed(partial(read, cache=cache, sample_rows=args.sample_rows), args.repeat)
+            show("... with the sample (its own thread)", wall, cpu, base)
+            print(f"  {'':<40} {wall / warm:8.2f} x the warm run without the sample")
             sampled = partial(
                 read_window_sample, engine=db.engine, profile=profile, window=window, rows=args.sample_rows
             )

@@ -166,22 +166,53 @@ def read_window(
     model's probability vectors and their labels are read apart, in id order (:func:`_add_vectors`).
 
     ``sample_rows`` > 0: ``Window.sample`` holds a uniform sample of at most that many of the window's rows
-    (:func:`read_window_sample`)."""
-    window = _read_window(
-        engine=engine,
-        profile=profile,
-        model_name=model_name,
-        spec=spec,
-        threshold=threshold,
-        chunk_rows=chunk_rows,
-        now=now,
-        cache=cache,
-    )
-    if profile.task is Task.MULTICLASS:
-        _add_vectors(engine=engine, profile=profile, window=window, chunk_rows=chunk_rows)
-    if sample_rows > 0:
-        window.sample = read_window_sample(engine=engine, profile=profile, window=window, rows=sample_rows)
+    (:func:`read_window_sample`), read on a thread of its own from the moment the window's summary is known,
+    while the window is sketched."""
+    sampler = _Sampler(engine=engine, profile=profile, rows=sample_rows)
+    try:
+        window = _read_window(
+            engine=engine,
+            profile=profile,
+            model_name=model_name,
+            spec=spec,
+            threshold=threshold,
+            chunk_rows=chunk_rows,
+            now=now,
+            cache=cache,
+            sampler=sampler,
+        )
+        if profile.task is Task.MULTICLASS:
+            _add_vectors(engine=engine, profile=profile, window=window, chunk_rows=chunk_rows)
+        window.sample = sampler.result()
+    finally:
+        sampler.close()
     return window
+
+
+class _Sampler:
+    """A window's row sample, read on its own thread once the window's summary is known (:meth:`start`)."""
+
+    def __init__(self, *, engine: Engine, profile: Profile, rows: int) -> None:
+        self.engine, self.profile, self.rows = engine, profile, rows
+        self.pool: ThreadPoolExecutor | None = None
+        self.future: Future[RowSample | None] | None = None
+
+    def start(self, summary: WindowSummary) -> None:
+        """Begin reading the sample of the window ``summary`` describes (nothing without ``rows``)."""
+        if self.rows <= 0 or self.future is not None:
+            return
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dw-sample")
+        self.future = self.pool.submit(
+            _sample_of, engine=self.engine, profile=self.profile, summary=summary, rows=self.rows
+        )
+
+    def result(self) -> RowSample | None:
+        """The sample (None: not started, an empty window)."""
+        return None if self.future is None else self.future.result()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _summary_of(window: Window) -> WindowSummary | None:
@@ -203,7 +234,13 @@ def _summary_of(window: Window) -> WindowSummary | None:
 
 def sample_seed(window: Window) -> int:
     """The seed of a window's sample: the same window (model, id range, rows) draws the same rows."""
-    key = f"{window.model_name}|{window.first_id}|{window.last_id}|{window.skip}|{window.rows}".encode()
+    summary = _summary_of(window)
+    return 0 if summary is None else _seed(summary)
+
+
+def _seed(summary: WindowSummary) -> int:
+    s = summary
+    key = f"{s.model_name}|{s.first_id}|{s.last_id}|{s.skip}|{s.rows}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
 
 
@@ -214,12 +251,17 @@ def read_window_sample(*, engine: Engine, profile: Profile, window: Window, rows
     summary = _summary_of(window)
     if summary is None or rows <= 0:
         return None
+    return _sample_of(engine=engine, profile=profile, summary=summary, rows=rows)
+
+
+def _sample_of(*, engine: Engine, profile: Profile, summary: WindowSummary, rows: int) -> RowSample:
+    """:func:`read_window_sample` of the window ``summary`` describes."""
     numeric, categorical = _feature_names(profile)
     width = len(profile.class_probabilities) if profile.task is Task.MULTICLASS else None
     got = read_sample(
         engine=engine,
         summary=summary,
-        positions=uniform_positions(summary.rows, rows, seed=sample_seed(window)),
+        positions=uniform_positions(summary.rows, rows, seed=_seed(summary)),
         numeric=numeric,
         categorical=categorical,
         width=width or None,
@@ -258,9 +300,11 @@ def _read_window(
     chunk_rows: int,
     now: datetime | None,
     cache: SketchCache | None,
+    sampler: _Sampler,
 ) -> Window:
     if cache is not None:
         return _read_cached(
+            sampler=sampler,
             cache=cache,
             reader=_BlockReader.of(
                 engine=engine, profile=profile, threshold=threshold, chunk_rows=chunk_rows
@@ -272,6 +316,7 @@ def _read_window(
     summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
     if summary is None:
         return _empty_window(model_name=model_name, spec=spec, threshold=threshold)
+    sampler.start(summary)
     sketch = WindowSketch(threshold=threshold)
     count = 0
     # the labels are read apart, from the feedback alone, in one query (labels joined per range cost a
@@ -440,7 +485,13 @@ class _BlockReader:
 
 
 def _read_cached(
-    *, cache: SketchCache, reader: _BlockReader, model_name: str, spec: WindowSpec, now: datetime | None
+    *,
+    cache: SketchCache,
+    reader: _BlockReader,
+    model_name: str,
+    spec: WindowSpec,
+    now: datetime | None,
+    sampler: _Sampler | None = None,
 ) -> Window:
     """:func:`read_window` with the sketch cache. The summary's index scan (a quarter of a second for a
     million rows) leaves a core idle, so the newest blocks the cache does not hold are read meanwhile,
@@ -466,6 +517,8 @@ def _read_cached(
             for block in early.values():
                 block.count.cancel()
             return _empty_window(model_name=model_name, spec=spec, threshold=reader.threshold)
+        if sampler is not None:
+            sampler.start(summary)
         sketched = _sketch_blocks(
             cache=cache, key=key, stats=stats, summary=summary, reader=reader, pool=pool, early=early
         )
