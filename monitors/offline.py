@@ -417,11 +417,11 @@ def compare(
     min_rows: int,
     config: MonitorConfig,
     hint: str = "",
-    sample_rows: int = 0,
+    sample_rows: int | None = None,
 ) -> Comparison:
     """Compare the ``current`` file with a reference file (on ``schema``, or one inferred from the file) or
     a registered version's profile, after the checks of both sides: the drift report and both sides' row
-    samples (CURRENT's: at most ``sample_rows`` rows, uniformly; the setting ``monitor_sample_rows``).
+    samples (CURRENT's: at most ``sample_rows`` rows, uniformly; None: the setting ``monitor_sample_rows``).
 
     ``schema_source`` names the given schema in messages; ``hint`` ends the message of a comparison that
     the engine refuses (e.g. which config to check). Whatever stops the comparison raises
@@ -447,6 +447,10 @@ def compare(
             prediction=prediction,
             min_rows=min_rows,
         )
+    if sample_rows is None:
+        from core.config import get_settings
+
+        sample_rows = get_settings().monitor_sample_rows
     sketch = _current_side(
         current,
         sides,
