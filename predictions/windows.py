@@ -20,6 +20,10 @@ in two steps:
    one is counted (PostgreSQL). Each chunk also counts its predictions by their batch's ``source`` (``serve``,
    ``ingest``, ``cloudevents``, ``import``) from the batches' sizes (``Chunk.sources``), with no other read.
 
+A sample of a window's raw rows (:func:`read_sample`: the rows at chosen places, each numeric and
+categorical value, the answers, the labels) maps the places to batches by the running sum of the window's
+batch sizes and reads, on PostgreSQL, only those rows' slices of the batches' binary columns.
+
 The labels (:func:`labelled_arrays`) are read from ``prediction_feedback`` alone: each label carries its
 prediction's batch id, position, output, version and status, so a window's labels are a range of the
 feedback's ``(model_name, log_id)`` index. Chunks can carry them too (``labels=True``: scattered by batch id
