@@ -225,8 +225,8 @@ class Settings(BaseSettings):
         default=20_000,
         ge=0,
         description="Rows of each monitor window read raw, drawn uniformly (seeded by the window), for "
-        "root-cause analysis: harmful drift, attribution, segments, weak slices; also the rows of CURRENT "
-        "`driftwarden drift` keeps (0: no sample).",
+        "root-cause analysis: harmful drift, attribution, segments, weak slices; also the most rows of "
+        "CURRENT that `driftwarden drift`'s comparison keeps (monitors.offline.compare; 0: no sample).",
     )
     monitor_sketch_block_ids: int = Field(
         default=65_536,
