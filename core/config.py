@@ -221,6 +221,13 @@ class Settings(BaseSettings):
         "monitor_window_sketches) and merge the stored counts, so a run reads only new or changed blocks, "
         "the window's edges and the labelled rows (off: every run recounts the whole window).",
     )
+    monitor_sample_rows: int = Field(
+        default=20_000,
+        ge=0,
+        description="Rows of each monitor window read raw, drawn uniformly (seeded by the window), for "
+        "root-cause analysis: harmful drift, attribution, segments, weak slices; also the most rows of "
+        "CURRENT that `driftwarden drift`'s comparison keeps (monitors.offline.compare; 0: no sample).",
+    )
     monitor_sketch_block_ids: int = Field(
         default=65_536,
         ge=1024,

@@ -245,6 +245,7 @@ def run_monitor(
         chunk_rows=settings.monitor_chunk_rows,
         now=now,
         cache=sketch_cache(db=db, settings=settings),
+        sample_rows=settings.monitor_sample_rows,
     )
     if window.rows < settings.monitor_min_rows:
         raise EmptyWindow(

@@ -18,6 +18,7 @@ labelled rows of the whole window. See docs/monitoring.md, "The sketch cache".
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
+from monitors.rows import RowSample, uniform_positions
 from monitors.service import (
     CachedBlock,
     SketchKey,
@@ -60,6 +62,7 @@ from predictions.windows import (
     narrow,
     newest_id,
     read_chunks,
+    read_sample,
     read_vectors,
     summarize_blocks,
     summarize_window,
@@ -108,6 +111,7 @@ class Window:
     cached_blocks: int | None = None  # with the sketch cache: blocks taken from it
     counted_blocks: int | None = None  # with the sketch cache: blocks read (the edges, new or changed ones)
     cache_seconds: dict[str, float] | None = None  # with the sketch cache: wall seconds per step
+    sample: RowSample | None = None  # a uniform sample of the window's rows (read_window's sample_rows)
 
     @property
     def rows_by_source(self) -> dict[str, int]:
@@ -155,32 +159,67 @@ def read_window(
     chunk_rows: int = CHUNK_ROWS,
     now: datetime | None = None,
     cache: SketchCache | None = None,
+    sample_rows: int = 0,
 ) -> Window:
     """Read one model's window from the prediction log in chunks and sketch it on ``profile``'s grids
     (``cache``: merge the stored counts of sealed blocks); a multi-class
-    model's probability vectors and their labels are read apart, in id order (:func:`_add_vectors`)."""
-    window = _read_window(
-        engine=engine,
-        profile=profile,
-        model_name=model_name,
-        spec=spec,
-        threshold=threshold,
-        chunk_rows=chunk_rows,
-        now=now,
-        cache=cache,
-    )
-    if profile.task is Task.MULTICLASS:
-        _add_vectors(engine=engine, profile=profile, window=window, chunk_rows=chunk_rows)
+    model's probability vectors and their labels are read apart, in id order (:func:`_add_vectors`).
+
+    ``sample_rows`` > 0: ``Window.sample`` holds a uniform sample of at most that many of the window's rows
+    (:func:`read_window_sample`), read on a thread of its own from the moment the window's summary is known,
+    while the window is sketched."""
+    sampler = _Sampler(engine=engine, profile=profile, rows=sample_rows)
+    try:
+        window = _read_window(
+            engine=engine,
+            profile=profile,
+            model_name=model_name,
+            spec=spec,
+            threshold=threshold,
+            chunk_rows=chunk_rows,
+            now=now,
+            cache=cache,
+            sampler=sampler,
+        )
+        if profile.task is Task.MULTICLASS:
+            _add_vectors(engine=engine, profile=profile, window=window, chunk_rows=chunk_rows)
+        window.sample = sampler.result()
+    finally:
+        sampler.close()
     return window
 
 
-def _add_vectors(*, engine: Engine, profile: Profile, window: Window, chunk_rows: int) -> None:
-    """Count a multi-class window's vectors and labels into its sketch (``MulticlassCounts``)."""
-    width = len(profile.class_probabilities)
-    if window.first_id is None or window.last_id is None or not window.rows or width == 0:
-        return
-    # the window's rows: its id range, answered, of its model (and version), logged since its first row
-    summary = WindowSummary(
+class _Sampler:
+    """A window's row sample, read on its own thread once the window's summary is known (:meth:`start`)."""
+
+    def __init__(self, *, engine: Engine, profile: Profile, rows: int) -> None:
+        self.engine, self.profile, self.rows = engine, profile, rows
+        self.pool: ThreadPoolExecutor | None = None
+        self.future: Future[RowSample | None] | None = None
+
+    def start(self, summary: WindowSummary) -> None:
+        """Begin reading the sample of the window ``summary`` describes (nothing without ``rows``)."""
+        if self.rows <= 0 or self.future is not None:
+            return
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dw-sample")
+        self.future = self.pool.submit(
+            _sample_of, engine=self.engine, profile=self.profile, summary=summary, rows=self.rows
+        )
+
+    def result(self) -> RowSample | None:
+        """The sample (None: not started, an empty window)."""
+        return None if self.future is None else self.future.result()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _summary_of(window: Window) -> WindowSummary | None:
+    """The summary a window was read by (None: the window is empty)."""
+    if window.first_id is None or window.last_id is None or not window.rows:
+        return None
+    return WindowSummary(
         model_name=window.model_name,
         spec=window.spec,
         rows=window.rows,
@@ -191,6 +230,58 @@ def _add_vectors(*, engine: Engine, profile: Profile, window: Window, chunk_rows
         since=window.since,
         skip=window.skip,
     )
+
+
+def sample_seed(window: Window) -> int:
+    """The seed of a window's sample: the same window (model, id range, rows) draws the same rows."""
+    summary = _summary_of(window)
+    return 0 if summary is None else _seed(summary)
+
+
+def _seed(summary: WindowSummary) -> int:
+    s = summary
+    key = f"{s.model_name}|{s.first_id}|{s.last_id}|{s.skip}|{s.rows}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+
+
+def read_window_sample(*, engine: Engine, profile: Profile, window: Window, rows: int) -> RowSample | None:
+    """A uniform sample of at most ``rows`` of the window's rows (:func:`monitors.rows.uniform_positions`,
+    seeded by :func:`sample_seed`): the profile's features, the answers (a multi-class model's vectors) and
+    the labels from the feedback; None for an empty window."""
+    summary = _summary_of(window)
+    if summary is None or rows <= 0:
+        return None
+    return _sample_of(engine=engine, profile=profile, summary=summary, rows=rows)
+
+
+def _sample_of(*, engine: Engine, profile: Profile, summary: WindowSummary, rows: int) -> RowSample:
+    """:func:`read_window_sample` of the window ``summary`` describes."""
+    numeric, categorical = _feature_names(profile)
+    width = len(profile.class_probabilities) if profile.task is Task.MULTICLASS else None
+    got = read_sample(
+        engine=engine,
+        summary=summary,
+        positions=uniform_positions(summary.rows, rows, seed=_seed(summary)),
+        numeric=numeric,
+        categorical=categorical,
+        width=width or None,
+    )
+    values = {**got.numeric, **got.categorical}
+    return RowSample(
+        columns={name: values[name] for name in profile.features},
+        kinds={name: feature.kind for name, feature in profile.features.items()},
+        predictions=got.predictions,
+        labels=got.labels if np.isfinite(got.labels).any() else None,
+        population=got.population,
+    )
+
+
+def _add_vectors(*, engine: Engine, profile: Profile, window: Window, chunk_rows: int) -> None:
+    """Count a multi-class window's vectors and labels into its sketch (``MulticlassCounts``)."""
+    width = len(profile.class_probabilities)
+    summary = _summary_of(window)
+    if summary is None or width == 0:
+        return
     counts = MulticlassCounts(width)
     sketch = window.sketch
     for vectors, labels in read_vectors(engine=engine, summary=summary, width=width, chunk_rows=chunk_rows):
@@ -209,9 +300,11 @@ def _read_window(
     chunk_rows: int,
     now: datetime | None,
     cache: SketchCache | None,
+    sampler: _Sampler,
 ) -> Window:
     if cache is not None:
         return _read_cached(
+            sampler=sampler,
             cache=cache,
             reader=_BlockReader.of(
                 engine=engine, profile=profile, threshold=threshold, chunk_rows=chunk_rows
@@ -223,6 +316,7 @@ def _read_window(
     summary = summarize_window(engine=engine, model_name=model_name, spec=spec, now=now)
     if summary is None:
         return _empty_window(model_name=model_name, spec=spec, threshold=threshold)
+    sampler.start(summary)
     sketch = WindowSketch(threshold=threshold)
     count = 0
     # the labels are read apart, from the feedback alone, in one query (labels joined per range cost a
@@ -391,7 +485,13 @@ class _BlockReader:
 
 
 def _read_cached(
-    *, cache: SketchCache, reader: _BlockReader, model_name: str, spec: WindowSpec, now: datetime | None
+    *,
+    cache: SketchCache,
+    reader: _BlockReader,
+    model_name: str,
+    spec: WindowSpec,
+    now: datetime | None,
+    sampler: _Sampler | None = None,
 ) -> Window:
     """:func:`read_window` with the sketch cache. The summary's index scan (a quarter of a second for a
     million rows) leaves a core idle, so the newest blocks the cache does not hold are read meanwhile,
@@ -417,6 +517,8 @@ def _read_cached(
             for block in early.values():
                 block.count.cancel()
             return _empty_window(model_name=model_name, spec=spec, threshold=reader.threshold)
+        if sampler is not None:
+            sampler.start(summary)
         sketched = _sketch_blocks(
             cache=cache, key=key, stats=stats, summary=summary, reader=reader, pool=pool, early=early
         )

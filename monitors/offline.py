@@ -37,12 +37,16 @@ from core.tabular import (
 )
 from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
 from monitors.profile import WORKERS, Profile, build_reference_profile, profile_from_dict
+from monitors.reservoir import RowReservoir
+from monitors.rows import RowSample
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Task, infer_feature
 
 if TYPE_CHECKING:  # types only; monitors.window is imported when sketching: it loads the statistics
     from monitors.config import MonitorConfig
     from monitors.report import DriftReport
     from monitors.window import WindowSketch
+
+CURRENT_SAMPLE_SEED = 0  # the seed of CURRENT's row sample: the same file gives the same rows
 
 
 @dataclass
@@ -261,11 +265,14 @@ def sketch_current(
     numeric_target: bool = False,
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = CSV_BLOCK_BYTES,
+    reservoir: RowReservoir | None = None,
 ) -> tuple[FileFacts, WindowSketch | None]:
     """Read the current file batch by batch: gather its facts and fold it into a sketch on ``profile``.
 
     Each batch's features are counted on up to :data:`monitors.profile.WORKERS` threads while a thread
     reads the next batch. Without a profile (the reference failed its checks) only the facts are gathered.
+    With a ``reservoir``, the rows (features, ``prediction``, ``labels``) are offered to it as well (it is
+    reset when the file is read again from its start).
     ``labels`` are counted only with a prediction column, as :func:`monitors.engine.compare` counts them;
     the facts keep the distinct values of ``target`` (the checked label column; its range with
     ``numeric_target``) and the range of ``prediction``.
@@ -284,6 +291,8 @@ def sketch_current(
         sketch: WindowSketch | None
 
     def start() -> State:
+        if reservoir is not None:
+            reservoir.reset()
         facts = FileFacts(names=stream.names)
         facts.columns = {name: _facts(name, target, prediction, numeric_target) for name in keep}
         return State(facts=facts, sketch=None if profile is None else WindowSketch(threshold=threshold))
@@ -295,14 +304,13 @@ def sketch_current(
             state.facts.columns[name].add(values)
         if state.sketch is None or profile is None:
             return
-        state.sketch.update(
-            profile,
-            {name: batch[name] for name in features},
-            predictions=None if prediction is None else as_float(batch[prediction]),
-            labels=None if labels is None else as_float(batch[labels]),
-            pool=pool,
-        )
+        columns = {name: batch[name] for name in features}
+        answers = None if prediction is None else as_float(batch[prediction])
+        found = None if labels is None else as_float(batch[labels])
+        state.sketch.update(profile, columns, predictions=answers, labels=found, pool=pool)
         state.sketch.rows = state.facts.rows
+        if reservoir is not None:
+            reservoir.add(columns, predictions=answers, labels=found)
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sketch") as pool:
         state = fold_batches(stream, columns=keep, start=start, add=add)
@@ -340,6 +348,12 @@ class _Sides:
     profile: Profile | None = None
     failure: Exception | None = None
     ignored: list[str] = field(default_factory=list)  # CURRENT's columns that are not compared
+    current_sample: RowSample | None = None  # a uniform sample of CURRENT's rows (sketch_current's reservoir)
+
+    @property
+    def reference_sample(self) -> RowSample | None:
+        """The reference's row sample: the registered profile's, or the one built from REFERENCE's rows."""
+        return None if self.profile is None else self.profile.sample
 
     @property
     def task(self) -> Task:
@@ -349,6 +363,18 @@ class _Sides:
     @property
     def classes(self) -> tuple[str, ...]:
         return () if self.schema is None else self.schema.classes
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`compare` found: the drift report, the reference profile and contract compared with, and
+    the row samples of both sides (the reference profile's, and CURRENT's: None with ``sample_rows=0``)."""
+
+    report: DriftReport
+    profile: Profile
+    schema: ModelSchema
+    reference_sample: RowSample | None
+    current_sample: RowSample | None
 
 
 def compare_files(
@@ -364,7 +390,38 @@ def compare_files(
     hint: str = "",
 ) -> DriftReport:
     """Compare the ``current`` file with a reference file (on ``schema``, or one inferred from the file) or
-    a registered version's profile, after the checks of both sides: the drift report.
+    a registered version's profile, after the checks of both sides: the drift report (:func:`compare`'s,
+    without a sample of CURRENT)."""
+    return compare(
+        current,
+        reference=reference,
+        schema=schema,
+        schema_source=schema_source,
+        target=target,
+        prediction=prediction,
+        min_rows=min_rows,
+        config=config,
+        hint=hint,
+        sample_rows=0,
+    ).report
+
+
+def compare(
+    current: Path,
+    *,
+    reference: Path | RegisteredReference,
+    schema: ModelSchema | None,
+    schema_source: str,
+    target: str | None,
+    prediction: str | None,
+    min_rows: int,
+    config: MonitorConfig,
+    hint: str = "",
+    sample_rows: int | None = None,
+) -> Comparison:
+    """Compare the ``current`` file with a reference file (on ``schema``, or one inferred from the file) or
+    a registered version's profile, after the checks of both sides: the drift report and both sides' row
+    samples (CURRENT's: at most ``sample_rows`` rows, uniformly; None: the setting ``monitor_sample_rows``).
 
     ``schema_source`` names the given schema in messages; ``hint`` ends the message of a comparison that
     the engine refuses (e.g. which config to check). Whatever stops the comparison raises
@@ -390,8 +447,18 @@ def compare_files(
             prediction=prediction,
             min_rows=min_rows,
         )
+    if sample_rows is None:
+        from core.config import get_settings
+
+        sample_rows = get_settings().monitor_sample_rows
     sketch = _current_side(
-        current, sides, target=target, prediction=prediction, min_rows=min_rows, config=config
+        current,
+        sides,
+        target=target,
+        prediction=prediction,
+        min_rows=min_rows,
+        config=config,
+        sample_rows=sample_rows,
     )
     failed = f"cannot compare CURRENT {current} with {sides.source}"
     if sides.failure is not None:
@@ -404,7 +471,14 @@ def compare_files(
     except (ValueError, TypeError) as exc:
         raise Invalid(f"{failed}: {exc}{hint}") from None
     report.ignored_columns = sides.ignored
-    return report
+    assert sides.schema is not None  # a profile was built or registered on it
+    return Comparison(
+        report=report,
+        profile=sides.profile,
+        schema=sides.schema,
+        reference_sample=sides.reference_sample,
+        current_sample=sides.current_sample,
+    )
 
 
 def _check_task_options(
@@ -510,11 +584,17 @@ def _current_side(
     prediction: str | None,
     min_rows: int,
     config: MonitorConfig,
+    sample_rows: int = 0,
 ) -> WindowSketch | None:
     """Read the current file into a sketch (when the reference passed and gave a profile) and check it and
-    the options against both sides; raise every finding."""
+    the options against both sides; raise every finding. ``sample_rows`` > 0: ``sides.current_sample``
+    keeps a uniform sample of at most that many of its rows (:class:`monitors.reservoir.RowReservoir`)."""
     where = f"CURRENT {path}"
     features = [] if sides.schema is None else sides.schema.feature_names
+    reservoir = None
+    if sides.schema is not None and sample_rows > 0:
+        kinds = {spec.name: spec.kind for spec in sides.schema.features}
+        reservoir = RowReservoir(kinds, rows=sample_rows, seed=CURRENT_SAMPLE_SEED)
     facts, sketch = sketch_current(
         path,
         profile=sides.profile if not sides.findings and sides.failure is None else None,
@@ -524,7 +604,10 @@ def _current_side(
         target=target,
         threshold=config.classification_threshold,
         numeric_target=sides.task is Task.REGRESSION,
+        reservoir=reservoir,
     )
+    if reservoir is not None and sketch is not None:
+        sides.current_sample = reservoir.sample()
     if sides.schema is not None:
         compared = {*features, target, prediction, sides.label}
         sides.ignored = [name for name in facts.names if name not in compared]

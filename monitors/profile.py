@@ -39,6 +39,7 @@ import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,8 @@ import numpy as np
 
 from core.tabular import CodedColumn, Column, as_float, value_counts
 from monitors.binning import count_sorted
+from monitors.reservoir import sample_texts
+from monitors.rows import RowSample, sample_from_dict, uniform_positions
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, Task
 
 PROFILE_FORMAT = "driftwarden.profile/1"
@@ -59,6 +62,10 @@ CALIBRATION_BINS = 20
 SPREAD_CHUNK_ROWS = 500  # labelled rows per chunk at least (fewer chunks when there are fewer rows)
 SPREAD_MAX_CHUNKS = 50  # more chunks, a closer estimate of the sd (relative error ~ 1 / sqrt(2 (chunks - 1)))
 SPREAD_MIN_CHUNKS = 5  # fewer chunks than this: no performance spread
+REFERENCE_SAMPLE_ROWS = (
+    5_000  # rows of the reference kept raw (``profile["sample"]``) for root-cause analysis
+)
+REFERENCE_SAMPLE_SEED = 0
 
 
 def _cores() -> int:
@@ -163,6 +170,13 @@ class Profile:
     predicted_class: CategoricalProfile | None = None  # multi-class: the predicted class names
     loss_model: dict[str, Any] | None = None  # regression: the direct-loss-estimation model
     performance_spread: dict[str, Any] | None = None  # sd of each metric across reference chunks
+    sample_data: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)  # as stored
+
+    @cached_property
+    def sample(self) -> RowSample | None:
+        """The reference's row sample (:func:`reference_sample`), parsed on first use; None for a profile
+        built before profiles kept one."""
+        return None if self.sample_data is None else sample_from_dict(self.sample_data)
 
     @property
     def surrogate(self) -> dict[str, Any] | None:
@@ -367,18 +381,90 @@ def _calibration(predictions: np.ndarray, labels: np.ndarray) -> dict[str, list[
     return {"mean_prediction": mean_p, "mean_label": [float(v) for v in fitted]}
 
 
+def _sample_labels(labels: np.ndarray | None, index: np.ndarray) -> np.ndarray | None:
+    """The sampled rows' labels as float64 (NaN: none); None without labels or with labels that are not
+    numbers."""
+    if labels is None:
+        return None
+    try:
+        return np.asarray(np.asarray(labels).reshape(-1)[index], dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def reference_sample(
+    columns: Mapping[str, Column],
+    schema: ModelSchema,
+    *,
+    predictions: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+    rows: int = REFERENCE_SAMPLE_ROWS,
+    seed: int = REFERENCE_SAMPLE_SEED,
+) -> RowSample:
+    """A uniform sample of at most ``rows`` of the reference's rows (:func:`monitors.rows.uniform_positions`,
+    seeded): the schema's features, the model's answers (NaN without them) and the labels where given;
+    ``population`` is the number of rows it is drawn from.
+
+    ``predictions`` and ``labels`` must belong to the same rows as ``columns``."""
+    n = max((len(columns[spec.name]) for spec in schema.features), default=0)
+    if predictions is not None and len(predictions) != n:
+        raise ValueError(f"{len(predictions)} predictions for {n} rows of features")
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"{len(labels)} labels for {n} rows of features")
+    index = uniform_positions(n, rows, seed=seed)
+    sampled: dict[str, np.ndarray] = {}
+    for spec in schema.features:
+        values = columns[spec.name][index]
+        numeric = spec.kind is FeatureKind.NUMERIC
+        sampled[spec.name] = as_float(values).astype(np.float64) if numeric else sample_texts(values)
+    answers: np.ndarray = (
+        np.full(index.size, np.nan)
+        if predictions is None
+        else np.asarray(predictions, dtype=np.float64)[index]
+    )
+    if answers.ndim == 2 and answers.shape[1] == 1:  # a binary model's [n, 1] answers
+        answers = answers.reshape(-1)
+    return RowSample(
+        columns=sampled,
+        kinds={spec.name: spec.kind for spec in schema.features},
+        predictions=answers,
+        labels=_sample_labels(labels, index),
+        population=n,
+    )
+
+
+def _own_sample(
+    cols: Mapping[str, Column],
+    schema: ModelSchema,
+    *,
+    predictions: np.ndarray | None,
+    labels: np.ndarray | None,
+) -> RowSample:
+    """:func:`reference_sample` of the profiled rows; the features alone (answers NaN, no labels) when the
+    predictions are not of those rows and the caller gave no sample of its own."""
+    n = max((len(c) for c in cols.values()), default=0)
+    if predictions is not None and len(predictions) != n:
+        predictions, labels = None, None
+    return reference_sample(cols, schema, predictions=predictions, labels=labels)
+
+
 def build_reference_profile(
     columns: Mapping[str, Column],
     schema: ModelSchema,
     *,
     predictions: np.ndarray | None = None,
     labels: np.ndarray | None = None,
+    sample: RowSample | None = None,
 ) -> dict[str, Any]:
     """Build the JSON-serialisable reference profile of ``columns`` under ``schema``.
 
     Text columns may be :class:`core.tabular.CodedColumn` (counted by their codes). The features and the
     PCA are summarised on up to :data:`WORKERS` threads (numpy sorts and reductions release the GIL), each
     on its own, so the profile does not depend on how many there are.
+
+    ``"sample"`` keeps :func:`reference_sample` of ``columns`` (with ``predictions`` and ``labels``), or
+    ``sample`` when given: the caller's sample of the rows its predictions belong to (training profiles the
+    training rows but predicts the held-out ones).
     """
     for spec in schema.features:
         if spec.name not in columns:
@@ -420,6 +506,7 @@ def build_reference_profile(
         "calibration": None,
         "multivariate": multivariate,
         "performance_spread": None,
+        "sample": (sample or _own_sample(cols, schema, predictions=predictions, labels=labels)).as_dict(),
     }
     if predictions is not None and schema.kind is Task.MULTICLASS:
         out.update(_multiclass_outputs(predictions, labels, schema.classes))
@@ -632,6 +719,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
         "calibration",
         "multivariate",
         "performance_spread",
+        "sample",
     }
     classes = data.get("classes") or {}
     predicted = classes.get("predicted")
@@ -650,6 +738,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
         predicted_class=_categorical_from_dict(predicted) if predicted else None,
         loss_model=data.get("loss_model"),
         performance_spread=data.get("performance_spread"),
+        sample_data=data.get("sample"),
     )
 
 

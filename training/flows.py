@@ -17,7 +17,7 @@ import numpy as np
 from core.config import Settings, get_settings
 from core.database import Database
 from monitors.performance import metrics_for
-from monitors.profile import build_reference_profile
+from monitors.profile import build_reference_profile, reference_sample
 from registry.models import ModelVersion
 from registry.schema import Task
 from registry.service import latest_version
@@ -97,8 +97,13 @@ def run_training(
         calibration = {"calibration": {"method": "platt", "scale": round(scale, 6), "shift": round(shift, 6)}}
     outputs = predict(module, data.holdout_inputs)
     metrics = evaluate(task, y_true=data.holdout_y, predictions=outputs, classes=data.schema.classes)
+    # the features are profiled on the training rows, the answers on the held-out rows: the row sample is
+    # of the held-out rows, whose features, answers and labels belong together
+    held_out = reference_sample(
+        data.holdout_columns or data.holdout_inputs, data.schema, predictions=outputs, labels=data.holdout_y
+    )
     profile = build_reference_profile(
-        data.train_columns, data.schema, predictions=outputs, labels=data.holdout_y
+        data.train_columns, data.schema, predictions=outputs, labels=data.holdout_y, sample=held_out
     )
     seconds = time.monotonic() - t0
     with db.session() as session:

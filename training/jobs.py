@@ -103,6 +103,7 @@ class PreparedData:
     train_y: np.ndarray
     holdout_inputs: dict[str, np.ndarray]
     holdout_y: np.ndarray
+    holdout_columns: Columns = field(default_factory=dict)  # the held-out rows' raw feature columns
 
     @property
     def train_rows(self) -> int:
@@ -252,6 +253,7 @@ def prepare(job: TrainingRunSpec) -> PreparedData:
         train_y=train_y.astype(np.float32),
         holdout_inputs=raw_inputs(hold_cols, schema),
         holdout_y=holdout_y,
+        holdout_columns={k: v for k, v in hold_cols.items() if k != job.target},
     )
 
 
