@@ -131,7 +131,7 @@ def _reference_from_version(spec: str) -> RegisteredReference:
             f"--reference-version {spec}: its profile or schema under {path / 'driftwarden'} is unreadable "
             f"({type(exc).__name__}: {exc})"
         ) from None
-    return RegisteredReference(ref=spec, profile=profile, schema=schema)
+    return RegisteredReference(ref=spec, profile=profile, schema=schema, path=path)
 
 
 def _check_outputs(json_out: Path | None, html_out: Path | None) -> None:
@@ -243,14 +243,14 @@ def drift_cmd(
     """
     _numpy_settings()  # before numpy loads
     from core.config import get_settings
-    from monitors.offline import compare_files
+    from monitors.offline import compare, explain_comparison
 
     _check_outputs(json_out, html_out)
     config = _monitor_config(config_file, alpha=alpha, drift_share=drift_share)
     minimum = min_rows or get_settings().drift_min_rows
     schema = _read_schema(schema_file) if schema_file is not None else None
     current, reference = _drift_sides(files, reference_version=reference_version)
-    report = compare_files(
+    compared = compare(
         current,
         reference=reference,
         schema=schema,
@@ -261,6 +261,8 @@ def drift_cmd(
         config=config,
         hint=f" (check --config {config_file})" if config_file is not None else "",
     )
+    version_dir = None if isinstance(reference, Path) else reference.path
+    report = explain_comparison(compared, config=config, version_dir=version_dir)
     _show_drift(report, current=current, json_out=json_out, html_out=html_out)
     raise typer.Exit(code=1 if report.drifted else 0)
 

@@ -29,11 +29,13 @@ from core.times import utc_in_range
 from monitors.config import MonitorConfig, config_path, load_config, parse_config, save_config, stored_form
 from monitors.engine import evaluate
 from monitors.findings import finding_from_dict, headline
+from monitors.horizon import run_alpha
 from monitors.html import render_html
 from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import MonitorRun
 from monitors.profile import Profile, profile_from_dict
 from monitors.report import DriftReport, report_from_dict
+from monitors.rows import Predictor
 from monitors.service import latest_run, list_runs, prune_models, record_run
 from predictions.windows import WindowSpec
 from registry.models import ModelVersion
@@ -225,6 +227,35 @@ def evaluate_window(
         ) from None
 
 
+def explain_run(
+    report: DriftReport,
+    *,
+    version: ModelVersion,
+    profile: Profile,
+    window: Window,
+    config: MonitorConfig,
+    every_s: float | None,
+) -> DriftReport:
+    """Add why the drift matters to a run's report (:func:`monitors.explain.explain`): the version's own model
+    or its surrogate answers the attribution, loaded only when a feature drifted."""
+    from monitors.explain import explain
+    from monitors.predictors import predictor_for
+
+    path = Path(version.path)
+
+    def predictor() -> Predictor | None:
+        try:
+            schema = read_schema(path=path)
+        except (OSError, ValueError):  # a version folder without its contract: the surrogate alone
+            schema = None
+        return predictor_for(version_dir=path, profile=profile, schema=schema)
+
+    level = run_alpha(alpha=config.alpha, budget=config.false_alarms_per_30d, every_s=every_s)
+    return explain(
+        report, profile=profile, window=window.sample, predictor=predictor, config=config, level=level
+    )
+
+
 def run_monitor(
     *,
     db: Database,
@@ -252,12 +283,11 @@ def run_monitor(
             f"the window of {model_name}:{version.version} ({spec.describe()}) holds {window.rows} answered "
             f"predictions, fewer than the minimum of {settings.monitor_min_rows}"
         )
+    every_s = interval_of(settings=settings, config=config)
     report = evaluate_window(
-        Prepared(version, profile, config, where),
-        window,
-        model_name=model_name,
-        every_s=interval_of(settings=settings, config=config),
+        Prepared(version, profile, config, where), window, model_name=model_name, every_s=every_s
     )
+    explain_run(report, version=version, profile=profile, window=window, config=config, every_s=every_s)
     with db.session() as session:
         run = record_run(
             session=session,

@@ -330,6 +330,7 @@ class RegisteredReference:
     ref: str
     profile: Profile
     schema: ModelSchema
+    path: Path | None = None  # the version's folder (its model answers the attribution)
 
 
 @dataclass
@@ -631,3 +632,23 @@ def _current_side(
     )
     raise_findings(findings)
     return sketch
+
+
+def explain_comparison(
+    comparison: Comparison, *, config: MonitorConfig, version_dir: Path | None
+) -> DriftReport:
+    """The comparison's report with why its drift matters (:func:`monitors.explain.explain`): the version's
+    model answers the attribution when ``version_dir`` holds one, else the surrogate fitted on the reference's
+    answers (a reference file with a prediction column); a one-off comparison tests at ``config.alpha``."""
+    from monitors.explain import explain
+    from monitors.predictors import predictor_for
+
+    profile = comparison.profile
+    return explain(
+        comparison.report,
+        profile=profile,
+        window=comparison.current_sample,
+        predictor=lambda: predictor_for(version_dir=version_dir, profile=profile, schema=comparison.schema),
+        config=config,
+        level=config.alpha,
+    )
