@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -15,6 +15,10 @@ from monitors.drift.base import Correction
 from monitors.drift.catalog import TESTS, lookup
 from registry.schema import FeatureKind
 
+HarmMetric = Literal[
+    "roc_auc", "accuracy", "f1", "precision", "recall", "macro_f1", "log_loss", "mae", "rmse", "r2"
+]
+"""The metrics harmful drift can judge (those of ``alerts.specs.Metric``)."""
 MAX_WINDOW_MINUTES = 3_660 * 24 * 60  # ten years: a longer time window is every prediction anyway
 
 
@@ -83,6 +87,26 @@ class MonitorConfig(BaseModel):
         le=MAX_WINDOW_MINUTES,
         description="Window of this model: the predictions logged in the last T minutes (alone: no row "
         "limit). Neither set: the server's default window.",
+    )
+    harm_metric: HarmMetric | None = Field(
+        default=None,
+        description="The metric harmful drift judges (monitors/harm.py); None: the task's own, roc_auc for a "
+        "binary classifier, macro_f1 for a multi-class one, rmse for a regression.",
+    )
+    harm_tolerance: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="How much worse than the reference the window's performance may be before drift is "
+        "harmful: absolute for a metric that falls when the model gets worse (None: 0.02), a share of the "
+        "reference's value for one that grows, rmse, mae, log_loss (None: 0.05, 5 %).",
+    )
+    harm_min_labels: int = Field(
+        default=500,
+        ge=1,
+        le=1_000_000_000,
+        description="Labelled rows a window needs for harmful drift to judge its realised performance; "
+        "fewer: the label-free estimate (CBPE, DLE).",
     )
     interval_s: float | None = Field(
         default=None,
