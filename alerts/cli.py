@@ -41,7 +41,8 @@ webhooks_app = typer.Typer(
 RULES_EPILOG = (
     "A rules file is YAML: models: {<model or '*'>: [{name, kind, params, severity, for, labels, "
     "annotations, actions}]}; kinds: dataset_drift, feature_drift, prediction_drift, performance, "
-    "estimated_performance, data_quality, concept_drift, health, retrain_rejected. See docs/alerts.md."
+    "estimated_performance, data_quality, concept_drift, harmful_drift, health, retrain_rejected. See "
+    "docs/alerts.md."
 )
 
 
