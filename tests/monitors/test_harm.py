@@ -231,3 +231,35 @@ def test_no_figure_no_harm(binary: Profile) -> None:
     assert assess(bare, profile=binary, config=MonitorConfig(), level=0.05) is None
     no_reference = replace(report, reference_performance=None)
     assert assess(no_reference, profile=binary, config=MonitorConfig(), level=0.05) is None
+
+
+def multiclass_rows(n: int, *, seed: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Two numbers, the probabilities of three classes (a softmax of ``a``) and class-index labels drawn
+    from them."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    logits = np.stack([2.0 * a, np.zeros(n), -2.0 * a], axis=1)
+    p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1).astype(np.float64)
+    return {"a": a, "b": b}, p, y
+
+
+def test_a_multiclass_model_is_judged_on_macro_f1_realised_or_estimated() -> None:
+    columns, p, y = multiclass_rows(ROWS, seed=20)
+    classes = ("c0", "c1", "c2")
+    target = np.array(classes, dtype=object)[y.astype(int)]
+    schema = infer_schema({**columns, "y": target}, target="y", task=Task.MULTICLASS, classes=classes)
+    profile = profile_from_dict(build_reference_profile(columns, schema, predictions=p, labels=y))
+    fresh, q, labels = multiclass_rows(5_000, seed=21)
+    clean = compare(profile=profile, columns=fresh, predictions=q, labels=labels)
+    assert clean.harm is not None and (clean.harm["estimate"], clean.harm["metric"]) == (
+        "realised",
+        "macro_f1",
+    )
+    assert clean.harm["harmful"] is False
+    moved = np.where(np.random.default_rng(22).random(5_000) < 0.3, (labels + 1) % 3, labels)
+    hurt = compare(profile=profile, columns=fresh, predictions=q, labels=moved)
+    assert hurt.harm is not None and hurt.harm["harmful"] is True and hurt.harm["upper"] < hurt.harm["limit"]
+    unlabelled = compare(profile=profile, columns=fresh, predictions=q)
+    assert unlabelled.harm is not None and unlabelled.harm["estimate"] == "cbpe"
+    assert unlabelled.harm["metric"] == "macro_f1" and unlabelled.harm["harmful"] is False
