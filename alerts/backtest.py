@@ -14,7 +14,9 @@ once, or a pending one reaching its ``for``); the **detection delay** of a shift
 from the first run whose window holds shifted rows (0), at which one of the rule's alerts is firing. A shift
 is **visible** from the first run whose window a one-off comparison (``alpha``, no budget spent over repeated
 runs: what a single-window test finds) flags for what was planted (:func:`seen`); a gradual shift is followed
-for at most :data:`GRADUAL_DAYS` days.
+for at most :data:`GRADUAL_DAYS` days. A shift **harms** from the first run whose window the same one-off
+comparison finds harmful (its ``harm`` figure, :mod:`monitors.harm`, at ``alpha``): the reference point of the
+``harmful_drift`` rule's delay.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class RunOutcome:
     green: bool
     findings: dict[str, tuple[tuple[str, bool], ...] | None]
     visible: bool = False  # a one-off comparison of the window flags the planted shift (:func:`seen`)
+    harmful: bool = False  # a one-off comparison of the window finds it harmful (its ``harm`` figure)
 
 
 @dataclass(frozen=True)
@@ -67,14 +70,19 @@ class Judge:
     model_name: str
     every_s: float  # seconds between runs: the level a run tests at (monitors.horizon)
 
-    def __call__(self, sketch: WindowSketch, shift: Shift | None = None) -> RunOutcome:
-        """The run's outcome; with ``shift``, also whether a one-off comparison of the window sees it."""
+    def __call__(self, sketch: WindowSketch, shift: Shift | None = None, harm: bool = False) -> RunOutcome:
+        """The run's outcome; with ``shift``, also whether a one-off comparison of the window sees it; with
+        ``harm``, whether that comparison finds the window harmful."""
         report = evaluate(profile=self.profile, sketch=sketch, config=self.config, every_s=self.every_s)
         findings = rule_findings(self.rules, self.model_name, rules_view(report))
-        visible = shift is not None and seen(
-            evaluate(profile=self.profile, sketch=sketch, config=self.config), shift
+        one_off = (
+            evaluate(profile=self.profile, sketch=sketch, config=self.config)
+            if shift is not None or harm
+            else None
         )
-        return RunOutcome(green=headline(report).ok, findings=findings, visible=visible)
+        visible = shift is not None and one_off is not None and seen(one_off, shift)
+        harmful = harm and one_off is not None and bool((one_off.harm or {}).get("harmful"))
+        return RunOutcome(green=headline(report).ok, findings=findings, visible=visible, harmful=harmful)
 
 
 def seen(report: DriftReport, shift: Shift) -> bool:
@@ -245,10 +253,13 @@ def run_stream(
     replay = Replay(judge.rules) if scenario.until_all_fired else None
     out: list[RunOutcome] = []
     looking = scenario.shift  # asked whether the shift is visible until it is
+    harm = scenario.shift is not None  # ... and whether it harms until it does
     for _ in range(first, last):
-        out.append(judge(window.next(), looking))
+        out.append(judge(window.next(), looking, harm))
         if out[-1].visible:
             looking = None
+        if out[-1].harmful:
+            harm = False
         if progress is not None:
             progress(1)
         if replay is not None:
@@ -339,6 +350,7 @@ class BacktestResult:
     green_runs: int
     shifts: list[Shift]
     visible_at_run: dict[str, int | None] = field(default_factory=dict)  # per shift (None: never visible)
+    harmful_at_run: dict[str, int | None] = field(default_factory=dict)  # per shift (None: never harmful)
 
     @property
     def headline_green_fraction(self) -> float:
@@ -362,6 +374,7 @@ class BacktestResult:
             "total_false_notifications_per_30d": self.total_false_notifications_per_30d,
             "headline_green_fraction": round(self.headline_green_fraction, 4),
             "visible_at_run": self.visible_at_run,
+            "harmful_at_run": self.harmful_at_run,
         }
 
 
@@ -391,12 +404,18 @@ def backtest(
             replay.step(outcome)
     result = summarize(plan=plan, rules=rules, replays=replays, outcomes=outcomes[NO_DRIFT], shifts=shifts)
     visible = {s.kind.value: first_visible(outcomes[s.kind.value]) for s in shifts}
-    return replace(result, visible_at_run=visible)
+    harmful = {s.kind.value: first_harmful(outcomes[s.kind.value]) for s in shifts}
+    return replace(result, visible_at_run=visible, harmful_at_run=harmful)
 
 
 def first_visible(outcomes: list[RunOutcome]) -> int | None:
     """The first run whose window a one-off comparison sees the shift in (None: never)."""
     return next((i for i, outcome in enumerate(outcomes) if outcome.visible), None)
+
+
+def first_harmful(outcomes: list[RunOutcome]) -> int | None:
+    """The first run whose window a one-off comparison finds harmful (None: never)."""
+    return next((i for i, outcome in enumerate(outcomes) if outcome.harmful), None)
 
 
 def summarize(

@@ -41,7 +41,8 @@ webhooks_app = typer.Typer(
 RULES_EPILOG = (
     "A rules file is YAML: models: {<model or '*'>: [{name, kind, params, severity, for, labels, "
     "annotations, actions}]}; kinds: dataset_drift, feature_drift, prediction_drift, performance, "
-    "estimated_performance, data_quality, concept_drift, health, retrain_rejected. See docs/alerts.md."
+    "estimated_performance, data_quality, concept_drift, harmful_drift, health, retrain_rejected. See "
+    "docs/alerts.md."
 )
 
 
@@ -362,6 +363,8 @@ def _backtest_table(model: str, result: Any) -> None:
         table.add_row(r.name, r.kind, str(r.for_runs), f"{r.false_notifications_per_30d:g}", *delays)
     visible = [result.visible_at_run.get(s) for s in shifts]
     table.add_row("(a one-off test sees it)", "", "", "", *["-" if v is None else str(v) for v in visible])
+    harmful = [result.harmful_at_run.get(s) for s in shifts]
+    table.add_row("(a one-off test finds harm)", "", "", "", *["-" if v is None else str(v) for v in harmful])
     console = make_console()
     console.print(table)
     console.print(

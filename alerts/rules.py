@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from alerts.specs import LOWER_IS_BETTER, Kind, RuleSpec, rule_params
 from monitors.findings import causes_text
+from monitors.harm import NAMES as HARM_NAMES
 from monitors.horizon import worse_than
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ def _rule(name: str, kind: Kind, **values: Any) -> RuleSpec:
 
 
 DEFAULT_RULES: tuple[RuleSpec, ...] = (
-    _rule("dataset_drift", Kind.DATASET_DRIFT, severity="warning", actions=["notify", "retrain"]),
+    _rule("harmful_drift", Kind.HARMFUL_DRIFT, severity="critical", actions=["notify", "retrain"]),
+    _rule("dataset_drift", Kind.DATASET_DRIFT, severity="warning"),
     _rule("feature_drift", Kind.FEATURE_DRIFT, severity="info", params={"feature": "*"}),
     _rule("prediction_drift", Kind.PREDICTION_DRIFT, severity="warning"),
     _rule(
@@ -46,7 +48,6 @@ DEFAULT_RULES: tuple[RuleSpec, ...] = (
         Kind.PERFORMANCE,
         severity="critical",
         params={"metric": "roc_auc"},
-        actions=["notify", "retrain"],
     ),
     _rule(
         "estimated_performance_drop",
@@ -279,6 +280,21 @@ def _segments(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None
     return out or None
 
 
+HARM_EVIDENCE = (
+    "estimate", "metric", "value", "reference", "change", "tolerance", "limit", "lower", "upper", "level",
+    "rows", "message",
+)  # fmt: skip
+"""What a ``harmful_drift`` alert's evidence carries of the report's ``harm`` (monitors/harm.py)."""
+
+
+def _harm(report: Mapping[str, Any]) -> list[Finding] | None:
+    h = report.get("harm")
+    if not isinstance(h, Mapping) or "harmful" not in h:
+        return None
+    evidence = {key: h.get(key) for key in HARM_EVIDENCE}
+    return [Finding(bool(h.get("harmful")), _num(h.get("value")), evidence)]
+
+
 def evaluate(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None:
     """The findings of a monitor-run rule on a report dict; None when the report cannot say. A rule with a
     ``segment`` param reads the report's segments (:func:`_segments`)."""
@@ -310,6 +326,8 @@ def evaluate(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None:
             return _quality(report, p)
         case Kind.CONCEPT_DRIFT:
             return _concept(report)
+        case Kind.HARMFUL_DRIFT:
+            return _harm(report)
     return None
 
 
@@ -381,6 +399,14 @@ def default_summary(spec: RuleSpec, model_name: str, finding: Finding) -> str:
             )
         case Kind.CONCEPT_DRIFT:
             return f"{model_name}: concept drift ({e.get('detector')}: {e.get('n_alarms')} alarms)"
+        case Kind.HARMFUL_DRIFT:
+            change = _num(e.get("change"))
+            side = "above" if (change or 0.0) > 0 else "below"
+            return (
+                f"{model_name}: harmful drift: {HARM_NAMES.get(str(e.get('estimate')), e.get('estimate'))} "
+                f"{e.get('metric')} {_g(e.get('value'), '.3f')}, {_g(abs(change or 0.0), '.3f')} {side} the "
+                f"reference {_g(e.get('reference'), '.3f')} (tolerance {_g(e.get('tolerance'))})"
+            )
         case Kind.HEALTH:
             return f"{model_name}: health check {e.get('check')} fails: {e.get('detail')}"
         case Kind.RETRAIN_REJECTED:

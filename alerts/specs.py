@@ -41,6 +41,7 @@ class Kind(enum.StrEnum):
     ESTIMATED_PERFORMANCE = "estimated_performance"
     DATA_QUALITY = "data_quality"
     CONCEPT_DRIFT = "concept_drift"
+    HARMFUL_DRIFT = "harmful_drift"
     HEALTH = "health"
     RETRAIN_REJECTED = "retrain_rejected"
 
@@ -186,6 +187,7 @@ PARAMS: dict[Kind, type[_Params]] = {
     Kind.ESTIMATED_PERFORMANCE: PerformanceParams,
     Kind.DATA_QUALITY: QualityParams,
     Kind.CONCEPT_DRIFT: NoParams,
+    Kind.HARMFUL_DRIFT: NoParams,
     Kind.HEALTH: HealthParams,
     Kind.RETRAIN_REJECTED: NoParams,
 }

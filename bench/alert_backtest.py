@@ -116,6 +116,11 @@ def show(result: BacktestResult, *, window: int, minutes: int, seconds: float) -
         f"  {'(one-off test sees it)':28} {'':>9}  "
         + "  ".join(f"{'-' if v is None else v:>16}" for v in visible)
     )
+    harmful = [result.harmful_at_run.get(s) for s in shifts]
+    print(
+        f"  {'(one-off test finds harm)':28} {'':>9}  "
+        + "  ".join(f"{'-' if v is None else v:>16}" for v in harmful)
+    )
     print(
         f"  {'total':28} {result.total_false_notifications_per_30d:>9g}  headline green in "
         f"{result.headline_green_fraction:.2%} of the runs without drift"

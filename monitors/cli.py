@@ -540,6 +540,8 @@ CONFIG_OPTIONS = {
     "false_alarms_per_30d": "--false-alarms-per-30d",
     "alpha": "--alpha",
     "drift_share": "--drift-share",
+    "harm_metric": "--harm-metric",
+    "harm_tolerance": "--harm-tolerance",
 }
 
 
@@ -595,6 +597,18 @@ def monitor_config_cmd(
         float | None,
         typer.Option("--drift-share", help="Share of drifted features that makes dataset drift."),
     ] = None,
+    harm_metric: Annotated[
+        str | None,
+        typer.Option("--harm-metric", help="The metric harmful drift judges (default: the task's own)."),
+    ] = None,
+    harm_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            "--harm-tolerance",
+            help="How much worse than the reference is harmful: absolute (0.02), or a share of it for "
+            "rmse, mae, log_loss (0.05).",
+        ),
+    ] = None,
     ignore: Annotated[
         list[str] | None, typer.Option("--ignore", help="Leave this feature out of the monitor (repeatable).")
     ] = None,
@@ -639,6 +653,8 @@ def monitor_config_cmd(
         "false_alarms_per_30d": false_alarms,
         "alpha": alpha,
         "drift_share": drift_share,
+        "harm_metric": harm_metric,
+        "harm_tolerance": harm_tolerance,
     }
     windowed = window is not None or window_minutes is not None or server_window
     asked = (

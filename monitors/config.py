@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -16,6 +16,10 @@ from monitors.drift.base import Correction
 from monitors.drift.catalog import TESTS, lookup
 from registry.schema import FeatureKind
 
+HarmMetric = Literal[
+    "roc_auc", "accuracy", "f1", "precision", "recall", "macro_f1", "log_loss", "mae", "rmse", "r2"
+]
+"""The metrics harmful drift can judge (those of ``alerts.specs.Metric``)."""
 MAX_WINDOW_MINUTES = 3_660 * 24 * 60  # ten years: a longer time window is every prediction anyway
 
 
@@ -134,6 +138,26 @@ class MonitorConfig(BaseModel):
         le=1_000_000,
         description="A segment with fewer rows in the window's or the reference's sample is listed "
         "without a verdict.",
+    )
+    harm_metric: HarmMetric | None = Field(
+        default=None,
+        description="The metric harmful drift judges (monitors/harm.py); None: the task's own, roc_auc for a "
+        "binary classifier, macro_f1 for a multi-class one, rmse for a regression.",
+    )
+    harm_tolerance: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="How much worse than the reference the window's performance may be before drift is "
+        "harmful: absolute for a metric that falls when the model gets worse (None: 0.02), a share of the "
+        "reference's value for one that grows, rmse, mae, log_loss (None: 0.05, 5 %).",
+    )
+    harm_min_labels: int = Field(
+        default=500,
+        ge=1,
+        le=1_000_000_000,
+        description="Labelled rows a window needs for harmful drift to judge its realised performance; "
+        "fewer: the label-free estimate (CBPE, DLE).",
     )
     interval_s: float | None = Field(
         default=None,

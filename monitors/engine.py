@@ -22,6 +22,7 @@ from monitors.drift import catalog
 from monitors.drift.base import DriftTest, Measurement, TestResult, adjust_p_values
 from monitors.drift.categorical import CategoricalCounts, aligned, shown_category
 from monitors.drift.numeric import NumericCounts, NumericDefault
+from monitors.harm import assess
 from monitors.horizon import performance_limits, run_alpha
 from monitors.performance import (
     class_named,
@@ -336,6 +337,7 @@ def evaluate(
             prediction.estimated_performance, reference=reference, spread=spread, level=level
         )
     report.multivariate = _multivariate(profile=profile, sketch=sketch, config=config)
+    report.harm = assess(report, profile=profile, config=config, level=level)
     return report
 
 

@@ -97,4 +97,3 @@ def _answers_shaped(window: RowSample, *, profile: Profile) -> RowSample:
         labels=window.labels,
         population=window.population,
     )
-

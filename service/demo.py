@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import numpy as np
 from rich.table import Table
 
 from core.config import Settings
 from core.tabular import Columns, write_table
 from core.terminal import make_console
 from service.demo_loop import DemoFailed, Summary
-from training.datagen import TARGET, Scenario, generate
+from training.datagen import TARGET, Scenario, default_logit, generate
 
 if TYPE_CHECKING:
     from core.database import Database
@@ -54,6 +55,17 @@ def make_data(*, folder: Path, rows: int, seed: int) -> dict[Scenario, Path]:
         files[scenario] = path
         console.print(f"  {scenario.value:<16} {rows:>7} rows -> {path}")
     return files
+
+
+def with_new_concept(columns: Columns, *, seed: int) -> Columns:
+    """``columns`` with labels drawn from the changed relation of ``training.datagen``'s concept drift: the
+    covariate-shifted applicants also default for other reasons, so the model's performance falls beyond the
+    tolerance and the default ``harmful_drift`` rule (the one that retrains) fires, not only the drift
+    rules (which notify)."""
+    rng = np.random.default_rng(seed)
+    logit = default_logit(columns, concept=True)
+    labels = (rng.random(len(logit)) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
+    return {**columns, TARGET: labels}
 
 
 def json_rows(columns: Columns) -> list[dict[str, Any]]:
@@ -179,7 +191,11 @@ def watch_drift(
     phases = (
         (Scenario.BASELINE, "baseline traffic (same distribution as training)"),
         (Scenario.NEW_CATEGORY, "a new category (loan_purpose = 'crypto')"),
-        (Scenario.COVARIATE_SHIFT, "covariate shift (older applicants, lower incomes and credit scores)"),
+        (
+            Scenario.COVARIATE_SHIFT,
+            "covariate shift (older applicants, lower incomes and credit scores) that hurts: they also "
+            "default for other reasons",
+        ),
     )
     live = settings.model_copy(
         update={
@@ -223,6 +239,8 @@ def watch_drift(
         def send(scenario: str, offset: int, n: int = window) -> None:
             nonlocal written
             cols = generate(n, scenario=Scenario(scenario), seed=seed + 1000 + offset)
+            if scenario == Scenario.COVARIATE_SHIFT.value:  # the shift hurts: harmful_drift retrains
+                cols = with_new_concept(cols, seed=seed + 2000 + offset)
             answered = send_traffic(client=client, model=model, columns=cols)
             written += answered
             sent[scenario] = sent.get(scenario, 0) + answered

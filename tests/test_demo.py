@@ -103,7 +103,7 @@ def test_demo_trains_serves_flags_the_planted_drift_and_closes_the_loop(tmp_path
     assert_loop_closed(out)
     assert "signature verified with standardwebhooks" in flat and "(trigger alert," in flat
     # it says when the alert fired and what the log held of its traffic then: every drifted row was in
-    assert "alert dataset_drift fired at " in flat
+    assert "alert harmful_drift fired at " in flat  # the retraining rule: the shift hurts (issue 42)
     assert (
         "at that moment the log held 24000 labelled predictions of credit from this run (2000 baseline, "
         "2000 new_category, 20000 covariate_shift)" in flat

@@ -158,6 +158,7 @@ def test_false_notifications_are_the_transitions_to_firing_counted_by_hand() -> 
         "total_false_notifications_per_30d",
         "headline_green_fraction",
         "visible_at_run",
+        "harmful_at_run",
     }
     assert [(r["name"], r["false_notifications_per_30d"]) for r in doc["rules"]] == [
         ("now", 6.0),
@@ -325,6 +326,7 @@ def test_an_abrupt_shift_is_caught_at_the_run_it_enters_the_window(
         "total_false_notifications_per_30d",
         "headline_green_fraction",
         "visible_at_run",
+        "harmful_at_run",
     }
     assert doc["visible_at_run"] == {"abrupt_mean": 0}  # a one-off comparison of run 0's window sees it
     delays = {r["name"]: r["detection_delay_runs"] for r in doc["rules"]}
@@ -438,3 +440,44 @@ def test_a_gradual_shift_is_followed_for_three_days_and_an_abrupt_one_until_the_
     assert horizon(plan, Shift(ShiftKind.ABRUPT_MEAN, "a", 1.0), rules) == 20 + 1  # whole window, then for
     short = Plan(window=10_000, step=500, runs=288, days=1.0, rate=100.0)
     assert horizon(short, Shift(ShiftKind.GRADUAL_MEAN, "a", 1.0), rules) == 288  # at most the backtest
+
+
+def test_harmful_drift_catches_flipped_labels_soon_after_a_one_off_test_and_ignores_the_rest(
+    database: Database, tmp_path: Path
+) -> None:
+    """Default rules on a served-elsewhere model with a 20,000-row reference (its spread from 20 chunks):
+    flipped labels hurt, and ``harmful_drift`` fires within 2 runs of the run from which a one-off comparison
+    finds the window harmful; a mean shift of an input (the answers and labels unchanged, as a feature the
+    model ignores) and the stream without drift leave it quiet."""
+    from alerts.backtest_flows import run_backtest
+
+    path = write_table(reference(20_000, seed=1), tmp_path / "large.parquet")
+    spec = ImportSpec(
+        model_name="bth", path=None, reference=path, target="y", task=Task.BINARY, prediction_column="score"
+    )
+    settings = get_settings()
+    try:
+        import_reference(spec=spec, db=database, registry=settings.registry_path)
+        with database.session() as session:
+            promote(session=session, model_name="bth", version=1)
+        request = BacktestRequest(
+            model_name="bth",
+            days=0.5,
+            window=5_000,
+            interval="5m",
+            shifts=("performance_drop", "abrupt_mean"),
+        )
+        result = run_backtest(db=database, settings=settings, request=request)
+    finally:
+        database.dispose()
+    by_name = {r.name: r for r in result.rules}
+    harm = by_name["harmful_drift"]
+    assert harm.false_notifications == 0  # 144 runs without drift
+    first = result.harmful_at_run["performance_drop"]
+    assert first is not None and first < 10  # the window (10 runs of new rows) is harmful before it is full
+    delay = harm.detection_delay_runs["performance_drop"]
+    assert delay is not None and first <= delay <= first + 2
+    assert result.harmful_at_run["abrupt_mean"] is None
+    assert harm.detection_delay_runs["abrupt_mean"] is None
+    assert result.visible_at_run["abrupt_mean"] is not None  # the drift itself is plain to see
+    assert by_name["feature_drift"].detection_delay_runs["abrupt_mean"] is not None

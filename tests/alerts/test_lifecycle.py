@@ -355,18 +355,35 @@ def test_firing_findings_for_the_report_headline(db: Database, reports: dict[str
 
 def test_retrain_action_enqueues_one_job_per_firing(db: Database, reports: dict[str, dict[str, Any]]) -> None:
     settings = settings_for(db, retrain_cooldown_s=0)
-    ev = evaluate(db, settings, reports["covariate_shift"], T0)  # default dataset_drift: notify + retrain
+    assert reports["concept_drift"]["harm"]["harmful"] is True  # the labels' relation changed: it hurts
+    ev = evaluate(db, settings, reports["concept_drift"], T0)  # default harmful_drift: notify + retrain
     (job,) = ev.jobs
     assert job.created and job.job_id is not None
     with db.session() as s:
         row = jobs.get_job(session=s, job_id=job.job_id)  # type: ignore[arg-type]
-        dataset_alert = next(a for a in service.list_alerts(session=s) if a.rule_name == "dataset_drift")
-        assert row.trigger == "alert" and row.alert_id == dataset_alert.id and row.model_name == "credit"
-        assert dataset_alert.evidence["retrain"]["job_id"] == row.id
-    again = evaluate(db, settings, reports["covariate_shift"], T0 + timedelta(minutes=5))
+        harm_alert = next(a for a in service.list_alerts(session=s) if a.rule_name == "harmful_drift")
+        assert row.trigger == "alert" and row.alert_id == harm_alert.id and row.model_name == "credit"
+        assert harm_alert.evidence["retrain"]["job_id"] == row.id
+        assert harm_alert.evidence["estimate"] == "realised" and harm_alert.state == "firing"
+    again = evaluate(db, settings, reports["concept_drift"], T0 + timedelta(minutes=5))
     assert again.jobs == []  # still the same firing: no second request
     with db.session() as s:
         assert len(jobs.list_jobs(session=s, model_name="credit")) == 1
+
+
+def test_drift_that_does_not_hurt_notifies_and_starts_no_job(
+    db: Database, reports: dict[str, dict[str, Any]]
+) -> None:
+    settings = settings_for(db, retrain_cooldown_s=0)
+    report = reports["covariate_shift"]  # the inputs drifted; the (true) model's ROC AUC did not move
+    assert report["dataset"]["drifted"] is True and report["harm"]["harmful"] is False
+    ev = evaluate(db, settings, report, T0)
+    assert ev.jobs == []
+    with db.session() as s:
+        firing = {a.rule_name: a for a in service.list_alerts(session=s) if a.state == "firing"}
+        assert "dataset_drift" in firing and "harmful_drift" not in firing
+        assert "retrain" not in (firing["dataset_drift"].evidence or {})
+        assert jobs.list_jobs(session=s, model_name="credit") == []
 
 
 def test_silenced_alerts_do_not_retrain(db: Database, reports: dict[str, dict[str, Any]]) -> None:

@@ -2,10 +2,12 @@
 
 A model served elsewhere (registered from a reference with ``--prediction-column``) and a SavedModel imported
 without ``--model-fn`` have no builder here: a job would train the built-in network and die in the gate. With
-the default rules (``dataset_drift``: notify + retrain), 30 days of imported history with drift planted, a
-monitor run fires the drift alert; its retrain action starts no job, says why in the alert, and sends one
+the default rules (``harmful_drift``: notify + retrain; ``dataset_drift``: notify), 30 days of imported
+history with drift planted that hurts (a share of the labels flipped too), a monitor run fires the
+harmful-drift alert; its retrain action starts no job, says why in the alert, and sends one
 ``retrain.requested`` message through the signed-webhook outbox to a real receiver (checked with the
 ``standardwebhooks`` package), carrying the model, version, alert and the window's time range and counts.
+The same drift with the labels left alone does not hurt: the drift alert fires, and nothing is retrained.
 """
 
 from __future__ import annotations
@@ -59,11 +61,17 @@ def cli(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     yield Cli(env, monkeypatch)
 
 
-def history(n: int = ROWS, *, seed: int = 5) -> dict[str, np.ndarray]:
-    """``n`` scored rows of the last 30 days (oldest first), drifted (a, b and c moved), with labels."""
+FLIPPED = 0.3  # of the history's labels: the model's realised ROC AUC falls far beyond the tolerance
+
+
+def history(n: int = ROWS, *, seed: int = 5, flipped: float = FLIPPED) -> dict[str, np.ndarray]:
+    """``n`` scored rows of the last 30 days (oldest first), drifted (a, b and c moved), with labels, of which
+    ``flipped`` are flipped."""
     data = own_models.reference(n, seed=seed, shift=1.5)
     data["b"] = data["b"] + 1.0
     data["c"] = data["c"] + 3
+    flip = np.random.default_rng(seed + 1).random(n) < flipped
+    data["y_bin"] = np.where(flip, 1 - data["y_bin"], data["y_bin"])
     step = (END - START) / (n - 1)
     return {
         **{k: data[k] for k in own_models.FEATURES},
@@ -74,8 +82,8 @@ def history(n: int = ROWS, *, seed: int = 5) -> dict[str, np.ndarray]:
     }
 
 
-def import_history(cli: Cli, model: str, tmp_path: Path) -> None:
-    write_table(history(), tmp_path / "history.csv")
+def import_history(cli: Cli, model: str, tmp_path: Path, *, flipped: float = FLIPPED) -> None:
+    write_table(history(flipped=flipped), tmp_path / "history.csv")
     done = cli(
         *("predictions", "import", str(tmp_path / "history.csv"), "--model", model),
         *("--prediction-column", "score", "--id-column", "row_id", "--time-column", "scored_at"),
@@ -101,14 +109,14 @@ def fire_and_deliver(cli: Cli, model: str, version: int, receiver: Receiver, sec
     bodies = {json.loads(r.body)["type"]: r for r in receiver.accepted}
     requested = [r for r in receiver.accepted if json.loads(r.body)["type"] == "retrain.requested"]
     assert len(requested) == 1, [json.loads(r.body)["type"] for r in receiver.requests]
-    assert "alert.firing" in bodies  # the drift alert is announced as before
+    assert "alert.firing" in bodies  # the alerts are announced as before
     req = requested[0]
     # the standardwebhooks package (not the receiver's own HMAC code) accepts the message as signed
     doc = Webhook(secret).verify(req.body, req.headers)
     assert doc["type"] == "retrain.requested" and req.headers["webhook-id"].startswith("msg_")
     data = doc["data"]
     assert data["model"] == model and data["version"] == version
-    assert data["alert"]["rule"] == "dataset_drift" and isinstance(data["alert"]["id"], int)
+    assert data["alert"]["rule"] == "harmful_drift" and isinstance(data["alert"]["id"], int)
     window = data["window"]
     assert window["predictions"] == ROWS and window["labelled"] == ROWS
     first, last = datetime.fromisoformat(window["start"]), datetime.fromisoformat(window["end"])
@@ -142,6 +150,29 @@ def test_a_model_served_elsewhere_with_30_days_of_history_gets_an_event_not_a_jo
     lines = refused.stderr.strip().splitlines()
     assert refused.exit_code == 2 and len(lines) == 1 and "churn:1 is served elsewhere" in lines[0], lines
     assert json.loads(cli("jobs", "list", "--json").output) == []
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_drift_that_does_not_hurt_fires_the_drift_alert_and_retrains_nothing(
+    cli: Cli, database_url: str, tmp_path: Path
+) -> None:
+    own_models.register_served_elsewhere(database_url, tmp_path, {"churn": "binary"})
+    import_history(cli, "churn", tmp_path, flipped=0.0)  # the same drift; the model still ranks as well
+    secret = new_secret()
+    with Receiver(secret) as receiver:
+        assert cli("webhooks", "add", receiver.url, "--secret", secret).exit_code == 0
+        ran = cli("monitor", "--once", "--model", "churn")
+        assert ran.exit_code != 2 and "churn" in ran.output, ran.output + str(ran.exception)
+        assert cli("webhooks", "send").exit_code == 0
+        messages = [json.loads(r.body) for r in receiver.accepted]
+    firing = {a["name"] for m in messages if m["type"] == "alert.firing" for a in m["data"]["alerts"]}
+    assert "dataset_drift" in firing and "harmful_drift" not in firing, firing
+    assert [m for m in messages if m["type"] == "retrain.requested"] == []
+    assert json.loads(cli("jobs", "list", "--json").output) == []
+    shown = cli("alerts", "list", "--json")
+    assert shown.exit_code == 0, shown.output
+    drift = next(a for a in json.loads(shown.output) if a["rule_name"] == "dataset_drift")
+    assert "retrain" not in (drift.get("evidence") or {})
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -50,6 +50,35 @@ def test_feature_drift_one_alert_per_drifted_feature(reports: dict[str, dict[str
     assert evaluate(rule("feature_drift", params={"feature": "nope"}), reports["baseline"]) is None
 
 
+def test_harmful_drift_fires_on_harm_not_on_drift(reports: dict[str, dict[str, Any]]) -> None:
+    r = rule("harmful_drift")
+    # the covariate shift drifts the inputs but leaves the (true) model's ROC AUC alone
+    covariate = evaluate(r, reports["covariate_shift"])
+    assert covariate is not None and [f.active for f in covariate] == [False]
+    assert reports["covariate_shift"]["dataset"]["drifted"] is True
+    assert not active(evaluate(r, reports["baseline"]))
+    (found,) = active(evaluate(r, reports["concept_drift"]))  # the labels' relation changed: it hurts
+    e = found.evidence
+    assert (e["estimate"], e["metric"]) == ("realised", "roc_auc")
+    assert found.value == e["value"] and e["upper"] < e["limit"] == pytest.approx(
+        e["reference"] - e["tolerance"]
+    )
+    assert (
+        e["change"] < -e["tolerance"] and e["level"] == 0.05 and e["rows"] > 0 and "harmful" in e["message"]
+    )
+    summary = render_annotations(r, "credit", found)["summary"]
+    assert summary.startswith("credit: harmful drift: realised roc_auc ") and "below the reference" in summary
+    # the estimate named when no labels: the report's own figure
+    estimated = copy.deepcopy(reports["concept_drift"])
+    estimated["harm"] = {**estimated["harm"], "estimate": "cbpe"}
+    summary = render_annotations(r, "credit", evaluate(r, estimated)[0])["summary"]  # type: ignore[index]
+    assert "harmful drift: estimated (CBPE) roc_auc" in summary
+    # no harm figure (a report stored before, no prediction): the alerts keep their state
+    assert evaluate(r, {k: v for k, v in reports["concept_drift"].items() if k != "harm"}) is None
+    with pytest.raises(Invalid, match=r"params\.metric: Extra inputs"):
+        rule("harmful_drift", params={"metric": "roc_auc"})
+
+
 def test_prediction_drift(reports: dict[str, dict[str, Any]]) -> None:
     r = rule("prediction_drift")
     assert not active(evaluate(r, reports["baseline"]))
@@ -205,10 +234,15 @@ def test_health_rule() -> None:
 def test_defaults_cover_every_kind_sensibly() -> None:
     by_name = {r.name: r for r in DEFAULT_RULES}
     assert {r.kind for r in DEFAULT_RULES} == set(Kind)
+    # only harmful drift retrains: drift that leaves performance alone notifies (issue 42)
+    assert [r.name for r in DEFAULT_RULES if "retrain" in r.actions] == ["harmful_drift"]
     assert (
-        by_name["dataset_drift"].actions == ["notify", "retrain"] and by_name["dataset_drift"].for_runs == 1
+        by_name["harmful_drift"].actions == ["notify", "retrain"] and by_name["harmful_drift"].for_runs == 1
     )
+    assert by_name["harmful_drift"].severity == "critical"
+    assert by_name["dataset_drift"].actions == ["notify"] and by_name["dataset_drift"].for_runs == 1
     assert by_name["performance_drop"].severity == "critical"
+    assert by_name["performance_drop"].actions == ["notify"]
     assert by_name["performance_drop"].params["margin"] is None  # the report's limits (monitors/horizon.py)
     assert by_name["estimated_performance_drop"].params["margin"] is None
     assert by_name["model_unhealthy"].for_runs == 2 and by_name["model_unhealthy"].severity == "critical"

@@ -57,7 +57,7 @@ def test_shifted_file_exits_1_with_reports(files: dict[str, Path], tmp_path: Pat
     assert report["prediction"]["drifted"] is True and report["performance"]["label_coverage"] == 1.0
     page = (tmp_path / "r.html").read_text()
     # a histogram per feature, the prediction and the multivariate detector (the summary's bars apart)
-    assert page.startswith("<!doctype html>") and page.count(" histogram\">") == len(report["features"]) + 2
+    assert page.startswith("<!doctype html>") and page.count(' histogram">') == len(report["features"]) + 2
 
 
 def _effect(report: dict[str, Any], name: str) -> float:

@@ -338,3 +338,34 @@ def test_a_models_own_interval_spaces_its_scheduled_runs(
     skipped = run_pass(db=db, settings=settings)
     assert skipped[0].outcome is None and "less than an interval ago" in str(skipped[0].skipped)
     db.dispose()
+
+
+def test_monitor_config_sets_what_harmful_drift_judges(
+    tmp_path: Path, profile_dict: dict[str, Any], schema: ModelSchema
+) -> None:
+    settings = get_settings()
+    db = open_database(settings.database_url.get_secret_value(), upgrade=True)
+    _register(db, settings.registry_path, profile_dict, schema, "credit")
+    db.dispose()
+    stored = config_path(registry=settings.registry_path, model_name="credit")
+    changed = runner.invoke(
+        app, ["monitor", "config", "credit", "--harm-metric", "accuracy", "--harm-tolerance", "0.03"]
+    )
+    assert changed.exit_code == 0, changed.output
+    assert json.loads(stored.read_text()) == {"harm_metric": "accuracy", "harm_tolerance": 0.03}
+    shown = json.loads(changed.stdout)["settings"]
+    assert (shown["harm_metric"], shown["harm_tolerance"], shown["harm_min_labels"]) == (
+        "accuracy",
+        0.03,
+        500,
+    )
+    for args, words in (
+        (["--harm-metric", "auc"], "--harm-metric: Input should be 'roc_auc', 'accuracy'"),
+        (["--harm-tolerance", "2"], "--harm-tolerance: Input should be less than or equal to 1"),
+        (["--harm-tolerance", "-0.1"], "--harm-tolerance: Input should be greater than or equal to 0"),
+    ):
+        bad = runner.invoke(app, ["monitor", "config", "credit", *args])
+        assert bad.exit_code == 2, (args, bad.output)
+        lines = bad.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], (args, lines)
+    assert json.loads(stored.read_text()) == {"harm_metric": "accuracy", "harm_tolerance": 0.03}

@@ -4,8 +4,9 @@ Each model is written in plain Keras in this file (not by driftwarden's trainers
 ``model.export`` and brought in as a new user would, by the commands the README names: ``models import`` →
 ``models promote`` → a running server answers TF Serving REST in row and columnar form and OIP v2 with the
 signature's own names and shapes, equal to calling the SavedModel (1e-5) → labels → ``monitor config
---window`` chooses the window → ``monitor --once`` runs on exactly that window, finds the planted drift and
-fires the default ``dataset_drift`` alert → its ``retrain`` action does what fits the version:
+--window`` chooses the window → ``monitor --once`` runs on exactly that window, finds the planted drift, which
+hurts (a share of its labels moved too), and fires the default ``harmful_drift`` alert → its ``retrain``
+action does what fits the version:
 
 - binary, imported with ``--model-fn``: a job, which trains the team's builder on the cluster and is held
   for a person because the retrained version would answer driftwarden's own API instead of the model's
@@ -248,9 +249,19 @@ def _send(c: httpx.Client, task: str, name: str, data: dict[str, np.ndarray], n:
     return ids
 
 
+MOVED = 0.3  # of the drifted rows' labels: the drift hurts, so harmful_drift (the retraining rule) fires
+
+
 def _drifted(n: int, seed: int) -> dict[str, np.ndarray]:
     data = own_models.reference(n, seed=seed, shift=1.5)
     data["b"] = data["b"] + 1.0
+    moved = np.random.default_rng(seed + 1).random(n) < MOVED
+    data["y_bin"] = np.where(moved, 1 - data["y_bin"], data["y_bin"])
+    following = {"low": "mid", "mid": "high", "high": "low"}
+    data["y_cls"] = np.array(
+        [following[v] if m else v for v, m in zip(data["y_cls"], moved, strict=True)], dtype=object
+    )
+    data["y_reg"] = np.where(moved, np.roll(data["y_reg"], 1), data["y_reg"])
     return data
 
 
@@ -360,7 +371,7 @@ def _retrain_requested(world: World, receiver: Receiver, secret: str, name: str,
     assert len(mine) == 1, [json.loads(r.body)["type"] for r in receiver.accepted]
     doc = Webhook(secret).verify(mine[0].body, mine[0].headers)  # signed as Standard Webhooks says
     data = doc["data"]
-    assert data["version"] == version and data["alert"]["rule"] == "dataset_drift"
+    assert data["version"] == version and data["alert"]["rule"] == "harmful_drift"
     assert data["window"]["predictions"] == WINDOW and data["window"]["labelled"] == WINDOW
     assert "imported without --model-fn" in data["reason"]
     with open_database(world.url).session() as s:
