@@ -1,0 +1,216 @@
+"""Issue 42's acceptance, held-out style: a shift of a feature the model relies on against one of a feature it
+ignores, each of the same size, through the whole loop (the default rules, a monitor run, the outbox).
+
+The models are a team's own: a plain Keras binary classifier imported as a SavedModel (the attribution asks
+the model) and the same kind of model served elsewhere, registered from a reference with its answers (the
+attribution asks a surrogate of the answers fitted on the reference). Both rank by ``a + 0.5 b + 0.4 red``;
+neither uses ``c``. The window's rows are fresh draws of the reference's process with one feature squeezed
+by :data:`SQUEEZE` towards a centre: ``a`` towards the answer's boundary (the model is sure of fewer rows,
+its label-free ROC AUC falls), ``c`` towards its mean (the answers do not move). Each shift is large enough
+for the run's drift test; only the first hurts.
+
+Checked for each: the attribution ranks the shifted feature first (relied: most of the change; ignored: its
+message says it explains none of it), ``harm`` is harmful only for the relied-on one, ``harmful_drift`` fires
+for it alone and only it asks for a retraining (``retrain.requested``: neither model has a builder here),
+while the ignored shift fires ``dataset_drift`` (notify) without ``harmful_drift``. The webhook bodies carry
+the impact ranking.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from alerts.webhooks import new_secret
+from core.database import open_database
+from core.tabular import write_table
+from monitors.flows import latest_document
+from registry.schema import Task
+from registry.service import promote
+from tests import own_models
+from tests.alerts.receiver import Receiver
+from tests.support import run_cli
+from training.importer import ImportSpec, import_saved_model
+
+ROWS = 3_000
+SQUEEZE = 0.2  # each shifted feature keeps a fifth of its spread around its centre
+CENTRES = {"a": 0.2, "c": 3.0}  # a: where the answers' score crosses 0.5; c: its mean (Poisson 3)
+END = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+START = END - timedelta(days=1)
+
+
+@dataclass
+class Cli:
+    env: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch
+
+    def __call__(self, *args: str) -> Any:
+        return run_cli(self.monkeypatch, self.env, *args, default_rules=True)
+
+
+@pytest.fixture(scope="module")
+def keras_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The plain Keras binary model and its reference table, written once."""
+    root = tmp_path_factory.mktemp("keras-own")
+    data = own_models.reference(1_500, seed=0)
+    write_table(data, root / "reference.csv")
+    return own_models.write_binary(root / "keras", data), root / "reference.csv"
+
+
+@pytest.fixture
+def cli(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
+    open_database(database_url, upgrade=True).dispose()
+    env = {
+        "DRIFTWARDEN_DATABASE_URL": database_url,
+        "DRIFTWARDEN_REGISTRY_PATH": str(tmp_path / "registry"),
+        "DRIFTWARDEN_SPOOL_PATH": str(tmp_path / "spool"),
+        "DRIFTWARDEN_CHECKPOINT_PATH": str(tmp_path / "ckpt"),
+        "DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS": "true",
+    }
+    yield Cli(env, monkeypatch)
+
+
+def window(feature: str) -> dict[str, np.ndarray]:
+    """Fresh rows of the reference's process with ``feature`` squeezed towards its centre."""
+    data = own_models.reference(ROWS, seed=5)
+    moved = CENTRES[feature] + SQUEEZE * (data[feature] - CENTRES[feature])
+    data[feature] = np.round(moved).astype(np.int64) if feature == "c" else moved
+    return data
+
+
+def register(kind: str, database_url: str, tmp_path: Path, keras: tuple[Path, Path]) -> None:
+    """Model ``churn``: the Keras SavedModel imported, or the same kind of model served elsewhere."""
+    if kind == "elsewhere":
+        own_models.register_served_elsewhere(database_url, tmp_path, {"churn": "binary"})
+        return
+    source, reference = keras
+    db = open_database(database_url)
+    try:
+        spec = ImportSpec(
+            model_name="churn", path=source, reference=reference, target="y_bin", task=Task.BINARY
+        )
+        import_saved_model(spec=spec, db=db, registry=tmp_path / "registry")
+        with db.session() as s:
+            promote(session=s, model_name="churn", version=1)
+    finally:
+        db.dispose()
+
+
+def log_window(cli: Cli, kind: str, feature: str, tmp_path: Path, keras: tuple[Path, Path]) -> None:
+    """The window, scored by the model (its own SavedModel, or the answers of the one served elsewhere),
+    logged by ``predictions import`` without labels: the run judges the label-free estimate."""
+    data = window(feature)
+    columns = {k: data[k] for k in own_models.FEATURES}
+    if kind == "elsewhere":
+        score = own_models.answers("binary", data)
+    else:
+        score = own_models.direct(keras[0], columns).reshape(-1)
+    step = (END - START) / (ROWS - 1)
+    table = {
+        **columns,
+        "score": score,
+        "row_id": np.array([f"w-{i}" for i in range(ROWS)], dtype=object),
+        "scored_at": np.array([(START + i * step).isoformat() for i in range(ROWS)], dtype=object),
+    }
+    write_table(table, tmp_path / "window.csv")
+    done = cli(
+        *("predictions", "import", str(tmp_path / "window.csv"), "--model", "churn"),
+        *("--prediction-column", "score", "--id-column", "row_id", "--time-column", "scored_at"),
+    )
+    assert done.exit_code == 0 and f"{ROWS} of {ROWS} rows logged" in done.output, done.output
+
+
+def run_and_deliver(cli: Cli) -> list[dict[str, Any]]:
+    """One scheduled-style monitor run, then the outbox sent to a real receiver: the messages."""
+    secret = new_secret()
+    with Receiver(secret) as receiver:
+        added = cli("webhooks", "add", receiver.url, "--secret", secret)
+        assert added.exit_code == 0, added.output
+        ran = cli("monitor", "--once", "--model", "churn")
+        assert ran.exit_code != 2 and "churn" in ran.output, ran.output + str(ran.exception)
+        sent = cli("webhooks", "send")
+        assert sent.exit_code == 0, sent.output
+        return [json.loads(r.body) for r in receiver.accepted]
+
+
+def stored_report(database_url: str) -> dict[str, Any]:
+    db = open_database(database_url)
+    try:
+        return latest_document(db=db, model_name="churn")
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("kind", ["keras", "elsewhere"])
+def test_the_relied_on_shift_is_the_cause_and_alone_retrains(
+    cli: Cli, database_url: str, tmp_path: Path, keras_model: tuple[Path, Path], kind: str
+) -> None:
+    register(kind, database_url, tmp_path, keras_model)
+    log_window(cli, kind, "a", tmp_path, keras_model)
+    messages = run_and_deliver(cli)
+    doc = stored_report(database_url)
+    report = doc["report"]
+
+    drifted = {f["name"] for f in report["features"] if f["drifted"]}
+    assert "a" in drifted and "c" not in drifted, drifted
+    attribution = report["attribution"]
+    assert attribution["method"] == ("model" if kind == "keras" else "surrogate")
+    if kind == "elsewhere":  # the surrogate says how well it fits the answers it stands for
+        assert attribution["surrogate_fit"]["value"] > 0.9, attribution["surrogate_fit"]
+    assert attribution["change"] < 0 and attribution["significant"] is True, attribution
+    first = attribution["features"][0]
+    assert first["name"] == "a" and first["impact"] > 0.5 and not first["harmless"], attribution["features"]
+    assert first["lower"] < 0 and first["upper"] < 0  # its effect on the estimated ROC AUC, bounded below 0
+    impact = next(f for f in report["features"] if f["name"] == "a")["impact"]
+    assert impact["impact"] == first["impact"]
+
+    harm = report["harm"]
+    assert harm["harmful"] is True and harm["estimate"] == "cbpe" and harm["metric"] == "roc_auc", harm
+    assert harm["upper"] < harm["reference"] - harm["tolerance"]
+    assert doc["headline"]["causes"][0]["feature"] == "a"
+
+    firing = {a["name"] for m in messages if m["type"] == "alert.firing" for a in m["data"]["alerts"]}
+    assert {"harmful_drift", "dataset_drift"} <= firing, firing
+    requested = [m for m in messages if m["type"] == "retrain.requested"]
+    assert len(requested) == 1 and requested[0]["data"]["alert"]["rule"] == "harmful_drift", requested
+    assert json.loads(cli("jobs", "list", "--json").output) == []  # no builder here: an event, no job
+    harmful = next(
+        a
+        for m in messages
+        if m["type"] == "alert.firing"
+        for a in m["data"]["alerts"]
+        if a["name"] == "harmful_drift"
+    )
+    causes = harmful["evidence"]["causes"]
+    assert causes[0]["feature"] == "a" and causes[0]["impact"] == first["impact"], causes
+
+
+@pytest.mark.parametrize("kind", ["keras", "elsewhere"])
+def test_the_ignored_shift_is_harmless_and_only_notifies(
+    cli: Cli, database_url: str, tmp_path: Path, keras_model: tuple[Path, Path], kind: str
+) -> None:
+    register(kind, database_url, tmp_path, keras_model)
+    log_window(cli, kind, "c", tmp_path, keras_model)
+    messages = run_and_deliver(cli)
+    doc = stored_report(database_url)
+    report = doc["report"]
+
+    drifted = {f["name"] for f in report["features"] if f["drifted"]}
+    assert drifted == {"c"}, drifted
+    assert report["harm"]["harmful"] is False, report["harm"]
+    impact = next(f for f in report["features"] if f["name"] == "c")["impact"]
+    assert impact["harmless"] is True, impact
+    assert "c drifted" in impact["message"] and "explains none" in impact["message"], impact["message"]
+    assert doc["headline"]["causes"] == []
+
+    firing = {a["name"] for m in messages if m["type"] == "alert.firing" for a in m["data"]["alerts"]}
+    assert "dataset_drift" in firing and "harmful_drift" not in firing, firing
+    assert [m for m in messages if m["type"] == "retrain.requested"] == []
+    assert json.loads(cli("jobs", "list", "--json").output) == []
