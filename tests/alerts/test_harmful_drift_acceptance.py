@@ -1,19 +1,19 @@
 """Issue 42's acceptance, held-out style: a shift of a feature the model relies on against one of a feature it
 ignores, each of the same size, through the whole loop (the default rules, a monitor run, the outbox).
 
-The models are a team's own: a plain Keras binary classifier imported as a SavedModel (the attribution asks
-the model) and the same kind of model served elsewhere, registered from a reference with its answers (the
-attribution asks a surrogate of the answers fitted on the reference). Both rank by ``a + 0.5 b + 0.4 red``;
-neither uses ``c``. The window's rows are fresh draws of the reference's process with one feature squeezed
-by :data:`SQUEEZE` towards a centre: ``a`` towards the answer's boundary (the model is sure of fewer rows,
-its label-free ROC AUC falls), ``c`` towards its mean (the answers do not move). Each shift is large enough
-for the run's drift test; only the first hurts.
+The models are a team's own: plain Keras binary and multi-class classifiers imported as SavedModels (the
+attribution asks the model) and a binary model served elsewhere, registered from a reference with its
+answers (the attribution asks a surrogate of the answers fitted on the reference). All rank by
+``a + 0.5 b (+ 0.4 red)``; none uses ``c``. The window's rows are fresh draws of the reference's process with
+one feature squeezed by :data:`SQUEEZE` towards a centre: ``a`` towards the answer's boundary (the model is
+sure of fewer rows, its label-free ROC AUC, or macro F1, falls), ``c`` towards its mean (the answers do not
+move). Each shift is large enough for the run's drift test; only the first hurts.
 
 Checked for each: the attribution ranks the shifted feature first (relied: most of the change; ignored: its
 message says it explains none of it), ``harm`` is harmful only for the relied-on one, ``harmful_drift`` fires
-for it alone and only it asks for a retraining (``retrain.requested``: neither model has a builder here),
-while the ignored shift fires ``dataset_drift`` (notify) without ``harmful_drift``. The webhook bodies carry
-the impact ranking.
+for it alone and only it asks for a retraining (``retrain.requested``: none of the models has a builder
+here), while the ignored shift fires ``dataset_drift`` (notify) without ``harmful_drift``. The webhook bodies
+carry the impact ranking.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from training.importer import ImportSpec, import_saved_model
 ROWS = 3_000
 SQUEEZE = 0.2  # each shifted feature keeps a fifth of its spread around its centre
 CENTRES = {"a": 0.2, "c": 3.0}  # a: where the answers' score crosses 0.5; c: its mean (Poisson 3)
+MULTICLASS_CENTRES = {"a": 0.7, "c": 3.0}  # a: where the classes mid and high meet
 END = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 START = END - timedelta(days=1)
 
@@ -56,12 +57,16 @@ class Cli:
 
 
 @pytest.fixture(scope="module")
-def keras_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The plain Keras binary model and its reference table, written once."""
+def keras_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The plain Keras binary and multi-class models and their reference table, written once."""
     root = tmp_path_factory.mktemp("keras-own")
     data = own_models.reference(1_500, seed=0)
     write_table(data, root / "reference.csv")
-    return own_models.write_binary(root / "keras", data), root / "reference.csv"
+    return {
+        "keras": own_models.write_binary(root / "keras", data),
+        "keras_multiclass": own_models.write_multiclass(root / "keras_multiclass", data),
+        "reference": root / "reference.csv",
+    }
 
 
 @pytest.fixture
@@ -77,24 +82,30 @@ def cli(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     yield Cli(env, monkeypatch)
 
 
-def window(feature: str) -> dict[str, np.ndarray]:
+def window(feature: str, *, multiclass: bool = False) -> dict[str, np.ndarray]:
     """Fresh rows of the reference's process with ``feature`` squeezed towards its centre."""
     data = own_models.reference(ROWS, seed=5)
-    moved = CENTRES[feature] + SQUEEZE * (data[feature] - CENTRES[feature])
+    centre = (MULTICLASS_CENTRES if multiclass else CENTRES)[feature]
+    moved = centre + SQUEEZE * (data[feature] - centre)
     data[feature] = np.round(moved).astype(np.int64) if feature == "c" else moved
     return data
 
 
-def register(kind: str, database_url: str, tmp_path: Path, keras: tuple[Path, Path]) -> None:
-    """Model ``churn``: the Keras SavedModel imported, or the same kind of model served elsewhere."""
+def register(kind: str, database_url: str, tmp_path: Path, keras: dict[str, Path]) -> None:
+    """Model ``churn``: a Keras SavedModel imported, or the same kind of model served elsewhere."""
     if kind == "elsewhere":
         own_models.register_served_elsewhere(database_url, tmp_path, {"churn": "binary"})
         return
-    source, reference = keras
+    multiclass = kind == "keras_multiclass"
     db = open_database(database_url)
     try:
         spec = ImportSpec(
-            model_name="churn", path=source, reference=reference, target="y_bin", task=Task.BINARY
+            model_name="churn",
+            path=keras[kind],
+            reference=keras["reference"],
+            target="y_cls" if multiclass else "y_bin",
+            task=Task.MULTICLASS if multiclass else Task.BINARY,
+            features=("a", "b", "c") if multiclass else (),
         )
         import_saved_model(spec=spec, db=db, registry=tmp_path / "registry")
         with db.session() as s:
@@ -103,15 +114,20 @@ def register(kind: str, database_url: str, tmp_path: Path, keras: tuple[Path, Pa
         db.dispose()
 
 
-def log_window(cli: Cli, kind: str, feature: str, tmp_path: Path, keras: tuple[Path, Path]) -> None:
+def log_window(cli: Cli, kind: str, feature: str, tmp_path: Path, keras: dict[str, Path]) -> None:
     """The window, scored by the model (its own SavedModel, or the answers of the one served elsewhere),
     logged by ``predictions import`` without labels: the run judges the label-free estimate."""
-    data = window(feature)
+    multiclass = kind == "keras_multiclass"
+    data = window(feature, multiclass=multiclass)
     columns = {k: data[k] for k in own_models.FEATURES}
+    score: np.ndarray
     if kind == "elsewhere":
         score = own_models.answers("binary", data)
+    elif multiclass:  # one JSON list of the class probabilities per row
+        vectors = own_models.direct(keras[kind], columns)
+        score = np.array([json.dumps(row) for row in vectors.tolist()], dtype=object)
     else:
-        score = own_models.direct(keras[0], columns).reshape(-1)
+        score = own_models.direct(keras[kind], columns).reshape(-1)
     step = (END - START) / (ROWS - 1)
     table = {
         **columns,
@@ -148,9 +164,9 @@ def stored_report(database_url: str) -> dict[str, Any]:
         db.dispose()
 
 
-@pytest.mark.parametrize("kind", ["keras", "elsewhere"])
+@pytest.mark.parametrize("kind", ["keras", "keras_multiclass", "elsewhere"])
 def test_the_relied_on_shift_is_the_cause_and_alone_retrains(
-    cli: Cli, database_url: str, tmp_path: Path, keras_model: tuple[Path, Path], kind: str
+    cli: Cli, database_url: str, tmp_path: Path, keras_model: dict[str, Path], kind: str
 ) -> None:
     register(kind, database_url, tmp_path, keras_model)
     log_window(cli, kind, "a", tmp_path, keras_model)
@@ -161,18 +177,19 @@ def test_the_relied_on_shift_is_the_cause_and_alone_retrains(
     drifted = {f["name"] for f in report["features"] if f["drifted"]}
     assert "a" in drifted and "c" not in drifted, drifted
     attribution = report["attribution"]
-    assert attribution["method"] == ("model" if kind == "keras" else "surrogate")
+    assert attribution["method"] == ("surrogate" if kind == "elsewhere" else "model")
     if kind == "elsewhere":  # the surrogate says how well it fits the answers it stands for
         assert attribution["surrogate_fit"]["value"] > 0.9, attribution["surrogate_fit"]
     assert attribution["change"] < 0 and attribution["significant"] is True, attribution
     first = attribution["features"][0]
     assert first["name"] == "a" and first["impact"] > 0.5 and not first["harmless"], attribution["features"]
-    assert first["lower"] < 0 and first["upper"] < 0  # its effect on the estimated ROC AUC, bounded below 0
+    assert first["lower"] < 0 and first["upper"] < 0  # its effect on the estimated metric, bounded below 0
     impact = next(f for f in report["features"] if f["name"] == "a")["impact"]
     assert impact["impact"] == first["impact"]
 
     harm = report["harm"]
-    assert harm["harmful"] is True and harm["estimate"] == "cbpe" and harm["metric"] == "roc_auc", harm
+    metric = "macro_f1" if kind == "keras_multiclass" else "roc_auc"
+    assert harm["harmful"] is True and harm["estimate"] == "cbpe" and harm["metric"] == metric, harm
     assert harm["upper"] < harm["reference"] - harm["tolerance"]
     assert doc["headline"]["causes"][0]["feature"] == "a"
 
@@ -192,9 +209,9 @@ def test_the_relied_on_shift_is_the_cause_and_alone_retrains(
     assert causes[0]["feature"] == "a" and causes[0]["impact"] == first["impact"], causes
 
 
-@pytest.mark.parametrize("kind", ["keras", "elsewhere"])
+@pytest.mark.parametrize("kind", ["keras", "keras_multiclass", "elsewhere"])
 def test_the_ignored_shift_is_harmless_and_only_notifies(
-    cli: Cli, database_url: str, tmp_path: Path, keras_model: tuple[Path, Path], kind: str
+    cli: Cli, database_url: str, tmp_path: Path, keras_model: dict[str, Path], kind: str
 ) -> None:
     register(kind, database_url, tmp_path, keras_model)
     log_window(cli, kind, "c", tmp_path, keras_model)
