@@ -14,6 +14,10 @@ message says it explains none of it), ``harm`` is harmful only for the relied-on
 for it alone and only it asks for a retraining (``retrain.requested``: none of the models has a builder
 here), while the ignored shift fires ``dataset_drift`` (notify) without ``harmful_drift``. The webhook bodies
 carry the impact ranking.
+
+On the generator's data, with a multi-class model trained here (it has a builder, so a retraining runs as a
+job): ``credit_score`` squeezed towards 600 blurs the risk bands (the label-free macro F1 falls), while
+``num_open_accounts`` squeezed as much moves no band; only the first queues a job.
 """
 
 from __future__ import annotations
@@ -231,3 +235,108 @@ def test_the_ignored_shift_is_harmless_and_only_notifies(
     assert "dataset_drift" in firing and "harmful_drift" not in firing, firing
     assert [m for m in messages if m["type"] == "retrain.requested"] == []
     assert json.loads(cli("jobs", "list", "--json").output) == []
+
+
+BAND_CENTRES = {"credit_score": 600.0, "num_open_accounts": 5.0}
+"""The generator's data: ``credit_score`` weighs most in the latent risk (towards 600 the bands blur);
+``num_open_accounts`` is in no band's risk at all."""
+
+
+@pytest.fixture(scope="module")
+def band_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from training.datagen import generate
+
+    path = tmp_path_factory.mktemp("bands") / "train.parquet"
+    write_table(generate(4_000, seed=1, task=Task.MULTICLASS), path)
+    return path
+
+
+def train_bands(database_url: str, tmp_path: Path, data: Path) -> Path:
+    """Model ``band``, trained here on the generator's risk bands (a builder: a retraining can run), promoted;
+    its monitor settings count one drifted feature of ten as dataset drift."""
+    from monitors.config import MonitorConfig, save_config
+    from training.flows import run_training
+    from training.jobs import Mode, TrainingRunSpec
+    from training.progress import Progress
+
+    db = open_database(database_url)
+    try:
+        result = run_training(
+            job=TrainingRunSpec(
+                model_name="band",
+                data=data,
+                mode=Mode.LOCAL,
+                epochs=2.0,
+                seed=0,
+                task="multiclass",
+                target="risk_band",
+            ),
+            db=db,
+            registry=tmp_path / "registry",
+            checkpoint_root=tmp_path / "ckpt",
+            progress=Progress("t", show_bar=False),
+        )
+        with db.session() as s:
+            promote(session=s, model_name="band", version=result.version.version)
+    finally:
+        db.dispose()
+    save_config(registry=tmp_path / "registry", model_name="band", config=MonitorConfig(drift_share=0.1))
+    return Path(result.version.path)
+
+
+def log_bands(cli: Cli, path: Path, feature: str, tmp_path: Path) -> None:
+    """Fresh applications with ``feature`` squeezed towards its centre, scored by the version, logged."""
+    from registry.service import read_schema
+    from training.datagen import generate
+    from training.retrain import score_version
+
+    data = generate(ROWS, seed=9, task=Task.MULTICLASS)
+    data.pop("risk_band")
+    centre = BAND_CENTRES[feature]
+    data[feature] = np.round(centre + SQUEEZE * (data[feature] - centre)).astype(np.int64)
+    vectors = score_version(path, read_schema(path=path), data)
+    step = (END - START) / (ROWS - 1)
+    table = {
+        **data,
+        "score": np.array([json.dumps(row) for row in vectors.tolist()], dtype=object),
+        "row_id": np.array([f"b-{i}" for i in range(ROWS)], dtype=object),
+        "scored_at": np.array([(START + i * step).isoformat() for i in range(ROWS)], dtype=object),
+    }
+    write_table(table, tmp_path / "bands.csv")
+    done = cli(
+        *("predictions", "import", str(tmp_path / "bands.csv"), "--model", "band"),
+        *("--prediction-column", "score", "--id-column", "row_id", "--time-column", "scored_at"),
+    )
+    assert done.exit_code == 0 and f"{ROWS} of {ROWS} rows logged" in done.output, done.output
+
+
+@pytest.mark.parametrize("feature", list(BAND_CENTRES))
+def test_on_the_generators_data_only_the_relied_on_shift_starts_a_job(
+    cli: Cli, database_url: str, tmp_path: Path, band_data: Path, feature: str
+) -> None:
+    path = train_bands(database_url, tmp_path, band_data)
+    log_bands(cli, path, feature, tmp_path)
+    ran = cli("monitor", "--once", "--model", "band")
+    assert ran.exit_code != 2 and "band" in ran.output, ran.output + str(ran.exception)
+    db = open_database(database_url)
+    try:
+        report = latest_document(db=db, model_name="band")["report"]
+    finally:
+        db.dispose()
+    drifted = {f["name"] for f in report["features"] if f["drifted"]}
+    assert drifted == {feature}, drifted
+    impact = next(f for f in report["features"] if f["name"] == feature)["impact"]
+    alerts = json.loads(cli("alerts", "list", "--json").output)
+    firing = {a["rule_name"] for a in alerts if a["state"] == "firing"}
+    jobs = json.loads(cli("jobs", "list", "--json").output)
+    if feature == "credit_score":
+        assert report["attribution"]["method"] == "model"
+        assert report["attribution"]["features"][0]["name"] == feature and impact["impact"] > 0.5, impact
+        assert report["harm"]["harmful"] is True and report["harm"]["metric"] == "macro_f1", report["harm"]
+        assert {"harmful_drift", "dataset_drift"} <= firing, firing
+        assert len(jobs) == 1 and jobs[0]["model_name"] == "band", jobs  # the retraining, queued
+    else:
+        assert impact["harmless"] is True and "explains none" in impact["message"], impact
+        assert report["harm"]["harmful"] is False, report["harm"]
+        assert "dataset_drift" in firing and "harmful_drift" not in firing, firing
+        assert jobs == []
