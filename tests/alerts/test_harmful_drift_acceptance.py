@@ -17,7 +17,9 @@ carry the impact ranking.
 
 On the generator's data, with a multi-class model trained here (it has a builder, so a retraining runs as a
 job): ``credit_score`` squeezed towards 600 blurs the risk bands (the label-free macro F1 falls), while
-``num_open_accounts`` squeezed as much moves no band; only the first queues a job.
+``num_open_accounts`` squeezed as much moves no band; only the first queues a job. The same model's runs
+find a shift confined to one region in that region's segment alone, and labels moved in one category pair
+as the top weak slice.
 """
 
 from __future__ import annotations
@@ -340,3 +342,82 @@ def test_on_the_generators_data_only_the_relied_on_shift_starts_a_job(
         assert report["harm"]["harmful"] is False, report["harm"]
         assert "dataset_drift" in firing and "harmful_drift" not in firing, firing
         assert jobs == []
+
+
+def log_bands_with_labels(cli: Cli, path: Path, tmp_path: Path, *, north: bool, flip_pair: bool) -> None:
+    """Fresh applications with their labels: ``credit_score`` squeezed in ``region=north`` alone, or the
+    labels moved to another band in ``region=south & home_ownership=OWN`` alone."""
+    from registry.service import read_schema
+    from training.datagen import BANDS, generate
+    from training.retrain import score_version
+
+    data = generate(ROWS, seed=9, task=Task.MULTICLASS)
+    truth = data.pop("risk_band")
+    if north:
+        inside = data["region"] == "north"
+        centre = BAND_CENTRES["credit_score"]
+        squeezed = np.round(centre + SQUEEZE * (data["credit_score"] - centre)).astype(np.int64)
+        data["credit_score"] = np.where(inside, squeezed, data["credit_score"])
+    if flip_pair:
+        pair = (data["region"] == "south") & (data["home_ownership"] == "OWN")
+        moved = np.array([BANDS[(BANDS.index(t) + 1) % len(BANDS)] for t in truth], dtype=object)
+        truth = np.where(pair, moved, truth)
+    vectors = score_version(path, read_schema(path=path), data)
+    step = (END - START) / (ROWS - 1)
+    table = {
+        **data,
+        "score": np.array([json.dumps(row) for row in vectors.tolist()], dtype=object),
+        "truth": truth,
+        "row_id": np.array([f"l-{i}" for i in range(ROWS)], dtype=object),
+        "scored_at": np.array([(START + i * step).isoformat() for i in range(ROWS)], dtype=object),
+    }
+    write_table(table, tmp_path / "labelled.csv")
+    done = cli(
+        *("predictions", "import", str(tmp_path / "labelled.csv"), "--model", "band"),
+        *("--prediction-column", "score", "--id-column", "row_id", "--time-column", "scored_at"),
+        *("--label-column", "truth"),
+    )
+    assert done.exit_code == 0 and f"{ROWS} of {ROWS} rows logged" in done.output, done.output
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_shift_in_one_region_flags_that_segment_alone(
+    cli: Cli, database_url: str, tmp_path: Path, band_data: Path
+) -> None:
+    path = train_bands(database_url, tmp_path, band_data)
+    log_bands_with_labels(cli, path, tmp_path, north=True, flip_pair=False)
+    ran = cli("monitor", "--once", "--model", "band")
+    assert ran.exit_code != 2, ran.output + str(ran.exception)
+    db = open_database(database_url)
+    try:
+        report = latest_document(db=db, model_name="band")["report"]
+    finally:
+        db.dispose()
+    segments = report["segments"]
+    assert {s["segment"] for s in segments} >= {"region=north", "region=south", "home_ownership=OWN"}
+    assert [s["segment"] for s in segments if s["flagged"]] == ["region=north"], [
+        (s["segment"], s["reasons"]) for s in segments if s["flagged"]
+    ]
+    assert segments[0]["segment"] == "region=north"  # ranked by the worst change
+    assert "credit_score" in segments[0]["drift"]["own"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_labels_moved_in_one_pair_make_it_the_top_weak_slice(
+    cli: Cli, database_url: str, tmp_path: Path, band_data: Path
+) -> None:
+    path = train_bands(database_url, tmp_path, band_data)
+    log_bands_with_labels(cli, path, tmp_path, north=False, flip_pair=True)
+    ran = cli("monitor", "--once", "--model", "band")
+    assert ran.exit_code != 2, ran.output + str(ran.exception)
+    db = open_database(database_url)
+    try:
+        report = latest_document(db=db, model_name="band")["report"]
+    finally:
+        db.dispose()
+    weak = report["weak_slices"]
+    assert weak["source"] == "labels" and weak["metric"] == "error_rate", weak
+    top = weak["slices"][0]
+    conditions = {(c["feature"], c.get("value")) for c in top["conditions"]}
+    assert conditions == {("region", "south"), ("home_ownership", "OWN")}, weak["slices"][:3]
+    assert top["significant"] is True and top["lower"] > weak["overall"], top
