@@ -48,7 +48,7 @@ import numpy as np
 
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.report import DriftReport
-from monitors.rows import Predictor, RowSample, uniform_positions
+from monitors.rows import Predictor, RowSample, category_codes, uniform_positions
 from monitors.weighted import BINARY_METRICS, MULTICLASS_METRICS, REGRESSION_METRICS, Figure, values
 from registry.schema import FeatureKind, Task
 
@@ -121,10 +121,9 @@ def drift_size(name: str, *, window: RowSample, reference: RowSample, profile: P
 
 
 def _counts(values: np.ndarray) -> dict[str, int]:
-    keys, counts = np.unique(
-        np.array([str(v) for v in values if v is not None and v != ""]), return_counts=True
-    )
-    return {str(k): int(c) for k, c in zip(keys, counts, strict=True)}
+    codes, levels = category_codes(values)
+    counts = np.bincount(codes[codes >= 0], minlength=levels.size)
+    return {str(k): int(c) for k, c in zip(levels, counts, strict=True)}
 
 
 def _total_variation(a: Mapping[str, int], b: Mapping[str, int]) -> float:

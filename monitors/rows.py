@@ -141,3 +141,15 @@ def uniform_positions(n: int, k: int, *, seed: int = 0) -> np.ndarray:
     if n <= k:
         return np.arange(n)
     return np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
+
+
+def category_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A categorical column's int64 codes (-1: missing, None or "") into its sorted distinct levels, and the
+    levels (an object array). The text is compared as Python strings, never copied into a fixed-width array:
+    one 2 MB category in a sample of 20,000 rows would make that copy 160 GB."""
+    col = np.asarray(values, dtype=object)
+    missing = np.equal(col, np.array([None], dtype=object)) | (col == "")
+    levels, inverse = np.unique(col[~missing], return_inverse=True)
+    codes = np.full(col.size, -1, dtype=np.int64)
+    codes[~missing] = inverse.reshape(-1)
+    return codes, levels

@@ -47,7 +47,7 @@ from monitors.drift.categorical import CategoricalCounts, ChiSquare
 from monitors.drift.numeric import ks_p_value
 from monitors.horizon import LOWER_IS_BETTER, performance_z, sd_allowance
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
-from monitors.rows import RowSample
+from monitors.rows import RowSample, category_codes
 from registry.schema import FeatureKind, Task
 
 MISSING = "(missing)"
@@ -443,10 +443,7 @@ def _encoded(window: RowSample, reference: RowSample) -> tuple[RowSample, RowSam
         both = np.concatenate(
             [np.asarray(r_columns[name], dtype=object), np.asarray(w_columns[name], dtype=object)]
         )
-        missing = np.equal(both, np.array([None], dtype=object)) | (both == "")
-        words, inverse = np.unique(both[~missing].astype(str), return_inverse=True)
-        codes = np.full(both.size, -1, dtype=np.int64)
-        codes[~missing] = inverse
+        codes, words = category_codes(both)
         vocabulary[name] = words
         r_columns[name], w_columns[name] = codes[: reference.rows], codes[reference.rows :]
     return window.with_columns(w_columns), reference.with_columns(r_columns), vocabulary

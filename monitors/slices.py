@@ -38,7 +38,7 @@ from scipy import stats
 
 from monitors.performance import calibrate, calibrate_multiclass, predicted_abs_errors
 from monitors.profile import Profile
-from monitors.rows import RowSample
+from monitors.rows import RowSample, category_codes
 from registry.schema import FeatureKind, Task
 
 MAX_LEVELS = 20  # most frequent levels of a categorical feature searched
@@ -119,16 +119,13 @@ def estimated_losses(*, sample: RowSample, profile: Profile, threshold: float = 
 
 def _levels(name: str, values: np.ndarray) -> _Feature:
     """A categorical feature coded by its :data:`MAX_LEVELS` most frequent levels ("" and None: missing)."""
-    col = np.asarray(values, dtype=object)
-    missing = (col == None) | (col == "")  # noqa: E711 (elementwise)
-    text = np.where(missing, "", col).astype(str)
-    uniq, inverse, counts = np.unique(text, return_inverse=True, return_counts=True)
-    counts = np.where(uniq == "", -1, counts)
+    codes, uniq = category_codes(values)
+    counts = np.bincount(codes[codes >= 0], minlength=uniq.size)
     keep = np.argsort(-counts, kind="stable")[: min(MAX_LEVELS, int(np.count_nonzero(counts > 0)))]
-    recode = np.full(uniq.size, -1, dtype=np.int64)
+    recode = np.full(uniq.size + 1, -1, dtype=np.int64)  # the last: missing (code -1)
     recode[keep] = np.arange(keep.size)
     conditions = [{"feature": name, "value": str(uniq[k])} for k in keep]
-    return _Feature(name, recode[inverse.reshape(-1)], conditions)
+    return _Feature(name, recode[codes], conditions)
 
 
 def _bins(name: str, values: np.ndarray) -> _Feature:
