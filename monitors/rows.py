@@ -97,14 +97,23 @@ class RowSample:
             "format": SAMPLE_FORMAT,
             "kinds": {k: v.value for k, v in self.kinds.items()},
             "columns": {k: values(self.kinds[k], v) for k, v in self.columns.items()},
-            "predictions": np.where(np.isfinite(self.predictions), self.predictions, np.nan).tolist()
-            if self.predictions.size
-            else [],
+            "predictions": _json_floats(self.predictions),
             "labels": None
             if self.labels is None
             else [None if not math.isfinite(x) else float(x) for x in self.labels],
             "population": self.population,
         }
+
+
+def _json_floats(values: np.ndarray) -> list[Any]:
+    """Rows of floats as JSON lists (NaN and infinities: null), one level per dimension."""
+    x = np.asarray(values, dtype=np.float64)
+    nested: list[Any] = np.where(np.isfinite(x), x, np.nan).tolist()
+
+    def clean(v: Any) -> Any:
+        return [clean(i) for i in v] if isinstance(v, list) else (None if v != v else v)
+
+    return [clean(v) for v in nested]
 
 
 def _floats(values: Sequence[Any]) -> np.ndarray:

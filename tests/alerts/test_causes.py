@@ -56,7 +56,9 @@ def test_a_report_without_an_attribution_keeps_its_evidence(reports: dict[str, d
             spec, report
         )
     assert with_causes("dataset_drift", report, None) is None
-    assert {"harm", "causes", "segments"} & set(drift_evidence(report, run_id=1, model_version=1)) == set()
+    evidence = drift_evidence(report, run_id=1, model_version=1)
+    assert {"causes", "segments"} & set(evidence) == set()
+    assert evidence["harm"]["harmful"] is report["harm"]["harmful"]  # every run judges harm
 
 
 def test_the_annotations_name_the_causes(reports: dict[str, dict[str, Any]]) -> None:

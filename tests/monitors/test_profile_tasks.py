@@ -146,11 +146,13 @@ def test_binary_profile_has_no_new_keys_and_old_profiles_parse() -> None:
         "calibration",
         "multivariate",
         "performance_spread",  # the metrics' spread over the reference's chunks (None: under 2,500 rows)
+        "sample",  # the rows kept raw for root-cause analysis (issue 42)
+        "surrogate",  # the surrogate of the answers, fitted on that sample (issue 42)
     ]
     assert doc["task"] == Task.BINARY.value
     prof = profile_from_dict(json.loads(json.dumps(doc)))
     assert prof.task is Task.BINARY and prof.predicted_class is None and prof.loss_model is None
-    old = {k: v for k, v in doc.items() if k not in {"task", "target"}}
+    old = {k: v for k, v in doc.items() if k not in {"task", "target", "sample", "surrogate"}}
     assert profile_from_dict(old).task is Task.BINARY
     assert profile_from_dict(dict(old, task="binary")).task is Task.BINARY
     assert old["format"] == PROFILE_FORMAT
