@@ -222,7 +222,7 @@ class Settings(BaseSettings):
         "the window's edges and the labelled rows (off: every run recounts the whole window).",
     )
     monitor_sample_rows: int = Field(
-        default=20_000,
+        default=5_000,
         ge=0,
         description="Rows of each monitor window read raw, drawn uniformly (seeded by the window), for "
         "root-cause analysis: harmful drift, attribution, segments, weak slices; also the most rows of "

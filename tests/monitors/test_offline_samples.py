@@ -113,7 +113,7 @@ def test_compare_exposes_both_sides_samples(tmp_path: Path) -> None:
     assert np.array_equal(reference.predictions, ref["p"][index])
     assert reference.labels is not None and np.array_equal(reference.labels, ref[TARGET][index].astype(float))
     assert compare(tmp_path / "cur.parquet", **args, sample_rows=0).current_sample is None  # type: ignore[arg-type]
-    # by default, the setting monitor_sample_rows (20,000: more than CURRENT's rows, so all of them)
+    # by default, the setting monitor_sample_rows (5,000: more than CURRENT's rows, so all of them)
     every = compare(tmp_path / "cur.parquet", **args).current_sample  # type: ignore[arg-type]
     assert every is not None and every.rows == 2_500
     assert np.array_equal(every.columns["income"], cur["income"])
