@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtri
 
 from monitors.performance import calibrate, calibrate_multiclass, predicted_abs_errors
 from monitors.profile import Profile
@@ -273,7 +273,7 @@ def search(
     cells = _cells(features, loss, min_rows)
     if not cells:
         return Found(_report(losses, overall, min_rows, 0, level, []), [])
-    z = float(stats.norm.isf(level / len(cells) / 2.0))
+    z = float(-ndtri(level / len(cells) / 2.0))  # the normal quantile; scipy.stats loads slowly
     rows, mean, sd = (np.array([c[k] for c in cells]) for k in (2, 3, 4))
     lower, upper = _bounds(mean, sd, rows, z=z, rate=losses.rate)
     slices, masks = [], []
