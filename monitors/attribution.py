@@ -48,7 +48,7 @@ import numpy as np
 
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.report import DriftReport
-from monitors.rows import Predictor, RowSample, category_codes, uniform_positions
+from monitors.rows import Additive, Predictor, RowSample, category_codes, uniform_positions
 from monitors.weighted import BINARY_METRICS, MULTICLASS_METRICS, REGRESSION_METRICS, Figure, values
 from registry.schema import FeatureKind, Task
 
@@ -185,21 +185,27 @@ class _Evaluator:
         self.window, self.draws, self.predictor = window, draws, predictor
         self.figure, self.weights, self.task = figure, weights, task
         self.evaluations = 0
+        self._parts: tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
 
     def run(
         self, players: Sequence[Sequence[str]], masks: Sequence[int]
     ) -> tuple[np.ndarray | None, np.ndarray]:
         """``([C, B] figure or None, [C, B] or [C, B, K] prediction summaries)`` of coalitions ``masks``."""
         n = self.window.rows
-        columns = _stacked(self.window, self.draws, players, masks)
-        answers = np.asarray(self.predictor.predict(columns), dtype=np.float64)
+        additive = self.predictor.additive
+        if additive is None:  # the model: every coalition's rows in one batched call
+            columns = _stacked(self.window, self.draws, players, masks)
+            answers = np.asarray(self.predictor.predict(columns), dtype=np.float64)
         self.evaluations += len(masks)
         perf: list[np.ndarray] | None = [] if self.figure is not None else None
         pred = []
-        for c in range(len(masks)):
-            p = answers[c * n : (c + 1) * n]
-            if perf is not None and self.figure is not None:
+        for c, mask in enumerate(masks):
+            if additive is None:
+                p = answers[c * n : (c + 1) * n]
                 cols = {k: v[c * n : (c + 1) * n] for k, v in columns.items()}
+            else:
+                p, cols = self._summed(additive, players, mask)
+            if perf is not None and self.figure is not None:
                 perf.append(
                     values(
                         self.figure,
@@ -211,6 +217,25 @@ class _Evaluator:
                 )
             pred.append(self._prediction(p))
         return (None if perf is None else np.array(perf)), np.array(pred)
+
+    def _summed(
+        self, additive: Additive, players: Sequence[Sequence[str]], mask: int
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A coalition's answers from the parts of an additive model (the window's and the draws', computed
+        once), and its columns."""
+        if self._parts is None:
+            intercept, window = additive.parts(self.window.columns)
+            _, drawn = additive.parts(self.draws.columns)
+            self._parts = (intercept + sum(window.values()), window, drawn)
+        base, window, drawn = self._parts
+        scores, cols = base, dict(self.window.columns)
+        for j, group in enumerate(players):
+            if mask >> j & 1:
+                for name in group:
+                    if name in window:
+                        scores = scores + (drawn[name] - window[name])
+                    cols[name] = self.draws.columns[name]
+        return np.asarray(additive.answers(np.asarray(scores)), dtype=np.float64), cols
 
     def _prediction(self, p: np.ndarray) -> np.ndarray:
         """The mean prediction ``[B]`` or, multi-class, the predicted-class shares ``[B, K]``."""

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from monitors.profile import Profile
-from monitors.rows import Predictor
-from monitors.surrogate import surrogate_predict
+from monitors.rows import Additive, Predictor
+from monitors.surrogate import surrogate_answers, surrogate_parts, surrogate_predict
 from registry.inputs import model_answers
 from registry.schema import ModelSchema
 
@@ -69,4 +69,10 @@ def predictor_for(
     def answer(columns: Mapping[str, np.ndarray]) -> np.ndarray:
         return surrogate_predict(surrogate, columns)
 
-    return Predictor(predict=answer, method="surrogate", fit=dict(surrogate.get("fit") or {}))
+    additive = Additive(
+        parts=lambda columns: surrogate_parts(surrogate, columns),
+        answers=lambda scores: surrogate_answers(surrogate, scores),
+    )
+    return Predictor(
+        predict=answer, method="surrogate", fit=dict(surrogate.get("fit") or {}), additive=additive
+    )

@@ -29,6 +29,16 @@ Predict = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 
 
 @dataclass(frozen=True)
+class Additive:
+    """A model whose score is a sum of one part per feature (the surrogate): ``parts(columns)`` gives the
+    intercept ``[T]`` and each feature's part ``[n, T]``, ``answers(scores)`` turns their sum into answers.
+    Attribution then sums parts per coalition instead of asking the model for every coalition's rows."""
+
+    parts: Callable[[Mapping[str, np.ndarray]], tuple[np.ndarray, dict[str, np.ndarray]]]
+    answers: Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
 class Predictor:
     """What a run asks for the model's answers: the version's own model, or a surrogate of its answers
     fitted on the reference (a version served elsewhere), with how well the surrogate fits."""
@@ -36,6 +46,7 @@ class Predictor:
     predict: Predict
     method: str  # "model" | "surrogate"
     fit: dict[str, Any] | None = None  # the surrogate's fit on held-out reference rows
+    additive: Additive | None = None  # the same answers, part by part (a surrogate)
 
 
 @dataclass(frozen=True)

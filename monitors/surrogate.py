@@ -120,3 +120,26 @@ def profile_surrogate(profile: Mapping[str, Any], task: Task) -> dict[str, Any] 
     if not data:
         return None
     return fit_surrogate(sample_from_dict(data), task)
+
+
+def surrogate_parts(
+    model: Mapping[str, Any], columns: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The surrogate's score split by feature: the intercept ``[T]`` and each feature's part ``[n, T]``
+    (:func:`surrogate_predict` answers their sum)."""
+    coef = np.asarray(model["coefficients"], dtype=np.float64)
+    coef = coef.reshape(coef.shape[0], -1)
+    rows = len(next(iter(columns.values()))) if columns else 0
+    parts: dict[str, np.ndarray] = {}
+    at = 1  # the intercept's column first, then each feature's block in order (monitors.performance._design)
+    for spec in model["features"]:
+        alone = {"features": [spec], "prediction_knots": []}
+        block = _design({spec["name"]: columns[spec["name"]]}, np.zeros(rows), alone)[:, 1:-1]
+        parts[spec["name"]] = block @ coef[at : at + block.shape[1]]
+        at += block.shape[1]
+    return coef[0], parts
+
+
+def surrogate_answers(model: Mapping[str, Any], scores: np.ndarray) -> np.ndarray:
+    """Summed scores ``[n, T]`` as the surrogate's answers."""
+    return _answers(Task.parse(str(model["task"])), scores)
