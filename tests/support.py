@@ -311,6 +311,32 @@ def run_cli(monkeypatch: Any, env: dict[str, str], *args: str, default_rules: bo
         get_settings.cache_clear()
 
 
+@dataclass
+class LoopCli:
+    """``driftwarden ARGS`` on one database, with a registry, spool and checkpoints under a test's folder
+    and the default alert rules: the CLI of the tests that run the loop (a run, its alerts, the outbox)."""
+
+    env: dict[str, str]
+    monkeypatch: Any
+
+    def __call__(self, *args: str) -> Any:
+        return run_cli(self.monkeypatch, self.env, *args, default_rules=True)
+
+
+def loop_cli(database_url: str, tmp_path: Path, monkeypatch: Any) -> LoopCli:
+    """A :class:`LoopCli` on ``database_url`` (migrated first), its files under ``tmp_path``, webhooks to
+    loopback allowed (the tests' receivers)."""
+    open_database(database_url, upgrade=True).dispose()
+    env = {
+        "DRIFTWARDEN_DATABASE_URL": database_url,
+        "DRIFTWARDEN_REGISTRY_PATH": str(tmp_path / "registry"),
+        "DRIFTWARDEN_SPOOL_PATH": str(tmp_path / "spool"),
+        "DRIFTWARDEN_CHECKPOINT_PATH": str(tmp_path / "ckpt"),
+        "DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS": "true",
+    }
+    return LoopCli(env, monkeypatch)
+
+
 def server_env(srv: Server) -> dict[str, str]:
     """The CLI's settings for the database, registry and spool of a test server."""
     return {

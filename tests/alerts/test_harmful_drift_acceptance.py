@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from registry.schema import Task
 from registry.service import promote
 from tests import own_models
 from tests.alerts.receiver import Receiver
-from tests.support import run_cli
+from tests.support import LoopCli, loop_cli
 from training.importer import ImportSpec, import_saved_model
 
 ROWS = 3_000
@@ -53,13 +52,7 @@ END = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 START = END - timedelta(days=1)
 
 
-@dataclass
-class Cli:
-    env: dict[str, str]
-    monkeypatch: pytest.MonkeyPatch
-
-    def __call__(self, *args: str) -> Any:
-        return run_cli(self.monkeypatch, self.env, *args, default_rules=True)
+Cli = LoopCli
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +70,7 @@ def keras_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def cli(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cli]:
-    open_database(database_url, upgrade=True).dispose()
-    env = {
-        "DRIFTWARDEN_DATABASE_URL": database_url,
-        "DRIFTWARDEN_REGISTRY_PATH": str(tmp_path / "registry"),
-        "DRIFTWARDEN_SPOOL_PATH": str(tmp_path / "spool"),
-        "DRIFTWARDEN_CHECKPOINT_PATH": str(tmp_path / "ckpt"),
-        "DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS": "true",
-    }
-    yield Cli(env, monkeypatch)
+    yield loop_cli(database_url, tmp_path, monkeypatch)
 
 
 def window(feature: str, *, multiclass: bool = False) -> dict[str, np.ndarray]:
