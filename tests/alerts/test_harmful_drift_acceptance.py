@@ -147,12 +147,20 @@ def run_and_deliver(cli: Cli) -> list[dict[str, Any]]:
         return [json.loads(r.body) for r in receiver.accepted]
 
 
-def stored_report(database_url: str) -> dict[str, Any]:
+def stored_report(database_url: str, model: str = "churn") -> dict[str, Any]:
+    """The model's newest run as ``GET .../drift`` serves it (the report and its headline)."""
     db = open_database(database_url)
     try:
-        return latest_document(db=db, model_name="churn")
+        return latest_document(db=db, model_name=model)
     finally:
         db.dispose()
+
+
+def band_report(cli: Cli, database_url: str) -> dict[str, Any]:
+    """One monitor run of ``band``; its stored report."""
+    ran = cli("monitor", "--once", "--model", "band")
+    assert ran.exit_code != 2 and "band" in ran.output, ran.output + str(ran.exception)
+    return dict(stored_report(database_url, "band")["report"])
 
 
 @pytest.mark.parametrize("kind", ["keras", "keras_multiclass", "elsewhere"])
@@ -303,13 +311,7 @@ def test_on_the_generators_data_only_the_relied_on_shift_starts_a_job(
 ) -> None:
     path = train_bands(database_url, tmp_path, band_data)
     log_bands(cli, path, feature, tmp_path)
-    ran = cli("monitor", "--once", "--model", "band")
-    assert ran.exit_code != 2 and "band" in ran.output, ran.output + str(ran.exception)
-    db = open_database(database_url)
-    try:
-        report = latest_document(db=db, model_name="band")["report"]
-    finally:
-        db.dispose()
+    report = band_report(cli, database_url)
     drifted = {f["name"] for f in report["features"] if f["drifted"]}
     assert drifted == {feature}, drifted
     impact = next(f for f in report["features"] if f["name"] == feature)["impact"]
@@ -371,13 +373,7 @@ def test_a_shift_in_one_region_flags_that_segment_alone(
 ) -> None:
     path = train_bands(database_url, tmp_path, band_data)
     log_bands_with_labels(cli, path, tmp_path, north=True, flip_pair=False)
-    ran = cli("monitor", "--once", "--model", "band")
-    assert ran.exit_code != 2, ran.output + str(ran.exception)
-    db = open_database(database_url)
-    try:
-        report = latest_document(db=db, model_name="band")["report"]
-    finally:
-        db.dispose()
+    report = band_report(cli, database_url)
     segments = report["segments"]
     assert {s["segment"] for s in segments} >= {"region=north", "region=south", "home_ownership=OWN"}
     assert [s["segment"] for s in segments if s["flagged"]] == ["region=north"], [
@@ -393,13 +389,7 @@ def test_labels_moved_in_one_pair_make_it_the_top_weak_slice(
 ) -> None:
     path = train_bands(database_url, tmp_path, band_data)
     log_bands_with_labels(cli, path, tmp_path, north=False, flip_pair=True)
-    ran = cli("monitor", "--once", "--model", "band")
-    assert ran.exit_code != 2, ran.output + str(ran.exception)
-    db = open_database(database_url)
-    try:
-        report = latest_document(db=db, model_name="band")["report"]
-    finally:
-        db.dispose()
+    report = band_report(cli, database_url)
     weak = report["weak_slices"]
     assert weak["source"] == "labels" and weak["metric"] == "error_rate", weak
     top = weak["slices"][0]
