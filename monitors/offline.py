@@ -1,5 +1,5 @@
 """Offline drift (``driftwarden drift``): files read in Arrow batches into the service's profile and sketch,
-checked and compared (:func:`compare_files`).
+checked and compared (:func:`compare`).
 
 Nothing here measures anything: the reference's columns go to :func:`monitors.profile.build_reference_profile`
 and each batch of the current file is folded into a :class:`monitors.window.WindowSketch`, the engine the
@@ -376,35 +376,6 @@ class Comparison:
     schema: ModelSchema
     reference_sample: RowSample | None
     current_sample: RowSample | None
-
-
-def compare_files(
-    current: Path,
-    *,
-    reference: Path | RegisteredReference,
-    schema: ModelSchema | None,
-    schema_source: str,
-    target: str | None,
-    prediction: str | None,
-    min_rows: int,
-    config: MonitorConfig,
-    hint: str = "",
-) -> DriftReport:
-    """Compare the ``current`` file with a reference file (on ``schema``, or one inferred from the file) or
-    a registered version's profile, after the checks of both sides: the drift report (:func:`compare`'s,
-    without a sample of CURRENT)."""
-    return compare(
-        current,
-        reference=reference,
-        schema=schema,
-        schema_source=schema_source,
-        target=target,
-        prediction=prediction,
-        min_rows=min_rows,
-        config=config,
-        hint=hint,
-        sample_rows=0,
-    ).report
 
 
 def compare(

@@ -1,6 +1,6 @@
 """The row samples of ``driftwarden drift``'s two sides: CURRENT's rows drawn uniformly while the file is
 read batch by batch (:class:`monitors.reservoir.RowReservoir`), the reference's kept by its profile; both
-exposed by :func:`monitors.offline.compare`, whose report is :func:`compare_files`'."""
+exposed by :func:`monitors.offline.compare`, whose report is the same without them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from core.tabular import CodedColumn, write_table
 from monitors.config import MonitorConfig
-from monitors.offline import compare, compare_files
+from monitors.offline import compare
 from monitors.profile import REFERENCE_SAMPLE_ROWS
 from monitors.reservoir import RowReservoir
 from monitors.rows import uniform_positions
@@ -88,7 +88,7 @@ def test_compare_exposes_both_sides_samples(tmp_path: Path) -> None:
         config=MonitorConfig(),
     )
     got = compare(tmp_path / "cur.parquet", **args, sample_rows=400)  # type: ignore[arg-type]
-    plain = compare_files(tmp_path / "cur.parquet", **args)  # type: ignore[arg-type]
+    plain = compare(tmp_path / "cur.parquet", **args, sample_rows=0).report  # type: ignore[arg-type]
     assert got.report.as_dict() == plain.as_dict()  # the sample changes nothing of the report
     assert got.report.drifted
 
