@@ -9,12 +9,12 @@ without rules of its own (documented in docs/alerts.md).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from alerts.specs import LOWER_IS_BETTER, Kind, RuleSpec, rule_params
+from core.numbers import finite_float
 from monitors.findings import causes_text
 from monitors.harm import NAMES as HARM_NAMES
 from monitors.horizon import worse_than
@@ -68,12 +68,6 @@ DEFAULT_RULES: tuple[RuleSpec, ...] = (
 )
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _test_evidence(item: Mapping[str, Any]) -> dict[str, Any]:
     r = item.get("result") or {}
     return {
@@ -101,7 +95,7 @@ def _dataset(report: Mapping[str, Any]) -> list[Finding] | None:
         "drift_share": d.get("drift_share"),
         "drifted_features": drifted[:20],
     }
-    return [Finding(bool(d.get("drifted")), _num(d.get("share")), evidence)]
+    return [Finding(bool(d.get("drifted")), finite_float(d.get("share")), evidence)]
 
 
 def _feature(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Finding] | None:
@@ -114,7 +108,7 @@ def _feature(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Findi
     return [
         Finding(
             bool(f.get("drifted")),
-            _num((f.get("result") or {}).get("statistic")),
+            finite_float((f.get("result") or {}).get("statistic")),
             _test_evidence(f),
             {"feature": str(f.get("name"))},
         )
@@ -128,7 +122,7 @@ def _prediction(report: Mapping[str, Any]) -> list[Finding] | None:
         return None
     evidence = _test_evidence(p)
     evidence.pop("feature")
-    return [Finding(bool(p.get("drifted")), _num((p.get("result") or {}).get("statistic")), evidence)]
+    return [Finding(bool(p.get("drifted")), finite_float((p.get("result") or {}).get("statistic")), evidence)]
 
 
 def _performance(
@@ -142,10 +136,10 @@ def _performance(
     metric = str(params.get("metric", "roc_auc"))
     if metric == "roc_auc" and metric not in current:  # the default on a model of another task: its own
         metric = next((m for m in TASK_METRICS if m in current), metric)
-    value = _num(current.get(metric))
+    value = finite_float(current.get(metric))
     if value is None:
         return None
-    ref = _num((reference or {}).get(metric))
+    ref = finite_float((reference or {}).get(metric))
     evidence: dict[str, Any] = {
         "metric": metric,
         "value": value,
@@ -155,15 +149,15 @@ def _performance(
     }
     if "label_coverage" in current:
         evidence["label_coverage"] = current.get("label_coverage")
-    below, above = _num(params.get("below")), _num(params.get("above"))
+    below, above = finite_float(params.get("below")), finite_float(params.get("above"))
     if below is not None:
         evidence["below"] = below
         return [Finding(value < below, value, evidence)]
     if above is not None:
         evidence["above"] = above
         return [Finding(value > above, value, evidence)]
-    margin = _num(params.get("margin"))
-    limit = _num((limits or {}).get(metric)) if margin is None else None
+    margin = finite_float(params.get("margin"))
+    limit = finite_float((limits or {}).get(metric)) if margin is None else None
     if ref is None:
         return None
     if limit is not None:  # beyond the variability of the reference's own chunks (monitors/horizon.py)
@@ -186,7 +180,7 @@ TASK_METRICS = ("macro_f1", "rmse")
 
 def _quality(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Finding] | None:
     check, wanted = params.get("check"), params.get("feature", "*")
-    above = _num(params.get("above"))  # None: the report's verdict (flagged)
+    above = finite_float(params.get("above"))  # None: the report's verdict (flagged)
     checks = [q for q in report.get("quality") or [] if q.get("check") == check]
     if wanted != "*":
         checks = [q for q in checks if q.get("feature") == wanted]
@@ -194,7 +188,7 @@ def _quality(report: Mapping[str, Any], params: Mapping[str, Any]) -> list[Findi
             return None
     out = []
     for q in checks:
-        rate = _num(q.get("rate")) or 0.0
+        rate = finite_float(q.get("rate")) or 0.0
         evidence = {**q, "above": above}
         active = bool(q.get("flagged")) if above is None else rate > above
         out.append(Finding(active, rate, evidence, {"feature": str(q.get("feature")), "check": str(check)}))
@@ -271,7 +265,9 @@ def _segments(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None
             continue
         drifted = float(len((row.get("drift") or {}).get("own") or []))
         value = (
-            _num(row.get("current")) if spec.kind not in (Kind.DATASET_DRIFT, Kind.FEATURE_DRIFT) else drifted
+            finite_float(row.get("current"))
+            if spec.kind not in (Kind.DATASET_DRIFT, Kind.FEATURE_DRIFT)
+            else drifted
         )
         labels = {"segment": str(row.get("segment"))}
         if spec.kind is Kind.FEATURE_DRIFT and spec.params.get("feature", "*") != "*":
@@ -292,7 +288,7 @@ def _harm(report: Mapping[str, Any]) -> list[Finding] | None:
     if not isinstance(h, Mapping) or "harmful" not in h:
         return None
     evidence = {key: h.get(key) for key in HARM_EVIDENCE}
-    return [Finding(bool(h.get("harmful")), _num(h.get("value")), evidence)]
+    return [Finding(bool(h.get("harmful")), finite_float(h.get("value")), evidence)]
 
 
 def evaluate(spec: RuleSpec, report: Mapping[str, Any]) -> list[Finding] | None:
@@ -346,20 +342,20 @@ def evaluate_health(
     r = results.get(name)
     if r is None:
         return None
-    evidence = {"check": name, "ok": bool(r.ok), "detail": str(r.detail), "value": _num(r.value)}
-    return [Finding(not r.ok, _num(r.value), evidence, {"check": name})]
+    evidence = {"check": name, "ok": bool(r.ok), "detail": str(r.detail), "value": finite_float(r.value)}
+    return [Finding(not r.ok, finite_float(r.value), evidence, {"check": name})]
 
 
 # --- annotations --------------------------------------------------------------------------------------------
 
 
 def _pct(v: Any) -> str:
-    n = _num(v)
+    n = finite_float(v)
     return "?" if n is None else f"{n:.0%}"
 
 
 def _g(v: Any, fmt: str = ".3g") -> str:
-    n = _num(v)
+    n = finite_float(v)
     return "?" if n is None else format(n, fmt)
 
 
@@ -386,7 +382,7 @@ def default_summary(spec: RuleSpec, model_name: str, finding: Finding) -> str:
                 side = "below" if "below" in e else "above"
                 bound = f"{side} {_g(e.get(side))}"
             elif e.get("metric") in LOWER_IS_BETTER:
-                rise = -(_num(e.get("drop")) or 0.0)
+                rise = -(finite_float(e.get("drop")) or 0.0)
                 bound = f"{_g(rise, '.3g')} above the reference {_g(e.get('reference'), '.4g')}"
             else:
                 bound = f"{_g(e.get('drop'), '.3f')} below the reference {_g(e.get('reference'), '.3f')}"
@@ -400,7 +396,7 @@ def default_summary(spec: RuleSpec, model_name: str, finding: Finding) -> str:
         case Kind.CONCEPT_DRIFT:
             return f"{model_name}: concept drift ({e.get('detector')}: {e.get('n_alarms')} alarms)"
         case Kind.HARMFUL_DRIFT:
-            change = _num(e.get("change"))
+            change = finite_float(e.get("change"))
             side = "above" if (change or 0.0) > 0 else "below"
             return (
                 f"{model_name}: harmful drift: {HARM_NAMES.get(str(e.get('estimate')), e.get('estimate'))} "

@@ -25,6 +25,7 @@ from typing import Any
 
 from scipy.special import chdtri, ndtri
 
+from core.numbers import finite_float
 from monitors.profile import metric_sd
 
 HORIZON_S = 30 * 86_400.0
@@ -81,8 +82,8 @@ def performance_limits(
     rows = int(current.get("rows") or 0)
     sds: dict[str, tuple[float, float]] = {}
     for metric in sorted(QUALITY_METRICS & set(reference)):
-        ref, sd = _finite(reference[metric]), metric_sd(spread, metric, rows=rows)
-        if ref is not None and sd is not None and _finite(current.get(metric)) is not None:
+        ref, sd = finite_float(reference[metric]), metric_sd(spread, metric, rows=rows)
+        if ref is not None and sd is not None and finite_float(current.get(metric)) is not None:
             sds[metric] = (ref, sd * sd_allowance(int(spread.get("chunks") or 0)))
     if not sds:
         return None
@@ -102,9 +103,3 @@ def sd_allowance(chunks: int) -> float:
         return 1.0
     dof = chunks - 1
     return math.sqrt(dof / float(chdtri(dof, SD_CONFIDENCE)))
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)

@@ -3,11 +3,11 @@ of its rows in the prediction log (shared by the serving, feedback, ingest and i
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.numbers import finite_float
 from predictions.typed import Layout, make_layout
 from registry.schema import FeatureKind, ModelSchema, Task
 
@@ -44,7 +44,7 @@ def label_reader(schema: ModelSchema | None, *, booleans: bool = False) -> Label
     ``booleans`` a binary label may also be true or false (the feedback route documents it: 1 and 0)."""
     task = schema.kind if schema is not None else Task.BINARY
     if task is Task.REGRESSION:
-        return LabelReader(_number, "a finite number (regression)", "a number")
+        return LabelReader(finite_float, "a finite number (regression)", "a number")
     if task is Task.MULTICLASS and schema is not None:
         classes = schema.classes
         index = {name: float(i) for i, name in enumerate(classes)}
@@ -73,10 +73,3 @@ def _binary(value: Any) -> float | None:
 
 def _binary_or_boolean(value: Any) -> float | None:
     return _binary(int(value) if isinstance(value, bool) else value)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from core.http import NUL_RULE, nul_in_row
+from core.numbers import finite_float
 from core.times import outside, utc_in_range
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
@@ -194,7 +195,7 @@ def read_value(value: Any, schema: ModelSchema, where: str) -> tuple[float, list
         if (
             isinstance(value, list)
             and len(value) == k
-            and all(_number(v) is not None and 0.0 <= v <= 1.0 for v in value)
+            and all(finite_float(v) is not None and 0.0 <= v <= 1.0 for v in value)
             and abs(sum(value) - 1.0) <= SUM_TOLERANCE
         ):
             vector = [float(v) for v in value]
@@ -204,7 +205,7 @@ def read_value(value: Any, schema: ModelSchema, where: str) -> tuple[float, list
             f"{', '.join(map(repr, schema.classes))}, got {str(value)[:60]}",
             "prediction",
         )
-    number = _number(value)
+    number = finite_float(value)
     if kind is Task.BINARY:
         if number is None or not 0.0 <= number <= 1.0:
             raise BadRequest(
@@ -217,13 +218,6 @@ def read_value(value: Any, schema: ModelSchema, where: str) -> tuple[float, list
             f"{where} must be a finite number (the regression's value), got {value!r}", "prediction"
         )
     return number, None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 @dataclass
