@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -23,7 +22,7 @@ from starlette.responses import Response
 
 from alerts.lifecycle import RetrainOutcome
 from alerts.specs import errors_at
-from core.auth import Scope
+from core.auth import Scope, same_secret
 from core.config import Settings
 from core.errors import Invalid
 from core.http import authorize, error_response, holds_nul, request_id_of
@@ -193,10 +192,6 @@ def parse_payload(data: Any) -> AlertmanagerPayload:
     return payload
 
 
-def _equal(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
-
-
 async def auth_denied(request: Request, settings: Settings) -> Response | None:
     """None when the caller sent the configured Alertmanager credentials; else the 401 (or admin) answer."""
     token, basic = settings.alertmanager_token, settings.alertmanager_basic_auth
@@ -205,14 +200,14 @@ async def auth_denied(request: Request, settings: Settings) -> Response | None:
         return None
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     given = given.strip()
-    if token is not None and scheme.lower() == "bearer" and _equal(given, token.get_secret_value()):
+    if token is not None and scheme.lower() == "bearer" and same_secret(given, token.get_secret_value()):
         return None
     if basic is not None and scheme.lower() == "basic":
         try:
             decoded = base64.b64decode(given, validate=True).decode()
         except (binascii.Error, ValueError, UnicodeDecodeError):
             decoded = ""
-        if _equal(decoded, basic.get_secret_value()):
+        if same_secret(decoded, basic.get_secret_value()):
             return None
     wanted = " or ".join(
         w
