@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import fcntl
 import hashlib
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, overload
 
-from sqlalchemy import JSON, DateTime, Dialect, Engine, MetaData, create_engine, event, make_url, text
+from sqlalchemy import JSON, DateTime, Dialect, Engine, Enum, MetaData, create_engine, event, make_url, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
@@ -75,6 +76,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         return aware(value)
+
+
+def str_enum(cls: type[enum.StrEnum], name: str) -> Enum:
+    """A string column of the enum's values (no database enum type: the same on SQLite and PostgreSQL)."""
+    return Enum(cls, name=name, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
 
 
 class Base(DeclarativeBase):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Enum, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from core.database import Base, UTCDateTime, utcnow
+from core.database import Base, UTCDateTime, str_enum, utcnow
 
 
 class VersionState(enum.StrEnum):
@@ -68,11 +68,6 @@ class EventAction(enum.StrEnum):
     LABEL = "label"  # a label set on (or moved to) this version; the state does not change
 
 
-def _str_enum(cls: type[enum.StrEnum], name: str) -> Enum:
-    """A string column of the enum's values (no database enum type: the same on SQLite and PostgreSQL)."""
-    return Enum(cls, name=name, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
-
-
 class VersionEvent(Base):
     """One state change of a version (or a label moved to it): who/what, when, from, to and why."""
 
@@ -82,9 +77,9 @@ class VersionEvent(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model_name: Mapped[str] = mapped_column(String(128))
     version: Mapped[int] = mapped_column(Integer)
-    action: Mapped[EventAction] = mapped_column(_str_enum(EventAction, "event_action"))
-    from_state: Mapped[VersionState | None] = mapped_column(_str_enum(VersionState, "from_state"))
-    to_state: Mapped[VersionState | None] = mapped_column(_str_enum(VersionState, "to_state"))
+    action: Mapped[EventAction] = mapped_column(str_enum(EventAction, "event_action"))
+    from_state: Mapped[VersionState | None] = mapped_column(str_enum(VersionState, "from_state"))
+    to_state: Mapped[VersionState | None] = mapped_column(str_enum(VersionState, "to_state"))
     label: Mapped[str | None] = mapped_column(String(64), default=None)
     previous_version: Mapped[int | None] = mapped_column(Integer, default=None)
     reason: Mapped[str | None] = mapped_column(Text, default=None)

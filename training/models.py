@@ -19,11 +19,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Boolean, Enum, Index, Integer, String, Text, text
+from sqlalchemy import Boolean, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS, MAX_PARAMETER_SERVERS
-from core.database import Base, UTCDateTime, utcnow
+from core.database import Base, UTCDateTime, str_enum, utcnow
 
 
 class JobState(enum.StrEnum):
@@ -62,11 +62,6 @@ class Trigger(enum.StrEnum):
     CLI = "cli"
 
 
-def _str_enum(cls: type[enum.StrEnum], name: str) -> Enum:
-    """A string column of the enum's values (no database enum type: the same on SQLite and PostgreSQL)."""
-    return Enum(cls, name=name, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
-
-
 class TrainingJob(Base):
     """One retraining job of a model: its request, progress, data window, gate verdict and outcome."""
 
@@ -87,8 +82,8 @@ class TrainingJob(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     model_name: Mapped[str] = mapped_column(String(128))
-    state: Mapped[JobState] = mapped_column(_str_enum(JobState, "job_state"), default=JobState.QUEUED)
-    trigger: Mapped[Trigger] = mapped_column(_str_enum(Trigger, "job_trigger"))
+    state: Mapped[JobState] = mapped_column(str_enum(JobState, "job_state"), default=JobState.QUEUED)
+    trigger: Mapped[Trigger] = mapped_column(str_enum(Trigger, "job_trigger"))
     requested_by: Mapped[str] = mapped_column(String(128))
     idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
     alert_id: Mapped[int | None] = mapped_column(Integer, default=None)
