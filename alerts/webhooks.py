@@ -27,6 +27,7 @@ from core.auth import signed_path
 from core.config import Settings
 from core.config import base_url as base_url
 from core.errors import Invalid
+from core.times import iso_or_none
 from monitors.findings import MAX_CAUSES, harm_summary, top_causes
 from monitors.links import report_path
 
@@ -113,10 +114,6 @@ def links(
     return out
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
 def alert_item(alert: Alert, *, settings: Settings) -> dict[str, Any]:
     """One alert as a message shows it."""
     return {
@@ -129,9 +126,9 @@ def alert_item(alert: Alert, *, settings: Settings) -> dict[str, Any]:
         "labels": dict(alert.labels or {}),
         "annotations": dict(alert.annotations or {}),
         "value": alert.value,
-        "started_at": _iso(alert.started_at),
-        "fired_at": _iso(alert.fired_at),
-        "resolved_at": _iso(alert.resolved_at),
+        "started_at": iso_or_none(alert.started_at),
+        "fired_at": iso_or_none(alert.fired_at),
+        "resolved_at": iso_or_none(alert.resolved_at),
         "silenced": alert.silenced,
         "evidence": dict(alert.evidence or {}),
         "url": f"{base_url(settings)}/v1/alerts/{alert.id}",
@@ -269,7 +266,7 @@ def retrain_message(
             "rule": alert.rule_name,
             "fingerprint": alert.fingerprint,
             "severity": alert.severity,
-            "fired_at": _iso(alert.fired_at),
+            "fired_at": iso_or_none(alert.fired_at),
             "url": f"{base_url(settings)}/v1/alerts/{alert.id}",
         },
         "window": None

@@ -84,3 +84,8 @@ def _checked(moment: datetime) -> datetime:
 ClientTime = Annotated[datetime, AfterValidator(_checked)]
 """A pydantic field of a client's time: converted to UTC and checked against the range (the error names the
 field through pydantic's location)."""
+
+
+def iso_or_none(moment: datetime | None) -> str | None:
+    """``moment`` in ISO 8601 (as stored: aware times keep their offset), or None."""
+    return None if moment is None else moment.isoformat()

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from core.database import begin_sqlite, utcnow
 from core.errors import Conflict, Invalid, NotFound
+from core.times import iso_or_none
 from registry.names import check_name
 from registry.service import latest_version, require_model, serving_version
 from training.builders import require_retrainable
@@ -504,10 +505,6 @@ def last_finished(*, session: Session) -> dict[tuple[str, JobState], datetime]:
     return out
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
 def job_document(job: TrainingJob) -> dict[str, Any]:
     """A job as the API and the CLI show it (ISO times, the log tail as lines, links)."""
     return {
@@ -527,12 +524,12 @@ def job_document(job: TrainingJob) -> dict[str, Any]:
         "error": job.error,
         "attempts": job.attempts,
         "lease_owner": job.lease_owner,
-        "lease_expires_at": _iso(job.lease_expires_at),
-        "heartbeat_at": _iso(job.heartbeat_at),
+        "lease_expires_at": iso_or_none(job.lease_expires_at),
+        "heartbeat_at": iso_or_none(job.heartbeat_at),
         "cancel_requested": job.cancel_requested,
-        "created_at": _iso(job.created_at),
-        "started_at": _iso(job.started_at),
-        "finished_at": _iso(job.finished_at),
+        "created_at": iso_or_none(job.created_at),
+        "started_at": iso_or_none(job.started_at),
+        "finished_at": iso_or_none(job.finished_at),
         "log_tail": job.log_tail.splitlines() if job.log_tail else [],
         "links": {
             "self": f"/v1/jobs/{job.id}",
