@@ -12,9 +12,13 @@ import numpy as np
 from sqlalchemy import Engine
 
 from core.tabular import Columns
+from predictions import typed
 from predictions.batch import LogBatch
 from predictions.pending import RequestRows, build
-from predictions.service import new_prediction_ids, write_log_rows
+from predictions.service import (
+    new_prediction_ids,
+    write_log_rows,
+)
 from predictions.typed import Layout
 
 
@@ -150,3 +154,139 @@ def write_rows_as_they_were(engine: Engine, rows: Sequence[dict[str, Any]]) -> N
         values.append(doc)
     with engine.begin() as conn:
         conn.execute(table.insert(), values)
+
+
+FLAG = ["x:observed_range"]
+
+
+def make_rows(
+    n: int,
+    *,
+    start: int = 0,
+    when: datetime | None = None,
+    model: str = "m",
+    version: int = 1,
+    status: str = "ok",
+    per_request: int = 1,
+    spacing: timedelta = timedelta(0),
+    layout: typed.Layout | None = None,
+) -> list[LogBatch]:
+    """``n`` predictions of ``model`` as the writer's batch rows: requests of ``per_request`` predictions
+    (request ``k`` logged at ``when + k * spacing``, its id ``req-<start + its first prediction>``), built as
+    the writer thread builds them. Prediction ``i`` of the call has the inputs ``{"x": start + i, "c": "a"}``,
+    the output ``(start + i) % 10 / 10`` and a flag when ``i`` is odd; documents only without ``layout``."""
+    now = when or datetime.now(UTC)
+    requests = []
+    for k, lo in enumerate(range(0, n, per_request)):
+        hi = min(lo + per_request, n)
+        requests.append(
+            RequestRows(
+                model_name=model,
+                model_version=version,
+                logged_at=now + spacing * k,
+                request_id=f"req-{start + lo}",
+                protocol="v1",
+                latency_ms=1.5,
+                status=status,
+                ids=new_prediction_ids(hi - lo),
+                inputs=[{"x": float(start + i), "c": "a"} for i in range(lo, hi)],
+                values=[(start + i) % 10 / 10 for i in range(lo, hi)],
+                flags=[FLAG if i % 2 else None for i in range(lo, hi)],
+                layout=layout,
+            )
+        )
+    return [b for built in build(requests) for b in built]
+
+
+def ids(rows: Sequence[LogBatch]) -> list[str]:
+    """The prediction ids of ``rows``, in log order."""
+    return [pid for b in rows for pid in b.ids()]
+
+
+def old_rows(
+    n: int,
+    *,
+    start: int = 0,
+    when: datetime | None = None,
+    model: str = "m",
+    per_request: int = 1,
+    spacing: timedelta = timedelta(0),
+    **changes: Any,
+) -> list[dict[str, Any]]:
+    """``n`` predictions as an older version logged them: one ``prediction_log`` row each (the dicts
+    ``tests.predictions.logdata.write_rows_as_they_were`` inserts), requests of ``per_request`` consecutive
+    rows sharing a request id, a time and ids counted from one prefix; the values of :func:`make_rows`
+    (``changes`` override columns of every row)."""
+    now = when or datetime.now(UTC)
+    out: list[dict[str, Any]] = []
+    for k, lo in enumerate(range(0, n, per_request)):
+        hi = min(lo + per_request, n)
+        for i, pid in zip(range(lo, hi), new_prediction_ids(hi - lo), strict=True):
+            out.append(
+                {
+                    "prediction_id": pid,
+                    "request_id": f"req-{start + lo}",
+                    "model_name": model,
+                    "model_version": 1,
+                    "logged_at": now + spacing * k,
+                    "inputs": {"x": float(start + i), "c": "a"},
+                    "probability": (start + i) % 10 / 10,
+                    "flags": FLAG if i % 2 else None,
+                    "latency_ms": 1.5,
+                    "status": "ok",
+                    "protocol": "v1",
+                    **changes,
+                }
+            )
+    return out
+
+
+def old_line(row: dict[str, Any]) -> list[Any]:
+    """A spool or dead-letter row as an older version wrote it (one prediction): ``[prediction_id,
+    request_id, model_name, model_version, logged_at, inputs, probability, flags, latency_ms, status,
+    protocol, layout, numbers, categories, outputs]``."""
+    return [
+        row["prediction_id"],
+        row["request_id"],
+        row["model_name"],
+        row["model_version"],
+        row["logged_at"].isoformat(),
+        row["inputs"],
+        row["probability"],
+        row["flags"],
+        row["latency_ms"],
+        row["status"],
+        row["protocol"],
+        row.get("layout"),
+        row.get("numbers"),
+        row.get("categories"),
+        row.get("outputs"),
+    ]
+
+
+NUMERIC = ["amount", "count"]
+
+
+CATEGORICAL = ["colour"]
+
+
+FEATURES = NUMERIC + CATEGORICAL
+
+
+# "blue" is not a category of the layout: its texts are stored beside the typed copy
+LAYOUT = typed.make_layout(NUMERIC, CATEGORICAL, [["red", "green"]])
+
+
+def make_columns(n: int, *, seed: int) -> Columns:
+    """Two numeric features (one with missing values) and one categorical (with missing values)."""
+    rng = np.random.default_rng(seed)
+    amount = np.round(rng.lognormal(5, 1, n), 2)
+    amount[rng.random(n) < 0.05] = np.nan
+    colour = rng.choice(np.array(["red", "green", "blue"], dtype=object), n)
+    colour[rng.random(n) < 0.05] = None
+    return {"amount": amount, "count": rng.poisson(3, n).astype(np.int64), "colour": colour}
+
+
+def documents(cols: Columns) -> list[dict[str, Any]]:
+    n = len(cols[FEATURES[0]])
+    return [{f: plain(cols[f][i]) for f in FEATURES} for i in range(n)]

@@ -33,8 +33,7 @@ from predictions.windows import (
     read_chunks,
     summarize_window,
 )
-from tests.predictions.logdata import write_requests, write_rows_as_they_were
-from tests.predictions.test_prediction_log import ids, make_rows, old_rows
+from tests.predictions.logdata import ids, make_rows, old_rows, write_requests, write_rows_as_they_were
 from tests.support import database_at, postgres_schema
 
 NOW = datetime.now(UTC).replace(microsecond=0)

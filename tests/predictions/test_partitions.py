@@ -37,8 +37,7 @@ from predictions.service import (
     write_log_rows,
 )
 from service.cli import app
-from tests.predictions.logdata import write_rows_as_they_were
-from tests.predictions.test_prediction_log import ids, make_rows, old_rows
+from tests.predictions.logdata import ids, make_rows, old_rows, write_rows_as_they_were
 from tests.support import database_at, postgres_schema
 
 DAY = timedelta(days=1)

@@ -36,7 +36,7 @@ from predictions.spool import Spool
 from predictions.writer import LogUnavailable, LogWriter
 from service.cli import app
 from service.serving.metrics import Metrics
-from tests.predictions.test_prediction_log import ids, make_rows, old_line, old_rows
+from tests.predictions.logdata import ids, make_rows, old_line, old_rows
 
 runner = CliRunner()
 

@@ -8,7 +8,6 @@ here (written, spooled, replayed, purged) is of predictions.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,113 +34,7 @@ from predictions.service import (
 )
 from predictions.spool import Spool
 from predictions.writer import Durability, LogWriter
-
-FLAG = ["x:observed_range"]
-
-
-def make_rows(
-    n: int,
-    *,
-    start: int = 0,
-    when: datetime | None = None,
-    model: str = "m",
-    version: int = 1,
-    status: str = "ok",
-    per_request: int = 1,
-    spacing: timedelta = timedelta(0),
-    layout: typed.Layout | None = None,
-) -> list[LogBatch]:
-    """``n`` predictions of ``model`` as the writer's batch rows: requests of ``per_request`` predictions
-    (request ``k`` logged at ``when + k * spacing``, its id ``req-<start + its first prediction>``), built as
-    the writer thread builds them. Prediction ``i`` of the call has the inputs ``{"x": start + i, "c": "a"}``,
-    the output ``(start + i) % 10 / 10`` and a flag when ``i`` is odd; documents only without ``layout``."""
-    now = when or datetime.now(UTC)
-    requests = []
-    for k, lo in enumerate(range(0, n, per_request)):
-        hi = min(lo + per_request, n)
-        requests.append(
-            RequestRows(
-                model_name=model,
-                model_version=version,
-                logged_at=now + spacing * k,
-                request_id=f"req-{start + lo}",
-                protocol="v1",
-                latency_ms=1.5,
-                status=status,
-                ids=new_prediction_ids(hi - lo),
-                inputs=[{"x": float(start + i), "c": "a"} for i in range(lo, hi)],
-                values=[(start + i) % 10 / 10 for i in range(lo, hi)],
-                flags=[FLAG if i % 2 else None for i in range(lo, hi)],
-                layout=layout,
-            )
-        )
-    return [b for built in build(requests) for b in built]
-
-
-def ids(rows: Sequence[LogBatch]) -> list[str]:
-    """The prediction ids of ``rows``, in log order."""
-    return [pid for b in rows for pid in b.ids()]
-
-
-def old_rows(
-    n: int,
-    *,
-    start: int = 0,
-    when: datetime | None = None,
-    model: str = "m",
-    per_request: int = 1,
-    spacing: timedelta = timedelta(0),
-    **changes: Any,
-) -> list[dict[str, Any]]:
-    """``n`` predictions as an older version logged them: one ``prediction_log`` row each (the dicts
-    ``tests.predictions.logdata.write_rows_as_they_were`` inserts), requests of ``per_request`` consecutive
-    rows sharing a request id, a time and ids counted from one prefix; the values of :func:`make_rows`
-    (``changes`` override columns of every row)."""
-    now = when or datetime.now(UTC)
-    out: list[dict[str, Any]] = []
-    for k, lo in enumerate(range(0, n, per_request)):
-        hi = min(lo + per_request, n)
-        for i, pid in zip(range(lo, hi), new_prediction_ids(hi - lo), strict=True):
-            out.append(
-                {
-                    "prediction_id": pid,
-                    "request_id": f"req-{start + lo}",
-                    "model_name": model,
-                    "model_version": 1,
-                    "logged_at": now + spacing * k,
-                    "inputs": {"x": float(start + i), "c": "a"},
-                    "probability": (start + i) % 10 / 10,
-                    "flags": FLAG if i % 2 else None,
-                    "latency_ms": 1.5,
-                    "status": "ok",
-                    "protocol": "v1",
-                    **changes,
-                }
-            )
-    return out
-
-
-def old_line(row: dict[str, Any]) -> list[Any]:
-    """A spool or dead-letter row as an older version wrote it (one prediction): ``[prediction_id,
-    request_id, model_name, model_version, logged_at, inputs, probability, flags, latency_ms, status,
-    protocol, layout, numbers, categories, outputs]``."""
-    return [
-        row["prediction_id"],
-        row["request_id"],
-        row["model_name"],
-        row["model_version"],
-        row["logged_at"].isoformat(),
-        row["inputs"],
-        row["probability"],
-        row["flags"],
-        row["latency_ms"],
-        row["status"],
-        row["protocol"],
-        row.get("layout"),
-        row.get("numbers"),
-        row.get("categories"),
-        row.get("outputs"),
-    ]
+from tests.predictions.logdata import FLAG, ids, make_rows
 
 
 def batch_count(url: str, model: str | None = None) -> int:

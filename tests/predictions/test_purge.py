@@ -16,7 +16,7 @@ from core.database import Database, open_database
 from predictions.models import PredictionBatch, PredictionFeedback
 from predictions.service import record_feedback, write_log_rows
 from service.cli import app
-from tests.predictions.test_prediction_log import ids, make_rows
+from tests.predictions.logdata import ids, make_rows
 
 runner = CliRunner()
 

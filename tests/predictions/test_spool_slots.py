@@ -27,8 +27,7 @@ from predictions.models import PredictionBatch
 from predictions.service import recent_predictions
 from predictions.spool import Spool
 from predictions.writer import LogWriter
-from tests.predictions.logdata import write_rows_as_they_were
-from tests.predictions.test_prediction_log import ids, make_rows, old_line, old_rows
+from tests.predictions.logdata import ids, make_rows, old_line, old_rows, write_rows_as_they_were
 from tests.support import database_at
 
 

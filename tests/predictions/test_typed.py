@@ -34,9 +34,8 @@ from predictions.service import recent_predictions, record_feedback, write_log_r
 from predictions.windows import Chunk, WindowSpec, WindowSummary, read_chunks, summarize_window
 from registry.schema import infer_schema
 from service.serving import readers
-from tests.predictions.logdata import plain, write_requests
+from tests.predictions.logdata import old_line, old_rows, plain, write_requests
 from tests.predictions.test_pending import request_rows
-from tests.predictions.test_prediction_log import old_line, old_rows
 from tests.support import CREDIT_FEATURES, credit_profile
 from training.datagen import TARGET, generate
 

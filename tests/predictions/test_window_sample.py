@@ -17,8 +17,7 @@ from core.database import open_database
 from predictions import typed
 from predictions.service import record_feedback
 from predictions.windows import WindowSpec, read_sample, summarize_window
-from tests.predictions.logdata import write_requests
-from tests.predictions.test_windows import CATEGORICAL, LAYOUT, NUMERIC, documents, make_columns
+from tests.predictions.logdata import CATEGORICAL, LAYOUT, NUMERIC, documents, make_columns, write_requests
 
 N = 300
 STRAY = 17  # this prediction's document bypassed the contract: its batch is held as documents

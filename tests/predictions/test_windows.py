@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import numpy as np
 import pytest
@@ -38,29 +37,17 @@ from predictions.windows import (
     summarize_blocks,
     summarize_window,
 )
-from tests.predictions.logdata import log_columns, plain, write_requests
+from tests.predictions.logdata import (
+    CATEGORICAL,
+    FEATURES,
+    LAYOUT,
+    NUMERIC,
+    documents,
+    log_columns,
+    make_columns,
+    write_requests,
+)
 from tests.support import postgres_schema
-
-NUMERIC = ["amount", "count"]
-CATEGORICAL = ["colour"]
-FEATURES = NUMERIC + CATEGORICAL
-# "blue" is not a category of the layout: its texts are stored beside the typed copy
-LAYOUT = typed.make_layout(NUMERIC, CATEGORICAL, [["red", "green"]])
-
-
-def make_columns(n: int, *, seed: int) -> Columns:
-    """Two numeric features (one with missing values) and one categorical (with missing values)."""
-    rng = np.random.default_rng(seed)
-    amount = np.round(rng.lognormal(5, 1, n), 2)
-    amount[rng.random(n) < 0.05] = np.nan
-    colour = rng.choice(np.array(["red", "green", "blue"], dtype=object), n)
-    colour[rng.random(n) < 0.05] = None
-    return {"amount": amount, "count": rng.poisson(3, n).astype(np.int64), "colour": colour}
-
-
-def documents(cols: Columns) -> list[dict[str, Any]]:
-    n = len(cols[FEATURES[0]])
-    return [{f: plain(cols[f][i]) for f in FEATURES} for i in range(n)]
 
 
 @dataclass
