@@ -25,7 +25,7 @@ COMMON_EXIT_CODES: dict[int, str] = {
     2: "usage or input error: one line on stderr says what and how to fix it (`driftwarden --debug ...` for "
     "the traceback)",
     130: "interrupted (Ctrl-C)",
-    141: "standard output closed before the command finished (the reader of a pipe stopped, e.g. `| head`)",
+    141: "standard output closed before the command finished (the reader of a pipe stopped, e.g. `head`)",
 }
 STOPPED = "stopped by Ctrl-C or SIGTERM"
 EXIT_CODES: dict[str, dict[int, str | None]] = {
