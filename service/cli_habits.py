@@ -37,12 +37,13 @@ EXIT_CODES: dict[str, dict[int, str | None]] = {
         "unwritable --json or --html; one line on stderr says what and how to fix it",
     },
     "monitor": {
-        0: f"with --once: every model was evaluated and none drifted (a model with too few predictions in "
-        f"its window is reported as skipped); without: {STOPPED}",
+        0: "with --once: every model was evaluated and none drifted (a model with too few predictions in "
+        "its window is reported as skipped); without: stopped by Ctrl-C",
         1: "with --once: at least one model's dataset drifted",
         2: "a model could not be evaluated (no serving version, no profile, a broken monitor.json, a --model "
         "that is not serving, too few predictions with --fail-on-skip, ...) or there is no model to "
         "monitor; the error line names each model and why (this wins over 1)",
+        130: "--backfill interrupted (Ctrl-C)",
     },
     "train": {1: "training failed (a lost node, a timeout): the last checkpoint is kept, rerun to resume"},
     "worker": {
