@@ -99,6 +99,8 @@ class _Root(TyperGroup):
                 err=True,
             )
             raise typer.Exit(2) from None
+        finally:
+            set_quiet(False)  # --quiet lasts one invocation (a process may run several: tests, notebooks)
 
 
 def _usage_error(exc: UsageError) -> NoReturn:
