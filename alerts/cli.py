@@ -456,6 +456,7 @@ def webhooks_remove(webhook_id: Annotated[str, typer.Argument(help="Subscription
 def webhooks_deliveries(
     webhook_id: Annotated[str, typer.Argument(help="Subscription id.")],
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most deliveries shown.")] = 20,
+    as_json: JsonOut = None,
 ) -> None:
     """List the messages to one subscription and where each delivery stands."""
     from alerts import service
@@ -466,7 +467,11 @@ def webhooks_deliveries(
         rows = service.list_deliveries(session=s, webhook_id=webhook_id, limit=limit)
         return [DeliveryRead.model_validate(d) for d in rows]
 
-    for d in _with_session(run):
+    rows = _with_session(run)
+    if as_json is not None:
+        write_json([d.model_dump(mode="json") for d in rows], to=as_json)
+        return
+    for d in rows:
         status = f"HTTP {d.last_status_code}" if d.last_status_code else (d.last_error or "")
         typer.echo(f"{d.id}  {d.event_type:14}  {d.state:9}  attempts={d.attempts}  {status}")
 

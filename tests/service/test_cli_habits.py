@@ -64,6 +64,7 @@ WITH_JSON = {
     "alerts silences",
     "alerts backtest",
     "webhooks list",
+    "webhooks deliveries",
     "tokens list",
 }
 
@@ -100,9 +101,6 @@ def test_the_walk_finds_every_domains_commands() -> None:
 
 @pytest.mark.parametrize(("path", "command"), ALL, ids=[path for path, _ in ALL])
 def test_each_commands_help_shows_the_shared_habits(path: str, command: Any) -> None:
-    from core.cli_options import JSON_HELP, JSON_METAVAR
-    from service.cli_habits import exit_codes
-
     result = invoke(*path.split(), "--help")
     assert result.exit_code == 0, result.output
     text = result.output
@@ -110,6 +108,9 @@ def test_each_commands_help_shows_the_shared_habits(path: str, command: Any) -> 
     options = {opt: p for p in command.params for opt in p.opts}
     assert {"--quiet", "-q"} <= set(options), path
     assert re.search(r"--quiet\s+-q\s+Print nothing on standard error but errors", text), path
+    from core.cli_options import JSON_HELP, JSON_METAVAR
+    from service.cli_habits import exit_codes
+
     # --json, where a command has it, takes [PATH|-] and says the same
     assert ("--json" in options) == (path in WITH_JSON), path
     if "--json" in options:
@@ -188,6 +189,19 @@ def test_bare_json_and_dash_print_the_same_document(command: tuple[str, ...], st
     assert bare.stdout == dash.stdout
     assert isinstance(json.loads(dash.stdout), list)
     assert dash.stderr == ""  # to stdout: no note
+
+
+def test_a_listing_that_had_no_json_has_it_now() -> None:
+    added = invoke("webhooks", "add", "http://127.0.0.1:9/hook", "--quiet")
+    assert added.exit_code == 0, added.output
+    hook = re.match(r"webhook (\S+) -> ", added.stdout)
+    assert hook is not None, added.stdout
+    bare, dash = (
+        invoke("webhooks", "deliveries", hook[1], "--json"),
+        invoke("webhooks", "deliveries", hook[1], "--json", "-"),
+    )
+    assert bare.exit_code == dash.exit_code == 0, bare.output + dash.output
+    assert json.loads(bare.stdout) == json.loads(dash.stdout) == []
 
 
 def test_bare_json_before_another_option_is_stdout_too(stored_token: None) -> None:
