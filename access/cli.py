@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from core.auth import SCOPES_LISTED
+from core.cli_options import JsonOut, write_json
 from core.durations import parse_duration
 from core.terminal import make_console
 
@@ -53,10 +54,9 @@ def create(
 
 @tokens_app.command("list")
 def list_(
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    as_json: JsonOut = None,
 ) -> None:
     """Every token with its scopes, expiry and state (never a secret)."""
-    import json
 
     from access.models import TokenRead
     from access.service import list_tokens
@@ -69,8 +69,8 @@ def list_(
             rows = [TokenRead.of(r, now=now) for r in list_tokens(session=session)]
     finally:
         db.dispose()
-    if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+    if as_json is not None:
+        write_json([r.model_dump(mode="json") for r in rows], to=as_json)
         return
     from rich.table import Table
 

@@ -22,6 +22,7 @@ from core.bounds import (
     MAX_PROCESSES,
     MAX_SEED,
 )
+from core.cli_options import JsonOut, check_target, json_text, write_json
 from core.terminal import make_console
 
 if TYPE_CHECKING:
@@ -57,10 +58,6 @@ def _with_session(fn: Callable[[Session], T]) -> T:
         db.dispose()
 
 
-def _echo_json(doc: Any) -> None:
-    typer.echo(json.dumps(doc, indent=2, default=str))
-
-
 def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
 
@@ -75,7 +72,7 @@ def alerts_list(
         str | None, typer.Option("--state", help="Only alerts in this state: pending, firing or resolved.")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most alerts shown.")] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    as_json: JsonOut = None,
 ) -> None:
     """List alerts, newest first."""
     from alerts import service
@@ -93,8 +90,8 @@ def alerts_list(
             for a in service.list_alerts(session=s, model_name=model, state=state, limit=limit)
         ]
     )
-    if as_json:
-        _echo_json([r.model_dump(mode="json") for r in rows])
+    if as_json is not None:
+        write_json([r.model_dump(mode="json") for r in rows], to=as_json)
         return
     if not rows:
         typer.echo(
@@ -126,13 +123,13 @@ def alerts_show(alert_id: Annotated[int, typer.Argument(help="Alert id (from `al
     from alerts import flows
 
     detail = _with_session(lambda s: flows.alert_detail(session=s, alert_id=alert_id))
-    _echo_json(detail.model_dump(mode="json"))
+    typer.echo(json_text(detail.model_dump(mode="json")))
 
 
 @alerts_app.command("rules", epilog=RULES_EPILOG)
 def alerts_rules(
     model: Annotated[str, typer.Argument(help="Model name.")],
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    as_json: JsonOut = None,
 ) -> None:
     """Show the rules MODEL follows: its own, the '*' ones or the defaults."""
     from alerts import flows
@@ -140,8 +137,8 @@ def alerts_rules(
 
     check_name(model)
     doc = _with_session(lambda s: flows.rules_document(session=s, model_name=model))
-    if as_json:
-        _echo_json(doc)
+    if as_json is not None:
+        write_json(doc, to=as_json)
         return
     from rich.table import Table
 
@@ -211,14 +208,14 @@ def alerts_silence(
 
 
 @alerts_app.command("silences")
-def alerts_silences(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+def alerts_silences(as_json: JsonOut = None) -> None:
     """List silences, newest first."""
     from alerts import flows, service
     from alerts.labels import Matcher
 
     rows = _with_session(lambda s: [flows.silence_read(x) for x in service.list_silences(session=s)])
-    if as_json:
-        _echo_json([r.model_dump(mode="json") for r in rows])
+    if as_json is not None:
+        write_json([r.model_dump(mode="json") for r in rows], to=as_json)
         return
     if not rows:
         typer.echo("no silences")
@@ -296,7 +293,7 @@ def alerts_backtest(
             help="Processes running the streams (4 per CPU, at most 64).",
         ),
     ] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    as_json: JsonOut = None,
 ) -> None:
     """Replay a month of monitor runs on the model's own reference traffic: false notifications per rule,
     and how many runs each rule takes to catch planted shifts. Nothing is stored or sent.
@@ -312,6 +309,8 @@ def alerts_backtest(
     from core.database import open_database
     from core.logs import quiet_libraries, quiet_tensorflow_banner
 
+    if as_json is not None:
+        check_target(as_json)  # before minutes of replay
     quiet_libraries()  # a trained version's SavedModel answers its reference: no TensorFlow chatter
     quiet_tensorflow_banner()
     request = BacktestRequest(
@@ -341,8 +340,8 @@ def alerts_backtest(
         result = backtest(
             setup=setup, shifts=shifts, workers=workers, progress=lambda n: bar.advance(task, n)
         )
-    if as_json:
-        _echo_json(result.as_dict())
+    if as_json is not None:
+        write_json(result.as_dict(), to=as_json)
         return
     _backtest_table(model, result)
 
@@ -378,7 +377,7 @@ def _backtest_table(model: str, result: Any) -> None:
 
 
 @webhooks_app.command("list")
-def webhooks_list(as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False) -> None:
+def webhooks_list(as_json: JsonOut = None) -> None:
     """List subscriptions (secrets are never shown)."""
     from alerts import service
     from alerts.models import WebhookRead
@@ -386,8 +385,8 @@ def webhooks_list(as_json: Annotated[bool, typer.Option("--json", help="JSON out
     rows = _with_session(
         lambda s: [WebhookRead.model_validate(w) for w in service.list_subscriptions(session=s)]
     )
-    if as_json:
-        _echo_json([r.model_dump(mode="json") for r in rows])
+    if as_json is not None:
+        write_json([r.model_dump(mode="json") for r in rows], to=as_json)
         return
     if not rows:
         typer.echo("no webhooks: `driftwarden webhooks add URL` subscribes one")
@@ -457,6 +456,7 @@ def webhooks_remove(webhook_id: Annotated[str, typer.Argument(help="Subscription
 def webhooks_deliveries(
     webhook_id: Annotated[str, typer.Argument(help="Subscription id.")],
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Most deliveries shown.")] = 20,
+    as_json: JsonOut = None,
 ) -> None:
     """List the messages to one subscription and where each delivery stands."""
     from alerts import service
@@ -467,7 +467,11 @@ def webhooks_deliveries(
         rows = service.list_deliveries(session=s, webhook_id=webhook_id, limit=limit)
         return [DeliveryRead.model_validate(d) for d in rows]
 
-    for d in _with_session(run):
+    rows = _with_session(run)
+    if as_json is not None:
+        write_json([d.model_dump(mode="json") for d in rows], to=as_json)
+        return
+    for d in rows:
         status = f"HTTP {d.last_status_code}" if d.last_status_code else (d.last_error or "")
         typer.echo(f"{d.id}  {d.event_type:14}  {d.state:9}  attempts={d.attempts}  {status}")
 

@@ -68,8 +68,13 @@ quiet_tensorflow_banner = quiet_tensorflow  # the name the commands that load Te
 
 
 def setup_logging(level: str | None = None, *, driftwarden_level: str | None = None) -> None:
-    """One-line log records on stderr (rich on a terminal, so progress bars stay intact)."""
+    """One-line log records on stderr (rich on a terminal, so progress bars stay intact); warnings and
+    errors only under ``--quiet``."""
+    from core.terminal import is_quiet
+
     quiet_libraries()
+    if is_quiet():
+        level, driftwarden_level = "WARNING", None
     if sys.stderr.isatty():
         from rich.logging import RichHandler
 

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from core.bounds import MAX_PASS_INTERVAL_S
+from core.cli_options import STDOUT, JsonOut, check_target, write_text
 from core.errors import Invalid
+from core.terminal import note
 
 if TYPE_CHECKING:
     from monitors.config import MonitorConfig
@@ -25,26 +27,8 @@ if TYPE_CHECKING:
     from monitors.report import DriftReport
     from registry.schema import ModelSchema
 
-STDOUT = "-"
 
-DRIFT_EXIT_CODES = (
-    "[b]Exit codes[/b]\n\n"
-    "0  no drift: the dataset is stable\n\n"
-    "1  the dataset drifted\n\n"
-    "2  usage or input error, no verdict: a missing, empty or unreadable file, fewer rows than --min-rows, "
-    "an unknown column, an all-missing column, an invalid --config or --schema, an unwritable --json or "
-    "--html; one line on stderr says what and how to fix it (`driftwarden --debug drift ...` for the "
-    "traceback)"
-)
-MONITOR_EXIT_CODES = (
-    "[b]Exit codes[/b] (with --once)\n\n"
-    "0  every model was evaluated and none drifted; a model with fewer predictions in its window than "
-    "DRIFTWARDEN_MONITOR_MIN_ROWS is reported as skipped (exit 2 for it with --fail-on-skip)\n\n"
-    "1  at least one model's dataset drifted\n\n"
-    "2  a model could not be evaluated (no serving version, no profile, a broken monitor.json, a --model "
-    "that is not serving, ...) or there is no model to monitor; the error line names each model and why "
-    "(this wins over 1)"
-)
+# The exit codes of `drift` and `monitor` are in the root's one table (service/cli_habits.py, docs/cli.md).
 
 
 def _read_json(path: Path, *, option: str) -> Any:
@@ -139,29 +123,8 @@ def _check_outputs(json_out: Path | None, html_out: Path | None) -> None:
     if json_out is not None and html_out is not None and str(json_out) == str(html_out) == STDOUT:
         raise Invalid("--json - and --html - both ask for standard output: send one of them to a file")
     for option, path, suffix in (("--json", json_out, ".json"), ("--html", html_out, ".html")):
-        if path is None or str(path) == STDOUT:
-            continue
-        if path.is_dir():
-            raise Invalid(
-                f"{option} {path} is a directory: give a file path, e.g. {path / ('drift-report' + suffix)}"
-            )
-        parent = next((p for p in path.parents if p.exists()), None)
-        if parent is not None and not parent.is_dir():
-            raise Invalid(f"{option} {path}: {parent} is a file, not a directory; choose another path")
-
-
-def _write_output(path: Path, text: str, *, option: str) -> None:
-    """Write ``text`` to ``path``, or to standard output for ``-``."""
-    if str(path) == STDOUT:
-        typer.echo(text)
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    except OSError as exc:
-        raise Invalid(
-            f"{option} {path}: cannot write it ({exc.strerror or exc}); choose another path"
-        ) from None
+        if path is not None:
+            check_target(path, option=option, example=f"drift-report{suffix}")
 
 
 def _numpy_settings() -> None:
@@ -189,10 +152,7 @@ def drift_cmd(
         Path | None,
         typer.Option("--schema", help="schema.json of the model (default: inferred from REFERENCE)."),
     ] = None,
-    json_out: Annotated[
-        Path | None,
-        typer.Option("--json", help="Write the full report as JSON here ('-': standard output)."),
-    ] = None,
+    json_out: JsonOut = None,
     html_out: Annotated[
         Path | None, typer.Option("--html", help="Write an HTML report here ('-': standard output).")
     ] = None,
@@ -245,7 +205,8 @@ def drift_cmd(
     from core.config import get_settings
     from monitors.offline import compare, explain_comparison
 
-    _check_outputs(json_out, html_out)
+    json_path = None if json_out is None else Path(json_out)
+    _check_outputs(json_path, html_out)
     config = _monitor_config(config_file, alpha=alpha, drift_share=drift_share)
     minimum = min_rows or get_settings().drift_min_rows
     schema = _read_schema(schema_file) if schema_file is not None else None
@@ -263,7 +224,7 @@ def drift_cmd(
     )
     version_dir = None if isinstance(reference, Path) else reference.path
     report = explain_comparison(compared, config=config, version_dir=version_dir)
-    _show_drift(report, current=current, json_out=json_out, html_out=html_out)
+    _show_drift(report, current=current, json_out=json_path, html_out=html_out)
     raise typer.Exit(code=1 if report.drifted else 0)
 
 
@@ -284,18 +245,17 @@ def _show_drift(report: DriftReport, *, current: Path, json_out: Path | None, ht
     """The report's table (on standard error when a report goes to standard output), then its files."""
     import json
 
-    from rich.console import Console
-
+    from core.terminal import make_console
     from monitors.console import print_report
     from monitors.html import render_html
 
     to_stdout = STDOUT in {str(json_out), str(html_out)}
-    print_report(report, console=Console(stderr=True) if to_stdout else None)
+    print_report(report, console=make_console(stderr=True) if to_stdout else None)
     if json_out is not None:
-        _write_output(json_out, json.dumps(report.as_dict(), indent=2, allow_nan=False), option="--json")
+        write_text(json.dumps(report.as_dict(), indent=2, allow_nan=False), to=json_out)
     if html_out is not None:
         page = render_html(report, title=f"Drift report: {current.name}")
-        _write_output(html_out, page, option="--html")
+        write_text(page, to=html_out, option="--html", what="the HTML report")
 
 
 class NotEvaluated(Invalid):
@@ -364,9 +324,11 @@ def monitor_cmd(
 
     from core.config import get_settings
     from core.logs import quiet_libraries
+    from core.terminal import is_quiet
     from monitors.scheduled import run_process
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    level = logging.WARNING if is_quiet() else logging.INFO  # --quiet: no INFO lines
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     quiet_libraries()  # no alembic / TensorFlow INFO lines in the output
     settings = get_settings()
     if interval is not None:
@@ -394,10 +356,9 @@ def monitor_cmd(
         if name not in evaluated
     ]
     if thin and not fail_on_skip:
-        typer.echo(
+        note(
             f"{len(thin)} model(s) skipped for too few predictions: {', '.join(r.model_name for r in thin)} "
-            "(--fail-on-skip makes this exit 2)",
-            err=True,
+            "(--fail-on-skip makes this exit 2)"
         )
     if not results and not problems:
         raise NotEvaluated(
@@ -511,16 +472,15 @@ def report_link_cmd(
         f"report of {model}, opens without a token until {expires.isoformat(timespec='seconds')}"
     )
     if settings.public_url is None:  # the address is a guess: say so, or the link silently leads nowhere
-        typer.echo(
+        note(
             f"note: DRIFTWARDEN_PUBLIC_URL is unset: the link assumes the server at {base_url(settings)}; "
-            "set it to the address your browser reaches",
-            err=True,
+            "set it to the address your browser reaches"
         )
     typer.echo(url)  # alone on stdout: URL=$(driftwarden reports link MODEL)
 
 
 monitor_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
-monitor_app.callback(epilog=MONITOR_EXIT_CODES)(monitor_cmd)
+monitor_app.callback()(monitor_cmd)
 
 CONFIG_EPILOG = (
     "[b]Examples[/b]\n\n"
@@ -699,11 +659,11 @@ def monitor_config_cmd(
         db.dispose()
     typer.echo(json.dumps(current, indent=2))
     if asked:
-        typer.echo(f"stored in {config_path(registry=settings.registry_path, model_name=name)}", err=True)
+        note(f"stored in {config_path(registry=settings.registry_path, model_name=name)}")
 
 
 def register(app: typer.Typer) -> None:
     """Add the monitors' commands to the root CLI."""
-    app.command("drift", epilog=DRIFT_EXIT_CODES)(drift_cmd)
+    app.command("drift")(drift_cmd)
     app.add_typer(monitor_app, name="monitor")
     app.add_typer(reports_app, name="reports")

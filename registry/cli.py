@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from core.cli_options import JsonOut, write_json, write_text
 from core.terminal import make_console
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ EMPTY_HINT = (
 @models_app.command("list")
 def models_list(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Only this model.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    as_json: JsonOut = None,
 ) -> None:
     """List registered versions with state, task, the task's held-out metrics and lineage.
 
@@ -57,8 +58,8 @@ def models_list(
             ]
     finally:
         db.dispose()
-    if as_json:
-        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+    if as_json is not None:
+        write_json([r.model_dump(mode="json") for r in rows], to=as_json)
         return
     if not rows:
         nothing = f"no versions of model {model!r} registered." if model else "no versions registered yet."
@@ -84,7 +85,7 @@ def models_list(
 @models_app.command("show")
 def models_show(
     ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]", help="A model, or one version of it.")],
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of text.")] = False,
+    as_json: JsonOut = None,
 ) -> None:
     """Show a model (versions, labels, state history) or one version (schema, metrics, lineage, history)."""
     from core.database import open_database
@@ -98,8 +99,8 @@ def models_show(
             detail = show(session=session, model_name=name, version=version)
     finally:
         db.dispose()
-    if as_json:
-        typer.echo(detail.model_dump_json(indent=2))
+    if as_json is not None:
+        write_text(detail.model_dump_json(indent=2), to=as_json)
         return
     if version is None:
         _print_model(detail)

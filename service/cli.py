@@ -28,8 +28,11 @@ from typer.core import TyperGroup
 
 from core.auth import SCOPES_LISTED
 from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS, MAX_GENERATED_ROWS, MAX_SEED
+from core.cli_options import json_argv
 from core.errors import DomainError
 from core.logs import quiet_tensorflow, quiet_tensorflow_banner
+from core.terminal import set_quiet
+from service.cli_habits import QUIET_HELP, add_habits
 
 
 class _Root(TyperGroup):
@@ -40,12 +43,13 @@ class _Root(TyperGroup):
     else is a bug: one line naming it, still exit 2, so that a CI gate never reads a crash as `drift`'s 1
     ("drifted"). ``driftwarden --debug ...`` re-raises the last two, with their traceback.
 
-    The help of every command is tidied here, once (:func:`_tidy`), rather than in each domain's ``cli``.
+    The help of every command is tidied here, once (:func:`_tidy`), rather than in each domain's ``cli``; a
+    bare ``--json`` becomes ``--json -`` here, before any parsing (:func:`core.cli_options.json_argv`).
     """
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         try:
-            return super().make_context(info_name, args, parent=parent, **extra)
+            return super().make_context(info_name, json_argv(args), parent=parent, **extra)
         except NoArgsIsHelpError:
             raise  # `driftwarden` alone: the help
         except UsageError as exc:  # `driftwarden --bogus`
@@ -95,6 +99,8 @@ class _Root(TyperGroup):
                 err=True,
             )
             raise typer.Exit(2) from None
+        finally:
+            set_quiet(False)  # --quiet lasts one invocation (a process may run several: tests, notebooks)
 
 
 def _usage_error(exc: UsageError) -> NoReturn:
@@ -264,12 +270,16 @@ class _DomainCommands(MutableMapping[str, Any]):
 
     def __init__(self, own: MutableMapping[str, Any]) -> None:
         self._own = dict(own)
+        for name, command in self._own.items():
+            add_habits(command, name)  # --quiet and the exit codes, as the domains' commands get them
         self.own = self._own  # the root's own commands (config, demo, db, ...)
         self._domains: dict[str, dict[str, Any]] = {}  # module -> its commands, once imported
 
     def _load(self, module: str) -> None:
         if module not in self._domains:
             self._domains[module] = domain_commands(module)
+            for name, command in self._domains[module].items():
+                add_habits(command, name)
 
     def _everything(self) -> list[tuple[str, Any]]:
         for module in DOMAINS:
@@ -397,9 +407,11 @@ def root(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show the full traceback of an error instead of one line.")
     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
 ) -> None:
     """Production monitoring and drift detection for TensorFlow models."""
     ctx.meta["driftwarden.debug"] = debug
+    set_quiet(quiet)  # for this invocation; a command's own --quiet (added by add_habits) sets it too
     quiet_tensorflow()  # before any command loads TensorFlow, here or in the processes it starts
 
 

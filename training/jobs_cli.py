@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS, MAX_PARAMETER_SERVERS, MAX_POLL_S
-from core.terminal import make_console
+from core.cli_options import JsonOut, write_json
+from core.terminal import make_console, note
 from training.jobs import Mode
 
 jobs_app = typer.Typer(
@@ -31,10 +32,9 @@ def jobs_list(
     limit: Annotated[
         int, typer.Option("--limit", min=1, max=1000, help="At most this many, newest first.")
     ] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    as_json: JsonOut = None,
 ) -> None:
     """List retraining jobs, newest first: state, trigger, progress, versions, outcome."""
-    import json
 
     from rich.table import Table
 
@@ -50,8 +50,8 @@ def jobs_list(
             ]
     finally:
         db.dispose()
-    if as_json:
-        typer.echo(json.dumps(docs, indent=2))
+    if as_json is not None:
+        write_json(docs, to=as_json)
         return
     if not docs:
         typer.echo(
@@ -80,7 +80,7 @@ def jobs_list(
 @jobs_app.command("show")
 def jobs_show(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id (from `driftwarden jobs list`).")],
-    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of text.")] = False,
+    as_json: JsonOut = None,
 ) -> None:
     """Show one job: state, progress, data window, validation gate checks with their figures, log tail."""
     import json
@@ -94,8 +94,8 @@ def jobs_show(
             d = job_document(get_job(session=session, job_id=job_id))
     finally:
         db.dispose()
-    if as_json:
-        typer.echo(json.dumps(d, indent=2))
+    if as_json is not None:
+        write_json(d, to=as_json)
         return
     typer.echo(f"job {d['id']}: {d['state']}  model {d['model_name']}")
     typer.echo(f"  trigger: {d['trigger']} by {d['requested_by']}" + _alert(d))
@@ -284,12 +284,12 @@ def worker(
     def _on_signal(signum: int, _frame: object) -> None:
         if stop.is_set():
             raise KeyboardInterrupt  # a second Ctrl-C: leave now
-        typer.echo(f"stopping (signal {signum}): the running job is given back to the queue", err=True)
+        note(f"stopping (signal {signum}): the running job is given back to the queue")
         stop.set()
         runner.interrupt()
 
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    typer.echo(f"worker {runner.worker_id} waiting for jobs (Ctrl-C stops)", err=True)
+    note(f"worker {runner.worker_id} waiting for jobs (Ctrl-C stops)")
     try:
         if once:
             job_id = runner.run_once()

@@ -8,9 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
+
+from core.terminal import make_console
 
 log = logging.getLogger("driftwarden.training")
 
@@ -42,7 +43,7 @@ class Progress:
                 TextColumn("loss {task.fields[loss]}"),
                 TextColumn("{task.fields[rate]} ex/s"),
                 TimeElapsedColumn(),
-                console=Console(stderr=True),
+                console=make_console(stderr=True),  # silent under --quiet
             )
             self._bar.start()
             self._task = self._bar.add_task(

@@ -49,6 +49,7 @@ def serve(
     from core.config import get_settings
     from core.database import open_database
     from core.logs import setup_logging
+    from core.terminal import is_quiet
 
     setup_logging()
     env: dict[str, str] = {}  # every worker builds its app from the environment (the app factory)
@@ -84,7 +85,7 @@ def serve(
             workers=n,
             host=host or settings.api_host,
             port=port or settings.api_port,
-            log_level=settings.log_level.lower(),
+            log_level="warning" if is_quiet() else settings.log_level.lower(),  # --quiet: no INFO lines
             access_log=False,
             timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         )

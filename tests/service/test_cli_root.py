@@ -19,17 +19,21 @@ from typer.testing import CliRunner
 
 from core.tabular import write_table
 from service.cli import DOMAINS, LISTED, app, domain_commands
+from service.cli_habits import add_habits
 
 
 def _eager() -> Any:
-    """The root as registering every domain at import time builds it."""
+    """The root as registering every domain at import time builds it (with the habits the root adds)."""
     full = typer.Typer(name="driftwarden")
     full.registered_commands.extend(app.registered_commands)
     full.registered_groups.extend(app.registered_groups)
     full.registered_callback = app.registered_callback
     for module in DOMAINS:
         importlib.import_module(module).register(full)
-    return typer.main.get_group(full)
+    group = typer.main.get_group(full)
+    for name, command in group.commands.items():
+        add_habits(command, name)  # what the root adds to every command it loads (--quiet, exit codes)
+    return group
 
 
 def test_the_table_names_what_each_domain_registers() -> None:
