@@ -169,7 +169,7 @@ def _unreachable(kind: Kind, params: Mapping[str, Any], shift: Shift, facts: Fac
         return None
     return (
         f"a one-feature shift drifts 1 of {facts.features} features ({weight:.0%}), below drift_share "
-        f"{facts.drift_share:g} ({facts.drift_share:.0%}): this rule cannot fire on it"
+        f"{facts.drift_share:g} ({facts.drift_share:.0%}): the shift alone cannot make this rule fire"
     )
 
 

@@ -299,12 +299,15 @@ def alerts_backtest(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
 ) -> None:
     """Replay a month of monitor runs on the model's own reference traffic: false notifications per rule,
-    and how many runs each rule takes to catch planted shifts. Nothing is stored or sent.
+    and how long (runs and time) each rule takes to catch planted shifts. Nothing is stored or sent.
 
     Half of the reference rows are profiled, the traffic is drawn from the other half (a window never holds
     a profiled row). Each run tests at the level a run every --interval spends of the model's false-alarm
-    budget (docs/monitoring.md, "Repeated runs"); the last row shows the run from which a one-off comparison
-    of the window (alpha 0.05) sees each shift."""
+    budget (docs/monitoring.md, "Repeated runs"); the last rows show the run from which a one-off comparison
+    of the window (alpha 0.05) sees each shift and finds it harmful. Warnings on windows that skip rows or
+    overlap little come first; after the table, each shift planted, a verdict per rule (quiet or noisy,
+    fast or slow, and the setting that trades them) and why a rule never caught a shift (docs/alerts.md,
+    "Backtest")."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from alerts.backtest_flows import BacktestRequest, prepare

@@ -193,8 +193,8 @@ def test_why_a_rule_never_caught_a_shift_is_computed_from_the_setup(
         never = {s for s, d in rule["detection_delay_runs"].items() if d is None}
         assert set(rule["not_caught"]) == never, rule
     assert by_name["dataset_drift"]["not_caught"]["abrupt_mean"] == (
-        "a one-feature shift drifts 1 of 3 features (33%), below drift_share 0.5 (50%): this rule cannot "
-        "fire on it"
+        "a one-feature shift drifts 1 of 3 features (33%), below drift_share 0.5 (50%): the shift alone "
+        "cannot make this rule fire"
     )
     assert by_name["harmful_drift"]["not_caught"]["performance_drop"].startswith(
         "the window holds about 1,000 labelled rows, fewer than harm_min_labels 5,000"
