@@ -204,10 +204,13 @@ def verdict(
     sees each shift, or with ``harm`` finds it harmful), and the setting that trades one for the other."""
     noisy = false_per_30d > budget
     word = "noisy" if noisy else "quiet"
-    noise = f"{word} ({false_per_30d:g} false notifications / 30 days, budget {budget:g})"
+    noise = f"{word} ({false_per_30d:.4g} false notifications / 30 days, budget {budget:.4g})"
     caught = {s: d for s, d in delays.items() if d is not None}
     if not caught:
-        return f"{noise}; caught none of the shifts"
+        trade = (
+            _trade(for_runs, noisy, False, None, caught, alternatives, budget, interval_s) if noisy else ""
+        )
+        return f"{noise}; caught none of the shifts" + (f": {trade}" if trade else "")
     lags = {s: d - seen for s, d in caught.items() if (seen := seen_at.get(s)) is not None}
     worst = max(lags, key=lambda s: lags[s], default=None)
     slow = worst is not None and lags[worst] > FAST_LAG_RUNS
@@ -239,13 +242,16 @@ def _trade(
             None,
         )
         if quieter is None:
+            last = max(alternatives, key=lambda a: a.for_runs, default=None)
+            figure = "" if last is None else f" gives {last.false_notifications_per_30d:.4g} / 30 days,"
             return (
-                f"even `for: {for_runs + MORE_FOR}` stays above the budget; a lower false_alarms_per_30d or "
-                "a larger window makes each run stricter (backtest again to measure)"
+                f"even `for: {for_runs + MORE_FOR}`{figure} above the budget: it needs a stricter bound of "
+                "its own (`below`, `above`, `margin`), a lower false_alarms_per_30d or a larger window "
+                "(backtest again to measure)"
             )
         later = quieter.for_runs - for_runs
         return (
-            f"`for: {for_runs}` → `for: {quieter.for_runs}` gives {quieter.false_notifications_per_30d:g} "
+            f"`for: {for_runs}` → `for: {quieter.for_runs}` gives {quieter.false_notifications_per_30d:.4g} "
             f"false notifications / 30 days, notifying at least {runs_text(later, interval_s)} later"
         )
     sooner = next((a for a in alternatives if a.for_runs < for_runs), None)
@@ -258,7 +264,7 @@ def _trade(
             over = " (above the budget)" if cost > budget else ""
             return (
                 f"`for: {for_runs}` → `for: {sooner.for_runs}` would notify {runs_text(saved, interval_s)} "
-                f"sooner on {shift} at {cost:g} false notifications / 30 days{over}"
+                f"sooner on {shift} at {cost:.4g} false notifications / 30 days{over}"
             )
     if slow:
         return (

@@ -145,7 +145,7 @@ def test_a_verdict_per_rule_with_the_trade_measured_on_the_same_runs(
     assert saved == 2  # the window is the new rows: the shift is active at every run from run 0
     cost = fast["false_notifications_per_30d"]
     assert slow["verdict"].endswith(
-        f"`for: 3` → `for: 1` would notify {runs_text(2, 600)} sooner on abrupt_mean at {cost:g} false "
+        f"`for: 3` → `for: 1` would notify {runs_text(2, 600)} sooner on abrupt_mean at {cost:.4g} false "
         "notifications / 30 days" + (" (above the budget)" if cost > 0.5 else "")
     )
     for rule in (slow, fast):
@@ -158,6 +158,41 @@ def test_a_verdict_per_rule_with_the_trade_measured_on_the_same_runs(
     assert [a["for"] for a in fast["alternatives"]] == (list(range(2, 7)) if noisy else [])
     table = backtest(cli, *args)
     assert f"  slow_drift: {slow['verdict']}" in table.splitlines()
+
+
+def test_a_noisy_rule_is_told_the_for_that_quiets_it_as_measured_on_the_same_runs(
+    cli: typer.Typer, registered: Path, tmp_path: Path
+) -> None:
+    """A realised ROC AUC bound that windows without drift cross now and then (``flap``) or always
+    (``always``): the quieter ``for`` quoted for ``flap`` is what ``flap2`` (the same rule, ``for: 2``)
+    measures; no ``for`` quiets ``always``."""
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        f"models:\n  {MODEL}:\n"
+        "    - {name: flap, kind: performance, params: {below: 0.76}}\n"
+        "    - {name: flap2, kind: performance, params: {below: 0.76}, for: 2}\n"
+        "    - {name: always, kind: performance, params: {below: 0.99}}\n"
+    )
+    args = (*SMALL, "--shift", "performance_drop", "--rules", str(rules))
+    by_name = rules_by_name(document(cli, *args))
+    flap, flap2, always = by_name["flap"], by_name["flap2"], by_name["always"]
+    assert flap["false_notifications_per_30d"] > 0.5 >= flap2["false_notifications_per_30d"]
+    assert [a["for"] for a in flap["alternatives"]] == [2, 3, 4, 5, 6]
+    two = flap["alternatives"][0]
+    assert two["false_notifications_per_30d"] == flap2["false_notifications_per_30d"]
+    assert two["detection_delay_runs"] == flap2["detection_delay_runs"]
+    assert flap["verdict"].startswith(f"noisy ({flap['false_notifications_per_30d']:.4g} false notifications")
+    quiet = flap2["false_notifications_per_30d"]
+    assert flap["verdict"].endswith(
+        f"`for: 1` → `for: 2` gives {quiet:.4g} false notifications / 30 days, notifying at least "
+        f"{runs_text(1, 600)} later"
+    )
+    last = always["alternatives"][-1]
+    assert last["for"] == 6 and all(a["false_notifications_per_30d"] > 0.5 for a in always["alternatives"])
+    assert (
+        f"even `for: 6` gives {last['false_notifications_per_30d']:.4g} / 30 days, above the budget"
+        in (always["verdict"])
+    )
 
 
 def test_windows_that_skip_rows_or_overlap_little_are_warned_of(cli: typer.Typer, registered: Path) -> None:
