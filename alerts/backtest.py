@@ -29,12 +29,24 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from alerts import rules as rule_kinds
-from alerts.backtest_traffic import GRADUAL, Pool, Shift, ShiftKind, Traffic
+from alerts.backtest_advice import (
+    DAYS_PER_NOTICE,
+    MORE_FOR,
+    Alternative,
+    Facts,
+    not_caught,
+    runs_text,
+    verdict,
+    window_warnings,
+)
+from alerts.backtest_traffic import GRADUAL, Pool, Shift, ShiftKind, Traffic, describe
 from alerts.backtest_window import Layout, SlidingWindow
 from alerts.labels import fingerprint
 from alerts.lifecycle import alert_labels, is_firing
-from alerts.specs import RuleSpec
+from alerts.specs import Kind, RuleSpec
 from monitors.config import MonitorConfig
 from monitors.engine import evaluate
 from monitors.findings import headline, report_findings
@@ -43,7 +55,6 @@ from monitors.report import DriftReport, FeatureDrift, Histogram
 from monitors.window import WindowSketch
 
 NO_DRIFT = "no_drift"
-DAYS_PER_NOTICE = 30.0  # false notifications are reported per this many days
 GRADUAL_DAYS = 3.0  # a gradual shift not caught within this many days counts as never caught
 
 Progress = Callable[[int], None]
@@ -211,6 +222,11 @@ class Plan:
     def layout(self) -> Layout:
         return Layout.of(window=self.window, step=self.step)
 
+    @property
+    def interval_s(self) -> float:
+        """Seconds between two runs."""
+        return self.days * 86_400 / self.runs if self.runs else 0.0
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -339,6 +355,15 @@ class RuleResult:
     false_notifications: int
     false_notifications_per_30d: float
     detection_delay_runs: dict[str, int | None]
+    verdict: str = (
+        ""  # quiet or noisy, fast or slow, and the setting that trades them (alerts.backtest_advice)
+    )
+    not_caught: dict[str, str] = field(default_factory=dict)  # per shift never caught: why
+    alternatives: tuple[Alternative, ...] = ()  # the same runs with another `for`
+
+    def delay_seconds(self, interval_s: float) -> dict[str, float | None]:
+        """Each delay as seconds at ``interval_s`` between runs (None: never caught)."""
+        return {s: None if d is None else d * interval_s for s, d in self.detection_delay_runs.items()}
 
 
 @dataclass(frozen=True)
@@ -351,6 +376,14 @@ class BacktestResult:
     shifts: list[Shift]
     visible_at_run: dict[str, int | None] = field(default_factory=dict)  # per shift (None: never visible)
     harmful_at_run: dict[str, int | None] = field(default_factory=dict)  # per shift (None: never harmful)
+    followed_runs: dict[str, int] = field(default_factory=dict)  # per shift: the runs replayed
+    warnings: list[str] = field(default_factory=list)  # on the windows (alerts.backtest_advice)
+
+    def delay_text(self, runs: int | None, shift: str) -> str:
+        """A delay as runs and time (``21 runs (1 h 45 min)``); never: within how many runs."""
+        if runs is not None:
+            return runs_text(runs, self.plan.interval_s)
+        return f"not within {runs_text(self.followed_runs.get(shift, 0), self.plan.interval_s)}"
 
     @property
     def headline_green_fraction(self) -> float:
@@ -362,12 +395,29 @@ class BacktestResult:
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--json`` document."""
+        interval_s = self.plan.interval_s
         return {
+            "interval_seconds": round(interval_s, 3),
+            "warnings": self.warnings,
+            "shifts": {
+                s.kind.value: {
+                    "description": describe(s),
+                    "feature": s.feature,
+                    "runs_followed": self.followed_runs.get(s.kind.value),
+                }
+                for s in self.shifts
+            },
             "rules": [
                 {
                     "name": r.name,
+                    "kind": r.kind,
+                    "for": r.for_runs,
                     "false_notifications_per_30d": r.false_notifications_per_30d,
                     "detection_delay_runs": r.detection_delay_runs,
+                    "detection_delay_seconds": r.delay_seconds(interval_s),
+                    "not_caught": r.not_caught,
+                    "verdict": r.verdict,
+                    "alternatives": [a.as_dict() for a in r.alternatives],
                 }
                 for r in self.rules
             ],
@@ -405,7 +455,102 @@ def backtest(
     result = summarize(plan=plan, rules=rules, replays=replays, outcomes=outcomes[NO_DRIFT], shifts=shifts)
     visible = {s.kind.value: first_visible(outcomes[s.kind.value]) for s in shifts}
     harmful = {s.kind.value: first_harmful(outcomes[s.kind.value]) for s in shifts}
-    return replace(result, visible_at_run=visible, harmful_at_run=harmful)
+    result = replace(
+        result,
+        visible_at_run=visible,
+        harmful_at_run=harmful,
+        followed_runs={s.kind.value: len(outcomes[s.kind.value]) for s in shifts},
+    )
+    return advise(result, specs=rules, outcomes=outcomes, facts=facts(setup))
+
+
+def facts(setup: Setup) -> Facts:
+    """What the advice reads of the setup: the model's monitor config, its features, the labelled share."""
+    config, profile, labels = setup.judge.config, setup.judge.profile, setup.pool.labels
+    disabled = {name for name, o in config.features.items() if not o.enabled}
+    return Facts(
+        budget=config.false_alarms_per_30d,
+        drift_share=config.drift_share,
+        harm_min_labels=config.harm_min_labels,
+        features=len([name for name in profile.features if name not in disabled]),
+        labelled_share=0.0 if labels is None or not labels.size else float(np.mean(~np.isnan(labels))),
+    )
+
+
+def alternatives(
+    spec: RuleSpec, *, plan: Plan, outcomes: dict[str, list[RunOutcome]], shifts: list[Shift], noisy: bool
+) -> tuple[Alternative, ...]:
+    """The rule's figures on the same runs with ``for: 1`` (when higher) and, when noisy, with ``for``
+    up to :data:`~alerts.backtest_advice.MORE_FOR` higher: its findings do not depend on ``for``."""
+    tried = ([1] if spec.for_runs > 1 else []) + (
+        list(range(spec.for_runs + 1, spec.for_runs + MORE_FOR + 1)) if noisy else []
+    )
+    out = []
+    for n in tried:
+        other = spec.model_copy(update={"for_runs": n})
+        replays = {}
+        for name, runs in outcomes.items():
+            replay = replays[name] = Replay((other,))
+            for outcome in runs:
+                replay.step(outcome)
+        out.append(
+            Alternative(
+                for_runs=n,
+                false_notifications_per_30d=round(
+                    replays[NO_DRIFT].fired[spec.name] * DAYS_PER_NOTICE / plan.days, 3
+                ),
+                detection_delay_runs={
+                    s.kind.value: replays[s.kind.value].first.get(spec.name) for s in shifts
+                },
+            )
+        )
+    return tuple(out)
+
+
+def advise(
+    result: BacktestResult,
+    *,
+    specs: tuple[RuleSpec, ...],
+    outcomes: dict[str, list[RunOutcome]],
+    facts: Facts,
+) -> BacktestResult:
+    """The result with each rule's verdict, why it never caught a shift, and the windows' warnings."""
+    plan, interval_s = result.plan, result.plan.interval_s
+    by_name = {spec.name: spec for spec in specs}
+    rules = []
+    for r in result.rules:
+        spec = by_name[r.name]
+        noisy = r.false_notifications_per_30d > facts.budget
+        alts = alternatives(spec, plan=plan, outcomes=outcomes, shifts=result.shifts, noisy=noisy)
+        seen_at = result.harmful_at_run if spec.kind is Kind.HARMFUL_DRIFT else result.visible_at_run
+        why = {
+            s.kind.value: not_caught(
+                kind=spec.kind,
+                params=spec.params,
+                shift=s,
+                facts=facts,
+                window=plan.window,
+                followed=result.followed_runs.get(s.kind.value, 0),
+                interval_s=interval_s,
+            )
+            for s in result.shifts
+            if r.detection_delay_runs.get(s.kind.value) is None
+        }
+        line = verdict(
+            for_runs=r.for_runs,
+            false_per_30d=r.false_notifications_per_30d,
+            delays=r.detection_delay_runs,
+            seen_at=seen_at,
+            harm=spec.kind is Kind.HARMFUL_DRIFT,
+            alternatives=alts,
+            budget=facts.budget,
+            interval_s=interval_s,
+        )
+        rules.append(replace(r, verdict=line, not_caught=why, alternatives=alts))
+    warnings = window_warnings(
+        window=plan.window, step=plan.step, rate=plan.rate, interval_s=interval_s, days=plan.days
+    )
+    return replace(result, rules=rules, warnings=warnings)
 
 
 def first_visible(outcomes: list[RunOutcome]) -> int | None:

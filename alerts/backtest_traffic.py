@@ -218,3 +218,16 @@ def with_category(values: Column, chosen: np.ndarray) -> Column:
     out = np.asarray(values, dtype=object).copy()
     out[chosen] = NEW_CATEGORY
     return out
+
+
+def describe(shift: Shift) -> str:
+    """What ``shift`` plants, in words: its kind, size and feature (``abrupt mean +1 sd on income``)."""
+    match shift.kind:
+        case ShiftKind.ABRUPT_MEAN:
+            return f"abrupt mean +{ABRUPT_SD:g} sd on {shift.feature} (+{ABRUPT_SD * shift.sd:.4g} at once)"
+        case ShiftKind.GRADUAL_MEAN:
+            per_day = GRADUAL_SD_PER_DAY * shift.sd
+            return f"gradual mean +{GRADUAL_SD_PER_DAY:g} sd a day on {shift.feature} (+{per_day:.4g} a day)"
+        case ShiftKind.NEW_CATEGORY:
+            return f"new category '{NEW_CATEGORY}' in {shift.feature} at {NEW_CATEGORY_SHARE * 100:g} %"
+    return f"{FLIPPED_SHARE * 100:g} % of the labels flipped (inputs and answers unchanged)"

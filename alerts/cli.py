@@ -296,12 +296,15 @@ def alerts_backtest(
     as_json: JsonOut = None,
 ) -> None:
     """Replay a month of monitor runs on the model's own reference traffic: false notifications per rule,
-    and how many runs each rule takes to catch planted shifts. Nothing is stored or sent.
+    and how long (runs and time) each rule takes to catch planted shifts. Nothing is stored or sent.
 
     Half of the reference rows are profiled, the traffic is drawn from the other half (a window never holds
     a profiled row). Each run tests at the level a run every --interval spends of the model's false-alarm
-    budget (docs/monitoring.md, "Repeated runs"); the last row shows the run from which a one-off comparison
-    of the window (alpha 0.05) sees each shift."""
+    budget (docs/monitoring.md, "Repeated runs"); the last rows show the run from which a one-off comparison
+    of the window (alpha 0.05) sees each shift and finds it harmful. Warnings on windows that skip rows or
+    overlap little come first; after the table, each shift planted, a verdict per rule (quiet or noisy,
+    fast or slow, and the setting that trades them) and why a rule never caught a shift (docs/alerts.md,
+    "Backtest")."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from alerts.backtest_flows import BacktestRequest, prepare
@@ -347,25 +350,40 @@ def alerts_backtest(
 
 
 def _backtest_table(model: str, result: Any) -> None:
-    """The backtest's figures per rule, and a line on the runs."""
+    """The warnings on the windows, the figures per rule (delays in runs and time), what each shift planted,
+    a verdict per rule and why a rule never caught a shift; a line on the runs."""
     from rich.table import Table
+
+    from alerts.backtest_advice import duration, never_lines
+    from alerts.backtest_traffic import describe
 
     plan = result.plan
     shifts = [s.kind.value for s in result.shifts]
-    table = Table(title=f"Alert backtest of {model}: delays in runs after the shift (- : never caught)")
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}")
+    table = Table(
+        title=f"Alert backtest of {model}: delays after each shift in runs and time, a run every "
+        f"{duration(plan.interval_s)} (run 0: the first whose window holds shifted rows)"
+    )
     for col in ("rule", "kind", "for", "false notifications / 30 days", *shifts):
         table.add_column(col)
     for r in result.rules:
         delays = [
-            "-" if r.detection_delay_runs[s] is None else str(r.detection_delay_runs[s]) for s in shifts
+            "never" if r.detection_delay_runs[s] is None else result.delay_text(r.detection_delay_runs[s], s)
+            for s in shifts
         ]
         table.add_row(r.name, r.kind, str(r.for_runs), f"{r.false_notifications_per_30d:g}", *delays)
-    visible = [result.visible_at_run.get(s) for s in shifts]
-    table.add_row("(a one-off test sees it)", "", "", "", *["-" if v is None else str(v) for v in visible])
-    harmful = [result.harmful_at_run.get(s) for s in shifts]
-    table.add_row("(a one-off test finds harm)", "", "", "", *["-" if v is None else str(v) for v in harmful])
+    visible = [result.delay_text(result.visible_at_run.get(s), s) for s in shifts]
+    table.add_row("(a one-off test sees it)", "", "", "", *visible)
+    harmful = [result.delay_text(result.harmful_at_run.get(s), s) for s in shifts]
+    table.add_row("(a one-off test finds harm)", "", "", "", *harmful)
     console = make_console()
     console.print(table)
+    lines = ["shifts planted:", *(f"  {s.kind.value}: {describe(s)}" for s in result.shifts)]
+    lines += ["verdicts:", *(f"  {r.name}: {r.verdict}" for r in result.rules)]
+    never = [f"  {line}" for line in never_lines({r.name: r.not_caught for r in result.rules}, shifts)]
+    lines += ["never caught, why:", *never] if never else []
+    typer.echo("\n".join(lines))
     console.print(
         f"{plan.runs} runs over {plan.days:g} days, {plan.step} new rows a run, window {plan.window} rows: "
         f"{result.total_false_notifications_per_30d:g} false notifications / 30 days, headline green in "

@@ -7,9 +7,10 @@ Self-contained: a seeded reference of 25 features (20 numeric of varied shapes, 
 labelled) is registered with ``training.importer.import_reference`` in a scratch SQLite database in a
 temporary folder (removed at the end), with the default alert rules. Each cell replays ``--days`` of runs at
 ``--rate`` predictions a minute (the last N predictions each run) through the real monitor engine and the real
-rules (:mod:`alerts.backtest`), and prints per rule its false notifications per 30 days and its detection
-delay per shift (runs; ``-``: never caught), the share of runs without drift whose headline is green, and the
-wall seconds of the cell.
+rules (:mod:`alerts.backtest`), and prints the warnings on its windows, per rule its false notifications per
+30 days and its detection delay per shift (runs and time; ``never``: not caught), the share of runs without
+drift whose headline is green, and the wall seconds of the cell, then each rule's verdict
+(:mod:`alerts.backtest_advice`) and why it never caught a shift.
 
 Run: ``.venv/bin/python bench/alert_backtest.py [--windows 5000 10000 100000 1000000] [--intervals 1 5 60]
 [--days 30] [--rate 100] [--reference-rows 50000] [--shift abrupt_mean ...] [--workers 1] [--seed 0]
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from drift import make_columns  # noqa: E402  (bench/drift.py: the same 25 columns)
 
 from alerts.backtest import BacktestResult  # noqa: E402
+from alerts.backtest_advice import never_lines  # noqa: E402
 from alerts.backtest_flows import BacktestRequest, run_backtest  # noqa: E402
 from core.config import Settings  # noqa: E402
 from core.database import Database, open_database  # noqa: E402
@@ -102,29 +104,32 @@ def cell(
 
 
 def show(result: BacktestResult, *, window: int, minutes: int, seconds: float) -> None:
-    """The cell's table: one line per rule, then the totals."""
+    """The cell's table: the warnings, a line per rule, the totals, then the verdicts and why-never lines."""
     plan, shifts = result.plan, [s.kind.value for s in result.shifts]
     print(f"\nwindow {window}, every {minutes} min: {plan.runs} runs of {plan.step} new rows, ", end="")
     print(f"{seconds:.1f} s wall")
-    print(f"  {'rule':28} {'false/30d':>9}  " + "  ".join(f"{s:>16}" for s in shifts))
+    for warning in result.warnings:
+        print(f"  warning: {warning}")
+    print(f"  {'rule':28} {'false/30d':>9}  " + "  ".join(f"{s:>28}" for s in shifts))
     for r in result.rules:
-        delays = [r.detection_delay_runs[s] for s in shifts]
-        shown = "  ".join(f"{'-' if d is None else d:>16}" for d in delays)
+        delays = {s: r.detection_delay_runs[s] for s in shifts}
+        shown = "  ".join(
+            f"{'never' if d is None else result.delay_text(d, s):>28}" for s, d in delays.items()
+        )
         print(f"  {r.name:28} {r.false_notifications_per_30d:>9g}  {shown}")
-    visible = [result.visible_at_run.get(s) for s in shifts]
-    print(
-        f"  {'(one-off test sees it)':28} {'':>9}  "
-        + "  ".join(f"{'-' if v is None else v:>16}" for v in visible)
-    )
-    harmful = [result.harmful_at_run.get(s) for s in shifts]
-    print(
-        f"  {'(one-off test finds harm)':28} {'':>9}  "
-        + "  ".join(f"{'-' if v is None else v:>16}" for v in harmful)
-    )
+    for label, at in (
+        ("(one-off test sees it)", result.visible_at_run),
+        ("(one-off test finds harm)", result.harmful_at_run),
+    ):
+        print(f"  {label:28} {'':>9}  " + "  ".join(f"{result.delay_text(at.get(s), s):>28}" for s in shifts))
     print(
         f"  {'total':28} {result.total_false_notifications_per_30d:>9g}  headline green in "
         f"{result.headline_green_fraction:.2%} of the runs without drift"
     )
+    for r in result.rules:
+        print(f"  {r.name}: {r.verdict}")
+    for line in never_lines({r.name: r.not_caught for r in result.rules}, shifts):
+        print(f"  never: {line}")
 
 
 def main() -> None:

@@ -154,6 +154,9 @@ def test_false_notifications_are_the_transitions_to_firing_counted_by_hand() -> 
     result = summarize(plan=plan, rules=rules, replays={"no_drift": replay}, outcomes=runs, shifts=[])
     doc = result.as_dict()
     assert set(doc) == {
+        "interval_seconds",
+        "warnings",
+        "shifts",
         "rules",
         "total_false_notifications_per_30d",
         "headline_green_fraction",
@@ -167,9 +170,9 @@ def test_false_notifications_are_the_transitions_to_firing_counted_by_hand() -> 
     ]  # counts x 30 / 15 days
     assert doc["total_false_notifications_per_30d"] == 20.0
     assert doc["headline_green_fraction"] == round(sum(r.green for r in runs) / 11, 4)
-    assert all(
-        set(r) == {"name", "false_notifications_per_30d", "detection_delay_runs"} for r in doc["rules"]
-    )
+    keys = {"name", "kind", "for", "false_notifications_per_30d", "detection_delay_runs"}
+    keys |= {"detection_delay_seconds", "not_caught", "verdict", "alternatives"}
+    assert all(set(r) == keys for r in doc["rules"])
 
 
 def drift_doc(dataset: bool, features: dict[str, bool]) -> dict[str, Any]:
@@ -322,6 +325,9 @@ def test_an_abrupt_shift_is_caught_at_the_run_it_enters_the_window(
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == {
+        "interval_seconds",
+        "warnings",
+        "shifts",
         "rules",
         "total_false_notifications_per_30d",
         "headline_green_fraction",
@@ -341,8 +347,8 @@ def test_an_abrupt_shift_is_caught_at_the_run_it_enters_the_window(
     code, out, err = run(cli, "alerts", "backtest", "--model", MODEL, "--shift", "abrupt_mean", *table_args)
     assert code == 0, err
     lines = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 2}
-    assert lines["a_three"].split("│")[-2].strip() == "2"  # the delay of the rule with for: 3
-    assert lines["(a one-off test sees it)"].split("│")[-2].strip() == "0"
+    assert lines["a_three"].split("│")[-2].strip() == "2 runs (10 min)"  # the delay of the rule with for: 3
+    assert lines["(a one-off test sees it)"].split("│")[-2].strip() == "0 runs (at once)"
 
     code, out, err = run(cli, "alerts", "backtest", "--model", MODEL, "--shift", "performance_drop", *args)
     assert code == 0, err
