@@ -106,6 +106,20 @@ def sparkline(
     return "".join(parts)
 
 
+def _ticks(axis: Axis, kx: float, ox: float, height: int) -> list[str]:
+    """The x tick labels: the first anchored at its start, the last at its end, so that both stay inside."""
+    out = []
+    for i, (x, text) in enumerate(axis.ticks):
+        anchor = (
+            "start" if i == 0 and len(axis.ticks) > 1 else "end" if i == len(axis.ticks) - 1 else "middle"
+        )
+        out.append(
+            f'<text x="{kx * x + ox:.1f}" y="{height - 12}" font-size="10" text-anchor="{anchor}">'
+            f"{html.escape(text)}</text>"
+        )
+    return out
+
+
 def line_chart(
     axis: Axis,
     series: Sequence[Series],
@@ -139,11 +153,7 @@ def line_chart(
             f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eaeef2"/>'
             f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{number(v)}</text>'
         )
-    for x, text in axis.ticks:
-        parts.append(
-            f'<text x="{kx * x + ox:.1f}" y="{height - 12}" font-size="10" text-anchor="middle">'
-            f"{html.escape(text)}</text>"
-        )
+    parts += _ticks(axis, kx, ox, height)
     for s in series:
         pts = [
             (kx * x + ox, ky * float(v) + oy, axis.labels[i], float(v))
@@ -210,11 +220,7 @@ def stacked_bars(
             f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eaeef2"/>'
             f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{number(v)}</text>'
         )
-    for x, text in axis.ticks:
-        parts.append(
-            f'<text x="{kx * x + ox:.1f}" y="{height - 12}" font-size="10" text-anchor="middle">'
-            f"{html.escape(text)}</text>"
-        )
+    parts += _ticks(axis, kx, ox, height)
     for i, x in enumerate(axis.xs):
         base = 0.0
         for s in stacks:

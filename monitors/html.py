@@ -435,7 +435,8 @@ def _harm(report: DriftReport) -> str:
     bounds = f" [{_fmt(h.get('lower'))}, {_fmt(h.get('upper'))}]" if h.get("lower") is not None else ""
     return (
         f'<div class="harm {cls}"><b>{word}</b> ({html.escape(estimate_label(h.get("estimate")))} '
-        f"{_text(h.get('metric'))} {_fmt(h.get('value'))}{bounds}): {html.escape(line)}</div>"
+        f"{html.escape(metric_name(str(h.get('metric'))))} {_fmt(h.get('value'))}{bounds}): "
+        f"{html.escape(line)}</div>"
     )
 
 
