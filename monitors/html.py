@@ -476,7 +476,7 @@ def _summary_table(report: DriftReport, history: History | None) -> str:
     by_name = {f.name: f for f in report.features}
     outputs = [x for x in (report.prediction, *report.outputs, report.multivariate) if x is not None]
     attributed = report.attribution is not None
-    trend = history is not None and len(history.points) > 0
+    trend = history is not None and len(history.points) > 1  # a line needs two runs
 
     def line(f: FeatureDrift, impact: str | None) -> str:
         r = f.result
@@ -519,7 +519,7 @@ def _summary_table(report: DriftReport, history: History | None) -> str:
 
 
 def _axis(history: History) -> Axis:
-    """The runs' window ends as x (seconds), each labelled, with up to six ticks."""
+    """The runs' window ends as x (seconds), each labelled, with up to five ticks."""
     xs = [p.at.timestamp() for p in history.points]
     labels = [
         f"run {p.run_id}, window "
@@ -529,13 +529,16 @@ def _axis(history: History) -> Axis:
     ]
     lo, hi = min(xs), max(xs)
     ticks = [lo + (hi - lo) * i / 4 for i in range(5)] if hi > lo else [lo]
-    return Axis(xs=xs, labels=labels, ticks=[(t, short(datetime.fromtimestamp(t, tz=UTC))) for t in ticks])
+    named: dict[str, float] = {}  # runs minutes apart: one tick per distinct label
+    for t in ticks:
+        named.setdefault(short(datetime.fromtimestamp(t, tz=UTC)), t)
+    return Axis(xs=xs, labels=labels, ticks=[(t, text) for text, t in named.items()])
 
 
 def _history(history: History | None, now: datetime) -> str:
     """The charts of the stored runs: drift share, the drifted features' effects, performance with its
     limits, rows by source; one point per run, at its window's end."""
-    if history is None or not history.points:
+    if history is None or len(history.points) < 2:  # one run: nothing over time yet
         return ""
     axis, points = _axis(history), history.points
     first, last = points[0].at, points[-1].at
