@@ -2,7 +2,8 @@
 backfill, 10 hourly scheduled runs), its report written by ``driftwarden report`` and served by the report
 route of a real uvicorn, opened in headless Chromium at 1,400 and 390 pixels (screenshots kept in
 ``artifacts/``): the summary table, the history charts with one point per run, human times, no raw ISO
-timestamp, and no horizontal overflow at 390 pixels."""
+timestamp, no Python repr, no number with more than 4 significant digits, and no horizontal overflow at 390
+pixels."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from registry.schema import infer_schema
 from tests.monitors.browser import ARTIFACTS, CHROMIUM_FLAGS, chromium, read_png, screenshot
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns, register_profile
+from tests.monitors.test_report_page import NUMBER, REPR, _significant, _text
 from tests.support import Server, run_cli, serve_settings
 from training.datagen import TARGET, generate
 
@@ -197,6 +199,9 @@ def test_the_report_of_30_runs_reads_at_a_glance_at_1400_and_390_pixels(
     first = stored.now.replace(hour=0) - timedelta(days=DAYS - 1)  # the first backfilled window's end
     text = " ".join(re.sub(r"<[^>]+>", " ", dom).split())
     assert f"30 runs from {first.day} {first:%b %Y} 00:00 UTC" in text
+    seen = _text(dom)  # tooltips included
+    assert REPR.search(seen) is None, seen[REPR.search(seen).start() - 80 :][:160]  # type: ignore[union-attr]
+    assert not [t for t in NUMBER.findall(seen) if _significant(t) > 4]
     assert f"{DAYS} of them backfilled" in text and " UTC " in text
 
 
