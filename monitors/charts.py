@@ -114,7 +114,7 @@ def _ticks(axis: Axis, kx: float, ox: float, height: int) -> list[str]:
             "start" if i == 0 and len(axis.ticks) > 1 else "end" if i == len(axis.ticks) - 1 else "middle"
         )
         out.append(
-            f'<text x="{kx * x + ox:.1f}" y="{height - 12}" font-size="10" text-anchor="{anchor}">'
+            f'<text x="{kx * x + ox:.1f}" y="{height - 10}" font-size="11" text-anchor="{anchor}">'
             f"{html.escape(text)}</text>"
         )
     return out
@@ -125,8 +125,8 @@ def line_chart(
     series: Sequence[Series],
     *,
     title: str,
-    width: int = 720,
-    height: int = 220,
+    width: int = 480,
+    height: int = 200,
     floor: float | None = None,
     ceiling: float | None = None,
 ) -> str:
@@ -135,7 +135,7 @@ def line_chart(
     found = [v for s in series for v in _finite(s.values)]
     if not found or not axis.xs:
         return ""
-    left, right, top, bottom = 56.0, 12.0, 10.0, 34.0
+    left, right, top, bottom = 50.0, 8.0, 10.0, 30.0
     lo, hi = min(found), max(found)
     lo = min(lo, floor) if floor is not None else lo
     hi = max(hi, ceiling) if ceiling is not None else hi
@@ -151,7 +151,7 @@ def line_chart(
         y = ky * v + oy
         parts.append(
             f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eaeef2"/>'
-            f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{number(v)}</text>'
+            f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="11" text-anchor="end">{number(v)}</text>'
         )
     parts += _ticks(axis, kx, ox, height)
     for s in series:
@@ -195,15 +195,15 @@ def stacked_bars(
     stacks: Sequence[Series],
     *,
     title: str,
-    width: int = 720,
-    height: int = 200,
+    width: int = 480,
+    height: int = 190,
 ) -> str:
     """One bar per x of ``axis``, stacked from ``stacks`` (their values at that x, None as 0)."""
     if not axis.xs or not stacks:
         return ""
     totals = [sum(float(s.values[i] or 0) for s in stacks) for i in range(len(axis.xs))]
     top_value = max(totals) or 1.0
-    left, right, top, bottom = 56.0, 12.0, 10.0, 34.0
+    left, right, top, bottom = 50.0, 8.0, 10.0, 30.0
     ky, oy = _scale(0.0, top_value, height - bottom, top)
     lo, hi = min(axis.xs), max(axis.xs)
     kx, ox = _scale(lo, hi, left + 6, width - right - 6)
@@ -218,7 +218,7 @@ def stacked_bars(
         y = ky * v + oy
         parts.append(
             f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eaeef2"/>'
-            f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="10" text-anchor="end">{number(v)}</text>'
+            f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="11" text-anchor="end">{number(v)}</text>'
         )
     parts += _ticks(axis, kx, ox, height)
     for i, x in enumerate(axis.xs):

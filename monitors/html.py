@@ -519,7 +519,7 @@ def _summary_table(report: DriftReport, history: History | None) -> str:
 
 
 def _axis(history: History) -> Axis:
-    """The runs' window ends as x (seconds), each labelled, with up to five ticks."""
+    """The runs' window ends as x (seconds), each labelled, with up to four ticks."""
     xs = [p.at.timestamp() for p in history.points]
     labels = [
         f"run {p.run_id}, window "
@@ -528,7 +528,7 @@ def _axis(history: History) -> Axis:
         for p in history.points
     ]
     lo, hi = min(xs), max(xs)
-    ticks = [lo + (hi - lo) * i / 4 for i in range(5)] if hi > lo else [lo]
+    ticks = [lo + (hi - lo) * i / 3 for i in range(4)] if hi > lo else [lo]
     named: dict[str, float] = {}  # runs minutes apart: one tick per distinct label
     for t in ticks:
         named.setdefault(short(datetime.fromtimestamp(t, tz=UTC)), t)
