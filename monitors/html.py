@@ -267,29 +267,34 @@ def verdict_line(report: DriftReport) -> str:
 
 
 def level_words(report: DriftReport, *, budget: float | None = None, alpha: float | None = None) -> str:
-    """The level each test ran at, in words: from the model's false-alarm budget when the report's level
-    is the budget's share (``each test at 8.3e-6: a false-alarm budget of 0.5 per 30 days over 8,640 runs``),
-    else a one-off comparison's level."""
+    """The level each test ran at, in words. A stored run (``budget``, ``alpha``: the model's monitor
+    settings) tests at its false-alarm budget's share (``each test at 8.3e-6: a false-alarm budget of 0.5 per
+    30 days over 8,640 runs``: the runs are the budget over the families and the level), or at the model's
+    alpha when the budget allows more; an offline comparison at the one-off level."""
     d = report.dataset
     level = d.alpha
     how = {"bh": "adjusted across features by Benjamini\u2013Hochberg", "bonferroni": "Bonferroni-corrected"}
-    corrected = how.get(d.correction, "not adjusted across features")
-    if budget is not None and budget > 0 and level > 0 and (alpha is None or level < alpha * 0.999):
-        runs = budget / FAMILIES / level
-        every = HORIZON_S / runs
+    corrected = f"p-values {how.get(d.correction, 'not adjusted across features')}"
+    if budget is not None and budget > 0 and level > 0:  # a stored run, with its model's settings
+        if alpha is None or level < alpha * 0.999:
+            runs = budget / FAMILIES / level
+            return (
+                f"each test at {number(level)}: a false-alarm budget of {number(budget)} per 30 days over "
+                f"{number(round(runs))} runs (one every {duration(HORIZON_S / runs)}), shared by {FAMILIES} "
+                f"detector families; {corrected}"
+            )
         return (
-            f"each test at {number(level)}: a false-alarm budget of {number(budget)} per 30 days over "
-            f"{number(round(runs))} runs (one every {duration(every)}), shared by {FAMILIES} detector "
-            f"families; p-values {corrected}"
+            f"each test at {number(level)}, the model's alpha (its runs are few enough that the false-alarm "
+            f"budget of {number(budget)} per 30 days allows it); {corrected}"
         )
-    if alpha is not None and level >= alpha * 0.999 or level >= 0.01:
+    if level >= 0.01:
         return (
             f"each test at {number(level)}, the level of a one-off comparison (no schedule to spread a "
-            f"false-alarm budget over); p-values {corrected}"
+            f"false-alarm budget over); {corrected}"
         )
     return (
         f"each test at {number(level)}, the level of a scheduled run (a false-alarm budget per 30 days "
-        f"spread over its runs); p-values {corrected}"
+        f"spread over its runs); {corrected}"
     )
 
 

@@ -137,6 +137,14 @@ def test_the_level_is_explained_in_words(stored: dict[str, Any], profile_dict: d
         in text
     )
     assert "adjusted across features by Benjamini\u2013Hochberg" in text
+    daily = copy.deepcopy(stored)  # a backfilled run of a daily window: its every_s is the window's length
+    daily["dataset"]["alpha"] = run_alpha(alpha=0.05, budget=0.5, every_s=86_400.0)
+    assert "each test at 0.002381: a false-alarm budget of 0.5 per 30 days over 30 runs (one every 1 d)" in (
+        _text(_page(daily))
+    )
+    capped = copy.deepcopy(stored)  # a model whose alpha is below its budget's share
+    capped["dataset"]["alpha"] = 0.05
+    assert "each test at 0.05, the model's alpha" in _text(_page(capped))
     cur = generate(2_000, seed=7)
     offline = compare(profile=profile_from_dict(profile_dict), columns=cur, predictions=true_probability(cur))
     said = _text(render_html(offline, title="Drift report: current.csv"))  # Part 1's call: report and title
