@@ -1,5 +1,5 @@
-"""Monitor commands (``driftwarden drift``, ``driftwarden monitor``, ``driftwarden reports link``): owned by
-the monitors domain.
+"""Monitor commands (``driftwarden drift``, ``driftwarden monitor``, ``driftwarden report``, ``driftwarden
+reports link``): owned by the monitors domain.
 
 Both answer with one exit-code contract a CI gate can trust: 0 = no drift, 1 = drift, 2 = the check could
 not be made (a usage or input error, too few rows, a model that could not be evaluated). Errors are
@@ -479,6 +479,64 @@ def report_link_cmd(
     typer.echo(url)  # alone on stdout: URL=$(driftwarden reports link MODEL)
 
 
+REPORT_EPILOG = (
+    "[b]Examples[/b]\n\n"
+    "driftwarden report credit  (writes report-credit.html: the newest run and the history of the newest "
+    "200 runs)\n\n"
+    "driftwarden report credit --since 7d --out week.html\n\n"
+    "driftwarden report credit --out - > page.html  (the page on stdout)\n\n"
+    "The page is the one GET /reports/MODEL/drift serves: the verdict in words, the summary of every feature "
+    "and output, the history charts of the period's runs (scheduled and backfilled alike), then the "
+    "per-feature cards; one file, no network needed to open it.\n\n"
+    "[b]Exit codes[/b]\n\n"
+    "0  the page was written\n\n"
+    "2  no page: an unknown model, no run in the period, a bad --since, an unwritable --out (one line on "
+    "stderr says which)"
+)
+
+
+def report_cmd(
+    model: Annotated[str, typer.Argument(help="The model whose stored runs the page reports.")],
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="The period: runs stored in the last 30m, 12h, 7d, 2w... (default: the newest 200 runs "
+            "ever stored). Its newest run is the report, its runs the history.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Where to write the page (default: report-MODEL.html here; - for stdout)."
+        ),
+    ] = None,
+) -> None:
+    """Write MODEL's HTML drift report for a period of stored runs: the newest run and its history."""
+    from core.config import get_settings
+    from core.database import open_database
+    from core.durations import require_duration
+    from monitors.flows import report_html
+    from registry.names import check_name
+
+    check_name(model)
+    period = None if since is None else require_duration(since, where="--since")
+    target = out if out is not None else Path(f"report-{model}.html")
+    if str(target) != STDOUT and target.is_dir():
+        raise Invalid(
+            f"--out {target} is a directory: give a file path, e.g. {target / f'report-{model}.html'}"
+        )
+    settings = get_settings()
+    db = open_database()
+    try:
+        page = report_html(db=db, model_name=model, settings=settings, since=period)
+    finally:
+        db.dispose()
+    _write_output(target, page, option="--out")
+    if str(target) != STDOUT:
+        typer.echo(f"wrote {target}", err=True)
+
+
 monitor_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
 monitor_app.callback()(monitor_cmd)
 
@@ -667,3 +725,4 @@ def register(app: typer.Typer) -> None:
     app.command("drift")(drift_cmd)
     app.add_typer(monitor_app, name="monitor")
     app.add_typer(reports_app, name="reports")
+    app.command("report", epilog=REPORT_EPILOG)(report_cmd)

@@ -333,7 +333,8 @@ class Headline:
 def headline(
     report: DriftReport, *, extra: Iterable[Finding] = (), margin: float = DEFAULT_MARGIN
 ) -> Headline:
-    """Summarise the report and any ``extra`` findings (e.g. firing alerts) in one line."""
+    """Summarise the report and any ``extra`` findings (e.g. firing alerts) in one line: each finding counted
+    once, the firing alerts (which restate findings, or add what the report cannot see) counted apart."""
     findings = [*report_findings(report, margin=margin), *extra]
     summary: dict[str, Any] = {
         "features": feature_summary(report),
@@ -348,8 +349,10 @@ def headline(
         return Headline(
             True, f"No findings: {dataset}; data quality, performance and alerts clear.", [], **summary
         )
+    own = [f for f in findings if f.kind != "alert"]  # a firing alert restates a finding: counted apart
+    alerts = len(findings) - len(own)
     counts: dict[str, int] = {}
-    for f in findings:
+    for f in own:
         counts[f.kind] = counts.get(f.kind, 0) + 1
     words = {
         "feature_drift": ("drifted feature", "drifted features"),
@@ -367,9 +370,9 @@ def headline(
         "alert": ("firing alert", "firing alerts"),
     }
     parts = [f"{n} {words.get(k, (k, k))[n > 1]}" for k, n in counts.items()]
-    return Headline(
-        False, f"Attention, {len(findings)} finding(s): {', '.join(parts)}; {dataset}.", findings, **summary
-    )
+    said = f"{len(own)} finding{'s' if len(own) != 1 else ''}: {', '.join(parts)}; " if own else ""
+    firing = f"; {alerts} {words['alert'][alerts > 1]}" if alerts else ""
+    return Headline(False, f"Attention, {said}{dataset}{firing}.", findings, **summary)
 
 
 def finding_from_dict(data: Mapping[str, Any]) -> Finding:

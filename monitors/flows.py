@@ -29,8 +29,10 @@ from core.times import utc_in_range
 from monitors.config import MonitorConfig, config_path, load_config, parse_config, save_config, stored_form
 from monitors.engine import evaluate
 from monitors.findings import finding_from_dict, headline
+from monitors.history import build_history, run_point
 from monitors.horizon import run_alpha
-from monitors.html import render_html
+from monitors.html import RunInfo, render_html
+from monitors.humane import duration
 from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import MonitorRun
 from monitors.profile import Profile, profile_from_dict
@@ -443,17 +445,84 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     return at, run_id
 
 
-def latest_html(*, db: Database, model_name: str, extra: list[dict[str, Any]] | None = None) -> str:
-    """The newest run of a model as an HTML report (its headline counts ``extra`` findings too)."""
-    doc = latest_document(db=db, model_name=model_name, extra=extra)
-    window = doc.get("window") or {}
-    title = (
-        f"Drift report: {model_name} v{doc['model_version']}, run {doc['run_id']} at {doc['created_at']}"
-        + (f" ({window.get('start')} to {window.get('end')})" if window.get("start") else "")
+HISTORY_RUNS = 200
+"""The most runs a report's history charts (the newest in its period)."""
+
+
+def report_html(
+    *,
+    db: Database,
+    model_name: str,
+    settings: Settings | None = None,
+    since: timedelta | None = None,
+    extra: list[dict[str, Any]] | None = None,
+    now: datetime | None = None,
+) -> str:
+    """A model's HTML report for a period: its newest run in the last ``since`` (None: ever) as the report,
+    the period's runs (the newest :data:`HISTORY_RUNS`) as its history; the headline counts ``extra``
+    findings too; ``settings`` give the model's false-alarm budget the page explains its level by."""
+    now = now or datetime.now(UTC)
+    _registered(db=db, model_name=model_name)
+    with db.session() as session:
+        runs = list_runs(
+            session=session,
+            model_name=model_name,
+            limit=HISTORY_RUNS,
+            since=None if since is None else now - since,
+        )
+        points = [
+            run_point(
+                run_id=r.id,
+                created_at=r.created_at,
+                window_start=r.window_start,
+                window_end=r.window_end,
+                report=dict(r.report),
+            )
+            for r in runs
+        ]
+        newest = runs[0] if runs else None
+        doc = run_document(newest) if newest is not None else None
+        stored = (newest.window_start, newest.window_end) if newest is not None else (None, None)
+    if doc is None:
+        period = "" if since is None else f" in the last {duration(since.total_seconds())}"
+        raise NoRuns(
+            f"model '{model_name}' has no monitor run{period}; POST /v1/models/{model_name}/monitors:run "
+            "evaluates it now"
+        )
+    budget = alpha = None
+    if settings is not None:
+        try:
+            config = load_config(registry=settings.registry_path, model_name=model_name)
+            budget, alpha = config.false_alarms_per_30d, config.alpha
+        except (OSError, ValueError):  # an unreadable config: the page says what the report alone knows
+            pass
+    run = RunInfo(
+        model_name=model_name,
+        model_version=doc["model_version"],
+        run_id=doc["run_id"],
+        created_at=datetime.fromisoformat(doc["created_at"]),
+        window_start=stored[0],
+        window_end=stored[1],
+        backfill=bool(doc["report"].get("backfill")),
+        budget=budget,
+        alpha=alpha,
     )
     report = report_from_dict(doc["report"])
     summary = headline(report, extra=[finding_from_dict(f) for f in extra or ()])
-    return render_html(report, title=title, summary=summary)
+    title = f"Drift report: {model_name} v{doc['model_version']}"
+    return render_html(report, title=title, summary=summary, history=build_history(points), run=run, now=now)
+
+
+def latest_html(
+    *,
+    db: Database,
+    model_name: str,
+    extra: list[dict[str, Any]] | None = None,
+    settings: Settings | None = None,
+) -> str:
+    """The newest run of a model as an HTML report, with the history of its stored runs (its headline counts
+    ``extra`` findings too)."""
+    return report_html(db=db, model_name=model_name, settings=settings, extra=extra)
 
 
 def settings_document(*, db: Database, settings: Settings, model_name: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from core.auth import Scope
+from core.durations import require_duration
 from core.http import (
     JsonBody,
     json_response,
@@ -144,7 +145,9 @@ async def run_now(request: Request, name: str) -> Response:
     REPORT_PATH,
     summary="Latest drift report (HTML)",
     description=(
-        "The latest run's report as a page. Opens with a bearer token of scope `read`, or without one "
+        "The latest run's report as a page, with the history of the model's stored runs (scheduled and "
+        "backfilled: `?since=7d` limits the period; a bad duration is a 400 naming `since`). "
+        "Opens with a bearer token of scope `read`, or without one "
         "through a signed link (`expires` and `signature`, made by `driftwarden reports link MODEL` and "
         "carried by every webhook message): a link opens this model's report until it expires, and a "
         "changed model, path or expiry, an expired link or one signed with another key answers 401."
@@ -154,16 +157,37 @@ async def run_now(request: Request, name: str) -> Response:
         *AUTH,
         404,
         409,
+        400,
+        e400="A bad since (the error names it)",
         e401="No bearer token or signed link, or one that is not accepted (the error names why)",
         e404="Unknown model",
         e409="No monitor run yet (or no serving version, no profile)",
     ),
     dependencies=READ_OR_LINK,
 )
-async def html_report(request: Request, name: str) -> Response:
+async def html_report(
+    request: Request,
+    name: str,
+    since: Annotated[
+        str | None,
+        Query(
+            max_length=32,
+            description="The period whose runs the page reports and charts: 30m, 12h, 7d, 2w (default: the "
+            "newest runs ever stored); its newest run is the report.",
+        ),
+    ] = None,
+) -> Response:
+    period = None if since is None else require_duration(since, where="since")
     state = runtime(request)
     extra = await asyncio.to_thread(state.extra_findings, name)
-    page = await asyncio.to_thread(flows.latest_html, db=state.db, model_name=name, extra=extra)
+    page = await asyncio.to_thread(
+        flows.report_html,
+        db=state.db,
+        model_name=name,
+        settings=state.settings,
+        since=period,
+        extra=extra,
+    )
     return HTMLResponse(page, headers=PAGE_HEADERS)
 
 

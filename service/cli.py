@@ -248,7 +248,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "training.cli": ("train", "worker", "data", "cluster", "jobs"),
     "service.serving.cli": ("serve",),
     "service.predictions_cli": ("predictions",),
-    "monitors.cli": ("drift", "monitor", "reports"),
+    "monitors.cli": ("drift", "report", "monitor", "reports"),
     "alerts.cli": ("alerts", "webhooks"),
     "access.cli": ("tokens",),
 }
@@ -337,6 +337,10 @@ LISTED: dict[str, tuple[str, bool]] = {
     "monitor": (
         "Evaluate drift of every serving model every interval, as its own process (or once with --once).",
         True,
+    ),
+    "report": (
+        "Write MODEL's HTML drift report for a period of stored runs: the newest run and its history.",
+        False,
     ),
     "reports": ("The served HTML drift reports (GET /reports/MODEL/drift): links a browser can open.", True),
     "alerts": (

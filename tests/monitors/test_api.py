@@ -203,7 +203,7 @@ def test_a_signed_link_opens_the_report_without_a_token(scenario: Scenario) -> N
     assert "signature=" in url
     page = httpx.get(url, timeout=30)  # no Authorization header at all, as a browser
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), page.text
-    assert "DRIFTED" in page.text and "credit_score" in page.text and "<svg" in page.text
+    assert "the dataset drifted" in page.text and "credit_score" in page.text and "<svg" in page.text
     # the URL is a credential: no shared cache keeps the page, no Referer carries the URL on
     assert page.headers["cache-control"] == "private, no-store"
     assert page.headers["referrer-policy"] == "no-referrer"
@@ -219,11 +219,12 @@ def test_html_report_renders_in_headless_chromium(scenario: Scenario, tmp_path: 
     with scenario.server.client() as c:
         page = c.get("/reports/credit/drift")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert "DRIFTED" in page.text and "credit_score" in page.text and "<svg" in page.text
+    assert "the dataset drifted" in page.text and "credit_score" in page.text and "<svg" in page.text
     out = screenshot(  # the browser opens the signed link of a webhook message itself: no bearer header
         signed_report_link(scenario),
         ARTIFACTS / f"drift-report-{scenario.backend}.png",
         profile_dir=tmp_path / "chromium",
+        size=(1280, 5000),  # the whole page: the cards' bars come after the summary and the history
     )
     print(f"\nscreenshot: {out}")
     assert out.stat().st_size > 30_000

@@ -1,6 +1,6 @@
 """Where people read why a drift matters (issue 42, item 5): the summary of every feature (verdict, effect,
 impact), the harm line, segments and weak slices in the headline JSON, the HTML report and the terminal; a
-report stored before them renders as it did; client names are escaped everywhere."""
+report stored before them renders with what it holds; client names are escaped everywhere."""
 
 from __future__ import annotations
 
@@ -126,7 +126,9 @@ def test_html_opens_with_harm_and_summary_then_segments_weak_slices_and_cards(
     assert marks == sorted(marks), marks
     summary = page[marks[1] : marks[2]]
     names = re.findall(r"<tr><td>([^<]+)</td><td>(?:DRIFT|ok)</td>", summary)
-    assert names[:3] == [CAUSE, SECOND, HARMLESS] and len(names) == len(shifted["features"])
+    outputs = [shifted[k]["name"] for k in ("prediction", "multivariate") if shifted.get(k)]
+    assert names[:3] == [CAUSE, SECOND, HARMLESS] and len(names) == len(shifted["features"]) + len(outputs)
+    assert names[-len(outputs) :] == outputs  # every output too, after the features
     assert "80% [70%, 90%]" in summary and "harmless" in summary
     assert f"{HARMLESS} drifted 0.5 sd; it explains none of the estimated ROC AUC change" in summary
     assert "asked of the model itself" in summary
@@ -146,18 +148,18 @@ def test_a_surrogate_says_so_and_how_well_it_fits(shifted: dict[str, Any]) -> No
         "surrogate_fit": {"metric": "auc", "value": 0.97, "rows": 1000},
     }
     page = render_html(report_from_dict(data))
-    assert "a surrogate of the model's answers (auc 0.97 on 1000 reference rows)" in page
+    assert "a surrogate of the model's answers (auc 0.97 on 1,000 reference rows)" in page
 
 
 def test_an_old_report_renders_as_it_did(shifted: dict[str, Any]) -> None:
     shifted = _old(shifted)
     page = render_html(report_from_dict(shifted))
-    for section in ('id="summary"', 'id="segments"', 'id="weak-slices"', 'class="harm', "impact:"):
+    for section in ('id="segments"', 'id="weak-slices"', 'class="harm', "impact:", "<th>impact</th>"):
         assert section not in page
     report = report_from_dict(shifted)
     extra = [x.name for x in (report.prediction, *report.outputs, report.multivariate) if x is not None]
     flagged = ["Data quality flags"] if any(q.flagged for q in report.quality) else []
-    cards = [*extra, "Performance", *flagged, *(f.name for f in report.features)]
+    cards = ["Summary", *extra, "Performance", *flagged, *(f.name for f in report.features)]
     assert [t.strip() for t in re.findall(r"<h2>([^<]+)", page)] == cards  # the cards it had, in order
     out = _console(report_from_dict(shifted))
     assert "Summary" not in out and "causes:" not in out and "segment" not in out
