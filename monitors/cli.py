@@ -487,11 +487,7 @@ REPORT_EPILOG = (
     "driftwarden report credit --out - > page.html  (the page on stdout)\n\n"
     "The page is the one GET /reports/MODEL/drift serves: the verdict in words, the summary of every feature "
     "and output, the history charts of the period's runs (scheduled and backfilled alike), then the "
-    "per-feature cards; one file, no network needed to open it.\n\n"
-    "[b]Exit codes[/b]\n\n"
-    "0  the page was written\n\n"
-    "2  no page: an unknown model, no run in the period, a bad --since, an unwritable --out (one line on "
-    "stderr says which)"
+    "per-feature cards; one file, no network needed to open it."
 )
 
 
@@ -522,19 +518,14 @@ def report_cmd(
     check_name(model)
     period = None if since is None else require_duration(since, where="--since")
     target = out if out is not None else Path(f"report-{model}.html")
-    if str(target) != STDOUT and target.is_dir():
-        raise Invalid(
-            f"--out {target} is a directory: give a file path, e.g. {target / f'report-{model}.html'}"
-        )
+    check_target(target, option="--out", example=f"report-{model}.html")
     settings = get_settings()
     db = open_database()
     try:
         page = report_html(db=db, model_name=model, settings=settings, since=period)
     finally:
         db.dispose()
-    _write_output(target, page, option="--out")
-    if str(target) != STDOUT:
-        typer.echo(f"wrote {target}", err=True)
+    write_text(page, to=target, option="--out", what="the report")
 
 
 monitor_app = typer.Typer(invoke_without_command=True, no_args_is_help=False)

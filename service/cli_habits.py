@@ -54,6 +54,11 @@ EXIT_CODES: dict[str, dict[int, str | None]] = {
     },
     "serve": {0: STOPPED, 130: None},
     "cluster chief": {3: "a parameter server was lost (`driftwarden train` restarts the chief)"},
+    "report": {
+        0: "the page was written",
+        2: "no page: an unknown model, no run in the period, a bad --since, an unwritable --out (one line on "
+        "stderr says which)",
+    },
     "predictions purge": {1: "nothing deleted: the confirmation was answered no"},
 }
 
