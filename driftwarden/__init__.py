@@ -11,7 +11,8 @@ database driver): the engine loads on the first comparison.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError as _NotInstalled
+from importlib.metadata import version as _version
 
 from driftwarden.client import Client, Predictions
 from driftwarden.comparing import Profile, compare, profile
@@ -29,8 +30,8 @@ from driftwarden.errors import (
 from driftwarden.report import Report
 
 try:
-    __version__ = version("driftwarden")
-except PackageNotFoundError:  # run from a checkout that is not installed
+    __version__ = _version("driftwarden")
+except _NotInstalled:  # run from a checkout that is not installed
     __version__ = "0+unknown"
 
 __all__ = [
