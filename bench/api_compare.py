@@ -4,7 +4,8 @@ Run: ``.venv/bin/python bench/api_compare.py [--rows 1000000] [--rounds 1] [--di
 
 Generates a reference and a shifted current table of ``--rows`` rows x 25 columns (20 numeric, 5
 categorical: ``bench/drift.py``'s columns) into Parquet once (kept in ``--dir`` and reused when there), then
-times, each in a fresh process (wall seconds, from before Python's imports to the report):
+times, each in a fresh process (wall and CPU seconds, from before Python's imports to the report; medians of
+``--rounds``):
 
 - ``driftwarden drift REF CUR``: the command (``python -m service.cli``), as a user runs it;
 - ``compare(paths)``: ``import driftwarden; driftwarden.compare(REF, CUR)`` on the same Parquet files;
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,17 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 # a fresh interpreter: the clock starts before the imports; prints the seconds (and the verdict)
 API_SCRIPT = """
 import json, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 frames = sys.argv[1] == "frames"
 if frames:
     import pandas as pd
     ref, cur = pd.read_parquet(sys.argv[2]), pd.read_parquet(sys.argv[3])
-    t0 = time.perf_counter()  # reading the frames is the notebook's, not compare's
+    t0, c0 = time.perf_counter(), time.process_time()  # reading the frames is the notebook's, not compare's
 else:
     ref, cur = sys.argv[2], sys.argv[3]
 import driftwarden
 report = driftwarden.compare(ref, cur)
-print(json.dumps({"seconds": time.perf_counter() - t0, "drifted": report.drifted}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0}))
 """
 
 
@@ -70,8 +72,10 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
-def time_cli(ref: Path, cur: Path) -> float:
-    """Wall seconds of ``driftwarden drift REF CUR`` in its own process (exit 0 or 1: stable or drifted)."""
+def time_cli(ref: Path, cur: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of ``driftwarden drift REF CUR`` in its own process (exit 0 or 1: stable or
+    drifted)."""
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "service.cli", "drift", str(ref), str(cur)],
@@ -81,13 +85,15 @@ def time_cli(ref: Path, cur: Path) -> float:
         cwd=ROOT,
     )
     seconds = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
         raise SystemExit(f"driftwarden drift failed ({done.returncode}): {done.stderr[-2000:]}")
-    return seconds
+    return seconds, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
 
 
-def time_api(kind: str, ref: Path, cur: Path) -> float:
-    """Wall seconds of ``driftwarden.compare`` on ``kind`` (paths or frames), measured inside its process."""
+def time_api(kind: str, ref: Path, cur: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of ``driftwarden.compare`` on ``kind`` (paths or frames), measured inside its
+    process."""
     done = subprocess.run(
         [sys.executable, "-c", API_SCRIPT, kind, str(ref), str(cur)],
         capture_output=True,
@@ -97,7 +103,8 @@ def time_api(kind: str, ref: Path, cur: Path) -> float:
     )
     if done.returncode != 0:
         raise SystemExit(f"compare({kind}) failed: {done.stderr[-2000:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(measured["seconds"]), float(measured["cpu"])
 
 
 def main() -> None:
@@ -109,17 +116,22 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     ref, cur = make_files(args.rows, args.dir)
     print(f"{args.rows:,} rows x 25 columns (20 numeric, 5 categorical), Parquet: {ref.name}, {cur.name}")
-    runs: dict[str, list[float]] = {"driftwarden drift": [], "compare(paths)": [], "compare(frames)": []}
+    runs: dict[str, list[tuple[float, float]]] = {
+        "driftwarden drift": [],
+        "compare(paths)": [],
+        "compare(frames)": [],
+    }
     for _ in range(args.rounds):
         runs["driftwarden drift"].append(time_cli(ref, cur))
         runs["compare(paths)"].append(time_api("paths", ref, cur))
         runs["compare(frames)"].append(time_api("frames", ref, cur))
-    cli = statistics.median(runs["driftwarden drift"])
-    print(f"{'what':<20} {'median s':>9} {'vs drift':>9}   runs")
-    for label, seconds in runs.items():
-        median = statistics.median(seconds)
-        each = " ".join(f"{s:.2f}" for s in seconds)
-        print(f"{label:<20} {median:9.2f} {median / cli:8.2f}x   {each}")
+    cli = statistics.median(wall for wall, _ in runs["driftwarden drift"])
+    print(f"{'what':<20} {'wall s':>7} {'vs drift':>9} {'cpu s':>7}   runs (wall/cpu)")
+    for label, measured in runs.items():
+        wall = statistics.median(w for w, _ in measured)
+        cpu = statistics.median(c for _, c in measured)
+        each = " ".join(f"{w:.2f}/{c:.2f}" for w, c in measured)
+        print(f"{label:<20} {wall:7.2f} {wall / cli:8.2f}x {cpu:7.2f}   {each}")
 
 
 if __name__ == "__main__":

@@ -28,16 +28,27 @@ if TYPE_CHECKING:
 PROFILE_FORMAT = "driftwarden.api-profile/1"
 
 
+# the command's option names in the engine's messages, as this API's parameters name them
+OPTION_WORDS = {
+    "--target ": "target=",
+    "--prediction-column ": "prediction=",
+    "lower --min-rows / ": "lower ",
+}
+
+
 @contextmanager
 def _as_invalid_input() -> Iterator[None]:
     """The engine's refusals (:class:`core.errors.DomainError`: the checks' findings, unreadable files) as
-    :class:`InvalidInput`, with the same message."""
+    :class:`InvalidInput`, with the same message in the words of this API's parameters."""
     from core.errors import DomainError
 
     try:
         yield
     except DomainError as exc:
-        raise InvalidInput(str(exc)) from None
+        message = str(exc)
+        for option, parameter in OPTION_WORDS.items():
+            message = message.replace(option, parameter)
+        raise InvalidInput(message) from None
 
 
 @dataclass(frozen=True, eq=False)

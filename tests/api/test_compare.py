@@ -83,7 +83,7 @@ def test_a_bad_setting_is_invalid_input_naming_it(
 def test_bad_data_is_invalid_input_naming_the_column_and_the_rule(
     reference_frame: pd.DataFrame, shifted_frame: pd.DataFrame
 ) -> None:
-    with pytest.raises(driftwarden.InvalidInput, match="'defualt'"):
+    with pytest.raises(driftwarden.InvalidInput, match="target='defualt' is not a column of REFERENCE"):
         driftwarden.compare(reference_frame, shifted_frame, target="defualt")
     with pytest.raises(driftwarden.InvalidInput, match="fewer than|too few|rows"):
         driftwarden.compare(reference_frame.head(5), shifted_frame, target=TARGET)
