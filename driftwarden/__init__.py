@@ -14,6 +14,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError as _NotInstalled
 from importlib.metadata import version as _version
 
+from core.numpy_settings import numpy_settings as _numpy_settings
 from driftwarden.client import Client, Predictions
 from driftwarden.comparing import Profile, compare, profile
 from driftwarden.errors import (
@@ -28,6 +29,8 @@ from driftwarden.errors import (
     Unreachable,
 )
 from driftwarden.report import Report
+
+_numpy_settings()  # none of the above loads numpy: as driftwarden drift, one OpenBLAS thread (docs)
 
 try:
     __version__ = _version("driftwarden")
