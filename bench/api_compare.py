@@ -13,7 +13,7 @@ times, each in a fresh process (wall and CPU seconds, from before Python's impor
   import of ``driftwarden`` and the frames' conversion to Arrow are).
 
 The acceptance: ``compare`` takes no longer than ``driftwarden drift``. ``--rounds N`` runs the three N times,
-interleaved, and prints each run and the median.
+interleaved (each round starting with the next one), and prints each run and the medians.
 """
 
 from __future__ import annotations
@@ -121,10 +121,15 @@ def main() -> None:
         "compare(paths)": [],
         "compare(frames)": [],
     }
-    for _ in range(args.rounds):
-        runs["driftwarden drift"].append(time_cli(ref, cur))
-        runs["compare(paths)"].append(time_api("paths", ref, cur))
-        runs["compare(frames)"].append(time_api("frames", ref, cur))
+    stages = {
+        "driftwarden drift": lambda: time_cli(ref, cur),
+        "compare(paths)": lambda: time_api("paths", ref, cur),
+        "compare(frames)": lambda: time_api("frames", ref, cur),
+    }
+    order = list(stages)
+    for k in range(args.rounds):  # each round in another order: a busy moment of the machine hits each alike
+        for label in order[k % 3 :] + order[: k % 3]:
+            runs[label].append(stages[label]())
     cli = statistics.median(wall for wall, _ in runs["driftwarden drift"])
     print(f"{'what':<20} {'wall s':>7} {'vs drift':>9} {'cpu s':>7}   runs (wall/cpu)")
     for label, measured in runs.items():
