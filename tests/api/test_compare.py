@@ -106,6 +106,15 @@ def test_task_settles_the_labels_as_the_schema_does() -> None:
     profiled = driftwarden.profile(reference, target="risk_band", task="multiclass")
     assert profiled.task == "multiclass" and profiled.schema.classes == ("high", "low", "medium")
 
+    losses = pd.DataFrame(generate(2_000, seed=3, task="regression"))
+    with pytest.raises(driftwarden.InvalidInput, match="loss_amount"):  # amounts are not 0/1 labels
+        driftwarden.profile(losses, target="loss_amount")
+    regression = driftwarden.profile(losses, target="loss_amount", task="regression")
+    assert regression.task == "regression" and "loss_amount" not in regression.features
+    low, high = losses["loss_amount"].min(), losses["loss_amount"].max()
+    assert regression.schema.output.expected_min is not None and regression.schema.output.expected_min < low
+    assert regression.schema.output.expected_max is not None and regression.schema.output.expected_max > high
+
 
 def test_summary_has_one_row_per_feature_and_output(report: driftwarden.Report) -> None:
     summary = report.summary()
