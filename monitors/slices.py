@@ -108,7 +108,7 @@ def estimated_losses(*, sample: RowSample, profile: Profile, threshold: float = 
             rate=False,
         )
     if profile.task is Task.MULTICLASS:
-        if p.ndim != 2 or not profile.calibration:  # no class probabilities (a comparison of features only)
+        if p.ndim != 2:  # no class probabilities (a comparison of the features only)
             return None
         bad = np.isnan(p).any(axis=1)
         c = calibrate_multiclass(np.nan_to_num(p), profile.calibration)
