@@ -45,20 +45,16 @@ def test_predict_feedback_run_drift_and_history(
     assert future.empty
 
 
-def test_history_follows_every_page(client: driftwarden.Client, shifted_frame: pd.DataFrame) -> None:
+def test_history_follows_every_page(
+    client: driftwarden.Client, shifted_frame: pd.DataFrame, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client.predict("credit", shifted_frame.drop(columns=[TARGET]).head(MIN_ROWS))
     while len(client.history("credit")) < 3:
         client.run_monitor("credit")
     everything = client.history("credit")
     assert len(client.history("credit", limit=2)) == 2
-    import driftwarden.client as module
-
-    pages = module.HISTORY_PAGE
-    module.HISTORY_PAGE = 1  # one run per page: the client must follow next_cursor
-    try:
-        paged = client.history("credit")
-    finally:
-        module.HISTORY_PAGE = pages
+    monkeypatch.setattr(driftwarden.client, "HISTORY_PAGE", 1)  # one run a page: next_cursor must be followed
+    paged = client.history("credit")
     assert paged["run_id"].tolist() == everything["run_id"].tolist()
 
 
