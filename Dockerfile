@@ -13,6 +13,7 @@ COPY monitors ./monitors
 COPY alerts ./alerts
 COPY training ./training
 COPY migrations ./migrations
+COPY driftwarden ./driftwarden
 RUN pip install -c constraints.txt .
 
 RUN useradd --create-home --uid 10001 driftwarden && mkdir -p /var/lib/driftwarden \

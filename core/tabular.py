@@ -258,8 +258,25 @@ _CONVERSION = re.compile(r"CSV column #(\d+): CSV conversion error to (\w+)")
 _WIDER = {"null": pa.int64(), "int64": pa.float64(), "double": pa.string()}
 
 
+@dataclass(frozen=True)
+class MemoryTable:
+    """A table already in memory (an Arrow table) that a :class:`TableStream` reads like a file: its batches
+    are slices of the table, never copies of it; ``name`` names it in messages (as a file's path would)."""
+
+    table: pa.Table
+    name: str = "the table"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+TableSource = str | Path | MemoryTable
+"""What a :class:`TableStream` reads: a ``.csv`` / ``.parquet`` path, or a table in memory."""
+
+
 class TableStream:
-    """A ``.csv`` or ``.parquet`` file read in batches of numpy columns (text as :class:`CodedColumn`).
+    """A ``.csv`` or ``.parquet`` file (or a :class:`MemoryTable`) read in batches of numpy columns (text as
+    :class:`CodedColumn`).
 
     Parquet is read row group by row group (dictionary pages stay codes), CSV block by block, so memory is
     bounded by a batch whatever the file's size. Opening checks what :func:`read_table` checks (missing,
@@ -273,24 +290,33 @@ class TableStream:
 
     def __init__(
         self,
-        path: str | Path,
+        path: TableSource,
         *,
         batch_rows: int = BATCH_ROWS,
         block_bytes: int = CSV_BLOCK_BYTES,
         threads: bool = True,
     ) -> None:
-        self.path = Path(path)
-        self.format = _readable(self.path)
+        self.memory = path if isinstance(path, MemoryTable) else None
+        self.path = Path(str(path))
         self.batch_rows = batch_rows
         self.block_bytes = block_bytes
         self.threads = threads
         self.rows: int | None = None
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
         self._types: dict[str, pa.DataType] = {}
+        if self.memory is not None:
+            self.format = "memory"
+            schema = self.memory.table.schema
+            self.names: list[str] = [str(name) for name in schema.names]
+            self.booleans = {f.name for f in schema if pa.types.is_boolean(f.type)}
+            self.rows = self.memory.table.num_rows
+            _unique_names(self.path, self.names)
+            return
+        self.format = _readable(self.path)
         try:
             if self.format == "parquet":
                 meta = pq.ParquetFile(self.path)
-                self.names: list[str] = list(meta.schema_arrow.names)
+                self.names = list(meta.schema_arrow.names)
                 self.booleans = {f.name for f in meta.schema_arrow if pa.types.is_boolean(f.type)}
                 self.rows = meta.metadata.num_rows
                 self._text = [
@@ -333,6 +359,10 @@ class TableStream:
     def batches(self, columns: Sequence[str] | None = None) -> Iterator[dict[str, Column]]:
         """Batches of ``columns`` (default: all; each must be one of ``names``)."""
         wanted = list(self.names if columns is None else columns)
+        if self.memory is not None:
+            for batch in self.memory.table.select(wanted).to_batches(max_chunksize=self.batch_rows):
+                yield {name: _batch_column(batch.column(name)) for name in wanted}
+            return
         try:
             if self.format == "parquet":
                 text = [c for c in self._text if c in wanted]

@@ -9,8 +9,6 @@ Module-level imports stay light (typer only); numpy, scipy and the engine load i
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -128,19 +126,10 @@ def _check_outputs(json_out: Path | None, html_out: Path | None) -> None:
 
 
 def _numpy_settings() -> None:
-    """Settings numpy reads when it loads, unless the environment gives them (measured on 1M-row files).
+    """Settings numpy reads when it loads (:mod:`core.numpy_settings`: one OpenBLAS thread, no huge pages)."""
+    from core.numpy_settings import numpy_settings
 
-    One OpenBLAS thread: the command's matrix products are small (a few axes times a batch of rows), and on
-    more threads OpenBLAS's idle workers spin between them, ~0.5 of ~2.5 CPU-seconds, while the command
-    keeps its own threads busy (reading, counting). No transparent huge pages for numpy's arrays: the
-    command allocates and frees many arrays of megabytes, and the kernel's zeroing and compacting of huge
-    pages for them cost ~0.35 CPU-seconds more than small pages. Nothing is set when numpy is already
-    loaded (the command runs inside another program, e.g. a test): too late to matter there.
-    """
-    if "numpy" in sys.modules:
-        return
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+    numpy_settings()
 
 
 def drift_cmd(

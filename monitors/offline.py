@@ -31,6 +31,7 @@ from core.tabular import (
     CSV_BLOCK_BYTES,
     CodedColumn,
     Column,
+    MemoryTable,
     TableStream,
     as_float,
     fold_batches,
@@ -39,7 +40,16 @@ from monitors.checks import Finding, check_options, check_rows, check_table, rai
 from monitors.profile import WORKERS, Profile, build_reference_profile, profile_from_dict
 from monitors.reservoir import RowReservoir
 from monitors.rows import RowSample
-from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Task, infer_feature
+from registry.schema import (
+    FeatureKind,
+    FeatureSpec,
+    ModelSchema,
+    OutputSpec,
+    Task,
+    check_classes,
+    infer_feature,
+    is_missing,
+)
 
 if TYPE_CHECKING:  # types only; monitors.window is imported when sketching: it loads the statistics
     from monitors.config import MonitorConfig
@@ -47,6 +57,9 @@ if TYPE_CHECKING:  # types only; monitors.window is imported when sketching: it 
     from monitors.window import WindowSketch
 
 CURRENT_SAMPLE_SEED = 0  # the seed of CURRENT's row sample: the same file gives the same rows
+
+Source = Path | MemoryTable
+"""One side of a comparison: a ``.csv`` / ``.parquet`` file, or a table in memory (the Python API's)."""
 
 
 @dataclass
@@ -153,7 +166,7 @@ def _to_read(names: Sequence[str], wanted: Sequence[str | None]) -> list[str]:
 
 
 def read_reference(
-    path: Path,
+    path: Source,
     *,
     columns: Sequence[str | None] | None = None,
     target: str | None = None,
@@ -233,9 +246,16 @@ class _Assembled:
 
 
 def reference_schema(
-    columns: dict[str, Column], facts: FileFacts, *, exclude: set[str], target: str | None
+    columns: dict[str, Column],
+    facts: FileFacts,
+    *,
+    exclude: set[str],
+    target: str | None,
+    task: Task = Task.BINARY,
+    classes: tuple[str, ...] = (),
 ) -> ModelSchema:
-    """The schema inferred from the reference, as ``registry.schema.infer_feature`` infers it.
+    """The schema inferred from the reference, as ``registry.schema.infer_feature`` infers it, with the
+    output of ``task`` (a multi-class model's ``classes``; a regression's expected range from the target's).
 
     Text is inferred from its distinct values; its missing rate is the counted one.
     """
@@ -249,12 +269,21 @@ def reference_schema(
             features.append(dataclasses.replace(spec, missing_rate=rate, nullable=rate > 0))
         else:
             features.append(infer_feature(name, values))
-    outputs = (OutputSpec(name="probability"),)
-    return ModelSchema(features=tuple(features), outputs=outputs, target=target or "")
+    expected = None
+    if (
+        task is Task.REGRESSION
+        and target in facts.columns
+        and facts.columns[target].high >= facts.columns[target].low
+    ):
+        expected = (facts.columns[target].low, facts.columns[target].high)
+    outputs = (OutputSpec.for_task(task, classes=len(classes), expected=expected),)
+    return ModelSchema(
+        features=tuple(features), outputs=outputs, target=target or "", task=task.value, classes=classes
+    )
 
 
 def sketch_current(
-    path: Path,
+    path: Source,
     *,
     profile: Profile | None,
     features: Sequence[str],
@@ -325,12 +354,14 @@ def numeric_features(schema: ModelSchema) -> list[str]:
 @dataclass(frozen=True)
 class RegisteredReference:
     """A registered version's reference profile and schema, compared with instead of a reference file;
-    ``ref`` (NAME:VERSION) names it in messages."""
+    ``ref`` (NAME:VERSION) names it in messages. ``registered=False``: a profile kept elsewhere (the Python
+    API's ``driftwarden.Profile``), whose CURRENT need not hold labels, as with a reference file."""
 
     ref: str
     profile: Profile
     schema: ModelSchema
     path: Path | None = None  # the version's folder (its model answers the attribution)
+    registered: bool = True
 
 
 @dataclass
@@ -349,6 +380,7 @@ class _Sides:
     profile: Profile | None = None
     failure: Exception | None = None
     ignored: list[str] = field(default_factory=list)  # CURRENT's columns that are not compared
+    document: dict[str, Any] | None = None  # the reference profile as JSON (built from REFERENCE's rows)
     current_sample: RowSample | None = None  # a uniform sample of CURRENT's rows (sketch_current's reservoir)
 
     @property
@@ -379,9 +411,9 @@ class Comparison:
 
 
 def compare(
-    current: Path,
+    current: Source,
     *,
-    reference: Path | RegisteredReference,
+    reference: Source | RegisteredReference,
     schema: ModelSchema | None,
     schema_source: str,
     target: str | None,
@@ -390,13 +422,15 @@ def compare(
     config: MonitorConfig,
     hint: str = "",
     sample_rows: int | None = None,
+    task: Task | None = None,
 ) -> Comparison:
     """Compare the ``current`` file with a reference file (on ``schema``, or one inferred from the file) or
     a registered version's profile, after the checks of both sides: the drift report and both sides' row
     samples (CURRENT's: at most ``sample_rows`` rows, uniformly; None: the setting ``monitor_sample_rows``).
 
     ``schema_source`` names the given schema in messages; ``hint`` ends the message of a comparison that
-    the engine refuses (e.g. which config to check). Whatever stops the comparison raises
+    the engine refuses (e.g. which config to check). ``task`` (without ``schema``): the task of the schema
+    inferred from REFERENCE (default binary). Whatever stops the comparison raises
     :class:`core.errors.Invalid`: the checks' findings first (:class:`monitors.checks.DataCheckFailed`).
     The contract's task (a registered version's, or ``schema``'s) decides what the labels of ``target`` are
     and what ``prediction`` holds; only the contract's features are compared (CURRENT's other columns are
@@ -404,20 +438,32 @@ def compare(
     """
     if isinstance(reference, RegisteredReference):
         _check_task_options(
-            reference.schema, named=reference.ref, prediction=prediction, config=config, hint=hint
+            reference.schema.kind,
+            reference.schema.classes,
+            named=reference.ref,
+            prediction=prediction,
+            config=config,
+            hint=hint,
         )
     elif schema is not None:
-        _check_task_options(schema, named=schema_source, prediction=prediction, config=config, hint=hint)
+        _check_task_options(
+            schema.kind, schema.classes, named=schema_source, prediction=prediction, config=config, hint=hint
+        )
+    elif task is not None:
+        _check_task_options(
+            task, (), named=f"task {task.value!r}", prediction=prediction, config=config, hint=hint
+        )
     if isinstance(reference, RegisteredReference):
         sides = _registered_side(reference, target=target, min_rows=min_rows)
     else:
-        sides = _reference_side(
+        sides = reference_side(
             reference,
             schema=schema,
             schema_source=schema_source,
             target=target,
             prediction=prediction,
             min_rows=min_rows,
+            task=task,
         )
     if sample_rows is None:
         from core.config import get_settings
@@ -454,14 +500,19 @@ def compare(
 
 
 def _check_task_options(
-    schema: ModelSchema, *, named: str, prediction: str | None, config: MonitorConfig, hint: str
+    task: Task,
+    classes: Sequence[str],
+    *,
+    named: str,
+    prediction: str | None,
+    config: MonitorConfig,
+    hint: str,
 ) -> None:
     """Options that only a binary model has are refused, one line, on a contract of another task."""
-    task = schema.kind
     if task is Task.BINARY:
         return
     what = (
-        f"{named} is multi-class (classes {', '.join(schema.classes)})"
+        f"{named} is multi-class" + (f" (classes {', '.join(classes)})" if classes else "")
         if task is Task.MULTICLASS
         else f"{named} is a regression"
     )
@@ -479,31 +530,33 @@ def _check_task_options(
 
 def _registered_side(reference: RegisteredReference, *, target: str | None, min_rows: int) -> _Sides:
     sides = _Sides(
-        source=f"the registered version {reference.ref}",
-        registered=True,
+        source=f"the registered version {reference.ref}" if reference.registered else reference.ref,
+        registered=reference.registered,
         schema=reference.schema,
         label=target or (reference.schema.target or None),
         profile=reference.profile,
     )
-    where = f"the reference profile of {reference.ref}"
+    where = f"the reference profile of {reference.ref}" if reference.registered else reference.ref
     sides.findings += check_rows(reference.profile.rows, where=where, min_rows=min_rows)
     return sides
 
 
-def _reference_side(
-    path: Path,
+def reference_side(
+    path: Source,
     *,
     schema: ModelSchema | None,
     schema_source: str,
     target: str | None,
     prediction: str | None,
     min_rows: int,
+    task: Task | None = None,
 ) -> _Sides:
-    """Read and check the reference file, then (when it passed) infer its schema unless one is given and
-    build its profile; the file's columns are dropped once the profile holds what is needed of them."""
+    """Read and check the reference file, then (when it passed) infer its schema (of ``task``, default
+    binary) unless one is given and build its profile (``document``: as JSON); the file's columns are
+    dropped once the profile holds what is needed of them."""
     where = f"REFERENCE {path}"
     exclude = {c for c in (target, prediction) if c}
-    task = Task.BINARY if schema is None else schema.kind
+    task = (task or Task.BINARY) if schema is None else schema.kind
     facts, columns = read_reference(
         path,
         columns=None  # all: the features are inferred from them
@@ -515,6 +568,7 @@ def _reference_side(
     )
     sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
     sides.tables[where] = facts.for_checks()
+    classes = schema.classes if schema is not None else _inferred_classes(facts, task=task, target=target)
     sides.findings += check_table(
         sides.tables[where],
         where=where,
@@ -524,12 +578,14 @@ def _reference_side(
         target=target,
         prediction=prediction,
         task=task,
-        classes=() if schema is None else schema.classes,
+        classes=classes,
     )
     if sides.findings:
         return sides
     try:
-        sides.schema = schema or reference_schema(columns, facts, exclude=exclude, target=target)
+        sides.schema = schema or reference_schema(
+            columns, facts, exclude=exclude, target=target, task=task, classes=classes
+        )
     except ValueError as exc:
         raise Invalid(f"{where}: {exc}") from None
     sides.label = target or (sides.schema.target or None)
@@ -543,13 +599,30 @@ def _reference_side(
             labels=None if labels is None else np.asarray(labels),
         )
         sides.profile = profile_from_dict(built)
+        sides.document = built
     except (ValueError, TypeError) as exc:
         sides.failure = exc
     return sides
 
 
+def _inferred_classes(facts: FileFacts, *, task: Task, target: str | None) -> tuple[str, ...]:
+    """The classes of a multi-class schema inferred from REFERENCE: its target's distinct labels, sorted."""
+    if task is not Task.MULTICLASS:
+        return ()
+    if target is None or target not in facts.columns:
+        raise Invalid(
+            f"a multi-class comparison needs its labels: name the target column (--target) among "
+            f"REFERENCE's columns {facts.names[:10]}; its distinct values are the classes"
+        )
+    values = facts.columns[target].sample()
+    try:
+        return check_classes(values[~is_missing(values)], target=target)
+    except ValueError as exc:
+        raise Invalid(str(exc)) from None
+
+
 def _current_side(
-    path: Path,
+    path: Source,
     sides: _Sides,
     *,
     target: str | None,

@@ -108,6 +108,8 @@ def estimated_losses(*, sample: RowSample, profile: Profile, threshold: float = 
             rate=False,
         )
     if profile.task is Task.MULTICLASS:
+        if p.ndim != 2:  # no class probabilities (a comparison of the features only)
+            return None
         bad = np.isnan(p).any(axis=1)
         c = calibrate_multiclass(np.nan_to_num(p), profile.calibration)
         top = c[np.arange(p.shape[0]), np.argmax(np.nan_to_num(p), axis=1)]
