@@ -157,7 +157,10 @@ def _g(value: Any, fmt: str = ".3f") -> str:
 
 
 def estimate_label(estimate: Any) -> str:
-    """How a figure was measured: ``realised (labels)``, ``estimated (CBPE)``, ``estimated (DLE)``."""
+    """How a figure was measured: ``realised (labels)``, ``estimated (CBPE)``, ``estimated (DLE)``;
+    ``not measured`` without one (a segment with neither labels nor an estimate)."""
+    if estimate is None:
+        return "not measured"
     return ESTIMATES.get(str(estimate), str(estimate))
 
 

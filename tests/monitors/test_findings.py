@@ -65,3 +65,26 @@ def test_a_firing_alert_alone_turns_the_headline_red(profile_dict: dict[str, Any
     assert "alert CreditLatency firing" in render_html(report, summary=summary)
     print_report(report, summary=summary)
     assert "ATTENTION" in capsys.readouterr().out
+
+
+def test_a_segment_without_a_measure_prints_no_python_none(profile_dict: dict[str, Any], capsys: Any) -> None:
+    report = _report(profile_dict, Scenario.COVARIATE_SHIFT)
+    report.segments = [
+        {
+            "segment": "region=south",
+            "rows": 60,
+            "share": 0.1,
+            "metric": "macro_f1",
+            "estimate": None,
+            "reference": None,
+            "current": None,
+            "change": None,
+            "flagged": False,
+            "drift": {"features": []},
+        },
+    ]
+    print_report(report)
+    out = capsys.readouterr().out
+    assert "segment region=south: macro_f1 - vs - (-, not measured), 60 rows" in out
+    assert "None" not in out
+    assert "None" not in render_html(report, title="t")
