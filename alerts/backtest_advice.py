@@ -21,6 +21,7 @@ from typing import Any
 
 from alerts.backtest_traffic import Shift, ShiftKind
 from alerts.specs import Kind
+from core.durations import in_words
 
 FAST_LAG_RUNS = 2
 """A rule notifying at most this many runs after a one-off comparison sees a shift is fast."""
@@ -71,31 +72,17 @@ class Alternative:
         }
 
 
-def duration(seconds: float) -> str:
-    """A span in words: ``45 s``, ``1 h 45 min``, ``2 d 3 h``."""
-    if seconds < 59.5:
-        return f"{round(seconds)} s"
-    minutes = round(seconds / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h" + (f" {minutes} min" if minutes else "")
-    days, hours = divmod(hours, 24)
-    return f"{days} d" + (f" {hours} h" if hours else "")
-
-
 def runs_text(runs: int, interval_s: float) -> str:
     """``21 runs (1 h 45 min)`` at ``interval_s`` seconds between runs; ``0 runs (at once)``."""
     if runs == 0:
         return "0 runs (at once)"
-    return f"{runs:,} run{'' if runs == 1 else 's'} ({duration(runs * interval_s)})"
+    return f"{runs:,} run{'' if runs == 1 else 's'} ({in_words(runs * interval_s)})"
 
 
 def window_warnings(*, window: int, step: int, rate: float, interval_s: float, days: float) -> list[str]:
     """What to know of the windows before reading the figures: skipped rows, little overlap, few days."""
     out: list[str] = []
-    every = duration(interval_s)
+    every = in_words(interval_s)
     if step > window:
         lost = step - window
         out.append(

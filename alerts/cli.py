@@ -354,8 +354,9 @@ def _backtest_table(model: str, result: Any) -> None:
     a verdict per rule and why a rule never caught a shift; a line on the runs."""
     from rich.table import Table
 
-    from alerts.backtest_advice import duration, never_lines
+    from alerts.backtest_advice import never_lines
     from alerts.backtest_traffic import describe
+    from core.durations import in_words
 
     plan = result.plan
     shifts = [s.kind.value for s in result.shifts]
@@ -363,7 +364,7 @@ def _backtest_table(model: str, result: Any) -> None:
         typer.echo(f"warning: {warning}")
     table = Table(
         title=f"Alert backtest of {model}: delays after each shift in runs and time, a run every "
-        f"{duration(plan.interval_s)} (run 0: the first whose window holds shifted rows)"
+        f"{in_words(plan.interval_s)} (run 0: the first whose window holds shifted rows)"
     )
     for col in ("rule", "kind", "for", "false notifications / 30 days", *shifts):
         table.add_column(col)

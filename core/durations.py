@@ -1,4 +1,5 @@
-"""The one duration grammar of the CLI and the API: token lifetimes, silences, report links.
+"""The one duration grammar of the CLI and the API (token lifetimes, silences, report links), and durations
+said in words (:func:`in_words`: the report page, the backtest).
 
 A duration is one or more ``<whole number><unit>`` parts, largest unit first, each unit at most once:
 ``w`` weeks, ``d`` days, ``h`` hours, ``m`` minutes, ``s`` seconds (``90s``, ``30m``, ``12h``, ``2w``,
@@ -55,3 +56,18 @@ def require_duration(text: str, *, where: str, maximum: timedelta = LONGEST) -> 
     value = parse_duration(text, where=where, maximum=maximum)
     assert value is not None  # allow_never is off
     return value
+
+
+def in_words(seconds: float) -> str:
+    """A span for people: ``45 s``, ``5 min``, ``1 h 30 min``, ``2 d``, ``1 d 6 h`` (never negative)."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, mins = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h" + (f" {mins} min" if mins else "")
+    days, hrs = divmod(round(s / 3600), 24)
+    return f"{days} d" + (f" {hrs} h" if hrs else "")

@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 
 from core.config import Settings
 from core.database import Database, make_engine
+from core.durations import in_words
 from core.errors import DomainError, Invalid
 from core.events import MONITOR_RUN, publish
 from core.times import utc_in_range
@@ -32,7 +33,6 @@ from monitors.findings import finding_from_dict, headline
 from monitors.history import build_history, run_point
 from monitors.horizon import run_alpha
 from monitors.html import RunInfo, render_html
-from monitors.humane import duration
 from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import MonitorRun
 from monitors.profile import Profile, profile_from_dict
@@ -484,7 +484,7 @@ def report_html(
         doc = run_document(newest) if newest is not None else None
         stored = (newest.window_start, newest.window_end) if newest is not None else (None, None)
     if doc is None:
-        period = "" if since is None else f" in the last {duration(since.total_seconds())}"
+        period = "" if since is None else f" in the last {in_words(since.total_seconds())}"
         raise NoRuns(
             f"model '{model_name}' has no monitor run{period}; POST /v1/models/{model_name}/monitors:run "
             "evaluates it now"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from core.durations import in_words
 from monitors.charts import PALETTE, Axis, Series, line_chart, number, sparkline, stacked_bars
 from monitors.findings import (
     Finding,
@@ -29,7 +30,7 @@ from monitors.findings import (
 )
 from monitors.history import History
 from monitors.horizon import FAMILIES, HORIZON_S
-from monitors.humane import age, duration, short, span, when
+from monitors.humane import age, short, span, when
 from monitors.report import DriftReport, FeatureDrift
 
 _CSS = """
@@ -280,7 +281,7 @@ def level_words(report: DriftReport, *, budget: float | None = None, alpha: floa
             runs = budget / FAMILIES / level
             return (
                 f"each test at {number(level)}: a false-alarm budget of {number(budget)} per 30 days over "
-                f"{number(round(runs))} runs (one every {duration(HORIZON_S / runs)}), shared by {FAMILIES} "
+                f"{number(round(runs))} runs (one every {in_words(HORIZON_S / runs)}), shared by {FAMILIES} "
                 f"detector families; {corrected}"
             )
         return (

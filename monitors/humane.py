@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from core.durations import in_words
+
 
 def parse_instant(value: object) -> datetime | None:
     """A stored time (a datetime or its ISO text, naive read as UTC) in UTC; None when there is none."""
@@ -36,27 +38,12 @@ def short(at: datetime) -> str:
     return f"{at.day} {at:%b %H:%M}"
 
 
-def duration(seconds: float) -> str:
-    """``45 s``, ``5 min``, ``1 h``, ``1 h 30 min``, ``2 d``, ``1 d 6 h``."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    minutes = round(s / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, mins = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h" + (f" {mins} min" if mins else "")
-    days, hrs = divmod(round(s / 3600), 24)
-    return f"{days} d" + (f" {hrs} h" if hrs else "")
-
-
 def span(start: datetime, end: datetime) -> str:
     """A window as a range and a duration: ``4 Dec 2026 16:37–17:37 UTC (1 h)``, the day repeated only
     when the window ends on another day."""
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     tail = f"{end:%H:%M} UTC" if start.date() == end.date() else when(end)
-    return f"{_day(start)} {start:%H:%M}\u2013{tail} ({duration((end - start).total_seconds())})"
+    return f"{_day(start)} {start:%H:%M}\u2013{tail} ({in_words((end - start).total_seconds())})"
 
 
 def age(at: datetime, *, now: datetime) -> str:
@@ -64,5 +51,5 @@ def age(at: datetime, *, now: datetime) -> str:
     delta = now - at
     if abs(delta) < timedelta(minutes=1):
         return "just now"
-    text = duration(abs(delta.total_seconds()))
+    text = in_words(abs(delta.total_seconds()))
     return f"{text} ago" if delta > timedelta(0) else f"in {text}"

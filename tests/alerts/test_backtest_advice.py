@@ -14,10 +14,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from alerts.backtest_advice import duration, runs_text
+from alerts.backtest_advice import runs_text
 from alerts.cli import register
 from core.config import get_settings
 from core.database import open_database
+from core.durations import in_words
 from core.tabular import write_table
 from registry.schema import Task
 from registry.service import promote
@@ -83,7 +84,7 @@ def test_a_duration_reads_in_the_largest_units() -> None:
     assert runs_text(21, 300) == "21 runs (1 h 45 min)"  # the abrupt_mean 21 at 5-minute runs
     assert runs_text(1, 600) == "1 run (10 min)"
     assert runs_text(0, 600) == "0 runs (at once)"
-    assert [duration(s) for s in (30, 3_600, 90_000, 86_400 * 3)] == ["30 s", "1 h", "1 d 1 h", "3 d"]
+    assert [in_words(s) for s in (30, 3_600, 90_000, 86_400 * 3)] == ["30 s", "1 h", "1 d 1 h", "3 d"]
 
 
 def test_delays_are_given_in_runs_and_in_time(cli: typer.Typer, registered: Path) -> None:
