@@ -32,7 +32,6 @@ from alerts.backtest import (
 from alerts.backtest_flows import BacktestRequest, prepare
 from alerts.backtest_traffic import Pool, Shift, ShiftKind, Traffic
 from alerts.backtest_window import Layout, SlidingWindow
-from alerts.cli import register
 from alerts.models import Alert
 from alerts.rules import DEFAULT_RULES
 from alerts.specs import MONITOR_KINDS, Kind, RuleSpec
@@ -52,60 +51,32 @@ from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from monitors.window import WindowSketch
 from registry.schema import Task, infer_schema
 from registry.service import promote
-from service.cli import _Root
+from tests.alerts.backtest_model import (
+    FEATURES,
+    MODEL,
+    alerts_cli,
+    open_test_database,
+    reference,
+    register_backtest_model,
+)
 from tests.alerts.conftest import register_model
 from training.importer import ImportSpec, import_reference
-
-MODEL = "bt"
-FEATURES = ("a", "b", "color")
-
-
-def reference(n: int = 3_000, *, seed: int = 0) -> dict[str, np.ndarray]:
-    """Two numbers (one with missing values), a colour, a calibrated probability ``score`` and a label."""
-    rng = np.random.default_rng(seed)
-    a = rng.normal(0.0, 1.0, n)
-    b = rng.poisson(3, n).astype(np.int64)
-    color = rng.choice(np.array(["red", "green", "blue"], dtype=object), n)
-    score = 1.0 / (1.0 + np.exp(-(a + 0.5 * (b - 3) + 0.4 * (color == "red") - 0.2)))
-    a[rng.random(n) < 0.03] = np.nan
-    return {"a": a, "b": b, "color": color, "score": score, "y": (rng.random(n) < score).astype(np.int64)}
 
 
 @pytest.fixture
 def database() -> Database:
-    settings = get_settings()
-    Path(settings.database_url.get_secret_value().removeprefix("sqlite:///")).parent.mkdir(
-        parents=True, exist_ok=True
-    )
-    return open_database(settings.database_url.get_secret_value(), upgrade=True)
+    return open_test_database()
 
 
 @pytest.fixture
 def registered(database: Database, tmp_path: Path) -> Path:
     """Model ``bt`` registered from its reference (served elsewhere) and serving; the reference's path."""
-    path = write_table(reference(), tmp_path / "reference.parquet")
-    spec = ImportSpec(
-        model_name=MODEL, path=None, reference=path, target="y", task=Task.BINARY, prediction_column="score"
-    )
-    try:
-        import_reference(spec=spec, db=database, registry=get_settings().registry_path)
-        with database.session() as session:
-            promote(session=session, model_name=MODEL, version=1)
-    finally:
-        database.dispose()
-    return path
+    return register_backtest_model(database, tmp_path)
 
 
 @pytest.fixture
 def cli() -> typer.Typer:
-    app = typer.Typer(cls=_Root, no_args_is_help=True)
-
-    @app.callback()
-    def root() -> None:
-        """driftwarden (the alert commands only)."""
-
-    register(app)
-    return app
+    return alerts_cli()
 
 
 def run(app: typer.Typer, *args: str) -> tuple[int, str, str]:

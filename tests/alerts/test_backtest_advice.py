@@ -15,16 +15,15 @@ import typer
 from typer.testing import CliRunner
 
 from alerts.backtest_advice import runs_text
-from alerts.cli import register
 from core.config import get_settings
-from core.database import open_database
 from core.durations import in_words
-from core.tabular import write_table
-from registry.schema import Task
-from registry.service import promote
-from service.cli import _Root
-from tests.alerts.test_backtest import MODEL, reference
-from training.importer import ImportSpec, import_reference
+from tests.alerts.backtest_model import (
+    MODEL,
+    alerts_cli,
+    open_test_database,
+    reference,
+    register_backtest_model,
+)
 
 SMALL = ("--days", "0.2", "--window", "1000", "--interval", "10m")  # 28 runs of 1,000 new rows
 
@@ -32,32 +31,13 @@ SMALL = ("--days", "0.2", "--window", "1000", "--interval", "10m")  # 28 runs of
 @pytest.fixture
 def registered(tmp_path: Path) -> Path:
     """Model ``bt`` (a, b numeric; color categorical; every row labelled) registered from its reference."""
-    settings = get_settings()
     (tmp_path / "var").mkdir(exist_ok=True)
-    db = open_database(settings.database_url.get_secret_value(), upgrade=True)
-    path = write_table(reference(), tmp_path / "reference.parquet")
-    spec = ImportSpec(
-        model_name=MODEL, path=None, reference=path, target="y", task=Task.BINARY, prediction_column="score"
-    )
-    try:
-        import_reference(spec=spec, db=db, registry=settings.registry_path)
-        with db.session() as session:
-            promote(session=session, model_name=MODEL, version=1)
-    finally:
-        db.dispose()
-    return path
+    return register_backtest_model(open_test_database(), tmp_path)
 
 
 @pytest.fixture
 def cli() -> typer.Typer:
-    app = typer.Typer(cls=_Root, no_args_is_help=True)
-
-    @app.callback()
-    def root() -> None:
-        """driftwarden (the alert commands only)."""
-
-    register(app)
-    return app
+    return alerts_cli()
 
 
 def backtest(app: typer.Typer, *args: str) -> str:

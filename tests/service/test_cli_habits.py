@@ -25,7 +25,7 @@ import typer.main
 from typer.testing import CliRunner, Result
 
 from service.cli import app
-from tests.alerts.test_backtest import MODEL, database, registered  # noqa: F401  (fixtures, shared)
+from tests.alerts.backtest_model import MODEL, open_test_database, register_backtest_model
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -272,7 +272,13 @@ def test_quiet_silences_stderr_but_not_stdout_nor_errors(files: dict[str, Path])
     assert after.stderr != ""
 
 
-def test_backtest_json_bare_dash_and_file(registered: Path, tmp_path: Path) -> None:  # noqa: F811
+@pytest.fixture
+def registered(tmp_path: Path) -> Path:
+    """The backtest's small model, registered and serving; its reference's path."""
+    return register_backtest_model(open_test_database(), tmp_path)
+
+
+def test_backtest_json_bare_dash_and_file(registered: Path, tmp_path: Path) -> None:
     args = [
         "alerts",
         "backtest",
