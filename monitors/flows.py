@@ -484,10 +484,10 @@ def report_html(
         doc = run_document(newest) if newest is not None else None
         stored = (newest.window_start, newest.window_end) if newest is not None else (None, None)
     if doc is None:
-        period = "" if since is None else f" in the last {in_words(since.total_seconds())}"
+        period = " yet" if since is None else f" in the last {in_words(since.total_seconds())}"
         raise NoRuns(
             f"model '{model_name}' has no monitor run{period}; POST /v1/models/{model_name}/monitors:run "
-            "evaluates it now"
+            f"(or `driftwarden monitor --once --model {model_name}`) evaluates it now"
         )
     budget = alpha = None
     if settings is not None:
