@@ -52,7 +52,7 @@ from monitors.engine import evaluate
 from monitors.findings import headline, report_findings
 from monitors.profile import Profile
 from monitors.report import DriftReport, FeatureDrift, Histogram
-from monitors.window import WindowSketch
+from monitors.sketch import WindowSketch
 
 NO_DRIFT = "no_drift"
 GRADUAL_DAYS = 3.0  # a gradual shift not caught within this many days counts as never caught

@@ -3,7 +3,7 @@
 Run ``k`` (from 0) evaluates the last ``window`` rows after ``k + 1`` runs of ``step`` new rows each:
 positions ``[(k + 1) * step, (k + 1) * step + window)`` (:class:`Layout`; the stream starts with a full
 window of history). The stream is cut in blocks of ``span`` positions (a multiple of ``step``, about
-``sqrt(window * step)``). A run's sketch is the merge (:meth:`monitors.window.WindowSketch.merge`, as the
+``sqrt(window * step)``). A run's sketch is the merge (:meth:`monitors.sketch.WindowSketch.merge`, as the
 monitor's sketch cache merges its blocks) of three parts: the newest block's rows so far (grown by ``step``
 rows a run), the sealed blocks wholly inside the window (each counted once, merged once per block), and the
 oldest block's rows from the window's start (its suffixes, counted once more when the window's start enters
@@ -12,7 +12,7 @@ it). So each row is counted at most twice and a run merges a few sketches, whate
 What the monitor reads over the whole window on every run is done here the same way: the error stream of the
 labelled rows goes to a fresh Page-Hinkley detector in order (its values are kept from the first count,
 :class:`ErrorStream`: O(window) per run, as in the monitor), and a multi-class model's probability vectors are
-counted again (:class:`monitors.window.MulticlassCounts`, as ``monitors.log_window`` reads them).
+counted again (:class:`monitors.sketch.MulticlassCounts`, as ``monitors.log_window`` reads them).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from alerts.backtest_traffic import Traffic
 from monitors.drift.streaming import PageHinkley
 from monitors.engine import CHUNK_ROWS, sketch_columns
 from monitors.profile import Profile
-from monitors.window import MulticlassCounts, WindowSketch
+from monitors.sketch import MulticlassCounts, WindowSketch
 from registry.schema import Task
 
 

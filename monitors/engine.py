@@ -36,7 +36,7 @@ from monitors.performance import (
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.quality import QualityCheck, good_turing_unseen, rate_check, violation_check
 from monitors.report import DatasetDrift, DriftReport, FeatureDrift, Histogram
-from monitors.window import MulticlassCounts, WindowSketch, split_missing
+from monitors.sketch import MulticlassCounts, WindowSketch, split_missing
 from registry.schema import FeatureKind, Task
 
 CHUNK_ROWS: int = Settings.model_fields["monitor_chunk_rows"].default

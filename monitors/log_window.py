@@ -41,7 +41,7 @@ from monitors.service import (
     prune_blocks,
     store_blocks,
 )
-from monitors.window import (
+from monitors.sketch import (
     SKETCH_FORMAT,
     MulticlassCounts,
     WindowSketch,

@@ -75,7 +75,7 @@ class WindowSketchBlock(Base):
 
     ``rows`` and ``oldest`` are the block's row count and oldest ``logged_at`` when it was counted: a run
     uses the block only while the log still shows both (a late commit or a dropped partition changes them).
-    ``sketch`` is :func:`monitors.window.encode_counts` (labels are never stored: feedback comes later).
+    ``sketch`` is :func:`monitors.sketch.encode_counts` (labels are never stored: feedback comes later).
     """
 
     __tablename__ = "monitor_window_sketches"

@@ -2,7 +2,7 @@
 checked and compared (:func:`compare`).
 
 Nothing here measures anything: the reference's columns go to :func:`monitors.profile.build_reference_profile`
-and each batch of the current file is folded into a :class:`monitors.window.WindowSketch`, the engine the
+and each batch of the current file is folded into a :class:`monitors.sketch.WindowSketch`, the engine the
 service runs. What is particular to files:
 
 - text is read as dictionary codes (:class:`core.tabular.CodedColumn`), never one Python object per cell;
@@ -51,10 +51,10 @@ from registry.schema import (
     is_missing,
 )
 
-if TYPE_CHECKING:  # types only; monitors.window is imported when sketching: it loads the statistics
+if TYPE_CHECKING:  # types only; monitors.sketch is imported when sketching: it loads the statistics
     from monitors.config import MonitorConfig
     from monitors.report import DriftReport
-    from monitors.window import WindowSketch
+    from monitors.sketch import WindowSketch
 
 CURRENT_SAMPLE_SEED = 0  # the seed of CURRENT's row sample: the same file gives the same rows
 
@@ -306,7 +306,7 @@ def sketch_current(
     the facts keep the distinct values of ``target`` (the checked label column; its range with
     ``numeric_target``) and the range of ``prediction``.
     """
-    from monitors.window import WindowSketch
+    from monitors.sketch import WindowSketch
 
     stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes)
     features = _present(stream.names, features)

@@ -1,7 +1,7 @@
 """The window sketch cache: ``monitor_window_sketches``, the counts of sealed blocks of the log's ids.
 
 One row per (model, version filter, profile-and-threshold fingerprint, ids per block, block): the block's
-row count and oldest ``logged_at`` when counted, and its counts (``monitors.window.encode_counts``). A
+row count and oldest ``logged_at`` when counted, and its counts (``monitors.sketch.encode_counts``). A
 monitor run on PostgreSQL merges the stored blocks still valid and counts only the rest
 (``monitors.log_window``); the run deletes the blocks its window no longer needs. A new table: the
 upgrade is quick.

@@ -33,7 +33,7 @@ def pca_error_counts(columns: Mapping[str, Column], pca: PCAProfile) -> GridCoun
     largest error).
 
     The chunk is processed as one block (rows x numeric features): callers feed bounded chunks
-    (:meth:`monitors.window.WindowSketch.update`, the log window's chunks), so memory stays bounded.
+    (:meth:`monitors.sketch.WindowSketch.update`, the log window's chunks), so memory stays bounded.
     """
     if not pca.features or not len(columns[pca.features[0]]):
         return GridCounts.empty(pca.error.grid)

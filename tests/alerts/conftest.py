@@ -13,7 +13,7 @@ import pytest
 from core.database import Database, open_database
 from monitors.engine import compare, evaluate
 from monitors.profile import Profile, build_reference_profile, profile_from_dict
-from monitors.window import WindowSketch
+from monitors.sketch import WindowSketch
 from registry.schema import infer_schema
 from registry.service import META_DIR, promote, register_version
 from tests.monitors.helpers import true_probability

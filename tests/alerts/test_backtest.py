@@ -48,7 +48,7 @@ from core.errors import Invalid
 from core.tabular import write_table
 from monitors.engine import compare, sketch_columns
 from monitors.profile import Profile, build_reference_profile, profile_from_dict
-from monitors.window import WindowSketch
+from monitors.sketch import WindowSketch
 from registry.schema import Task, infer_schema
 from registry.service import promote
 from tests.alerts.backtest_model import (

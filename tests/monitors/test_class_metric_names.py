@@ -13,7 +13,7 @@ from monitors.html import performance_keys, render_html
 from monitors.performance import class_named, metrics_for
 from monitors.profile import build_reference_profile, profile_from_dict
 from monitors.report import DriftReport, report_from_dict
-from monitors.window import MulticlassCounts, WindowSketch
+from monitors.sketch import MulticlassCounts, WindowSketch
 from registry.schema import Task, infer_schema, label_codes
 from tests.monitors.test_profile_tasks import CLASSES, multiclass_reference
 

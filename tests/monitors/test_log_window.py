@@ -19,7 +19,7 @@ from core.database import open_database
 from monitors.engine import evaluate, sketch_columns
 from monitors.log_window import read_window
 from monitors.profile import CategoricalProfile, NumericProfile, Profile, profile_from_dict
-from monitors.window import WindowSketch, split_missing
+from monitors.sketch import WindowSketch, split_missing
 from predictions import typed
 from predictions.service import record_feedback
 from predictions.windows import WindowSpec

@@ -22,7 +22,7 @@ from monitors.engine import evaluate
 from monitors.flows import run_monitor
 from monitors.profile import profile_from_dict
 from monitors.service import record_run
-from monitors.window import WindowSketch
+from monitors.sketch import WindowSketch
 from registry.schema import ModelSchema
 from service.cli import app
 from tests.monitors.logdata import log_columns, register_profile

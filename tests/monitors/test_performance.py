@@ -17,7 +17,7 @@ from monitors.performance import (
     roc_auc_from_counts,
 )
 from monitors.profile import Profile, profile_from_dict
-from monitors.window import WindowSketch
+from monitors.sketch import WindowSketch
 from tests.monitors.helpers import true_probability
 from training.datagen import TARGET, generate
 

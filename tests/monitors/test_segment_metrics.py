@@ -19,7 +19,7 @@ from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from monitors.rows import RowSample
 from monitors.segments import segment_table
 from monitors.service import record_run
-from monitors.window import WindowSketch
+from monitors.sketch import WindowSketch
 from registry.schema import FeatureKind, infer_schema
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import register_profile

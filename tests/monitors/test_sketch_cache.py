@@ -27,7 +27,7 @@ from monitors.flows import sketch_cache
 from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import WindowSketchBlock
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
-from monitors.window import GridCounts, WindowSketch, decode_counts, encode_counts
+from monitors.sketch import GridCounts, WindowSketch, decode_counts, encode_counts
 from predictions import typed
 from predictions.service import record_feedback
 from predictions.windows import BlockStat, WindowSpec

@@ -25,7 +25,7 @@ from monitors.engine import sketch_columns
 from monitors.performance import mid_ranks, roc_auc
 from monitors.profile import build_reference_profile, profile_from_dict
 from monitors.quality import binomial_sf
-from monitors.window import WindowSketch
+from monitors.sketch import WindowSketch
 from registry.schema import ModelSchema, OutputSpec, infer_feature
 
 RNG_SEED = 20261130

@@ -25,7 +25,7 @@ from monitors.log_window import SketchCache, read_window
 from monitors.metrics import DriftCollector, DriftFamilies, RunView
 from monitors.profile import CategoricalProfile, NumericProfile, Profile, profile_from_dict
 from monitors.service import record_run
-from monitors.window import WindowSketch, decode_counts, encode_counts
+from monitors.sketch import WindowSketch, decode_counts, encode_counts
 from predictions import typed
 from predictions.pending import RequestRows, build
 from predictions.service import new_prediction_ids, write_log_rows

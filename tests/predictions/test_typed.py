@@ -25,7 +25,7 @@ from sqlalchemy import Engine, text
 from core.database import Database, make_engine, open_database
 from monitors.log_window import read_window
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
-from monitors.window import WindowSketch
+from monitors.sketch import WindowSketch
 from predictions import spool, typed
 from predictions import windows as windows_module
 from predictions.batch import LogBatch, pack_floats
