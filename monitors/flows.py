@@ -26,7 +26,7 @@ from core.database import Database, make_engine
 from core.durations import in_words
 from core.errors import DomainError, Invalid
 from core.events import MONITOR_RUN, publish
-from core.times import utc_in_range
+from core.times import iso_or_none, utc_in_range
 from monitors.config import MonitorConfig, config_path, load_config, parse_config, save_config, stored_form
 from monitors.engine import evaluate
 from monitors.findings import finding_from_dict, headline
@@ -357,8 +357,8 @@ def run_summary(run: MonitorRun) -> dict[str, Any]:
         "run_id": run.id,
         "model_version": run.model_version,
         "created_at": run.created_at.isoformat(),
-        "window_start": run.window_start.isoformat() if run.window_start else None,
-        "window_end": run.window_end.isoformat() if run.window_end else None,
+        "window_start": iso_or_none(run.window_start),
+        "window_end": iso_or_none(run.window_end),
         "rows": run.rows,
         "rows_by_source": (run.report.get("window") or {}).get("rows_by_source"),  # None: stored before it
         "duration_s": run.duration_s,

@@ -31,6 +31,7 @@ import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from core.times import iso_or_none
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.rows import RowSample, uniform_positions
 from monitors.service import (
@@ -125,8 +126,8 @@ class Window:
             "rows": self.rows,
             "rows_by_source": self.rows_by_source,
             "labelled": self.labelled,
-            "start": self.start.isoformat() if self.start else None,
-            "end": self.end.isoformat() if self.end else None,
+            "start": iso_or_none(self.start),
+            "end": iso_or_none(self.end),
             "first_id": self.first_id,
             "last_id": self.last_id,
             "spec": {
