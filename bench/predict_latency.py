@@ -52,8 +52,8 @@ def _train_small(workdir: Path) -> tuple[Path, Path]:
     from core.tabular import write_table
     from training.datagen import generate
     from training.flows import run_training
-    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
+    from training.run_spec import Mode, TrainingRunSpec
 
     data = workdir / "baseline.csv"
     write_table(generate(5000, seed=1), data)

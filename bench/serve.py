@@ -742,8 +742,8 @@ def train_model(root: Path, n_rows: int, task: str = "binary") -> tuple[Path, li
     from registry.schema import Task
     from training.datagen import TARGETS, generate
     from training.flows import run_training
-    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
+    from training.run_spec import Mode, TrainingRunSpec
 
     data = root / "train.parquet"
     write_table(generate(3000, seed=0, task=task), data)

@@ -393,8 +393,8 @@ def run_demo(
     from registry.saved_model import limit_threads
     from registry.service import promote
     from training.flows import run_training
-    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
+    from training.run_spec import Mode, TrainingRunSpec
 
     console.print(
         f"driftwarden demo: the log records of every step go to {LOG_FILE} "

@@ -96,8 +96,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
     from core.tabular import write_table
     from training.datagen import generate
     from training.flows import run_training
-    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
+    from training.run_spec import Mode, TrainingRunSpec
 
     root = tmp_path_factory.mktemp("trained")
     data = root / "train.parquet"

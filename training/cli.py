@@ -22,8 +22,8 @@ from core.bounds import (
 )
 from core.errors import DomainError, Invalid
 from training.datagen import Scenario
-from training.jobs import Mode
 from training.jobs_cli import register as register_jobs
+from training.run_spec import Mode
 
 if TYPE_CHECKING:
     from registry.schema import Task
@@ -278,8 +278,8 @@ def train(
     from registry.names import check_name
     from training.builders import normalize
     from training.datagen import TARGETS
-    from training.jobs import TrainingRunSpec, prepare
     from training.progress import Progress
+    from training.run_spec import TrainingRunSpec, prepare
 
     check_name(model, given_as="--model")  # fails before any data is read or any process started
     _check_cluster_options(mode=mode, ps=ps, workers=workers, cluster=cluster)

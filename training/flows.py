@@ -24,9 +24,9 @@ from registry.service import latest_version
 from training.builders import output_width, probe
 from training.calibration import fit_platt, logits_of
 from training.cluster import ClusterSpec
-from training.jobs import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
 from training.launcher import train_on_cluster
 from training.progress import Progress
+from training.run_spec import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
 
 log = logging.getLogger("driftwarden.training")
 
@@ -56,7 +56,7 @@ def run_training(
     The job's builder (``job.model_fn``) is loaded and probed first: a broken one raises
     :class:`training.builders.ModelFnError` (one line) before any cluster process starts.
 
-    ``prepared``: the job's data as :func:`training.jobs.prepare` returned it (read here when not given).
+    ``prepared``: the job's data as :func:`training.run_spec.prepare` returned it (read here when not given).
     ``lineage``: more facts for the version's lineage (a retraining job adds its id, trigger and window).
     ``settings``: the cluster settings (default: the process's).
     """

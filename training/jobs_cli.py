@@ -12,7 +12,7 @@ import typer
 from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS, MAX_PARAMETER_SERVERS, MAX_POLL_S
 from core.cli_options import JsonOut, write_json
 from core.terminal import make_console, note
-from training.jobs import Mode
+from training.run_spec import Mode
 
 jobs_app = typer.Typer(
     help="Retraining jobs: list, show, cancel and submit. `driftwarden worker` runs them.",

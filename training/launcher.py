@@ -27,8 +27,8 @@ from training.cluster import (
     node_argv,
     sync_worker_argv,
 )
-from training.jobs import Mode, RunFiles, TrainingRunSpec, load_weights, write_job
 from training.progress import Progress, follow
+from training.run_spec import Mode, RunFiles, TrainingRunSpec, load_weights, write_job
 
 Weights = list[np.ndarray]  # the model's weights in ``net.weights`` order
 POLL_S = 0.2

@@ -60,12 +60,12 @@ from registry.service import (
 from registry.signature import SourceSignature
 from training.builders import lineage_ref, require_retrainable
 from training.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
-from training.jobs import Mode, TrainingRunSpec, prepare
 from training.models import JobState, Trigger
 from training.progress import Progress
+from training.run_spec import Mode, TrainingRunSpec, prepare
 from training.service import finish, get_job, record, update_progress
 
-log = logging.getLogger("driftwarden.training.jobs")
+log = logging.getLogger("driftwarden.training.run_spec")
 
 PROGRESS_FLUSH_S = 1.0  # the job row's progress is written at most this often
 STEP_LINE_S = 10.0  # a "step N/M loss L" line goes into the log tail at most this often

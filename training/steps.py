@@ -13,7 +13,7 @@ from registry.inputs import raw_inputs
 from registry.schema import Task
 from training.builders import build_model, output_width
 from training.features import encode
-from training.jobs import PreparedData, TrainingRunSpec
+from training.run_spec import PreparedData, TrainingRunSpec
 
 
 def encoded_matrix(data: PreparedData) -> np.ndarray:

@@ -251,8 +251,8 @@ def train_bands(database_url: str, tmp_path: Path, data: Path) -> Path:
     its monitor settings count one drifted feature of ten as dataset drift."""
     from monitors.config import MonitorConfig, save_config
     from training.flows import run_training
-    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
+    from training.run_spec import Mode, TrainingRunSpec
 
     db = open_database(database_url)
     try:

@@ -240,7 +240,7 @@ def test_a_trained_version_samples_its_held_out_rows(trained: TrainedModels) -> 
     """Training profiles the training rows' features but answers the held-out rows: the sample is of those
     (features, answers and labels of the same rows)."""
     data = generate(2000, seed=1)  # the session's trained models' data (tests/conftest.py), version 1: seed 0
-    hold = np.random.default_rng(0).permutation(2000)[:400]  # training.jobs' split: 20 % held out
+    hold = np.random.default_rng(0).permutation(2000)[:400]  # training.run_spec' split: 20 % held out
     stored = json.loads((trained.paths[1] / "driftwarden" / "profile.json").read_text())
     sample = profile_from_dict(stored).sample
     assert sample is not None and sample.population == 400 and sample.rows == 400

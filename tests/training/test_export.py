@@ -20,8 +20,8 @@ from training.datagen import generate
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from training.flows import run_training
-    from training.jobs import Mode, TrainingRunSpec
     from training.progress import Progress
+    from training.run_spec import Mode, TrainingRunSpec
 
     root = tmp_path_factory.mktemp("export")
     data = root / "baseline.csv"

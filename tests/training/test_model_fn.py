@@ -260,7 +260,7 @@ def test_lazily_built_builder_and_descriptions(files: dict[str, Path]) -> None:
 
 
 def test_job_key_changes_with_task_and_builder(files: dict[str, Path]) -> None:
-    from training.jobs import TrainingRunSpec
+    from training.run_spec import TrainingRunSpec
 
     data = files["multiclass"]
     base = TrainingRunSpec(model_name="m", data=data)

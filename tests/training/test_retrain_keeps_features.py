@@ -23,9 +23,9 @@ from tests.predictions.logdata import log_columns
 from training import service
 from training.datagen import TARGETS, generate
 from training.flows import run_training
-from training.jobs import Mode, TrainingRunSpec
 from training.models import JobState
 from training.progress import Progress
+from training.run_spec import Mode, TrainingRunSpec
 from training.worker import Worker
 
 TARGET = TARGETS[next(t for t in TARGETS if t.short == "multiclass")]

@@ -19,9 +19,9 @@ from training import service
 from training.builders import normalize
 from training.datagen import TARGETS, generate
 from training.flows import run_training
-from training.jobs import Mode, TrainingRunSpec
 from training.models import JobState
 from training.progress import Progress
+from training.run_spec import Mode, TrainingRunSpec
 from training.worker import Worker
 
 BUILDER = """

@@ -22,7 +22,7 @@ from registry.schema import Task
 from registry.service import list_versions
 from tests.training.helpers import Workspace, refused, run_cli
 from training.datagen import generate
-from training.jobs import TrainingRunSpec
+from training.run_spec import TrainingRunSpec
 
 BUILDER = """
 import keras

@@ -17,9 +17,9 @@ import tensorflow as tf
 
 from core.network import is_listening
 from training.cluster import ClusterSpec
-from training.jobs import PreparedData, TrainingRunSpec, prepare, read_job, save_weights
 from training.net import model_weights
 from training.progress import Progress, ProgressFile
+from training.run_spec import PreparedData, TrainingRunSpec, prepare, read_job, save_weights
 from training.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
 
 Weights = list[np.ndarray]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from training.jobs import PreparedData, TrainingRunSpec
 from training.net import model_weights
 from training.progress import Progress
+from training.run_spec import PreparedData, TrainingRunSpec
 from training.steps import build_net, dataset, encoded_matrix, make_optimizer, make_replica_step
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import tensorflow as tf
 
 from training.cluster import ClusterSpec
-from training.jobs import prepare, read_job, save_weights
 from training.net import model_weights
 from training.progress import ProgressFile
+from training.run_spec import prepare, read_job, save_weights
 from training.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
 
 
