@@ -197,6 +197,30 @@ class Settings(BaseSettings):
     )
     shutdown_timeout_s: float = Field(default=30.0, gt=0, description="Graceful shutdown: time to flush.")
 
+    # the lake (predictions/lake/): the prediction log as Parquet files, beside or instead of the database
+    lake_url: str | None = Field(
+        default=None,
+        description="Where the prediction log's Parquet lake lies: a local folder or s3://bucket/prefix "
+        "(credentials from the usual AWS_* variables; AWS_ENDPOINT_URL for an S3-compatible server). "
+        "Unset: no lake. See docs/operations.md, 'Beyond one database'.",
+    )
+    lake_mode: Literal["off", "also", "only"] = Field(
+        default="off",
+        description="also: every logged prediction and label goes to the database and the lake; only: to the "
+        "lake alone (the database keeps registry, runs, alerts and jobs); off: the database alone.",
+    )
+    lake_roll_bytes: int = Field(
+        default=128 * 1024 * 1024,
+        gt=0,
+        description="A writer's open lake file is committed once it holds about this many bytes of rows.",
+    )
+    lake_roll_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A writer's open lake file is committed at the latest this many seconds after its first "
+        "row (and at every hour's end: a file holds one partition's rows).",
+    )
+
     # monitors (monitors/): scheduled drift evaluation of every serving model
     monitor_enabled: bool = Field(
         default=True, description="Drift scheduler in the serving process (off: `driftwarden monitor`)."
@@ -236,6 +260,15 @@ class Settings(BaseSettings):
             "the model's mean request size, rounded to a power of two (ids are global across models; "
             "blocks are aligned)."
         ),
+    )
+    monitor_engine: Literal["database", "spark"] = Field(
+        default="database",
+        description="Where a monitor run computes its window's sketch: database (the prediction log's "
+        "tables) or spark (the lake's Parquet files, on the Spark cluster of spark_master; needs lake_url).",
+    )
+    spark_master: str = Field(
+        default="local[2]",
+        description="The Spark master of monitor_engine=spark: spark://host:7077, local[N], yarn, ...",
     )
     drift_min_rows: int = Field(
         default=30,
