@@ -464,7 +464,7 @@ def bench_summary(*, db: Any, spec: Any, block_ids: int, request_rows: int, pair
     interleaved pairs on the same window (the medians printed; both give the same answer)."""
     import statistics
 
-    from monitors.log_window import block_span
+    from monitors.sketch_cache import block_span
     from predictions.windows import block_stats, mean_size, summarize_blocks, summarize_window
 
     engine = db.engine

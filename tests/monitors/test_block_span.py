@@ -3,7 +3,7 @@ spans the configured predictions divided by the mean request size, as a power of
 
 from __future__ import annotations
 
-from monitors.log_window import block_span
+from monitors.sketch_cache import block_span
 
 
 def test_a_block_spans_fewer_ids_when_requests_carry_more_predictions() -> None:

@@ -21,16 +21,17 @@ from sqlalchemy import Engine, delete, func, select, text
 
 from core.config import Settings
 from core.database import Database, open_database
-from monitors import log_window
+from monitors import sketch_cache as cache_module
 from monitors.engine import evaluate
 from monitors.flows import sketch_cache
 from monitors.log_window import SketchCache, Window, read_window
 from monitors.models import WindowSketchBlock
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.sketch import GridCounts, WindowSketch, decode_counts, encode_counts
+from monitors.sketch_cache import BlockReader
 from predictions import typed
 from predictions.service import record_feedback
-from predictions.windows import BlockStat, WindowSpec
+from predictions.windows import BlockStat, WindowReader, WindowSpec
 from tests.monitors.helpers import true_probability
 from tests.predictions.logdata import log_inputs, plain
 from tests.support import CREDIT_FEATURES, credit_profile
@@ -215,7 +216,7 @@ def _retime(engine: Engine, base: datetime) -> None:
 def test_cached_blocks_equal_a_full_read_as_the_log_changes(
     pg_url: str, profile: Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log_window, "_FETCH_BLOCKS", 3)  # stored counts read and written 3 blocks a query
+    monkeypatch.setattr(cache_module, "_FETCH_BLOCKS", 3)  # stored counts read and written 3 blocks a query
     # credit: ids 1..3000 (requests of one prediction: documents, awkward values, three layouts, labels)
     db, rows, contract = _mixed_log(pg_url, profile)
     log_inputs(db.engine, documents(200, seed=8), layout=contract, model="other")  # ids 3001..3200
@@ -300,14 +301,14 @@ def test_a_block_stored_while_a_row_was_committing_is_not_stored(pg_url: str, pr
     this run but not stored, so the next run recounts it."""
     db, _, _ = _mixed_log(pg_url, profile)
     cache = SketchCache(db.engine, BLOCK)
-    real = log_window.summarize_blocks
+    real = WindowReader.plan
 
-    def stale(**kw: Any) -> tuple[Any, list[BlockStat]]:  # as if block 5 had one row more when counted
-        summary, stats = real(**kw)
+    def stale(self: WindowReader, **kw: Any) -> tuple[Any, list[BlockStat]]:  # block 5 one row more
+        summary, stats = real(self, **kw)
         return summary, [dataclasses.replace(st, rows=st.rows + (st.block == 5)) for st in stats]
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(log_window, "summarize_blocks", stale)
+        mp.setattr(WindowReader, "plan", stale)
         read_window(engine=db.engine, profile=profile, model_name="credit", spec=WindowSpec(), cache=cache)
     with db.session() as s:
         stored = set(s.scalars(select(WindowSketchBlock.block)))
@@ -325,32 +326,32 @@ def test_the_newest_blocks_are_read_while_the_summary_scans(
     scratch = open_database(f"sqlite:///{tmp_path}/cache.db")
     args: dict[str, Any] = dict(engine=db.engine, profile=profile, model_name="credit", chunk_rows=100)
     early: list[list[int]] = []
-    read_early, summarize = log_window._read_early, log_window.summarize_blocks
+    read_early, summarize = cache_module._read_early, WindowReader.plan
 
     def spy(**kw: Any) -> Any:
         got = read_early(**kw)
         early.append(sorted(got))
         return got
 
-    def arriving(**kw: Any) -> Any:  # rows logged while the run is under way
+    def arriving(self: WindowReader, **kw: Any) -> Any:  # rows logged while the run is under way
         log_inputs(db.engine, documents(40, seed=12), layout=contract)
-        return summarize(**kw)
+        return summarize(self, **kw)
 
     def cold(spec: WindowSpec) -> Window:  # every block read, after the summary (no early reads)
         with scratch.session() as s:
             s.execute(delete(WindowSketchBlock))
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(log_window, "_EARLY_BLOCKS", 0)
+            mp.setattr(cache_module, "_EARLY_BLOCKS", 0)
             return read_window(**args, spec=spec, cache=SketchCache(scratch.engine, BLOCK))
 
     spec = WindowSpec(rows=2_500)
     before = cold(spec)  # ids 501..3000
-    monkeypatch.setattr(log_window, "_read_early", spy)
-    monkeypatch.setattr(log_window, "summarize_blocks", arriving)
+    monkeypatch.setattr(cache_module, "_read_early", spy)
+    monkeypatch.setattr(WindowReader, "plan", arriving)
     first = read_window(**args, spec=spec, cache=SketchCache(db.engine, BLOCK))
     assert early[-1] == [7, 8, 9, 10, 11]  # the five newest: 1792..3000, all inside ids 501..3000
     assert (first.first_id, first.last_id, first.rows) == (501, 3_000, 2_500)  # the 40 new rows: not yet
-    monkeypatch.setattr(log_window, "summarize_blocks", summarize)
+    monkeypatch.setattr(WindowReader, "plan", summarize)
     assert_sketches(first.sketch, before.sketch, exact=True)
 
     # the next run: the cache holds the sealed blocks; the newest (partial) one is read early
@@ -364,25 +365,25 @@ def test_the_newest_blocks_are_read_while_the_summary_scans(
     assert early[-1] == []
 
     # a row committed between the early count and the summary: the block is read again
-    stats = log_window.block_stats
+    stats = WindowReader.blocks
     monkeypatch.setattr(
-        log_window,
-        "block_stats",
-        lambda **kw: [dataclasses.replace(st, rows=st.rows - 1) for st in stats(**kw)],
+        WindowReader,
+        "blocks",
+        lambda self, **kw: [dataclasses.replace(st, rows=st.rows - 1) for st in stats(self, **kw)],
     )
     reads: list[tuple[int, int]] = []
-    read_block = log_window._read_block
+    read_block = BlockReader.read
 
-    def counted(**kw: Any) -> Any:
+    def counted(self: BlockReader, summary: Any, **kw: Any) -> Any:
         reads.append((kw["low"], kw["high"]))
-        return read_block(**kw)
+        return read_block(self, summary, **kw)
 
-    monkeypatch.setattr(log_window, "_read_block", counted)
+    monkeypatch.setattr(BlockReader, "read", counted)
     with scratch.session() as s:
         s.execute(delete(WindowSketchBlock))
     again = read_window(**args, spec=spec, cache=SketchCache(scratch.engine, BLOCK))
     assert early[-1] == [7, 8, 9, 10, 11] and reads.count((2_304, 2_559)) == 2  # early, then again
-    monkeypatch.setattr(log_window, "block_stats", stats)
+    monkeypatch.setattr(WindowReader, "blocks", stats)
     assert_sketches(again.sketch, cold(spec).sketch, exact=True)
     scratch.dispose()
     db.dispose()

@@ -27,11 +27,11 @@ from monitors.log_window import read_window
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.sketch import WindowSketch
 from predictions import spool, typed
-from predictions import windows as windows_module
 from predictions.batch import LogBatch, pack_floats
 from predictions.pending import build
 from predictions.service import recent_predictions, record_feedback, write_log_rows
 from predictions.windows import Chunk, WindowSpec, WindowSummary, read_chunks, summarize_window
+from predictions.windows import chunks as window_chunks
 from registry.schema import infer_schema
 from service.serving import readers
 from tests.predictions.logdata import old_line, old_rows, plain, write_requests
@@ -392,7 +392,7 @@ def test_the_newest_requests_typed_in_one_layout_are_read_without_a_document(
     those batch by batch."""
     db, _, _ = _mixed_log(pg_url, profile, per_request=10)
     try:
-        monkeypatch.setattr(windows_module, "_fetch_rows", _no_documents)
+        monkeypatch.setattr(window_chunks, "_fetch_rows", _no_documents)
         newest = read_window(
             engine=db.engine, profile=profile, model_name="credit", spec=WindowSpec(rows=495)
         )
