@@ -29,10 +29,10 @@ margin; a share of the reference's value for a growing metric), and the bounds a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from core.numbers import finite_float
 from monitors.config import MonitorConfig
 from monitors.horizon import LOWER_IS_BETTER, performance_z, sd_allowance
 from monitors.profile import Profile, metric_sd
@@ -58,7 +58,7 @@ def assess(
     """Whether the window's performance is worse than the reference's beyond the tolerance at ``level``;
     None without a figure of the metric (no prediction profiled, no estimate, no reference value)."""
     metric = config.harm_metric or TASK_METRIC[profile.task]
-    reference = _finite((report.reference_performance or {}).get(metric))
+    reference = finite_float((report.reference_performance or {}).get(metric))
     chosen = _figure(report, metric=metric, min_labels=config.harm_min_labels)
     if reference is None or chosen is None:
         return None
@@ -121,11 +121,11 @@ def _figure(report: DriftReport, *, metric: str, min_labels: int) -> tuple[str, 
     """The estimate judged, its value and rows: realised with enough labelled rows, else the label-free
     one."""
     realised = report.performance or {}
-    value, rows = _finite(realised.get(metric)), int(_finite(realised.get("rows")) or 0)
+    value, rows = finite_float(realised.get(metric)), int(finite_float(realised.get("rows")) or 0)
     if value is not None and rows >= min_labels:
         return "realised", value, rows
     estimated = report.estimated_performance or {}
-    value, rows = _finite(estimated.get(metric)), int(_finite(estimated.get("rows")) or 0)
+    value, rows = finite_float(estimated.get(metric)), int(finite_float(estimated.get("rows")) or 0)
     if value is None or rows <= 0:
         return None
     return report.estimate_method.lower(), value, rows
@@ -161,9 +161,3 @@ def message(harm: Mapping[str, Any], *, spread: bool = True) -> str:
     verdict = "harmful" if harm["harmful"] else "not harmful"
     within = "beyond" if harm["harmful"] else "not beyond"
     return f"{head}, {within} the tolerance {tolerance} ({how}): {verdict}"
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
