@@ -146,21 +146,26 @@ def committed_files(target: Lake, table_name: str) -> list[str]:
     return sorted(out)
 
 
-def drop_partitions_before(target: Lake, table_name: str, before: str) -> list[str]:
-    """Delete every ``date=`` partition of ``table_name`` older than ``before`` (``yyyy-mm-dd``), every
-    model's; returns the partitions removed (relative paths)."""
-    removed: list[str] = []
+def partitions_before(target: Lake, table_name: str, before: str) -> list[str]:
+    """Every ``date=`` partition of ``table_name`` older than ``before`` (``yyyy-mm-dd``), every model's
+    (relative paths, sorted)."""
+    found: list[str] = []
     base = target.path(table_name)
-    try:
-        models = target.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-    except FileNotFoundError:
-        return removed
+    models = target.fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
     for model in models:
         if model.type != pafs.FileType.Directory:
             continue
         for day in target.fs.get_file_info(pafs.FileSelector(model.path, allow_not_found=True)):
             date = day.base_name.removeprefix("date=")
             if day.type == pafs.FileType.Directory and day.base_name.startswith("date=") and date < before:
-                target.fs.delete_dir(day.path)
-                removed.append(day.path.removeprefix(f"{target.root}/"))
-    return sorted(removed)
+                found.append(day.path.removeprefix(f"{target.root}/"))
+    return sorted(found)
+
+
+def drop_partitions_before(target: Lake, table_name: str, before: str) -> list[str]:
+    """Delete every ``date=`` partition of ``table_name`` older than ``before`` (whole folders: retention);
+    returns those removed."""
+    old = partitions_before(target, table_name, before)
+    for relative in old:
+        target.fs.delete_dir(target.path(relative))
+    return old
