@@ -180,6 +180,8 @@ def _matrix(rows: list[LogBatch], feature_layout: typed.Layout, n: int) -> tuple
     """The typed values of every prediction (n x width; untyped batches: from their documents) and the
     texts of the rows holding a category outside the layout (``-2``), by row."""
     width = feature_layout.width
+    if all(b.layout == feature_layout.id and b.numbers is not None for b in rows):
+        return _typed_matrix(rows, feature_layout, n)
     parts: list[np.ndarray] = []
     others: list[Any] = []
     for b in rows:
@@ -194,6 +196,20 @@ def _matrix(rows: list[LogBatch], feature_layout: typed.Layout, n: int) -> tuple
         parts.append(typed.numbers_matrix(encoded.data, b.size, width))
         others += [orjson.loads(t)["v"] if t is not None else None for t in encoded.others]
     matrix = np.concatenate(parts) if parts else np.zeros((n, width))
+    return matrix, others
+
+
+def _typed_matrix(rows: list[LogBatch], feature_layout: typed.Layout, n: int) -> tuple[np.ndarray, list[Any]]:
+    """:func:`_matrix` of batches that are all typed in ``feature_layout``: one buffer, one pass."""
+    hexes = "".join(b.numbers for b in rows if b.numbers is not None)
+    matrix = typed.numbers_matrix(bytes.fromhex(hexes), n, feature_layout.width)
+    others: list[Any] = [None] * n
+    texts = [b.categories for b in rows if b.categories]
+    if texts:  # the rows holding a -2, in order, have one line each in their batches' ``categories``
+        flagged = np.flatnonzero((matrix[:, len(feature_layout.numeric) :] == typed.OTHER).any(axis=1))
+        lines = "\n".join(texts).split("\n")
+        for i, line in zip(flagged.tolist(), lines, strict=True):
+            others[i] = orjson.loads(line)["v"]
     return matrix, others
 
 

@@ -48,7 +48,7 @@ from predictions.spool import Spool
 
 log = logging.getLogger("driftwarden.predictions.lake")
 
-MAX_ROLL_ROWS = 500_000  # most predictions one roll reads from the spool (a backlog rolls in steps)
+MAX_ROLL_ROWS = 100_000  # most predictions per roll step and file: bounds the memory a roll takes (~100 MB)
 
 
 @dataclass
