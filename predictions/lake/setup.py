@@ -48,5 +48,6 @@ def open_sink(cfg: Settings, *, strict: bool) -> LakeSink | None:
         if strict:
             raise
         log.error("%s; rows wait in the lake's spool until it can be written", exc)
-    wal = Spool.claim(spool_dir(cfg.spool_path, f"lake:{target.url}"), max_bytes=cfg.spool_max_bytes)
+    # the sink's write-ahead spool: spool_path/lake/<hash of the lake's URL>, a slot per process
+    wal = Spool.claim(spool_dir(cfg.spool_path / "lake", target.url), max_bytes=cfg.spool_max_bytes)
     return LakeSink(target=target, wal=wal, roll_bytes=cfg.lake_roll_bytes, roll_s=cfg.lake_roll_s)

@@ -4,7 +4,7 @@ How a row travels (``lake_mode`` also or only; the writer is :class:`~prediction
 
 1. The writer thread takes a request's rows off its queue and appends them to the sink's **write-ahead
    spool** (:meth:`LakeSink.append`: a :class:`~predictions.spool.Spool` slot of its own, under
-   ``spool_path/lake-<hash of lake_url>``; fsynced under ``log_durability=durable``, so a ``durable`` request
+   ``spool_path/lake/<hash of lake_url>``; fsynced under ``log_durability=durable``, so a ``durable`` request
    is answered only once its rows are on the local disk, as for the database). Under ``fast`` the rows
    still queued in memory are what a crash can lose, exactly as for the database.
 2. The sink's roller thread commits the rows of the write-ahead spool as files (:meth:`LakeSink.roll`): one

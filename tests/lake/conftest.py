@@ -24,6 +24,22 @@ class S3Lake:
     bucket: str
     env: dict[str, str]
 
+    @property
+    def endpoint(self) -> str:
+        """The server's URL (``http://127.0.0.1:<port>``)."""
+        return self.env["AWS_ENDPOINT_URL"]
+
+    @property
+    def fs_options(self) -> dict[str, object]:
+        """Keyword arguments of ``pyarrow.fs.S3FileSystem`` that reach the server."""
+        return {
+            "endpoint_override": self.endpoint.removeprefix("http://"),
+            "scheme": "http",
+            "access_key": self.env["AWS_ACCESS_KEY_ID"],
+            "secret_key": self.env["AWS_SECRET_ACCESS_KEY"],
+            "region": self.env["AWS_REGION"],
+        }
+
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
