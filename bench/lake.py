@@ -122,6 +122,18 @@ def main() -> int:
             stop(off.proc)
             stop(on.proc)
         in_lake, distinct = lake_rows(lake)
+    report(args, rps, ratios)
+    print(
+        f"answered {answered} predictions, {dropped} dropped; in the lake {in_lake} rows, {distinct} distinct"
+    )
+    print("N answered == N in the lake" if answered == in_lake == distinct else "MISMATCH")
+    return 0 if answered == in_lake == distinct else 1
+
+
+def report(
+    args: argparse.Namespace, rps: dict[tuple[str, int], list[float]], ratios: dict[int, list[float]]
+) -> None:
+    """The table: req/s both ways (medians) and the median paired ratio, per size."""
     print(
         f"\nlake sink (lake_mode={args.mode}, {args.durability}) vs --no-log, c={args.concurrency}, 1 worker"
     )
@@ -134,11 +146,6 @@ def main() -> int:
             f"{n:>8} {statistics.median(rps[('a', n)]):>11.0f} {statistics.median(rps[('b', n)]):>13.0f} "
             f"{ratio:>6.3f} {mark:>7}"
         )
-    print(
-        f"answered {answered} predictions, {dropped} dropped; in the lake {in_lake} rows, {distinct} distinct"
-    )
-    print("N answered == N in the lake" if answered == in_lake == distinct else "MISMATCH")
-    return 0 if answered == in_lake == distinct else 1
 
 
 if __name__ == "__main__":

@@ -207,18 +207,8 @@ def export(
             )
     finally:
         db.dispose()
-    doc = {
-        "model": model,
-        "lake": url,
-        "since": start.isoformat(),
-        "until": end.isoformat(),
-        "predictions": done.predictions,
-        "labels": done.labels,
-        "hours": done.hours,
-        "files": len(done.files),
-    }
     if as_json is not None:
-        write_json(doc, to=as_json)
+        write_json(done.as_dict(url), to=as_json)
         return
     typer.echo(
         f"{done.predictions} predictions ({done.hours} hours) and {done.labels} labels of {model} copied to "

@@ -37,6 +37,19 @@ class Exported:
     hours: int = 0  # hours that held predictions
     files: list[str] = field(default_factory=list)
 
+    def as_dict(self, lake_url: str) -> dict[str, object]:
+        """The command's ``--json`` document."""
+        return {
+            "model": self.model,
+            "lake": lake_url,
+            "since": self.since.isoformat(),
+            "until": self.until.isoformat(),
+            "predictions": self.predictions,
+            "labels": self.labels,
+            "hours": self.hours,
+            "files": len(self.files),
+        }
+
 
 def hours_between(start: datetime, end: datetime) -> int:
     """How many partition hours ``[start, end)`` touches."""
