@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from core.bounds import MAX_KEEP_DAYS
+from core.cli_options import JsonOut
 from core.errors import Invalid
+from predictions.lake.layout import TABLES
 
 if TYPE_CHECKING:
     from predictions.service import Retention
@@ -136,6 +138,123 @@ def rejected(
             )
         typer.echo(f"{file}: {len(rows)} requests, {held} predictions")
     typer.echo(f"{total} refused predictions in {len(files)} files")
+
+
+@predictions_app.command("export")
+def export(
+    model: Annotated[str, typer.Option("--model", "-m", help="The model whose logged predictions to copy.")],
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", help="The lake: a folder or s3://bucket/prefix (default: the lake_url setting)."
+        ),
+    ] = None,
+    since: Annotated[
+        str, typer.Option("--since", help="How far back from --until, e.g. 30d, 2w, 12h.")
+    ] = "30d",
+    until: Annotated[
+        str | None,
+        typer.Option("--until", help="The end (excluded), RFC 3339, e.g. 2026-12-01T00:00Z (default: now)."),
+    ] = None,
+    as_json: JsonOut = None,
+) -> None:
+    """Copy a model's logged predictions and their labels from the database into the lake.
+
+    Written in the lake's layout (predictions/model=M/date=D/hour=H/, labels/ likewise) as one file per
+    hour, export-<yyyymmddhh>-<part>.parquet: running it again over the same hours replaces those files, so
+    no row is copied twice. Export the hours from before the server's lake sink was turned on (--until): the
+    sink's own files are not looked at. A lake that does not exist or cannot be written stops the command
+    before anything is copied (exit 2).
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from core.cli_options import check_target, write_json
+    from core.config import get_settings
+    from core.database import open_database, utcnow
+    from core.durations import require_duration
+    from core.terminal import make_console
+    from core.times import parse_time
+    from predictions.lake.export import export_model, hours_between
+    from predictions.lake.files import check_writable, open_lake
+
+    if as_json is not None:
+        check_target(as_json)
+    url = to or get_settings().lake_url
+    if not url:
+        raise Invalid("--to: name the lake (a folder or s3://bucket/prefix), or set lake_url")
+    end = parse_time(until, field="--until", naive_utc=True) if until else utcnow()
+    start = end - require_duration(since, where="--since")
+    target = open_lake(url)
+    check_writable(target)
+    db = open_database()
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=make_console(stderr=True),
+            transient=True,
+        ) as bar:
+            task = bar.add_task(f"export {model} (hours)", total=hours_between(start, end))
+            done = export_model(
+                db=db,
+                target=target,
+                model_name=model,
+                since=start,
+                until=end,
+                progress=lambda n: bar.advance(task, n),
+            )
+    finally:
+        db.dispose()
+    if as_json is not None:
+        write_json(done.as_dict(url), to=as_json)
+        return
+    typer.echo(
+        f"{done.predictions} predictions ({done.hours} hours) and {done.labels} labels of {model} copied to "
+        f"{url} in {len(done.files)} files"
+    )
+
+
+@predictions_app.command("purge-lake")
+def purge_lake(
+    days: Annotated[
+        float | None,
+        typer.Option(
+            "--days", min=0.0, max=MAX_KEEP_DAYS, help="Keep this many days (default: retention_days)."
+        ),
+    ] = None,
+    to: Annotated[
+        str | None, typer.Option("--lake", help="The lake (default: the lake_url setting).")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
+) -> None:
+    """Delete the lake's date partitions (predictions and labels, every model) older than the retention days.
+
+    Whole days go: a date=D folder is removed when D is before the cutoff's date (UTC). Without --yes the
+    partitions are listed and nothing is deleted (exit 2).
+    """
+    from datetime import timedelta
+
+    from core.config import get_settings
+    from core.database import utcnow
+    from predictions.lake.files import drop_partitions_before, open_lake, partitions_before
+
+    settings = get_settings()
+    url = to or settings.lake_url
+    if not url:
+        raise Invalid("--lake: name the lake (a folder or s3://bucket/prefix), or set lake_url")
+    window = settings.retention_days if days is None else days
+    before = f"{utcnow() - timedelta(days=window):%Y-%m-%d}"
+    target = open_lake(url)
+    if not yes:
+        old = [p for t in TABLES for p in partitions_before(target, t, before)]
+        for name in old:
+            typer.echo(f"would delete {name}")
+        raise Invalid(f"{len(old)} date partitions before {before}: add --yes to delete them")
+    for table in TABLES:
+        for name in drop_partitions_before(target, table, before):
+            typer.echo(f"deleted {name}")
 
 
 def _report(done: Retention) -> None:

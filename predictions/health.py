@@ -1,12 +1,16 @@
-"""The prediction log's health check: no log row lost lately (the spool's disk refused rows, or it held its
-cap while the database was down), and none refused by the database for its values (those rows are in the
-dead-letter file ``rejected.jsonl``, waiting for an operator: :mod:`predictions.rejected`).
+"""The prediction log's health checks. ``prediction_log``: no log row lost lately (the spool's disk refused
+rows, or it held its cap while the database was down), and none refused by the database for its values
+(those rows are in the dead-letter file ``rejected.jsonl``, waiting for an operator:
+:mod:`predictions.rejected`).
 
 The check ``prediction_log`` fails for :data:`LOSS_WINDOW_S` after the last lost or refused row, naming how
 many rows were lost and refused since the process started; the default alert rule ``prediction_log_loss``
 fires on it. Its value is the rows lost plus the rows refused. It does not count for ``/readyz``: a replica
 that cannot log still answers (by the ``log_durability`` policy), and taking every replica out of the load
 balancer because the database is down would turn a logging fault into an outage.
+
+``lake`` (with a lake sink, ``lake_mode`` also/only, :func:`lake_check`) fails while the lake cannot be
+written (its rows wait in the sink's spool) and after rows were lost to it.
 """
 
 from __future__ import annotations
@@ -54,4 +58,28 @@ def log_check(writer: LogWriter | None) -> list[HealthCheck]:
         ok = f"no log row lost or refused in the last {LOSS_WINDOW_S:.0f}s ({spool})"
         return Status(True, ok, value)
 
-    return [HealthCheck("prediction_log", check, ready=False)]
+    return [HealthCheck("prediction_log", check, ready=False), *lake_check(writer)]
+
+
+def lake_check(writer: LogWriter) -> list[HealthCheck]:
+    """``lake`` when the writer has a lake sink: fails while the lake cannot be written (the rows wait in the
+    sink's spool, counted in the value) or after rows were lost to it; not for ``/readyz``, like the log's."""
+    sink = writer.lake
+    if sink is None:
+        return []
+
+    def check() -> Status:
+        s = sink.stats
+        now = time.time()
+        waiting = sink.wal.pending_rows
+        lost = int(writer.stats.extra.get("lake_rows_lost", 0))
+        where = f"lake {sink.target.url}: {s.rows_committed} rows committed, {waiting} waiting in the spool"
+        if not s.lake_ok:
+            return Status(False, f"{where}; cannot be written: {s.last_error}", float(waiting))
+        if lost and _recent(writer.stats.extra.get("lake_lost_at"), now):
+            return Status(
+                False, f"{where}; {lost} rows lost to the lake since start (spool append failed)", 0.0
+            )
+        return Status(True, where, float(waiting))
+
+    return [HealthCheck("lake", check, ready=False)]

@@ -262,12 +262,16 @@ class Spool:
 
         Adopted slots come first, one after the other, each in its own order; then this slot's rows.
         """
+        return self.peek_adopted(max_rows) or self._peek_own(max_rows)
+
+    def peek_adopted(self, max_rows: int) -> SpoolBatch | None:
+        """The oldest rows of the adopted slots (see :meth:`peek`), or None when they hold none."""
         for orphan in self._adopted_spools():
             batch = orphan._peek_own(max_rows)
             if batch is not None:
                 return SpoolBatch(rows=batch.rows, segment=batch.segment, end=batch.end, source=orphan)
             self._release(orphan)  # nothing left (only torn or already-replayed lines): free the slot
-        return self._peek_own(max_rows)
+        return None
 
     def _peek_own(self, max_rows: int) -> SpoolBatch | None:
         with self._lock:
@@ -296,6 +300,41 @@ class Spool:
                     return None  # everything appended so far has been replayed
                 self._drop_first()
             return None
+
+    def scan(self, max_rows: int) -> list[SpoolBatch]:
+        """This slot's rows not yet replayed, from the cursor on across segments (one batch per segment), up
+        to about ``max_rows``, without moving the cursor: :meth:`commit` each batch in order once stored (the
+        lake's write-ahead use, :mod:`predictions.lake.sink`, stores many batches as one file)."""
+        out: list[SpoolBatch] = []
+        count = 0
+        with self._lock:
+            for seg in list(self._segments):
+                start = self._read_off if seg == self._read_seg else 0
+                rows: list[LogBatch] = []
+                end = start
+                with open(self._path(seg), "rb") as fh:
+                    fh.seek(start)
+                    for line in fh:
+                        if not line.endswith(b"\n") or count >= max_rows:
+                            break  # a torn tail, or enough
+                        end += len(line)
+                        try:
+                            rows.append(decode_row(line))
+                            count += rows[-1].size
+                        except (ValueError, TypeError):
+                            self.corrupt_lines += 1
+                            log.error("spool: skipping an unreadable line in %s", self._path(seg))
+                if end != start:
+                    out.append(SpoolBatch(rows=rows, segment=seg, end=end))
+                if count >= max_rows:
+                    break
+        return out
+
+    @property
+    def cursor(self) -> tuple[int, int]:
+        """The read position (segment, offset): where the rows not yet replayed begin."""
+        with self._lock:
+            return self._read_seg, self._read_off
 
     def commit(self, batch: SpoolBatch) -> None:
         """Mark ``batch`` as stored in the database."""

@@ -49,6 +49,7 @@ from sqlalchemy import Engine
 
 from core.database import make_engine
 from predictions.batch import LogBatch, predictions_in
+from predictions.lake.sink import LakeSink
 from predictions.pending import RequestRows, build
 from predictions.rejected import DeadLetter
 from predictions.service import classify_write_error, write_log_rows
@@ -149,8 +150,12 @@ class LogWriter:
         retry_interval_s: float = 1.0,
         adopt_interval_s: float = 30.0,
         dead_letter: DeadLetter | None = None,
+        lake: LakeSink | None = None,
+        database: bool = True,
     ) -> None:
         self.engine = engine
+        self.lake = lake  # the lake sink (lake_mode also/only), see predictions.lake.sink
+        self.database = database  # False: lake_mode=only, the rows go to the lake alone
         self.spool = spool
         self.dead_letter = dead_letter or DeadLetter(spool.directory)
         self.durability = durability
@@ -179,6 +184,8 @@ class LogWriter:
         """Start the writer thread (it first replays whatever a previous process left in the spool)."""
         self._thread = threading.Thread(target=self._run, name="driftwarden-log-writer", daemon=True)
         self._thread.start()
+        if self.lake is not None:
+            self.lake.start()
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Write everything queued, replay the spool while the database answers, stop the thread."""
@@ -194,8 +201,10 @@ class LogWriter:
             self._queue.clear()
             self._queued_rows = 0
         if rest:
-            self._spill(rest, sync=True)
+            self._spill(self._also_to_lake(rest), sync=True)
         self.spool.close()
+        if self.lake is not None:
+            self.lake.close(timeout_s)
 
     # -- producer side ---------------------------------------------------------------------------
     @property
@@ -234,7 +243,7 @@ class LogWriter:
             else:
                 queued = False
         if not queued:  # the database is too slow to keep up: straight to disk
-            error = await asyncio.to_thread(self._spill, _built(rows), sync=durable)
+            error = await asyncio.to_thread(self._spill_new, _built(rows), durable)
             if error is not None and durable:  # no durable answer for rows neither committed nor spooled
                 raise LogUnavailable(str(error))
             return
@@ -328,7 +337,7 @@ class LogWriter:
 
     def _handle(self, entries: list[_Entry]) -> None:
         built = _materialize(entries)
-        rows = [r for b in built for r in b]
+        rows = self._also_to_lake([r for b in built for r in b])
         error: BaseException | None = None
         durable = self.durability == "durable"
         if self.spool.pending_rows and (not self._database_due() or not self._spool_full(rows)):
@@ -377,6 +386,12 @@ class LogWriter:
 
     def _write(self, rows: list[LogBatch], *, idempotent: bool) -> None:
         t0 = time.perf_counter()
+        if not self.database and self.lake is not None:  # lake_mode=only: the lake's write-ahead spool
+            try:
+                self.lake.append(rows, sync=self.durability == "durable")
+            finally:
+                self.stats.observe_flush(time.perf_counter() - t0)
+            return
         try:
             try:
                 write_log_rows(engine=self.engine, rows=rows, idempotent=idempotent)
@@ -453,6 +468,25 @@ class LogWriter:
     def _database_due(self) -> bool:
         """The database answered the last write, or its retry is due."""
         return self.stats.database_ok or time.monotonic() >= self._next_retry
+
+    def _also_to_lake(self, rows: list[LogBatch]) -> list[LogBatch]:
+        """lake_mode=also: rows leaving the queue go to the lake's write-ahead spool, once (a later database
+        replay of them does not repeat it); returns ``rows``. The local disk refusing them counts them lost
+        to the lake (``lake_rows_lost``; the ``lake`` health check fails), not to the database."""
+        if self.lake is None or not self.database or not rows:
+            return rows
+        try:
+            self.lake.append(rows, sync=self.durability == "durable")
+        except Exception as exc:
+            n = predictions_in(rows)
+            self.stats.extra["lake_rows_lost"] = self.stats.extra.get("lake_rows_lost", 0) + n
+            self.stats.extra["lake_lost_at"] = time.time()
+            log.critical("prediction log: %d rows LOST to the lake, its spool append failed: %s", n, exc)
+        return rows
+
+    def _spill_new(self, rows: list[LogBatch], sync: bool) -> BaseException | None:
+        """Rows that skip the queue (it is full): to the lake (also mode), then to the spool."""
+        return self._spill(self._also_to_lake(rows), sync=sync)
 
     def _spill(self, rows: list[LogBatch], *, sync: bool) -> BaseException | None:
         try:

@@ -40,6 +40,8 @@ from core.errors import Invalid, NotFound
 from core.http import NUL_RULE, nul_in_row
 from core.tabular import SUFFIXES, CodedColumn, Column, TableStream, as_python
 from core.times import RANGE, outside, utc_in_range
+from predictions.lake.labels import store_lake_labels
+from predictions.lake.setup import open_sink
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import logged_predictions, new_prediction_ids
@@ -508,6 +510,7 @@ def _write(
     their rows are committed; a batch is read, and the labels of the one before stored, while the writer
     writes."""
     url = settings.database_url.get_secret_value()
+    lake = open_sink(settings, strict=True)  # lake_mode also/only: a lake that cannot be written stops here
     engine = make_engine(url)
     writer = LogWriter(
         engine=engine,
@@ -517,6 +520,8 @@ def _write(
         batch_max_rows=BATCH_ROWS,
         flush_interval_s=0.05,
         retry_interval_s=settings.log_retry_interval_s,
+        lake=lake,
+        database=settings.lake_mode != "only",
     )
     writer.start()
     now = datetime.now(UTC)
@@ -537,7 +542,7 @@ def _write(
                 result.stored += len(rows[i])
                 result.flagged += sum(1 for f in rows[i].flags if f)
             result.duplicates += read.n - sum(len(rows[i]) for i in fresh)
-            _store_labels(db, spec.model_name, labels, result)  # while the writer writes this batch
+            _store_labels(db, spec.model_name, labels, result, writer)  # while the writer writes this batch
             # every part's labels, those of runs the log already held too: a run cut short after writing rows
             # and before storing their labels gets them now (a resent label replaces the same one)
             labels = _labelled(read, parts)
@@ -545,10 +550,10 @@ def _write(
                 progress(read.n)
         if labels:
             writer.flush(60.0)
-            _store_labels(db, spec.model_name, labels, result)
+            _store_labels(db, spec.model_name, labels, result, writer)
     finally:
         writer.close(settings.shutdown_timeout_s)
-        result.spooled = writer.spool.pending_rows
+        result.spooled = writer.spool.pending_rows + (lake.wal.pending_rows if lake is not None else 0)
         engine.dispose()
 
 
@@ -641,15 +646,23 @@ def _labelled(read: _Read, parts: list[_Segment]) -> list[tuple[str, float]]:
     return out
 
 
-def _store_labels(db: Database, model_name: str, labels: list[tuple[str, float]], result: Imported) -> None:
-    """Store ``labels`` as feedback (their predictions are in the table)."""
+def _store_labels(
+    db: Database, model_name: str, labels: list[tuple[str, float]], result: Imported, writer: LogWriter
+) -> None:
+    """Store ``labels`` as feedback (their predictions are in the table), and in the lake (lake_mode)."""
     from predictions.service import store_feedback
 
-    if labels:
+    if labels and writer.lake is not None and not writer.database:  # lake_mode=only
+        result.labels += store_lake_labels(sink=writer.lake, model_name=model_name, labels=labels)
+    elif labels:
         with db.session() as session:
             stored = store_feedback(session=session, model_name=model_name, labels=labels)
         result.labels += stored.stored
         result.labels_present += stored.present
+        if writer.lake is not None:
+            store_lake_labels(
+                sink=writer.lake, model_name=model_name, labels=labels, skip=set(stored.unknown)
+            )
 
 
 def _put(writer: LogWriter, rows: RequestRows) -> None:

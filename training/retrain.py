@@ -488,6 +488,12 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
     numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
     categorical = [f.name for f in schema.features if f.kind is FeatureKind.CATEGORICAL]
     minutes = settings.retrain_window_minutes
+    if settings.lake_mode == "only":  # the labelled window is read from the database's log, which is empty
+        raise NotEnoughData(
+            f"model {snap.model_name}: retraining reads its labelled window from the database's prediction "
+            "log, and with DRIFTWARDEN_LAKE_MODE=only the log is in the lake alone: set lake_mode=also to "
+            "retrain from served traffic (or train on a file: driftwarden train --data FILE)"
+        )
     waited = wait_for_rows(control, snap)
     since = datetime.now(UTC) - timedelta(minutes=minutes) if minutes else None
     with control.db.session() as session:

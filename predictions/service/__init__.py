@@ -3,6 +3,7 @@ insert), ``reading`` (logged predictions read back), ``feedback`` (labels), ``re
 purges) and ``labelled`` (the labelled rows of retraining). Other domains call it as
 ``from predictions import service``."""
 
+from predictions.service.export import feedback_rows, log_batches
 from predictions.service.feedback import StoredFeedback, record_feedback, store_feedback
 from predictions.service.ids import new_prediction_id, new_prediction_ids
 from predictions.service.inserts import (
@@ -64,8 +65,10 @@ __all__ = [
     "decode_documents",
     "drop_partitions_before",
     "expired_partitions",
+    "feedback_rows",
     "labelled_rows",
     "load_layouts",
+    "log_batches",
     "logged_models",
     "logged_predictions",
     "new_prediction_id",

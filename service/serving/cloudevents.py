@@ -115,15 +115,37 @@ async def receive(*, state: AppState, headers: Mapping[str, str], body: bytes, m
 def _offer(state: Runtime, arrival: Arrival, contract: tuple[int, ModelSchema]) -> tuple[str, list[LogBatch]]:
     """Offer one half in one transaction; the outcome and the rows it logged."""
     logged: list[LogBatch] = []
+    only = _lake_only(state)
 
     def settle(pair: Pair) -> tuple[str, list[LogBatch]]:
         outcome, rows = pair_rows(pair, contract, received_at=arrival.received_at)
         logged.extend(rows)
-        return outcome, rows
+        return outcome, [] if only else rows  # lake_mode=only: the rows go to the lake alone
 
     with _session(state) as session:
         outcome = offer_half(session=session, arrival=arrival, settle=settle, refuse=_refuser(state))
-    return outcome, logged if outcome not in ("waiting", "duplicate", REJECTED) else []
+    done = logged if outcome not in ("waiting", "duplicate", REJECTED) else []
+    _to_lake(state, done)
+    return outcome, done
+
+
+def _lake_only(state: Runtime) -> bool:
+    """``lake_mode=only``: a pair's rows go to the lake, not the database."""
+    writer = getattr(state, "writer", None)
+    return writer is not None and writer.lake is not None and not writer.database
+
+
+def _to_lake(state: Runtime, rows: list[LogBatch]) -> None:
+    """A settled pair's rows (committed with the pair) into the lake's write-ahead spool (lake_mode also or
+    only). The pair is settled first: a crash between the two leaves its rows out of the lake (the only
+    window where a logged pair can miss it); a disk refusing them counts them lost."""
+    writer = getattr(state, "writer", None)
+    if writer is None or writer.lake is None or not rows:
+        return
+    try:
+        writer.lake.append(rows, sync=writer.durability == "durable")
+    except OSError as exc:
+        writer.count_lost(sum(b.size for b in rows), "the lake's spool refused a CloudEvents pair", exc)
 
 
 def _refuser(state: Runtime) -> Refuse:
@@ -239,7 +261,7 @@ def _settle_due(state: AppState) -> list[Settled]:
             )
             outcome, rows = "refused", []
         done[(pair.model_name, pair.event_id)] = (pair.model_name, outcome, rows)
-        return outcome, rows
+        return outcome, [] if only else rows  # lake_mode=only: the rows go to the lake alone
 
     def refuse(pair: Pair, rows: Sequence[LogBatch], error: str) -> None:
         refused.add((pair.model_name, pair.event_id))
@@ -247,6 +269,7 @@ def _settle_due(state: AppState) -> list[Settled]:
 
     refused: set[tuple[str, str]] = set()
     dead_letter = _refuser(state)
+    only = _lake_only(state)
 
     try:
         with _session(state) as session:
@@ -263,10 +286,12 @@ def _settle_due(state: AppState) -> list[Settled]:
             raise
         log.warning("cloudevents: pairs not swept (%s); the next pass tries again", exc)
         return []
-    return [
+    out: list[Settled] = [
         (m, REJECTED, []) if key in refused else (m, outcome, rows)
         for key, (m, outcome, rows) in done.items()
     ]
+    _to_lake(state, [b for _, _, rows in out for b in rows])
+    return out
 
 
 def start_sweeps(state: AppState) -> asyncio.Task[None] | None:

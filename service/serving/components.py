@@ -18,6 +18,7 @@ from core.database import Database, open_database
 from core.lifecycle import Component, periodic
 from core.runtime import Runtime
 from monitors.scheduled import start_in_app as start_monitors
+from predictions.lake.setup import open_sink
 from predictions.scheduled import start_retention
 from predictions.service.pairing import pairing_engine
 from predictions.spool import Spool, spool_dir
@@ -67,6 +68,8 @@ async def log_writer(cfg: Settings, metrics: Metrics) -> AsyncIterator[LogWriter
     """The prediction log's writer thread, watched by ``metrics``; on exit it writes what is queued (within
     ``shutdown_timeout_s``) and reports its counts."""
     url = cfg.database_url.get_secret_value()
+    # the lake (lake_mode also/only): a bad lake_url stops the start; an unwritable lake is a failing check
+    lake = await asyncio.to_thread(open_sink, cfg, strict=False)
     engine = writer_engine(url)
     try:
         writer = LogWriter(
@@ -79,9 +82,13 @@ async def log_writer(cfg: Settings, metrics: Metrics) -> AsyncIterator[LogWriter
             flush_interval_s=cfg.log_flush_interval_ms / 1000.0,
             commit_timeout_s=cfg.log_commit_timeout_s,
             retry_interval_s=cfg.log_retry_interval_s,
+            lake=lake,
+            database=cfg.lake_mode != "only",
         )
     except BaseException:
         engine.dispose()
+        if lake is not None:
+            lake.wal.close()
         raise
     try:
         writer.start()

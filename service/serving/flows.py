@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from alerts.flows import firing_findings
 from core.runtime import Runtime
+from predictions.lake.labels import store_lake_labels
 from predictions.models import PredictionStatus
 from predictions.pending import RequestRows
 from predictions.service import new_prediction_ids, record_feedback
@@ -262,8 +263,17 @@ async def feedback(*, state: AppState, model_name: str, labels: list[tuple[str, 
         await asyncio.to_thread(state.writer.flush, 5.0)
 
     def _store() -> tuple[int, list[str]]:
+        writer = state.writer
+        sink = writer.lake if writer is not None else None
+        if (
+            sink is not None and writer is not None and not writer.database
+        ):  # lake_mode=only: see predictions.lake.labels
+            return store_lake_labels(sink=sink, model_name=model_name, labels=labels), []
         with state.db.session() as session:
-            return record_feedback(session=session, model_name=model_name, labels=labels)
+            stored, unknown = record_feedback(session=session, model_name=model_name, labels=labels)
+        if sink is not None:  # lake_mode=also: the labels of known predictions, to the lake too
+            store_lake_labels(sink=sink, model_name=model_name, labels=labels, skip=set(unknown))
+        return stored, unknown
 
     stored, unknown = await asyncio.to_thread(_store)
     state.metrics.labels(model_name, stored, len(unknown))

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.database import unreachable
+from predictions.lake.labels import store_lake_labels
 from predictions.service import StoredFeedback, logged_predictions, store_feedback
 from service.serving.flows import AppState
 from service.serving.records import SOURCE, check_records, parse_records, request_rows, segments
@@ -126,8 +127,14 @@ async def _store_labels(state: AppState, model_name: str, labels: list[tuple[str
         await asyncio.to_thread(writer.flush, 5.0)
 
     def _store() -> StoredFeedback:
+        sink = writer.lake if writer is not None else None
+        if sink is not None and writer is not None and not writer.database:  # lake_mode=only
+            return StoredFeedback(store_lake_labels(sink=sink, model_name=model_name, labels=labels), 0, [])
         with state.db.session() as session:
-            return store_feedback(session=session, model_name=model_name, labels=labels)
+            stored = store_feedback(session=session, model_name=model_name, labels=labels)
+        if sink is not None:  # lake_mode=also: the labels of known predictions, to the lake too
+            store_lake_labels(sink=sink, model_name=model_name, labels=labels, skip=set(stored.unknown))
+        return stored
 
     stored = await asyncio.to_thread(_store)
     state.metrics.labels(model_name, stored.stored, len(stored.unknown))

@@ -53,6 +53,18 @@ async def status(request: Request) -> Response:
             database_ok=s.database_ok,
             last_error=s.last_error,
         )
+        if w.lake is not None:  # lake_mode also/only (predictions.lake.sink)
+            k = w.lake.stats
+            log["lake"] = {
+                "url": w.lake.target.url,
+                "database": w.database,
+                "ok": k.lake_ok,
+                "spool_rows": w.lake.wal.pending_rows,
+                "rows_committed": k.rows_committed,
+                "labels_committed": k.labels_committed,
+                "files_committed": k.files_committed,
+                "last_error": k.last_error,
+            }
     return json_response(
         {"models": models, "prediction_log": log, "registry_error": state.manager.last_refresh_error}
     )
