@@ -19,7 +19,7 @@ from alerts.webhooks import new_secret
 from core.database import Database, utcnow
 from core.logs import mask_secrets
 from tests.alerts.receiver import Receiver
-from tests.alerts.test_webhooks import deliveries, queue_messages, settings_for, subscribe
+from tests.alerts.webhookdata import deliveries, queue_messages, settings_for, subscribe
 from tests.support import Server, auth, serve_settings
 
 

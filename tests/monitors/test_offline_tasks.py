@@ -18,7 +18,7 @@ from core.tabular import write_table
 from monitors.profile import build_reference_profile
 from registry.schema import ModelSchema, Task, infer_schema, label_codes
 from service.cli import app
-from tests.monitors.test_profile_tasks import CLASSES, multiclass_reference, regression_reference
+from tests.monitors.references import CLASSES, multiclass_reference, regression_reference
 
 runner = CliRunner()
 

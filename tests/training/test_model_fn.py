@@ -331,7 +331,7 @@ def imported_db(tmp_path: Path) -> Iterator[tuple[Database, str]]:
 def test_retrain_of_an_imported_version_is_refused_by_route_cli_and_alert(
     imported_db: tuple[Database, str],
 ) -> None:
-    from tests.training.test_retrain_api import AUTH, TOKEN, Api, build_app
+    from tests.training.retrainapi import AUTH, TOKEN, Api, build_app
     from training import service
 
     db, url = imported_db
