@@ -59,7 +59,9 @@ def test_the_check_finds_each_kind_of_import(tmp_path: Path) -> None:
     (package / "area" / "test_relative.py").write_text("from .test_source import X\n")
     (package / "area" / "test_module.py").write_text("import tests.area.test_source\n")
     (package / "area" / "test_package.py").write_text("from tests.area import test_source\n")
-    (package / "area" / "test_nested.py").write_text("def test_x():\n    from tests.area.test_source import X\n")
+    (package / "area" / "test_nested.py").write_text(
+        "def test_x():\n    from tests.area.test_source import X\n"
+    )
     (package / "area" / "test_fine.py").write_text("from tests.area.helpers import X\nimport json\n")
     offences = _offences(package)
     assert offences == [

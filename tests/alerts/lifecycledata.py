@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from pydantic import SecretStr
+
 from alerts import flows, service
 from alerts.models import AlertRead
 from core.config import Settings
@@ -14,7 +16,7 @@ T0 = datetime(2027, 1, 10, 12, 0, tzinfo=utcnow().tzinfo)
 
 
 def settings_for(db: Database, **overrides: Any) -> Settings:
-    return Settings(database_url=db.url, public_url="https://dw.example.com", **overrides)
+    return Settings(database_url=SecretStr(db.url), public_url="https://dw.example.com", **overrides)
 
 
 def evaluate(

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from access.service import link_key
 from alerts import flows, service
 from alerts.models import Alert, AlertEvent, WebhookDelivery
-from alerts.specs import MatcherSpec, SilenceSpec, WebhookSpec
+from alerts.specs import MatcherSpec, SilenceSpec, WebhookFilter, WebhookSpec
 from alerts.webhooks import parse_body
 from core.auth import link_refusal
 from core.database import Database, utcnow
@@ -27,7 +27,7 @@ from training import service as jobs
 def subscribe(db: Database, **filter_: Any) -> str:
     with db.session() as s:
         return flows.add_webhook(
-            session=s, spec=WebhookSpec(url="http://127.0.0.1:9/hook", filter=filter_)
+            session=s, spec=WebhookSpec(url="http://127.0.0.1:9/hook", filter=WebhookFilter(**filter_))
         ).id
 
 
@@ -328,7 +328,7 @@ def test_retrain_action_enqueues_one_job_per_firing(db: Database, reports: dict[
     (job,) = ev.jobs
     assert job.created and job.job_id is not None
     with db.session() as s:
-        row = jobs.get_job(session=s, job_id=job.job_id)  # type: ignore[arg-type]
+        row = jobs.get_job(session=s, job_id=job.job_id)
         harm_alert = next(a for a in service.list_alerts(session=s) if a.rule_name == "harmful_drift")
         assert row.trigger == "alert" and row.alert_id == harm_alert.id and row.model_name == "credit"
         assert harm_alert.evidence["retrain"]["job_id"] == row.id

@@ -26,7 +26,7 @@ from tests.support import Server, auth, serve_settings
 def _loopback_name() -> str:
     """This machine's name, which the system resolves (``/etc/hosts``) to a loopback or private address."""
     name = socket.gethostname()
-    if not any(AddressRule().refuses(a) for a in {i[4][0] for i in socket.getaddrinfo(name, 80)}):
+    if not any(AddressRule().refuses(a) for a in {str(i[4][0]) for i in socket.getaddrinfo(name, 80)}):
         pytest.skip(f"{name!r} resolves to public addresses only here")  # pragma: no cover
     return name
 

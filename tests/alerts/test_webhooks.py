@@ -70,7 +70,7 @@ def test_a_receiver_that_is_down_gets_every_message_exactly_once(db: Database) -
             d = rows[i]
             assert (d.state, d.attempts, d.last_status_code) == ("pending", 1, 500)
             assert "receiver is broken" in d.last_error
-            wait = (aware(d.next_attempt_at) - t).total_seconds()  # type: ignore[operator]
+            wait = (aware(d.next_attempt_at) - t).total_seconds()
             assert 1.0 <= wait <= 2.0  # backoff 2 s, jitter [0.5, 1]
         assert send_due(db=db, settings=settings, now=t) == 0  # nothing is due before its retry time
 

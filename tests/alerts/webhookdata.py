@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from pydantic import SecretStr
+
 from alerts import flows, service
 from alerts.specs import WebhookSpec
 from core.config import Settings
@@ -17,7 +19,7 @@ def settings_for(db: Database, **overrides: Any) -> Settings:
         "webhook_backoff_max_s": 600.0,
         "webhook_timeout_s": 5.0,
     }
-    return Settings(database_url=db.url, **{**values, **overrides})
+    return Settings(database_url=SecretStr(db.url), **{**values, **overrides})
 
 
 def subscribe(db: Database, url: str, secret: str | None = None) -> str:

@@ -79,7 +79,7 @@ def segment(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def _drift(*args: str) -> Any:
+def _drift(*args: str | Path) -> Any:
     return runner.invoke(app, ["drift", *[str(a) for a in args]])
 
 

@@ -83,7 +83,8 @@ def test_regression_profile(tmp_path: Path) -> None:
     cols, values = regression_reference()
     schema = infer_schema(cols, target="y", task=Task.REGRESSION)
     categories, codes = np.unique(cols["region"].astype(str), return_inverse=True)
-    coded = dict(cols, region=CodedColumn(codes=codes.astype(np.int32), categories=categories.astype(object)))
+    region = CodedColumn(codes=codes.astype(np.int32), categories=categories.astype(object))
+    coded: dict[str, np.ndarray | CodedColumn] = {**cols, "region": region}
     doc = build_reference_profile(coded, schema, predictions=values, labels=cols["y"])
     assert doc["task"] == Task.REGRESSION.value and "classes" not in doc and doc["calibration"] is None
     assert doc["prediction"]["mean"] == pytest.approx(values.mean())
@@ -99,6 +100,7 @@ def test_regression_profile(tmp_path: Path) -> None:
 
     prof = read_profile(write_profile(doc, tmp_path / "profile.json"))
     assert prof.task is Task.REGRESSION and prof.loss_model == model and not prof.class_probabilities
+    assert prof.loss_model is not None
     est = estimate_regression_metrics(columns=cols, predictions=values, model=prof.loss_model)
     assert est["mae"] == pytest.approx(doc["performance"]["mae"], rel=0.05)
     assert est["rmse"] == pytest.approx(doc["performance"]["rmse"], rel=0.1)

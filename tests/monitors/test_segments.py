@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from core.tabular import Columns
-from monitors.config import MonitorConfig
+from monitors.config import MonitorConfig, SegmentSpec
 from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from monitors.rows import RowSample
 from monitors.segments import partitions, segment_table
@@ -238,9 +238,8 @@ def test_a_segment_of_one_class_falls_back_to_the_estimate(
 def test_missing_values_are_a_segment_of_their_own(schema: ModelSchema) -> None:
     def with_missing(cols: Columns, seed: int) -> Columns:
         out = {k: np.array(v, copy=True) for k, v in cols.items()}
-        out["region"] = np.where(
-            np.random.default_rng(seed).random(out["region"].size) < 0.08, None, out["region"]
-        )
+        missing = np.random.default_rng(seed).random(out["region"].size) < 0.08
+        out["region"] = np.where(missing, np.array(None, dtype=object), out["region"])
         return out
 
     reference = with_missing(generate(20_000, seed=51), 1)
@@ -257,7 +256,7 @@ def test_missing_values_are_a_segment_of_their_own(schema: ModelSchema) -> None:
 
 
 def test_bin_names_are_exact_and_distinct(profile: Profile) -> None:
-    config = MonitorConfig(segments=[{"feature": "income", "bins": [1234567.25, 1234567.5]}])
+    config = MonitorConfig(segments=[SegmentSpec(feature="income", bins=[1234567.25, 1234567.5])])
     (income,) = [p for p in partitions(profile=profile, config=config, kinds={"income": FeatureKind.NUMERIC})]
     assert [s.name for s in income.segments] == [
         "income=(-inf, 1234567.25)",

@@ -342,7 +342,7 @@ def _pg_keys_and_indexes_are_the_models(engine: Engine) -> None:
         return ", ".join(index.dialect_options["postgresql"]["include"])
 
     with engine.connect() as conn:
-        keys = dict(
+        keys: dict[str, str] = dict(
             conn.execute(
                 text(
                     "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
@@ -352,7 +352,7 @@ def _pg_keys_and_indexes_are_the_models(engine: Engine) -> None:
             ).all()
         )
         assert keys == {"pk_prediction_batches": "PRIMARY KEY (first_id, logged_at)"}
-        indexes = dict(  # definitions without quotes ("position" is a keyword)
+        indexes: dict[str, str] = dict(  # definitions without quotes ("position" is a keyword)
             conn.execute(
                 text(
                     "SELECT indexname, replace(indexdef, '\"', '') FROM pg_indexes "
@@ -362,6 +362,7 @@ def _pg_keys_and_indexes_are_the_models(engine: Engine) -> None:
             ).all()
         )
         batches, feedback = PredictionBatch.__table__, PredictionFeedback.__table__
+        assert isinstance(batches, Table) and isinstance(feedback, Table)
         name = "ix_prediction_batches_model_name_id"
         assert indexes[name].endswith(f"(model_name, id) INCLUDE ({include(batches, name)})")
         name = "ix_prediction_feedback_model_name_log_id"
@@ -406,7 +407,7 @@ def check_bench_log(url: str, filled: Filled, *, sample: int | None = None) -> N
         with engine.connect() as conn:
             assert conn.execute(text("SELECT sum(size) FROM prediction_batches")).scalar() == n
             batches = conn.execute(text("SELECT count(*) FROM prediction_batches")).scalar()
-            assert filled.requests <= batches < filled.requests * 1.1
+            assert batches is not None and filled.requests <= batches < filled.requests * 1.1
             labels = conn.execute(
                 text(
                     "SELECT f.prediction_id, f.position, b.first_id, b.size FROM prediction_feedback f "

@@ -20,7 +20,7 @@ changes anything. A million-row log converts on each backend (the time is printe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,7 @@ def _expected_document(row: dict[str, Any], kept: set[str]) -> dict[str, Any]:
     return _typed_view(row["inputs"])
 
 
-def _same_vector(a: list[float | None] | None, b: list[float | None] | None) -> bool:
+def _same_vector(a: Sequence[float | None] | None, b: Sequence[float | None] | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return len(a) == len(b) and all(_same_float(x, y) for x, y in zip(a, b, strict=True))
@@ -227,7 +227,8 @@ def check_upgraded(
             assert b.layout == row["layout"]
             if row["layout"] is not None:
                 w = 8 * LAYOUT.width
-                assert as_bytes(b.numbers)[i * w : (i + 1) * w] == row["numbers"]
+                numbers = as_bytes(b.numbers)
+                assert numbers is not None and numbers[i * w : (i + 1) * w] == row["numbers"]
                 assert (b.inputs is not None) == (row["request_id"] in kept)
             else:
                 assert b.numbers is None and b.categories is None and b.inputs is not None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+Route = tuple[str, str, dict[str, Any] | None]  # method, path, JSON body
+
 SILENCE = {
     "matchers": [{"name": "model", "value": "credit"}],
     "duration": "2h",
@@ -9,7 +13,7 @@ SILENCE = {
 }
 
 
-READ_ROUTES = [
+READ_ROUTES: list[Route] = [
     ("GET", "/v1/alerts", None),
     ("GET", "/v1/silences", None),
     ("GET", "/v1/jobs", None),
@@ -21,7 +25,7 @@ READ_ROUTES = [
 ]
 
 
-ADMIN_ROUTES = [
+ADMIN_ROUTES: list[Route] = [
     ("POST", "/v1/silences", SILENCE),
     ("PUT", "/v1/models/credit/alert-rules", {"rules": []}),
     ("GET", "/v1/webhooks", None),

@@ -19,7 +19,7 @@ import pytest
 
 from access.service import create_token, revoke_token
 from core.database import Database, utcnow
-from tests.service.routes import ADMIN_ROUTES, READ_ROUTES, SILENCE
+from tests.service.routes import ADMIN_ROUTES, READ_ROUTES, SILENCE, Route
 from tests.support import NO_AUTH, Server, auth, serve_settings
 
 ADMIN = "bootstrap-admin-token"
@@ -64,13 +64,13 @@ def start(db: Database, tmp_path: Path, **overrides: Any) -> Server:
     )
 
 
-def call(c: httpx.Client, route: tuple[str, str, Any], token: str | None) -> httpx.Response:
+def call(c: httpx.Client, route: Route, token: str | None) -> httpx.Response:
     method, path, body = route
     return c.request(method, path, json=body, headers=auth(token) if token else NO_AUTH)
 
 
 FEEDBACK_ROUTE = ("POST", "/v1/models/credit/feedback", FEEDBACK)
-PREDICT_ROUTES = [
+PREDICT_ROUTES: list[Route] = [
     ("POST", "/v1/models/credit:predict", {"instances": [{"age": 1}]}),
     ("POST", "/v2/models/credit/infer", {"inputs": []}),
     ("GET", "/v1/models/credit/metadata", None),

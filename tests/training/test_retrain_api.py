@@ -75,7 +75,8 @@ def test_the_same_idempotency_key_answers_the_same_job_after_it_ended(
     too_long = api.post("/v1/models/credit/retrain", headers={"Idempotency-Key": "k" * 300, **AUTH})
     assert too_long.status_code == 400 and "idempotency-key" in too_long.json()["error"].lower()
     # a UTF-8 key arrives as Latin-1 and was stored garbled ("clÃ©"): refused instead, naming the header
-    accented = api.post("/v1/models/credit/retrain", headers={"Idempotency-Key": "clé-1".encode(), **AUTH})
+    raw = {b"Idempotency-Key": "clé-1".encode()} | {k.encode(): v.encode() for k, v in AUTH.items()}
+    accented = api.post("/v1/models/credit/retrain", headers=raw)
     assert accented.status_code == 400 and "idempotency-key" in accented.json()["error"].lower()
 
 
