@@ -8,10 +8,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 import typer
 import yaml
+from typer._click.core import Command, Context  # typer vendors its own click
+from typer.core import TyperGroup
 
 from core.config import Settings
 from service.cli import app
@@ -29,11 +30,11 @@ def _driftwarden_services() -> dict[str, dict[str, Any]]:
     return {n: s for n, s in _compose()["services"].items() if s.get("image") == "driftwarden:latest"}
 
 
-def _resolve(args: list[str]) -> tuple[click.Command, list[str]]:
-    cmd: click.Command = typer.main.get_command(app)
+def _resolve(args: list[str]) -> tuple[Command, list[str]]:
+    cmd = typer.main.get_command(app)
     rest = list(args)
-    while isinstance(cmd, click.Group) and rest and not rest[0].startswith("-"):
-        sub = cmd.get_command(click.Context(cmd), rest[0])
+    while isinstance(cmd, TyperGroup) and rest and not rest[0].startswith("-"):
+        sub = cmd.get_command(Context(cmd), rest[0])
         assert sub is not None, f"`driftwarden {' '.join(args)}`: no command {rest[0]!r}"
         cmd, rest = sub, rest[1:]
     return cmd, rest

@@ -57,7 +57,7 @@ def model_states(folder: Path, model: str) -> tuple[dict[int, str], list[tuple[s
 
     engine = create_engine(f"sqlite:///{folder / 'var' / 'driftwarden.db'}")
     with engine.connect() as conn:
-        states = dict(
+        states: dict[int, str] = dict(
             conn.execute(
                 text("select version, state from model_versions where model_name = :m"), {"m": model}
             ).all()

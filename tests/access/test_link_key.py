@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from pydantic import SecretStr
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.exc import IntegrityError
 
@@ -87,7 +88,7 @@ def test_processes_racing_for_a_missing_key_agree_on_one(db: Database) -> None:
 
 
 def test_rotation_replaces_the_key_and_a_configured_key_wins(db: Database) -> None:
-    settings = Settings(database_url=db.url)
+    settings = Settings(database_url=SecretStr(db.url))
     with db.session() as s:
         before = link_key(session=s, settings=settings)
         link, _ = sign_path(session=s, settings=settings, path="/reports/m/drift", ttl=timedelta(hours=1))
@@ -95,7 +96,7 @@ def test_rotation_replaces_the_key_and_a_configured_key_wins(db: Database) -> No
         rotate_link_key(session=s)
     with db.session() as s:
         after = link_key(session=s, settings=settings)
-        configured = Settings(database_url=db.url, link_signing_key="c" * 40)
+        configured = Settings(database_url=SecretStr(db.url), link_signing_key=SecretStr("c" * 40))
         assert link_key(session=s, settings=configured) == b"c" * 40
     assert after != before and rows(db) == 1
     path, query = link.split("?")
@@ -108,7 +109,7 @@ def test_rotation_replaces_the_key_and_a_configured_key_wins(db: Database) -> No
 
 
 def test_sign_path_bounds_the_lifetime(db: Database) -> None:
-    settings = Settings(database_url=db.url)
+    settings = Settings(database_url=SecretStr(db.url))
     with db.session() as s:
         for ttl in (timedelta(0), timedelta(seconds=-1), timedelta(days=91)):
             with pytest.raises(Invalid, match="at most 90 days"):
@@ -119,7 +120,7 @@ def test_sign_path_bounds_the_lifetime(db: Database) -> None:
 
 
 def test_the_cache_reads_the_database_once_per_period(db: Database) -> None:
-    settings = Settings(database_url=db.url)
+    settings = Settings(database_url=SecretStr(db.url))
     cached = CachedLinkKey(db=db, settings=settings, ttl_s=3600)
     first = asyncio.run(cached.link_key())
     with db.session() as s:
@@ -136,7 +137,7 @@ def test_an_unreachable_database_is_503_not_500() -> None:
     from sqlalchemy.orm import sessionmaker
 
     broken.factory = sessionmaker(broken.engine)
-    cached = CachedLinkKey(db=broken, settings=Settings(database_url=url), ttl_s=0)
+    cached = CachedLinkKey(db=broken, settings=Settings(database_url=SecretStr(url)), ttl_s=0)
     with pytest.raises(Unavailable, match="database is unavailable") as caught:
         asyncio.run(cached.link_key())
     assert caught.value.status_code == 503

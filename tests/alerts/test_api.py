@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 
 from alerts import flows, service
@@ -292,7 +293,7 @@ def test_rules_file_seeding_validates_everything_first(db: Database, tmp_path: P
         "models:\n  credit:\n    - {name: drift, kind: dataset_drift, for: 3}\n"
         "  '*':\n    - {name: perf, kind: performance, severity: critical}\n"
     )
-    settings = Settings(database_url=db.url, alert_rules_file=good)
+    settings = Settings(database_url=SecretStr(db.url), alert_rules_file=good)
     assert flows.seed_rules(db=db, settings=settings) == 2
     with db.session() as s:
         assert flows.rules_document(session=s, model_name="credit")["rules"][0]["for_runs"] == 3
@@ -311,7 +312,7 @@ def test_rules_file_seeding_validates_everything_first(db: Database, tmp_path: P
         bad = tmp_path / "bad.yml"
         bad.write_text(body)
         with pytest.raises(Invalid, match=rf"^{bad}: .*{message}"):
-            flows.seed_rules(db=db, settings=Settings(database_url=db.url, alert_rules_file=bad))
+            flows.seed_rules(db=db, settings=Settings(database_url=SecretStr(db.url), alert_rules_file=bad))
         assert counts(db) == before  # nothing stored half-way (credit's rules untouched by the ghost file)
 
 
@@ -327,7 +328,7 @@ def test_alert_listing_filters(
     with db.session() as s:
         flows.evaluate_model(
             session=s,
-            settings=Settings(database_url=db.url),
+            settings=Settings(database_url=SecretStr(db.url)),
             model_name="credit",
             report=reports["covariate_shift"],
         )

@@ -113,7 +113,8 @@ def test_false_notifications_are_the_transitions_to_firing_counted_by_hand() -> 
     y = [F, T, F, T, N, T, F, F, F, F, T]  # fires at 1, 3 (N: absent from the findings: resolved), 5, 10
     runs = []
     for i in range(11):
-        each = {"fp-x": x[i]} | ({} if y[i] is None else {"fp-y": y[i]})
+        yi = y[i]
+        each = {"fp-x": x[i]} | ({} if yi is None else {"fp-y": yi})
         runs.append(outcome(now[i], three[i], each))
     replay = Replay(rules)
     for r in runs:
@@ -200,7 +201,10 @@ def test_the_replay_fires_as_the_alert_lifecycle_does(database: Database, tmp_pa
                     report=doc,
                     now=start + timedelta(minutes=5 * i),
                 )
-                fired.update(session.get(Alert, alert_id).rule_name for alert_id in done.fired)
+                for alert_id in done.fired:
+                    alert = session.get(Alert, alert_id)
+                    assert alert is not None, alert_id
+                    fired[alert.rule_name] += 1
     finally:
         database.dispose()
     replay = Replay(specs)

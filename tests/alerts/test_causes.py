@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from alerts import flows, rules
 from alerts.causes import with_causes
@@ -78,7 +79,9 @@ def test_the_annotations_name_the_causes(reports: dict[str, dict[str, Any]]) -> 
 
 def test_a_webhook_body_carries_the_impact_ranking(db: Database, reports: dict[str, dict[str, Any]]) -> None:
     secret = new_secret()
-    settings = Settings(database_url=db.url, public_url="https://dw.example.com", retrain_cooldown_s=0)
+    settings = Settings(
+        database_url=SecretStr(db.url), public_url="https://dw.example.com", retrain_cooldown_s=0
+    )
     report = explain(reports["covariate_shift"])
     with Receiver(secret) as receiver:
         with db.session() as s:

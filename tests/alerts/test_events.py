@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from pydantic import SecretStr
 from sqlalchemy import inspect
 
 from alerts import flows, service
-from alerts.specs import WebhookSpec
+from alerts.specs import WebhookFilter, WebhookSpec
 from alerts.webhooks import parse_body
 from core import migrate
 from core.config import Settings
@@ -78,7 +79,7 @@ def test_install_subscribes_each_handler_once(installed: None) -> None:
 def test_a_published_monitor_run_is_evaluated(
     installed: None, db: Database, reports: dict[str, dict[str, Any]]
 ) -> None:
-    settings = Settings(database_url=db.url)
+    settings = Settings(database_url=SecretStr(db.url))
     report = report_from_dict(reports["covariate_shift"])
     outcome = Outcome(run_id=3, model_name="credit", model_version=1, window=None, report=report)  # type: ignore[arg-type]
     publish(MONITOR_RUN, db=db, settings=settings, outcome=outcome)
@@ -141,14 +142,16 @@ def test_a_rejected_job_raises_gate_alerts_until_a_later_job_is_promoted(
     from registry.service import promote
 
     db = queue_db
-    settings = Settings(database_url=db.url)
+    settings = Settings(database_url=SecretStr(db.url))
     with db.session() as s:
         hook = flows.add_webhook(session=s, spec=WebhookSpec(url="http://127.0.0.1:9/x")).id
         jobs_only = flows.add_webhook(
-            session=s, spec=WebhookSpec(url="http://127.0.0.1:9/y", filter={"events": ["job.finished"]})
+            session=s,
+            spec=WebhookSpec(url="http://127.0.0.1:9/y", filter=WebhookFilter(events=["job.finished"])),
         ).id
         alerts_only = flows.add_webhook(
-            session=s, spec=WebhookSpec(url="http://127.0.0.1:9/z", filter={"events": ["alert.firing"]})
+            session=s,
+            spec=WebhookSpec(url="http://127.0.0.1:9/z", filter=WebhookFilter(events=["alert.firing"])),
         ).id
 
     rejected = _finish(db, "rejected", GATE_REJECTED, 2)

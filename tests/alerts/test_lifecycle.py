@@ -3,7 +3,7 @@ grouping per model, silences, history, the outbox in the same transaction, retra
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -14,53 +14,21 @@ from sqlalchemy.exc import IntegrityError
 
 from access.service import link_key
 from alerts import flows, service
-from alerts.models import Alert, AlertEvent, AlertRead, WebhookDelivery
-from alerts.specs import MatcherSpec, SilenceSpec, WebhookSpec
+from alerts.models import Alert, AlertEvent, WebhookDelivery
+from alerts.specs import MatcherSpec, SilenceSpec, WebhookFilter, WebhookSpec
 from alerts.webhooks import parse_body
 from core.auth import link_refusal
-from core.config import Settings
 from core.database import Database, utcnow
 from core.health import CheckResult
+from tests.alerts.lifecycledata import T0, alerts, evaluate, put_rules, settings_for
 from training import service as jobs
-
-T0 = datetime(2027, 1, 10, 12, 0, tzinfo=utcnow().tzinfo)
-
-
-def settings_for(db: Database, **overrides: Any) -> Settings:
-    return Settings(database_url=db.url, public_url="https://dw.example.com", **overrides)
-
-
-def evaluate(
-    db: Database, settings: Settings, report: dict[str, Any], at: datetime, **kw: Any
-) -> flows.Evaluation:
-    with db.session() as s:
-        return flows.evaluate_model(
-            session=s,
-            settings=settings,
-            model_name="credit",
-            report=report,
-            run_id=7,
-            model_version=1,
-            now=at,
-            **kw,
-        )
-
-
-def put_rules(db: Database, rules: list[dict[str, Any]], model: str = "credit") -> None:
-    with db.session() as s:
-        flows.put_model_rules(session=s, model_name=model, rules_in=rules)
 
 
 def subscribe(db: Database, **filter_: Any) -> str:
     with db.session() as s:
         return flows.add_webhook(
-            session=s, spec=WebhookSpec(url="http://127.0.0.1:9/hook", filter=filter_)
+            session=s, spec=WebhookSpec(url="http://127.0.0.1:9/hook", filter=WebhookFilter(**filter_))
         ).id
-
-
-def alerts(db: Database) -> list[AlertRead]:
-    with db.session() as s:
-        return [AlertRead.model_validate(a) for a in service.list_alerts(session=s, limit=1000)][::-1]
 
 
 def bodies(db: Database, webhook_id: str | None = None) -> list[dict[str, Any]]:
@@ -360,7 +328,7 @@ def test_retrain_action_enqueues_one_job_per_firing(db: Database, reports: dict[
     (job,) = ev.jobs
     assert job.created and job.job_id is not None
     with db.session() as s:
-        row = jobs.get_job(session=s, job_id=job.job_id)  # type: ignore[arg-type]
+        row = jobs.get_job(session=s, job_id=job.job_id)
         harm_alert = next(a for a in service.list_alerts(session=s) if a.rule_name == "harmful_drift")
         assert row.trigger == "alert" and row.alert_id == harm_alert.id and row.model_name == "credit"
         assert harm_alert.evidence["retrain"]["job_id"] == row.id

@@ -44,7 +44,8 @@ def test_feature_drift_one_alert_per_drifted_feature(reports: dict[str, dict[str
     assert drifted == {f["name"] for f in reports["covariate_shift"]["features"] if f["drifted"]}
     assert {"age", "income", "credit_score"} <= drifted
     age = next(f for f in every if f.labels["feature"] == "age")
-    assert age.evidence["p_value"] is not None and age.evidence["effect_name"] and age.value > 0
+    assert age.evidence["p_value"] is not None and age.evidence["effect_name"]
+    assert age.value is not None and age.value > 0
     one = evaluate(rule("feature_drift", params={"feature": "age"}), reports["baseline"])
     assert one is not None and [f.active for f in one] == [False]
     assert evaluate(rule("feature_drift", params={"feature": "nope"}), reports["baseline"]) is None
@@ -226,9 +227,8 @@ def test_health_rule() -> None:
     assert down is not None and down[0].active and down[0].evidence["detail"] == "not loaded"
     assert evaluate_health(r, {"model:other": result(False)}, "credit") is None
     disk = rule("health", params={"check": "disk:registry"})
-    assert evaluate_health(disk, {"disk:registry": result(False)}, "credit")[0].labels == {
-        "check": "disk:registry"
-    }  # type: ignore[index]
+    found = evaluate_health(disk, {"disk:registry": result(False)}, "credit")
+    assert found is not None and found[0].labels == {"check": "disk:registry"}
 
 
 def test_defaults_cover_every_kind_sensibly() -> None:

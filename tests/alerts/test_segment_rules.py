@@ -19,9 +19,9 @@ from core.errors import Invalid
 from monitors.config import MonitorConfig
 from monitors.profile import Profile
 from monitors.segments import segment_table
-from tests.alerts.test_lifecycle import T0, alerts, put_rules, settings_for
-from tests.alerts.test_lifecycle import evaluate as evaluate_model
-from tests.monitors.test_segments import SCHEDULED, sample, shifted
+from tests.alerts.lifecycledata import T0, alerts, put_rules, settings_for
+from tests.alerts.lifecycledata import evaluate as evaluate_model
+from tests.monitors.segmentdata import SCHEDULED, sample, shifted
 from training.datagen import TARGET, generate
 
 

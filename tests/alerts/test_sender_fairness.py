@@ -17,7 +17,7 @@ from alerts.webhooks import new_secret
 from core.database import Database, aware, utcnow
 from core.runtime import Runtime
 from tests.alerts.receiver import Receiver
-from tests.alerts.test_webhooks import deliveries, queue_messages, settings_for, subscribe
+from tests.alerts.webhookdata import deliveries, queue_messages, settings_for, subscribe
 
 TIMEOUT_S = 4.0  # the hanging receiver's requests end after this; generous for a loaded 2-core machine
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from alerts import flows, service
 from alerts.alertmanager import parse_payload
@@ -141,7 +142,7 @@ def test_every_source_opens_advances_and_resolves_alike(
 ) -> None:
     name, column, for_runs = SOURCES[case]
     db = three_versions
-    settings = Settings(database_url=db.url, retrain_cooldown_s=0)
+    settings = Settings(database_url=SecretStr(db.url), retrain_cooldown_s=0)
     source = Source(name, db, settings, for_runs=for_runs, reports=reports)
     source.setup()
 
@@ -181,6 +182,7 @@ def test_only_the_lifecycle_sets_an_alerts_state_consecutive_and_resolved_at() -
     """An assignment to ``.consecutive`` or ``.resolved_at``, or of an ``AlertState`` to ``.state``, is in
     alerts/lifecycle.py only (``service.add_alert`` inserts a row with the state it is given)."""
     found: dict[str, set[str]] = {}
+    value: ast.expr | None
     for path in sorted(ALERTS.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Assign):

@@ -19,14 +19,14 @@ from alerts.webhooks import new_secret
 from core.database import Database, utcnow
 from core.logs import mask_secrets
 from tests.alerts.receiver import Receiver
-from tests.alerts.test_webhooks import deliveries, queue_messages, settings_for, subscribe
+from tests.alerts.webhookdata import deliveries, queue_messages, settings_for, subscribe
 from tests.support import Server, auth, serve_settings
 
 
 def _loopback_name() -> str:
     """This machine's name, which the system resolves (``/etc/hosts``) to a loopback or private address."""
     name = socket.gethostname()
-    if not any(AddressRule().refuses(a) for a in {i[4][0] for i in socket.getaddrinfo(name, 80)}):
+    if not any(AddressRule().refuses(a) for a in {str(i[4][0]) for i in socket.getaddrinfo(name, 80)}):
         pytest.skip(f"{name!r} resolves to public addresses only here")  # pragma: no cover
     return name
 

@@ -7,8 +7,7 @@ import base64
 import dataclasses
 import threading
 import time
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
 from standardwebhooks import Webhook
@@ -21,37 +20,7 @@ from core.config import Settings
 from core.database import Database, aware, utcnow
 from core.errors import Invalid
 from tests.alerts.receiver import Receiver, expected_signature
-
-
-def settings_for(db: Database, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "webhook_backoff_s": 2.0,
-        "webhook_backoff_max_s": 600.0,
-        "webhook_timeout_s": 5.0,
-    }
-    return Settings(database_url=db.url, **{**values, **overrides})
-
-
-def subscribe(db: Database, url: str, secret: str | None = None) -> str:
-    with db.session() as s:
-        return flows.add_webhook(session=s, spec=WebhookSpec(url=url, secret=secret)).id
-
-
-def queue_messages(db: Database, webhook_id: str, n: int, at: datetime) -> list[str]:
-    ids = []
-    with db.session() as s:
-        for i in range(n):
-            body = f'{{"type":"alert.firing","timestamp":"{at.isoformat()}","data":{{"n":{i},"text":"é ✓"}}}}'
-            row = service.add_delivery(
-                session=s, webhook_id=webhook_id, event_type="alert.firing", payload=body, now=at
-            )
-            ids.append(row.id)
-    return ids
-
-
-def deliveries(db: Database) -> dict[str, Any]:
-    with db.session() as s:
-        return {d.id: d for d in service.list_deliveries(session=s, limit=1000)}
+from tests.alerts.webhookdata import deliveries, queue_messages, settings_for, subscribe
 
 
 def test_signature_matches_an_independent_hmac_and_the_reference_verifier() -> None:
@@ -101,7 +70,7 @@ def test_a_receiver_that_is_down_gets_every_message_exactly_once(db: Database) -
             d = rows[i]
             assert (d.state, d.attempts, d.last_status_code) == ("pending", 1, 500)
             assert "receiver is broken" in d.last_error
-            wait = (aware(d.next_attempt_at) - t).total_seconds()  # type: ignore[operator]
+            wait = (aware(d.next_attempt_at) - t).total_seconds()
             assert 1.0 <= wait <= 2.0  # backoff 2 s, jitter [0.5, 1]
         assert send_due(db=db, settings=settings, now=t) == 0  # nothing is due before its retry time
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import create_engine, inspect, text
 
 from core import migrate
@@ -28,15 +29,15 @@ def test_sqlite_upgrades_itself_on_first_use(tmp_path: Path) -> None:
 def test_an_old_postgres_schema_stops_with_the_command_that_fixes_it(postgres_url: str) -> None:
     with postgres_schema(postgres_url, migrated=False) as url:
         with pytest.raises(migrate.SchemaOutdated, match=r"run `driftwarden db upgrade`"):
-            open_database(url, settings=Settings(database_url=url))
+            open_database(url, settings=Settings(database_url=SecretStr(url)))
         assert migrate.current(url) is None, "opening must not migrate as a side effect"
         migrate.upgrade(url, "0002_prediction_log")
         with pytest.raises(migrate.SchemaOutdated, match="at revision 0002_prediction_log"):
-            open_database(url, settings=Settings(database_url=url))
-        db = open_database(url, settings=Settings(database_url=url, database_auto_upgrade=True))
+            open_database(url, settings=Settings(database_url=SecretStr(url)))
+        db = open_database(url, settings=Settings(database_url=SecretStr(url), database_auto_upgrade=True))
         db.dispose()
         assert migrate.current(url) == migrate.head()
-        open_database(url, settings=Settings(database_url=url)).dispose()  # current now: opens
+        open_database(url, settings=Settings(database_url=SecretStr(url))).dispose()  # current now: opens
 
 
 @pytest.mark.postgres
@@ -48,7 +49,7 @@ def test_a_schema_newer_than_the_code_names_the_newer_version(postgres_url: str)
         engine.dispose()
         for auto in (False, True):
             with pytest.raises(migrate.SchemaOutdated, match="upgraded by a newer driftwarden") as err:
-                open_database(url, settings=Settings(database_url=url, database_auto_upgrade=auto))
+                open_database(url, settings=Settings(database_url=SecretStr(url), database_auto_upgrade=auto))
             assert "db upgrade" not in str(err.value)
         assert migrate.current(url) == "0099_from_the_future", "never touched"
 

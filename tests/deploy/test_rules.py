@@ -89,7 +89,8 @@ def test_every_alert_has_for_severity_annotations_and_its_runbook_section() -> N
 
 def test_every_alert_is_unit_tested_firing_and_silent() -> None:
     cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
-    fires, silent = set(), set()
+    fires: set[str] = set()
+    silent: set[str] = set()
     for case in cases:
         for check in case["alert_rule_test"]:
             (fires if check.get("exp_alerts") else silent).add(check["alertname"])

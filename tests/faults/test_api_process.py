@@ -22,7 +22,7 @@ from sqlalchemy import make_url
 
 from core.network import free_port
 from tests.faults.conftest import Load, logged_ids, spooled_ids
-from tests.service.test_outage import TcpProxy
+from tests.service.tcpproxy import TcpProxy
 from tests.support import TrainedModels, postgres_schema, seed_registry, wait_http_ready
 
 pytestmark = pytest.mark.postgres  # the shared PostgreSQL at 127.0.0.1:5432

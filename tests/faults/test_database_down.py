@@ -25,7 +25,7 @@ from core.errors import Unavailable
 from service.serving.kserve import REQUEST_TYPE, RESPONSE_TYPE
 from tests import own_models
 from tests.faults.conftest import wait_until
-from tests.service.test_tokens import ADMIN_ROUTES, READ_ROUTES
+from tests.service.routes import ADMIN_ROUTES, READ_ROUTES
 from tests.support import (
     OwnPostgres,
     Server,

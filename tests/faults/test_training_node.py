@@ -25,8 +25,8 @@ from core.database import Database, open_database
 from registry.service import serving_version
 from tests.support import TrainedModels, postgres_schema, seed_registry
 from tests.training.helpers import kill
-from tests.training.test_retrain_cluster import JobWorkspace
-from tests.training.test_retrain_flow import log_traffic
+from tests.training.jobworkspace import JobWorkspace
+from tests.training.retraindata import log_traffic
 from training import service
 from training.models import JobState, TrainingJob
 

@@ -440,6 +440,7 @@ def test_a_profile_with_a_sample_gets_its_surrogate(binary: tuple[RowSample, Any
     built = _binary_profile_dict()
     built.pop("surrogate", None)
     built.pop("sample", None)  # as a profile written before samples were kept
+    assert reference.labels is not None
     schema = infer_schema({**reference.columns, "y": reference.labels}, target="y")
     _add_surrogate(built, schema)
     assert "surrogate" not in built  # no sample, no surrogate
@@ -468,8 +469,9 @@ def test_a_surrogate_summed_by_parts_answers_as_asked_row_by_row(task: Task) -> 
         attribute(reference=reference, window=shifted, drifted=["x1", "x2"], predictor=p, profile=stored)
         for p in (fast, slow)
     ]
-    assert docs[0] is not None and docs[1] is not None
-    a, b = ({k: v for k, v in d.items() if k != "seconds"} for d in docs)
+    first, second = docs
+    assert first is not None and second is not None
+    a, b = ({k: v for k, v in d.items() if k != "seconds"} for d in (first, second))
     assert a.keys() == b.keys() and a["evaluations"] == b["evaluations"] == 4
     for x, y in zip(a["features"], b["features"], strict=True):
         assert x["name"] == y["name"]

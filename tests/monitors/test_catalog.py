@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from monitors.config import MonitorConfig
+from monitors.config import FeatureOverride, MonitorConfig
 from monitors.drift.catalog import DEFAULT, TESTS, choices, lookup, reported_names
 from monitors.engine import compare
 from monitors.profile import profile_from_dict
@@ -32,9 +32,13 @@ def test_names_are_unique_per_kind_and_reported_ones_are_the_class_names() -> No
 
 def test_config_accepts_every_catalog_name_and_rejects_others() -> None:
     for name in choices(FeatureKind.NUMERIC):
-        MonitorConfig(numeric_test=name, prediction={"test": name}, features={"x": {"test": name}})
+        MonitorConfig(
+            numeric_test=name,
+            prediction=FeatureOverride(test=name),
+            features={"x": FeatureOverride(test=name)},
+        )
     for name in choices(FeatureKind.CATEGORICAL):
-        MonitorConfig(categorical_test=name, features={"x": {"test": name}})
+        MonitorConfig(categorical_test=name, features={"x": FeatureOverride(test=name)})
     with pytest.raises(ValidationError, match="unknown numeric test 't_test'"):
         MonitorConfig(numeric_test="t_test")
     with pytest.raises(ValidationError, match="unknown categorical test 'wasserstein'"):

@@ -6,33 +6,15 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
-from monitors.engine import evaluate
 from monitors.html import performance_keys, render_html
 from monitors.performance import class_named, metrics_for
-from monitors.profile import build_reference_profile, profile_from_dict
-from monitors.report import DriftReport, report_from_dict
-from monitors.sketch import MulticlassCounts, WindowSketch
+from monitors.profile import build_reference_profile
+from monitors.report import report_from_dict
 from registry.schema import Task, infer_schema, label_codes
-from tests.monitors.test_profile_tasks import CLASSES, multiclass_reference
+from tests.monitors.references import CLASSES, _window, multiclass_reference
 
 NAMED = {f"recall[{c}]" for c in CLASSES}
 INDEXED = re.compile(r"recall_\d")
-
-
-def _window(profile_doc: dict, prob: np.ndarray, labels: np.ndarray) -> DriftReport:
-    """A window of the reference's first rows, its vectors and labels counted as the log's reader does."""
-    profile = profile_from_dict(profile_doc)
-    cols, _ = multiclass_reference(3_000)
-    n = len(labels)
-    sketch = WindowSketch().update(
-        profile, {k: cols[k][:n] for k in ("x1", "x2", "region")}, predictions=prob.max(axis=1)
-    )
-    counts = MulticlassCounts(len(CLASSES))
-    counts.add(profile, prob, labels.astype(np.float64), sketch.errors)
-    sketch.multiclass = counts
-    return evaluate(profile=profile, sketch=sketch)
 
 
 def test_class_named_names_per_class_metrics_and_keeps_the_rest() -> None:

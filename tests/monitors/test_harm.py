@@ -107,6 +107,7 @@ def test_realised_is_judged_when_labels_suffice_else_the_named_estimate(binary: 
     few = window(binary, seed=2, labelled=200)  # realised figures exist, on too few rows
     assert few.performance is not None and few.performance["rows"] == 200
     assert few.harm is not None and few.harm["estimate"] == "cbpe"
+    assert few.estimated_performance is not None
     assert few.harm["rows"] == 5_000 and few.harm["value"] == few.estimated_performance["roc_auc"]
     assert "estimated (CBPE) roc_auc" in few.harm["message"]
     none = window(binary, seed=2, labelled=0)

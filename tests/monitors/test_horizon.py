@@ -112,4 +112,5 @@ def test_flipped_labels_fall_below_the_limit_and_clean_labels_do_not(credit_prof
     assert "roc_auc" in {f.subject for f in below}
     assert any("beyond its limit" in f.message for f in below)
     doc = flipped.as_dict()
+    assert flipped.performance_limits is not None
     assert doc["performance_limits"]["roc_auc"] == pytest.approx(flipped.performance_limits["roc_auc"])

@@ -18,14 +18,13 @@ from sqlalchemy import text
 from core.database import open_database
 from monitors.engine import evaluate, sketch_columns
 from monitors.log_window import read_window
-from monitors.profile import CategoricalProfile, NumericProfile, Profile, profile_from_dict
+from monitors.profile import profile_from_dict
 from monitors.sketch import WindowSketch, split_missing
-from predictions import typed
 from predictions.service import record_feedback
 from predictions.windows import WindowSpec
 from registry.schema import ModelSchema
 from tests.monitors.helpers import true_probability
-from tests.monitors.logdata import log_columns, plain
+from tests.monitors.logdata import contract, log_columns, plain
 from tests.predictions.logdata import write_requests
 from training.datagen import TARGET, generate
 
@@ -54,14 +53,6 @@ def assert_same_sketch(a: WindowSketch, b: WindowSketch) -> None:
         lb.false_neg,
         lb.true_neg,
     )
-
-
-def contract(profile: Profile) -> typed.Layout:
-    """The typed layout of the profile's features and known categories (as the serving flow logs them)."""
-    numeric = [n for n, f in profile.features.items() if isinstance(f, NumericProfile)]
-    categorical = [n for n, f in profile.features.items() if isinstance(f, CategoricalProfile)]
-    known = [sorted(cast(CategoricalProfile, profile.features[c]).categories) for c in categorical]
-    return typed.make_layout(numeric, categorical, known)
 
 
 def batch_shape(url_or_engine: Any, model: str = "credit") -> tuple[int, int, int, int]:

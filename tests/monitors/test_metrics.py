@@ -21,38 +21,17 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from core import migrate
 from core.database import make_engine, open_database
 from monitors.metrics import DriftCollector
 from tests.monitors.logdata import plain
+from tests.monitors.promtext import Sample, parse, series
 from tests.support import Server, TrainedModels, seed_registry, serve_settings
 from training.datagen import TARGET, generate
 
 WINDOW = 600
 PLANTED = {"age", "income", "credit_score"}
-Sample = tuple[str, tuple[tuple[str, str], ...]]  # metric name, sorted labels
-
-
-def parse(text: str) -> dict[Sample, float]:
-    """Every sample of a Prometheus text exposition, by name and labels."""
-    out: dict[Sample, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = (s.name, tuple(sorted(s.labels.items())))
-            assert key not in out, f"duplicate series {key}"
-            out[key] = s.value
-    return out
-
-
-def series(samples: dict[Sample, float], name: str, **match: str) -> dict[tuple[tuple[str, str], ...], float]:
-    """The samples of ``name`` whose labels include ``match``."""
-    return {
-        labels: v
-        for (n, labels), v in samples.items()
-        if n == name and all((k, val) in labels for k, val in match.items())
-    }
 
 
 def drift_series(samples: dict[Sample, float]) -> dict[Sample, float]:

@@ -279,7 +279,11 @@ def test_drift_history_pages_by_cursor_within_since_and_until(
                     created_at=base + timedelta(hours=hour),
                 )
     url = f"{server.url}/v1/models/credit/drift/history"
-    params = {"since": "2026-11-01T01:00:00Z", "until": "2026-11-01T06:00:00+00:00", "limit": 2}
+    params: dict[str, str | int] = {
+        "since": "2026-11-01T01:00:00Z",
+        "until": "2026-11-01T06:00:00+00:00",
+        "limit": 2,
+    }
     seen: list[str] = []
     ids: list[int] = []
     cursor = None

@@ -35,7 +35,10 @@ def _fill(reservoir: RowReservoir, n: int, batches: list[tuple[int, int]]) -> No
     )
     labels = np.arange(n) % 2.0
     for lo, hi in batches:
-        cols = {"i": np.arange(lo, hi, dtype=np.float64), "zone": zone[lo:hi]}
+        cols: dict[str, np.ndarray | CodedColumn] = {
+            "i": np.arange(lo, hi, dtype=np.float64),
+            "zone": zone[lo:hi],
+        }
         # labels only from the second batch on: the rows before have none (NaN)
         reservoir.add(cols, predictions=np.arange(lo, hi) / n, labels=None if lo == 0 else labels[lo:hi])
 

@@ -18,7 +18,7 @@ from core.tabular import write_table
 from monitors.profile import build_reference_profile
 from registry.schema import ModelSchema, Task, infer_schema, label_codes
 from service.cli import app
-from tests.monitors.test_profile_tasks import CLASSES, multiclass_reference, regression_reference
+from tests.monitors.references import CLASSES, multiclass_reference, regression_reference
 
 runner = CliRunner()
 
@@ -79,7 +79,7 @@ def segment(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-def _drift(*args: str) -> Any:
+def _drift(*args: str | Path) -> Any:
     return runner.invoke(app, ["drift", *[str(a) for a in args]])
 
 

@@ -83,14 +83,14 @@ def _run(profile: Profile, scenario: str, seed: int, rows: int = 20_000) -> Any:
 def test_baseline_window_is_quiet(profile: Profile) -> None:
     report = _run(profile, "baseline", 31)
     assert report.prediction is not None and not report.prediction.drifted
-    assert not report.concept_drift["drifted"]  # type: ignore[index]
+    assert not report.concept_drift["drifted"]
     ref = report.reference_performance
-    assert report.performance["roc_auc"] == pytest.approx(ref["roc_auc"], abs=0.01)  # type: ignore[index]
-    assert report.estimated_performance["accuracy"] == pytest.approx(  # type: ignore[index]
-        report.performance["accuracy"],  # type: ignore[index]
+    assert report.performance["roc_auc"] == pytest.approx(ref["roc_auc"], abs=0.01)
+    assert report.estimated_performance["accuracy"] == pytest.approx(
+        report.performance["accuracy"],
         abs=0.01,
     )
-    assert report.performance["label_coverage"] == 1.0  # type: ignore[index]
+    assert report.performance["label_coverage"] == 1.0
 
 
 def test_concept_drift_shows_in_labels_and_error_stream_not_in_confidence(profile: Profile) -> None:

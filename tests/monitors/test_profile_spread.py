@@ -63,7 +63,7 @@ def test_the_pca_needs_twice_as_many_fitting_rows_as_features() -> None:
     rng = np.random.default_rng(9)
 
     def multivariate(rows: int) -> object:
-        cols = {f"x{j}": rng.normal(size=rows) for j in range(3)}
+        cols: dict[str, np.ndarray] = {f"x{j}": rng.normal(size=rows) for j in range(3)}
         cols["y"] = np.arange(rows) % 2
         return build_reference_profile(cols, infer_schema(cols, target="y"))["multivariate"]
 

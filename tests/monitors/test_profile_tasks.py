@@ -25,30 +25,7 @@ from monitors.profile import (
     write_profile,
 )
 from registry.schema import Task, infer_schema, label_codes
-
-CLASSES = ("low", "mid", "high")
-
-
-def multiclass_reference(n: int = 6_000) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Two numeric inputs and a categorical, the target (class names) and the model's probabilities."""
-    rng = np.random.default_rng(41)
-    x1, x2 = rng.normal(size=n), rng.normal(size=n)
-    region = rng.choice(np.array(["north", "south"], dtype=object), size=n)
-    score = np.column_stack([-x1, 0.3 * x2, x1 + 0.5 * (region == "south")])
-    prob = np.exp(score) / np.exp(score).sum(axis=1, keepdims=True)
-    y = (rng.random(n)[:, None] > np.cumsum(prob, axis=1)).sum(axis=1)
-    cols = {"x1": x1, "x2": x2, "region": region, "label": np.array(CLASSES, dtype=object)[y]}
-    return cols, prob
-
-
-def regression_reference(n: int = 6_000) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Inputs and a target whose noise grows with ``x1``, and the model's values (the true mean)."""
-    rng = np.random.default_rng(42)
-    x1, x2 = rng.normal(size=n), rng.normal(size=n)
-    region = rng.choice(np.array(["north", "south"], dtype=object), size=n)
-    mean = 3 * x1 - x2 + (region == "south")
-    y = mean + (0.5 + np.exp(0.5 * x1)) * rng.normal(size=n)
-    return {"x1": x1, "x2": x2, "region": region, "y": y}, mean
+from tests.monitors.references import CLASSES, multiclass_reference, regression_reference
 
 
 def test_multiclass_profile(tmp_path: Path) -> None:
@@ -106,7 +83,8 @@ def test_regression_profile(tmp_path: Path) -> None:
     cols, values = regression_reference()
     schema = infer_schema(cols, target="y", task=Task.REGRESSION)
     categories, codes = np.unique(cols["region"].astype(str), return_inverse=True)
-    coded = dict(cols, region=CodedColumn(codes=codes.astype(np.int32), categories=categories.astype(object)))
+    region = CodedColumn(codes=codes.astype(np.int32), categories=categories.astype(object))
+    coded: dict[str, np.ndarray | CodedColumn] = {**cols, "region": region}
     doc = build_reference_profile(coded, schema, predictions=values, labels=cols["y"])
     assert doc["task"] == Task.REGRESSION.value and "classes" not in doc and doc["calibration"] is None
     assert doc["prediction"]["mean"] == pytest.approx(values.mean())
@@ -122,6 +100,7 @@ def test_regression_profile(tmp_path: Path) -> None:
 
     prof = read_profile(write_profile(doc, tmp_path / "profile.json"))
     assert prof.task is Task.REGRESSION and prof.loss_model == model and not prof.class_probabilities
+    assert prof.loss_model is not None
     est = estimate_regression_metrics(columns=cols, predictions=values, model=prof.loss_model)
     assert est["mae"] == pytest.approx(doc["performance"]["mae"], rel=0.05)
     assert est["rmse"] == pytest.approx(doc["performance"]["rmse"], rel=0.1)

@@ -25,7 +25,7 @@ from registry.schema import infer_schema
 from tests.monitors.browser import ARTIFACTS, CHROMIUM_FLAGS, chromium, read_png, screenshot
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns, register_profile
-from tests.monitors.test_report_page import NUMBER, REPR, _significant, _text
+from tests.monitors.reporttext import NUMBER, REPR, _significant, _text
 from tests.support import Server, run_cli, serve_settings
 from training.datagen import TARGET, generate
 

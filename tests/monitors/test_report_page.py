@@ -23,6 +23,7 @@ from monitors.profile import profile_from_dict
 from monitors.report import report_from_dict
 from tests.monitors.explained import explain
 from tests.monitors.helpers import true_probability
+from tests.monitors.reporttext import NUMBER, REPR, _significant, _text
 from training.datagen import TARGET, generate
 
 CREATED = datetime(2026, 12, 4, 17, 37, 32, 359707, tzinfo=UTC)
@@ -31,8 +32,6 @@ START, END = (
     datetime(2026, 12, 4, 17, 37, 30, tzinfo=UTC),
 )
 ISO = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
-NUMBER = re.compile(r"(?<![\w.\-])-?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?(?![\w])")
-REPR = re.compile(r"\b(?:None|True|False|nan|NaN|inf)\b|\{'|\['|\bdict\(|\bdatetime\.")
 
 
 @pytest.fixture(scope="module")
@@ -91,20 +90,6 @@ def _page(data: dict[str, Any], **kw: Any) -> str:
         "now": CREATED + timedelta(hours=3),
     }
     return render_html(report_from_dict(data), **(options | kw))
-
-
-def _text(page: str) -> str:
-    """What a reader sees, tooltips included: the page without its style and its tags, entities decoded."""
-    body = re.sub(r"<style>.*?</style>", " ", page, flags=re.S)
-    return html.unescape(re.sub(r"<[^>]+>", " ", body))
-
-
-def _significant(token: str) -> int:
-    mantissa = token.lstrip("-").replace(",", "").split("e")[0]
-    digits = mantissa.replace(".", "").lstrip("0")
-    if "." not in mantissa:
-        digits = digits.rstrip("0")  # an integer's trailing zeros are not significant
-    return len(digits)
 
 
 def test_times_read_as_people_read_them_and_no_iso_timestamp(stored: dict[str, Any]) -> None:
@@ -206,8 +191,7 @@ def test_the_summary_lists_every_feature_and_output_with_its_effect_over_the_las
 def test_class_names_on_a_report_stored_with_recall_by_index() -> None:
     from monitors.profile import build_reference_profile
     from registry.schema import Task, infer_schema, label_codes
-    from tests.monitors.test_class_metric_names import CLASSES, _window
-    from tests.monitors.test_profile_tasks import multiclass_reference
+    from tests.monitors.references import CLASSES, _window, multiclass_reference
 
     cols, prob = multiclass_reference(3_000)
     schema = infer_schema(cols, target="label", task=Task.MULTICLASS, classes=CLASSES)

@@ -35,8 +35,7 @@ from registry.schema import FeatureKind, ModelSchema, Task, infer_schema
 from registry.service import read_schema
 from tests import own_models
 from tests.monitors.helpers import true_probability
-from tests.monitors.logdata import log_columns
-from tests.monitors.test_log_window import contract
+from tests.monitors.logdata import contract, log_columns
 from tests.predictions.logdata import write_requests
 from tests.support import TrainedModels
 from training.datagen import TARGET, TARGETS, generate

@@ -10,29 +10,14 @@ import numpy as np
 import pytest
 
 from core.tabular import Columns
-from monitors.config import MonitorConfig
-from monitors.horizon import run_alpha
+from monitors.config import MonitorConfig, SegmentSpec
 from monitors.profile import Profile, build_reference_profile, profile_from_dict
 from monitors.rows import RowSample
 from monitors.segments import partitions, segment_table
 from registry.schema import FeatureKind, ModelSchema, Task, infer_schema
 from tests.monitors.helpers import true_probability
+from tests.monitors.segmentdata import SCHEDULED, sample, shifted
 from training.datagen import BANDS, LOSS_GIVEN_DEFAULT, TARGET, TARGETS, default_logit, generate
-
-SCHEDULED = run_alpha(alpha=0.05, budget=0.5, every_s=300.0)  # a run every 5 minutes: about 8e-6
-
-
-def sample(cols: Columns, schema: ModelSchema, *, labels: bool = True) -> RowSample:
-    """The rows of ``cols`` as a row sample: the generator's probability as the prediction."""
-    kinds = {spec.name: spec.kind for spec in schema.features}
-    columns = {
-        name: np.asarray(cols[name], dtype=np.float64)
-        if kind is FeatureKind.NUMERIC
-        else np.array([None if v is None else str(v) for v in cols[name]], dtype=object)
-        for name, kind in kinds.items()
-    }
-    y = np.asarray(cols[TARGET], dtype=np.float64) if labels else None
-    return RowSample(columns=columns, kinds=kinds, predictions=true_probability(cols), labels=y)
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +28,6 @@ def reference_sample(reference: Columns, schema: ModelSchema) -> RowSample:
 @pytest.fixture(scope="module")
 def profile(profile_dict: dict[str, Any]) -> Profile:
     return profile_from_dict(profile_dict)
-
-
-def shifted(cols: Columns, where: np.ndarray, *, factor: float = 0.55) -> Columns:
-    """``cols`` with the income of the rows ``where`` cut by ``factor`` (and their labels drawn again from the
-    generator's concept, so the model stays right)."""
-    out = {k: np.array(v, copy=True) for k, v in cols.items()}
-    out["income"] = np.where(where, out["income"] * factor, out["income"])
-    rng = np.random.default_rng(5)
-    out[TARGET] = (rng.random(where.size) < true_probability(out)).astype(np.int64)
-    return out
 
 
 def table(
@@ -263,9 +238,8 @@ def test_a_segment_of_one_class_falls_back_to_the_estimate(
 def test_missing_values_are_a_segment_of_their_own(schema: ModelSchema) -> None:
     def with_missing(cols: Columns, seed: int) -> Columns:
         out = {k: np.array(v, copy=True) for k, v in cols.items()}
-        out["region"] = np.where(
-            np.random.default_rng(seed).random(out["region"].size) < 0.08, None, out["region"]
-        )
+        missing = np.random.default_rng(seed).random(out["region"].size) < 0.08
+        out["region"] = np.where(missing, np.array(None, dtype=object), out["region"])
         return out
 
     reference = with_missing(generate(20_000, seed=51), 1)
@@ -282,7 +256,7 @@ def test_missing_values_are_a_segment_of_their_own(schema: ModelSchema) -> None:
 
 
 def test_bin_names_are_exact_and_distinct(profile: Profile) -> None:
-    config = MonitorConfig(segments=[{"feature": "income", "bins": [1234567.25, 1234567.5]}])
+    config = MonitorConfig(segments=[SegmentSpec(feature="income", bins=[1234567.25, 1234567.5])])
     (income,) = [p for p in partitions(profile=profile, config=config, kinds={"income": FeatureKind.NUMERIC})]
     assert [s.name for s in income.segments] == [
         "income=(-inf, 1234567.25)",

@@ -9,8 +9,10 @@ monitor runs use it on PostgreSQL only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -34,7 +36,7 @@ from predictions.service import record_feedback
 from predictions.windows import BlockStat, WindowReader, WindowSpec
 from tests.monitors.helpers import true_probability
 from tests.predictions.logdata import log_inputs, plain
-from tests.support import CREDIT_FEATURES, credit_profile
+from tests.support import CREDIT_FEATURES, credit_profile, postgres_schema
 from training.datagen import generate
 
 BLOCK = 256  # predictions per block: with requests of one prediction the 3.6k-request log spans 15 blocks
@@ -213,87 +215,221 @@ def _retime(engine: Engine, base: datetime) -> None:
         )
 
 
-def test_cached_blocks_equal_a_full_read_as_the_log_changes(
-    pg_url: str, profile: Profile, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(cache_module, "_FETCH_BLOCKS", 3)  # stored counts read and written 3 blocks a query
-    # credit: ids 1..3000 (requests of one prediction: documents, awkward values, three layouts, labels)
-    db, rows, contract = _mixed_log(pg_url, profile)
-    log_inputs(db.engine, documents(200, seed=8), layout=contract, model="other")  # ids 3001..3200
-    v2 = log_inputs(db.engine, documents(400, seed=9), layout=contract, version=2)  # ids 3201..3600
-    base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
-    _retime(db.engine, base)
-    reads = Reads(db.engine, SketchCache(db.engine, BLOCK), open_database(f"sqlite:///{tmp_path}/cache.db"))
+# One log and its cache through a sequence of runs with the log changing in between. Each scenario is a test
+# of its own; the tests share the story (a module fixture): a test takes its step after the steps before it,
+# which in file order are the tests before it, so each step runs once. A test run alone, out of order or
+# after a failed step gets a fresh log on which the earlier steps are replayed (their actions, not their
+# assertions).
+SPEC = WindowSpec(rows=2_500)
+TIMED = WindowSpec(minutes=20)  # since = id 2701's time (at NOW below): block 10 (2560..2815) is cut
+V2_SPEC = WindowSpec(rows=300, version=2)  # ids 3301..3600: block 13 sealed, 12 and 14 edges
+BOTH = WindowSpec(rows=500, minutes=20)
 
-    # first run: nothing cached; the second takes every sealed block from the cache
-    spec = WindowSpec(rows=2_500)
-    first = reads.check(profile, spec)
-    assert first.cached_blocks == 0 and first.first_id == 901
-    second = reads.check(profile, spec)
-    sealed = (3600 + 1) // BLOCK - (901 + BLOCK - 1) // BLOCK  # blocks 4..13 lie wholly inside 901..3600
-    assert second.cached_blocks == sealed == 10 and second.counted_blocks == 2  # the two edges
 
-    # the window moves: 300 new rows (ids 3601..3900); only the new blocks and the edges are read
-    log_inputs(db.engine, documents(300, seed=10), layout=contract, probability=np.linspace(0, 1, 300))
-    _retime(db.engine, base)
-    moved = reads.check(profile, spec)
-    assert moved.first_id == 1_201 and moved.cached_blocks == 9  # blocks 5..13 from the cache
+class Story:
+    """The log of ``_mixed_log`` with ``other``'s rows and version 2's, logged over an hour, read through a
+    cache of ``BLOCK`` ids as the steps below change it; ``seen`` holds each step's result."""
 
-    # feedback for rows of cached blocks: labels and the error stream follow, the blocks stay cached
-    labels = [(pid, 1.0) for i, pid in enumerate(rows[1_500:1_800]) if i % 3 == 0]
-    labels += [(pid, 0.0) for pid in v2[:50]]
-    with db.session() as s:
-        assert record_feedback(session=s, model_name="credit", labels=labels)[0] == len(labels)
-    labelled = reads.check(profile, spec)
-    # (two of the rows have no probability: rows 1701 and 1704, see _mixed_log)
-    assert labelled.labelled == moved.labelled + len(labels) - 2 and labelled.cached_blocks == 10
+    def __init__(self, base_url: str, profile: Profile, folder: Path) -> None:
+        self.base_url, self.profile, self.folder = base_url, profile, folder
+        self.done: list[str] = []
+        self.seen: dict[str, Any] = {}
+        self.broken = False
+        self._schema: contextlib.ExitStack | None = None
+        self.fresh()
 
-    # a row appears in an old block (committed late, lower id) and another leaves one: both are recounted
-    with db.engine.begin() as conn:
+    def fresh(self) -> None:
+        self.close()
+        self._schema = contextlib.ExitStack()
+        url = self._schema.enter_context(postgres_schema(self.base_url))
+        # credit: ids 1..3000 (requests of one prediction: documents, awkward values, three layouts, labels)
+        self.db, self.rows, self.contract = _mixed_log(url, self.profile)
+        log_inputs(self.db.engine, documents(200, seed=8), layout=self.contract, model="other")  # 3001..3200
+        self.v2 = log_inputs(
+            self.db.engine, documents(400, seed=9), layout=self.contract, version=2
+        )  # ..3600
+        self.base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=3)
+        self.now = self.base + timedelta(seconds=3_901)
+        _retime(self.db.engine, self.base)
+        self.reads = Reads(
+            self.db.engine,
+            SketchCache(self.db.engine, BLOCK),
+            open_database(f"sqlite:///{self.folder}/cache.db"),
+        )
+        self.done, self.seen, self.broken = [], {}, False
+
+    def take(self, name: str) -> Any:
+        """Step ``name``'s result, taken after every step before it (and only once)."""
+        at = [step for step, _ in STEPS].index(name)
+        if self.broken or self.done != [step for step, _ in STEPS[: len(self.done)]] or len(self.done) > at:
+            self.fresh()
+        for step, action in STEPS[len(self.done) : at + 1]:
+            self.broken = True  # until the step is through: a failure leaves the log in between steps
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(
+                    cache_module, "_FETCH_BLOCKS", 3
+                )  # stored counts read and written 3 blocks a query
+                self.seen[step] = action(self)
+            self.done.append(step)
+            self.broken = False
+        return self.seen[name]
+
+    def close(self) -> None:
+        if self._schema is not None:
+            self.reads.scratch.dispose()
+            self.db.dispose()
+            self._schema.close()
+            (self.folder / "cache.db").unlink(missing_ok=True)
+            self._schema = None
+
+
+def _first(story: Story) -> Window:
+    return story.reads.check(story.profile, SPEC)
+
+
+def _moved(story: Story) -> Window:
+    """300 new rows (ids 3601..3900)."""
+    log_inputs(
+        story.db.engine, documents(300, seed=10), layout=story.contract, probability=np.linspace(0, 1, 300)
+    )
+    _retime(story.db.engine, story.base)
+    return story.reads.check(story.profile, SPEC)
+
+
+def _labelled(story: Story) -> tuple[int, int, Window]:
+    """Feedback for rows of cached blocks and of version 2: (labels sent, labels stored, the window)."""
+    labels = [(pid, 1.0) for i, pid in enumerate(story.rows[1_500:1_800]) if i % 3 == 0]
+    labels += [(pid, 0.0) for pid in story.v2[:50]]
+    with story.db.session() as s:
+        stored = record_feedback(session=s, model_name="credit", labels=labels)[0]
+    return len(labels), stored, story.reads.check(story.profile, SPEC)
+
+
+def _changed(story: Story) -> Window:
+    """A row appears in an old block (committed late, lower id) and another leaves one."""
+    with story.db.engine.begin() as conn:
         conn.execute(text("UPDATE prediction_batches SET model_name = 'credit' WHERE id = 3100"))
         conn.execute(text("DELETE FROM prediction_batches WHERE id = 2000"))
-    changed = reads.check(profile, spec)
-    assert changed.rows == labelled.rows and changed.first_id == labelled.first_id  # one in, one out
-    assert changed.cached_blocks == 8  # blocks 7 (id 2000) and 12 (id 3100) recounted
+    return story.reads.check(story.profile, SPEC)
 
-    # a version filter keys its own blocks
-    v2_spec = WindowSpec(rows=300, version=2)  # ids 3301..3600: block 13 sealed, 12 and 14 edges
-    assert reads.check(profile, v2_spec).cached_blocks == 0
-    assert reads.check(profile, v2_spec).cached_blocks == 1
 
-    # a time bound: the blocks it cuts are edges, read with the bound: by their ids, or by an old row inside
-    now = base + timedelta(seconds=3_901)
-    timed = WindowSpec(minutes=20)  # since = id 2701's time: block 10 (2560..2815) is cut
-    first_timed = reads.check(profile, timed, now=now)
-    assert first_timed.first_id == 2_701
-    assert reads.check(profile, timed, now=now).cached_blocks == 4  # 11, 12, 13, 14
-    with db.engine.begin() as conn:  # a row of block 13 logged long before (a replayed spool)
+def _twice(spec: WindowSpec) -> Callable[[Story], tuple[Window, Window]]:
+    def action(story: Story) -> tuple[Window, Window]:
+        now = None if spec.minutes is None else story.now
+        return story.reads.check(story.profile, spec, now=now), story.reads.check(
+            story.profile, spec, now=now
+        )
+
+    return action
+
+
+def _replayed(story: Story) -> tuple[Window, Window]:
+    """A row of block 13 logged long before (a replayed spool); then the time bound moves 150 s on."""
+    with story.db.engine.begin() as conn:
         conn.execute(
             text("UPDATE prediction_batches SET logged_at = :at WHERE id = 3400"),
-            {"at": base + timedelta(seconds=10)},
+            {"at": story.base + timedelta(seconds=10)},
         )
-    replayed = reads.check(profile, timed, now=now)
-    assert replayed.rows == first_timed.rows - 1 and replayed.cached_blocks == 3  # 11, 12, 14
-    later = reads.check(profile, timed, now=now + timedelta(seconds=150))  # since = 2851: block 11 is cut
-    assert later.first_id == 2_851 and later.cached_blocks == 2  # 12, 14
-    both = WindowSpec(rows=500, minutes=20)
-    reads.check(profile, both, now=now)
-    assert reads.check(profile, both, now=now).cached_blocks == 1  # 3400..3900: block 14 (3584..3839)
+    replayed = story.reads.check(story.profile, TIMED, now=story.now)
+    later = story.reads.check(story.profile, TIMED, now=story.now + timedelta(seconds=150))
+    return replayed, later
 
-    # a new profile or threshold never reuses old counts; the old key's blocks are deleted
+
+def _other(story: Story) -> tuple[Window, Window, Window, tuple[int, int]]:
+    """A new profile read twice, then with a new threshold; (fingerprints, lowest block) stored after."""
     other = credit_profile(seed=202)
-    assert reads.check(other, spec).cached_blocks == 0
-    assert reads.check(other, spec).cached_blocks == 10  # 5..14
-    assert reads.check(other, spec, threshold=0.3).cached_blocks == 0
-    with db.session() as s:
+    reads = story.reads
+    windows = reads.check(other, SPEC), reads.check(other, SPEC), reads.check(other, SPEC, threshold=0.3)
+    with story.db.session() as s:
         keys = s.execute(
             select(
                 func.count(func.distinct(WindowSketchBlock.fingerprint)), func.min(WindowSketchBlock.block)
             )
         ).one()
-    assert keys == (1, 5)
-    reads.scratch.dispose()
-    db.dispose()
+    return (*windows, (keys[0], keys[1]))
+
+
+STEPS: list[tuple[str, Callable[[Story], Any]]] = [
+    ("first", _first),
+    ("second", _first),
+    ("moved", _moved),
+    ("labelled", _labelled),
+    ("changed", _changed),
+    ("version", _twice(V2_SPEC)),
+    ("timed", _twice(TIMED)),
+    ("replayed", _replayed),
+    ("both", _twice(BOTH)),
+    ("other", _other),
+]
+
+
+@pytest.fixture(scope="module")
+def story(postgres_url: str, profile: Profile, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
+    story = Story(postgres_url, profile, tmp_path_factory.mktemp("sketch-cache"))
+    yield story
+    story.close()
+
+
+def test_a_first_run_counts_every_block(story: Story) -> None:
+    first = story.take("first")
+    assert first.cached_blocks == 0 and first.first_id == 901
+
+
+def test_the_second_run_takes_every_sealed_block_from_the_cache(story: Story) -> None:
+    second = story.take("second")
+    sealed = (3600 + 1) // BLOCK - (901 + BLOCK - 1) // BLOCK  # blocks 4..13 lie wholly inside 901..3600
+    assert second.cached_blocks == sealed == 10 and second.counted_blocks == 2  # the two edges
+
+
+def test_a_moving_window_reads_only_the_new_blocks_and_the_edges(story: Story) -> None:
+    moved = story.take("moved")
+    assert moved.first_id == 1_201 and moved.cached_blocks == 9  # blocks 5..13 from the cache
+
+
+def test_feedback_for_rows_of_cached_blocks_is_counted_and_the_blocks_stay_cached(story: Story) -> None:
+    sent, stored, labelled = story.take("labelled")
+    assert stored == sent
+    # (two of the rows have no probability: rows 1701 and 1704, see _mixed_log)
+    assert labelled.labelled == story.seen["moved"].labelled + sent - 2 and labelled.cached_blocks == 10
+
+
+def test_a_row_appearing_in_and_one_leaving_an_old_block_are_recounted(story: Story) -> None:
+    changed = story.take("changed")
+    _, _, labelled = story.seen["labelled"]
+    assert changed.rows == labelled.rows and changed.first_id == labelled.first_id  # one in, one out
+    assert changed.cached_blocks == 8  # blocks 7 (id 2000) and 12 (id 3100) recounted
+
+
+def test_a_version_filter_keys_its_own_blocks(story: Story) -> None:
+    first, again = story.take("version")
+    assert first.cached_blocks == 0
+    assert again.cached_blocks == 1
+
+
+def test_the_blocks_a_time_bound_cuts_are_edges_read_with_the_bound(story: Story) -> None:
+    first_timed, again = story.take("timed")
+    assert first_timed.first_id == 2_701
+    assert again.cached_blocks == 4  # 11, 12, 13, 14
+
+
+def test_an_old_row_inside_a_sealed_block_makes_it_an_edge(story: Story) -> None:
+    replayed, later = story.take("replayed")
+    first_timed, _ = story.seen["timed"]
+    assert replayed.rows == first_timed.rows - 1 and replayed.cached_blocks == 3  # 11, 12, 14
+    assert later.first_id == 2_851 and later.cached_blocks == 2  # since = 2851: block 11 is cut; 12, 14
+
+
+def test_a_window_bounded_by_rows_and_time_takes_its_sealed_blocks(story: Story) -> None:
+    _, again = story.take("both")
+    assert again.cached_blocks == 1  # 3400..3900: block 14 (3584..3839)
+
+
+def test_a_new_profile_or_threshold_never_reuses_old_counts(story: Story) -> None:
+    first, again, threshold, keys = story.take("other")
+    assert first.cached_blocks == 0
+    assert again.cached_blocks == 10  # 5..14
+    assert threshold.cached_blocks == 0
+    assert keys == (1, 5)  # the old key's blocks are deleted
 
 
 def test_a_block_stored_while_a_row_was_committing_is_not_stored(pg_url: str, profile: Profile) -> None:

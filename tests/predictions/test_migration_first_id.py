@@ -37,7 +37,7 @@ from predictions.service import (
     recent_predictions,
     write_log_rows,
 )
-from tests.predictions.test_migration_batches import (
+from tests.predictions.migrationdata import (
     CHUNK_ENV,
     _prediction_tables_match_the_models,
     _stamp,

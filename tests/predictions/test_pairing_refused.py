@@ -24,7 +24,7 @@ from predictions.models import PredictionBatch
 from predictions.service import database_failure
 from predictions.service.pairing import REJECTED, Arrival, Pair, offer_half, open_pairs, sweep_pairs
 from tests.predictions.logdata import ids, make_rows
-from tests.predictions.test_poison_rows import _no_model, _nul
+from tests.predictions.poisondata import _no_model, _nul
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 

@@ -5,7 +5,6 @@ others'."""
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,10 +14,9 @@ from hypothesis import strategies as st
 from predictions import typed
 from predictions.pending import RequestRows, build
 from predictions.service import new_prediction_ids
+from tests.predictions.pendingdata import LAYOUT, request_rows
 
-LAYOUT = typed.make_layout(["a", "b"], ["c"], [["x", "y"]])
 OTHER = typed.make_layout(["a"], ["c", "d"], [["x"], []])  # a second model's layout in the same batch
-AT = datetime(2026, 12, 1, tzinfo=UTC)
 
 numbers = st.one_of(
     st.none(),
@@ -28,32 +26,6 @@ numbers = st.one_of(
 )
 texts = st.one_of(st.none(), st.sampled_from(["x", "y", "", "unseen", 'quote " é']))
 bad = st.one_of(st.booleans(), st.text(max_size=3))  # a value the contract refuses: no copy for its request
-
-
-def request_rows(
-    index: int,
-    docs: list[dict[str, Any]],
-    layout: typed.Layout | None = LAYOUT,
-    columns: dict[str, list[Any]] | None = None,
-    ids: list[str] | None = None,
-) -> RequestRows:
-    """A request's rows as the serving flow hands them over (output ``i`` for row ``i``)."""
-    n = len(docs)
-    return RequestRows(
-        model_name="m",
-        model_version=1,
-        logged_at=AT,
-        request_id=f"r{index}",
-        protocol="v2",
-        latency_ms=1.5,
-        status="ok",
-        ids=ids if ids is not None else new_prediction_ids(n),
-        inputs=docs,
-        values=[float(i) for i in range(n)],
-        flags=[None] * n,
-        layout=layout,
-        columns=columns,
-    )
 
 
 @st.composite

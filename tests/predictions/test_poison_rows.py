@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from core import migrate
 from core.config import get_settings
 from core.database import make_engine, open_database
-from predictions.batch import LogBatch, ids_from
+from predictions.batch import ids_from
 from predictions.health import log_check
 from predictions.models import LOG_COLUMNS, PredictionBatch
 from predictions.rejected import DeadLetter
@@ -37,19 +37,9 @@ from predictions.writer import LogUnavailable, LogWriter
 from service.cli import app
 from service.serving.metrics import Metrics
 from tests.predictions.logdata import ids, make_rows, old_line, old_rows
+from tests.predictions.poisondata import _no_model, _nul
 
 runner = CliRunner()
-
-
-def _nul(row: LogBatch) -> LogBatch:
-    """PostgreSQL's jsonb cannot hold U+0000: UntranslatableCharacter (a DataError)."""
-    assert row.inputs is not None
-    return row._replace(inputs=[{**doc, "c": "a\u0000b"} for doc in row.inputs])
-
-
-def _no_model(row: LogBatch) -> LogBatch:
-    """model_name is NOT NULL on both backends: an IntegrityError."""
-    return row._replace(model_name=None)  # type: ignore[arg-type]
 
 
 def _stored(url: str) -> list[str]:

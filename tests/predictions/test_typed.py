@@ -35,7 +35,7 @@ from predictions.windows import chunks as window_chunks
 from registry.schema import infer_schema
 from service.serving import readers
 from tests.predictions.logdata import old_line, old_rows, plain, write_requests
-from tests.predictions.test_pending import request_rows
+from tests.predictions.pendingdata import request_rows
 from tests.support import CREDIT_FEATURES, credit_profile
 from training.datagen import TARGET, generate
 

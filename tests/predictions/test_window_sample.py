@@ -45,8 +45,10 @@ def _expected(docs: list[dict[str, Any]]) -> tuple[dict[str, np.ndarray], dict[s
         values = []
         for doc in docs:
             v = doc.get(name)
-            is_number = isinstance(v, int | float) and not isinstance(v, bool)
-            values.append(float(v) if is_number else float(v) if isinstance(v, str) else np.nan)
+            if isinstance(v, int | float | str) and not isinstance(v, bool):  # a number, or numeric text
+                values.append(float(v))
+            else:
+                values.append(np.nan)
         numeric[name] = np.array(values)
     categorical = {}
     for name in CATEGORICAL:

@@ -14,24 +14,12 @@ from sqlalchemy import create_engine, select, text
 from core.database import open_database
 from predictions.models import PredictionFeedback
 from predictions.service import logged_predictions
+from tests.service.v2data import _v2_tensors
 from tests.support import Server, TrainedModels, count_rows
 
 
 def _row(trained: TrainedModels, i: int = 0, **changes: Any) -> dict[str, Any]:
     return {**trained.rows[i], **changes}
-
-
-def _v2_tensors(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    names = list(rows[0])
-    return [
-        {
-            "name": k,
-            "shape": [len(rows)],
-            "datatype": "BYTES" if isinstance(rows[0][k], str) else "FP32",
-            "data": [r[k] for r in rows],
-        }
-        for k in names
-    ]
 
 
 def test_v1_row_and_columnar_formats_agree(server: Server, trained: TrainedModels) -> None:

@@ -11,6 +11,8 @@ import pytest
 
 from service.serving.batcher import MicroBatcher, Traffic
 
+Observed = list[tuple[list[float], float, int]]  # the observer's calls: waits, seconds, rows
+
 
 class Model:
     """Doubles ``x``; records every call's rows; can be held inside a call until released."""
@@ -44,7 +46,7 @@ async def _started(model: Model, batcher: MicroBatcher) -> None:
 
 def _batcher(
     model: Model,
-    observed: list[tuple[list[float], float, int]],
+    observed: Observed,
     *,
     inline_rows: int = 0,
     traffic: Traffic | None = None,
@@ -62,7 +64,7 @@ def _batcher(
 
 def test_a_lone_request_runs_at_once_with_its_own_columns() -> None:
     async def scenario() -> None:
-        model, observed = Model(), []
+        model, observed = Model(), Observed()
         batcher = _batcher(model, observed)
         await _started(model, batcher)
         out = await batcher.submit(_cols(1.0, 2.0), 2)
@@ -77,7 +79,7 @@ def test_a_lone_request_runs_at_once_with_its_own_columns() -> None:
 
 def test_requests_arriving_during_a_call_share_the_next_call_and_get_their_own_slices() -> None:
     async def scenario() -> None:
-        model, observed = Model(), []
+        model, observed = Model(), Observed()
         batcher = _batcher(model, observed)
         await _started(model, batcher)
         model.hold.clear()
@@ -101,7 +103,7 @@ def test_requests_arriving_during_a_call_share_the_next_call_and_get_their_own_s
 @pytest.mark.parametrize("alone", [True, False])
 def test_a_failing_model_call_fails_each_of_its_callers(alone: bool) -> None:
     async def scenario() -> None:
-        model, observed = Model(), []
+        model, observed = Model(), Observed()
         batcher = _batcher(model, observed)
         await _started(model, batcher)
         if alone:
@@ -129,7 +131,7 @@ def test_a_failing_model_call_fails_each_of_its_callers(alone: bool) -> None:
 
 def test_a_lone_small_request_runs_on_the_loops_thread_and_a_larger_one_on_the_model_thread() -> None:
     async def scenario() -> None:
-        model, observed = Model(), []
+        model, observed = Model(), Observed()
         batcher = _batcher(model, observed, inline_rows=2)
         await _started(model, batcher)
         loop_thread = threading.get_ident()
@@ -147,7 +149,7 @@ def test_requests_received_together_share_a_call_on_the_model_thread_not_the_loo
     """The first claims the model and yields once: the others queue behind it, and it joins them."""
 
     async def scenario() -> None:
-        model, observed = Model(), []
+        model, observed = Model(), Observed()
         batcher = _batcher(model, observed, inline_rows=64)
         await _started(model, batcher)
         outs = await asyncio.gather(*(batcher.submit(_cols(float(v)), 1) for v in range(5)))
@@ -161,7 +163,7 @@ def test_requests_received_together_share_a_call_on_the_model_thread_not_the_loo
 
 def test_a_request_cancelled_while_claiming_the_model_leaves_it_free() -> None:
     async def scenario() -> None:
-        model, observed = Model(), []
+        model, observed = Model(), Observed()
         batcher = _batcher(model, observed, inline_rows=64)
         await _started(model, batcher)
         claimer = asyncio.create_task(batcher.submit(_cols(1.0), 1))
@@ -178,7 +180,7 @@ def test_a_request_cancelled_while_claiming_the_model_leaves_it_free() -> None:
 
 def test_a_failing_inline_call_fails_its_caller_and_the_next_request_is_served() -> None:
     async def scenario() -> None:
-        model, observed = Model(), []
+        model, observed = Model(), Observed()
         batcher = _batcher(model, observed, inline_rows=64)
         await _started(model, batcher)
         model.fail = True
@@ -197,7 +199,7 @@ def test_a_small_request_runs_on_the_loop_only_when_no_other_request_is_being_an
     """``Traffic`` counts the requests the route is answering (this one included)."""
 
     async def scenario() -> None:
-        model, observed, traffic = Model(), [], Traffic()
+        model, observed, traffic = Model(), Observed(), Traffic()
         batcher = _batcher(model, observed, inline_rows=64, traffic=traffic)
         await _started(model, batcher)
         traffic.in_flight = 1 + others

@@ -89,10 +89,10 @@ def test_the_root_help_imports_no_domain_and_equals_the_eager_listing() -> None:
 
     stand_ins = root._listing
     try:
-        root._listing = lambda commands: dict(commands._everything())  # type: ignore[assignment]
+        root._listing = lambda commands: dict(commands._everything())
         eager = CliRunner().invoke(app, ["--help"], terminal_width=120)
     finally:
-        root._listing = stand_ins  # type: ignore[assignment]
+        root._listing = stand_ins
     assert eager.exit_code == 0 and listed == eager.output
 
 

@@ -375,5 +375,7 @@ def test_labels_of_many_batches_are_stored_once_on_their_rows(
     assert (again.labels, again.labels_present) == (len(last), labelled - len(last))
     with db.session() as s:
         assert s.execute(text("select count(*) from prediction_feedback")).scalar() == labelled
-        restored = dict(s.execute(text("select prediction_id, label from prediction_feedback")).all())
+        restored: dict[str, Any] = dict(
+            s.execute(text("select prediction_id, label from prediction_feedback")).all()
+        )
     assert last and restored == stored

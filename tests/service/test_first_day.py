@@ -413,6 +413,7 @@ def test_first_day_binary_with_its_builder_gets_a_job(world: World, hooks: tuple
     # trained on the team's builder, but the candidate answers driftwarden's own API, not output_0 [batch, 1]:
     # it would break the model's TF Serving clients, so a person decides
     assert job.state is JobState.UNDECIDED, (job.state, job.error, job.log_tail)
+    assert job.gate is not None
     contract = {c["name"]: c for c in job.gate["checks"]}["input_contract"]
     assert contract["verdict"] == "undecided"
     assert [c["kind"] for c in contract["figures"]["contract_changes"] if c["breaking"]] == ["signature"]

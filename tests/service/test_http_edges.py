@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from core.config import Settings
 from tests.support import Server, TrainedModels
@@ -175,7 +176,7 @@ def test_the_spool_lives_in_the_data_folder_not_the_working_directory(
     monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(data / "models"))
     monkeypatch.delenv("DRIFTWARDEN_SPOOL_PATH", raising=False)
     settings = Settings(
-        database_url=f"sqlite:///{data / 'dw.db'}", retention_interval_s=0, monitor_enabled=False
+        database_url=SecretStr(f"sqlite:///{data / 'dw.db'}"), retention_interval_s=0, monitor_enabled=False
     )
     assert settings.spool_path == data / "spool"
     with Server(settings):

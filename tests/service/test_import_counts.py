@@ -172,8 +172,8 @@ def test_a_regression_windows_labelled_count_is_its_labelled_rows(server: Server
     from monitors.flows import run_monitor
 
     records = _records(300, seed=35, prefix="reg", task="regression")
-    for r in records[1::3]:
-        del r["label"]  # two in three labelled
+    for record in records[1::3]:
+        del record["label"]  # two in three labelled
     with server.client() as c:
         r = c.post("/v1/models/gi_reg/predictions", json={"records": records})
     assert r.status_code == 200 and r.json()["labels_stored"] == 200, r.text

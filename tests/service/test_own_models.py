@@ -132,6 +132,7 @@ def test_tritonclient_reads_the_multiclass_vector(own_server: tuple[Server, dict
 
     srv, sources = own_server
     data, _ = _rows(16, seed=8)
+    assert srv.settings.admin_token is not None
     headers = {"Authorization": f"Bearer {srv.settings.admin_token.get_secret_value()}"}
     client = httpclient.InferenceServerClient(url=srv.url.removeprefix("http://"))
     inputs = []
@@ -205,7 +206,7 @@ def test_feedback_takes_each_tasks_labels(own_server: tuple[Server, dict], modul
             ]
             for name in MODELS
         }
-        good = {
+        good: dict[str, list[object]] = {
             "own_bin": [1, 0, True],
             "own_cls": ["low", 2, "high"],
             "own_reg": [3.25, -1, 0.0],
@@ -238,7 +239,7 @@ def test_feedback_takes_each_tasks_labels(own_server: tuple[Server, dict], modul
     engine = create_engine(module_db_url)
     try:
         with engine.connect() as conn:
-            stored = dict(
+            stored: dict[str, Any] = dict(
                 conn.execute(
                     text("select prediction_id, label from prediction_feedback where model_name = 'own_cls'")
                 ).all()

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import delete
 from sqlalchemy.orm import sessionmaker
 
@@ -166,7 +167,7 @@ def test_a_configured_key_signs_and_the_database_key_does_not(db: Database, tmp_
         refused(c.get(link(db_key(db)), headers=NO_AUTH), "invalid signature")
         assert server.app.state.link_keys.reads == 0  # a configured key needs no database read
         with db.session() as s:  # what the CLI and the webhooks sign with, in a process with that setting
-            settings = Settings(database_url=db.url, link_signing_key=CONFIGURED_KEY)
+            settings = Settings(database_url=SecretStr(db.url), link_signing_key=SecretStr(CONFIGURED_KEY))
             assert link_key(session=s, settings=settings) == CONFIGURED_KEY.encode()
 
 

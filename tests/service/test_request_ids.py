@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from core.database import open_database
 from predictions.models import PredictionBatch
-from tests.service.test_api import _v2_tensors
+from tests.service.v2data import _v2_tensors
 from tests.support import Server, TrainedModels
 
 

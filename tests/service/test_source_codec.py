@@ -16,7 +16,7 @@ from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec
 from registry.signature import SourceSignature, Tensor, output_key
 from service.serving.codecs import BadRequest
 from service.serving.source_codec import parse_source_v1, requested_outputs, v1_answer, v2_outputs
-from tests.service.test_decoder_properties import SCHEMA, SETTINGS, _decoded_or_named, json_values
+from tests.service.decoderdata import SCHEMA, SETTINGS, _decoded_or_named, json_values
 
 # SCHEMA's features as a Keras model takes them: [batch, 1] inputs, and two [batch] ones
 PER_FEATURE = SourceSignature(

@@ -140,6 +140,7 @@ def test_binary_with_column_inputs_answers_as_tf_serving(dropin: tuple[Server, d
     srv, sources, url = dropin
     d = _data(21)
     want = call_directly(sources["tfs_bin"], _bin_feeds(d))["output_0"]  # [N, 1]
+    column_rows: list[dict[str, list[Any]]]
     column_rows = [{"a": [float(d["a"][i])], "b": [float(d["b"][i])], "c": [int(d["c"][i])],
                     "color": [str(d["color"][i])]} for i in range(N)]  # fmt: skip
     scalar_rows = [{k: v[0] for k, v in row.items()} for row in column_rows]

@@ -19,15 +19,11 @@ import pytest
 
 from access.service import create_token, revoke_token
 from core.database import Database, utcnow
+from tests.service.routes import ADMIN_ROUTES, READ_ROUTES, SILENCE, Route
 from tests.support import NO_AUTH, Server, auth, serve_settings
 
 ADMIN = "bootstrap-admin-token"
 FEEDBACK = {"labels": [{"prediction_id": "00000000000000000000000000000000", "label": 1}]}
-SILENCE = {
-    "matchers": [{"name": "model", "value": "credit"}],
-    "duration": "2h",
-    "comment": "t",
-}
 
 
 @dataclass
@@ -68,32 +64,13 @@ def start(db: Database, tmp_path: Path, **overrides: Any) -> Server:
     )
 
 
-def call(c: httpx.Client, route: tuple[str, str, Any], token: str | None) -> httpx.Response:
+def call(c: httpx.Client, route: Route, token: str | None) -> httpx.Response:
     method, path, body = route
     return c.request(method, path, json=body, headers=auth(token) if token else NO_AUTH)
 
 
-READ_ROUTES = [
-    ("GET", "/v1/alerts", None),
-    ("GET", "/v1/silences", None),
-    ("GET", "/v1/jobs", None),
-    ("GET", "/v1/models/credit/alert-rules", None),
-    ("GET", "/v1/models/credit/versions", None),
-    ("GET", "/v1/models/credit/drift", None),
-    ("GET", "/v1/models/credit/drift/history", None),
-    ("GET", "/reports/credit/drift", None),
-]
-ADMIN_ROUTES = [
-    ("POST", "/v1/silences", SILENCE),
-    ("PUT", "/v1/models/credit/alert-rules", {"rules": []}),
-    ("GET", "/v1/webhooks", None),
-    ("POST", "/v1/models/credit/versions/1:promote", None),
-    ("POST", "/v1/models/credit:rollback", None),
-    ("POST", "/v1/models/credit/retrain", None),
-    ("POST", "/v1/models/credit/monitors:run", None),
-]
 FEEDBACK_ROUTE = ("POST", "/v1/models/credit/feedback", FEEDBACK)
-PREDICT_ROUTES = [
+PREDICT_ROUTES: list[Route] = [
     ("POST", "/v1/models/credit:predict", {"instances": [{"age": 1}]}),
     ("POST", "/v2/models/credit/infer", {"inputs": []}),
     ("GET", "/v1/models/credit/metadata", None),

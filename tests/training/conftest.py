@@ -6,11 +6,18 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
+from core.config import Settings
+from core.database import open_database
+from core.events import JOB_FINISHED, subscribe
 from core.tabular import write_table
+from tests.support import TrainedModels, seed_registry
 from tests.training.helpers import Workspace, pid_alive
+from tests.training.retraindata import World
 from training.datagen import generate
 
 
@@ -44,3 +51,33 @@ def cli(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> I
     open_database(database_url, upgrade=True).dispose()
     yield tmp_path / "registry"
     get_settings.cache_clear()
+
+
+@pytest.fixture
+def world(tmp_path: Path, trained: TrainedModels) -> Iterator[World]:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    seed_registry(url, trained, serving=1)
+    settings = Settings(
+        database_url=SecretStr(url),
+        registry_path=tmp_path / "models",
+        checkpoint_path=tmp_path / "ckpt",
+        spool_path=tmp_path / "spool",
+        retrain_min_rows=500,
+        retrain_epochs=3.0,
+        job_lease_s=6.0,
+        job_poll_interval_s=0.1,
+    )
+    db = open_database(url, settings=settings)
+    finished: list[int] = []
+
+    def on_finished(**payload: Any) -> None:
+        if payload["db"] is db:
+            assert payload["settings"] is not None
+            finished.append(payload["job_id"])
+
+    unsubscribe = subscribe(JOB_FINISHED, on_finished)
+    try:
+        yield World(db=db, settings=settings, url=url, finished=finished)
+    finally:
+        unsubscribe()
+        db.dispose()

@@ -331,7 +331,7 @@ def imported_db(tmp_path: Path) -> Iterator[tuple[Database, str]]:
 def test_retrain_of_an_imported_version_is_refused_by_route_cli_and_alert(
     imported_db: tuple[Database, str],
 ) -> None:
-    from tests.training.test_retrain_api import AUTH, TOKEN, Api, build_app
+    from tests.training.retrainapi import AUTH, TOKEN, Api, build_app
     from training import service
 
     db, url = imported_db
@@ -342,9 +342,11 @@ def test_retrain_of_an_imported_version_is_refused_by_route_cli_and_alert(
         error = r.json()["error"]
         assert "imported:1 was imported without --model-fn" in error and "driftwarden train" in error
         assert client.post("/v1/models/trained/retrain", headers=AUTH).status_code == 202
-    r = runner.invoke(app, ["jobs", "submit", "--model", "imported"])
-    lines = r.stderr.strip().splitlines()
-    assert r.exit_code == 2 and len(lines) == 1 and "re-import it with --model-fn" in lines[0], r.stderr
+    result = runner.invoke(app, ["jobs", "submit", "--model", "imported"])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "re-import it with --model-fn" in lines[0], (
+        result.stderr
+    )
     with db.session() as s, pytest.raises(Exception, match="was imported without --model-fn"):
         service.enqueue(session=s, model_name="imported", trigger="alert", requested_by="alert:1")
 

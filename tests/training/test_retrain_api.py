@@ -6,75 +6,21 @@ The app here mounts only training's router with the app's error handlers (the AP
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
 from pydantic import SecretStr
 
 from core.config import Settings
 from core.database import Database, open_database
-from core.errors import DomainError
 from core.events import JOB_FINISHED, subscribe
-from core.http import error_response, request_id_of
-from core.network import free_port
-from core.runtime import Runtime
 from registry.service import register_version
 from tests.support import NO_AUTH
+from tests.training.retrainapi import AUTH, TOKEN, Api, build_app
 from training import service
 from training.models import JobState
-from training.views import router
-
-TOKEN = "retrain-admin"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def build_app(settings: Settings, db: Database) -> FastAPI:
-    app = FastAPI()
-    app.include_router(router)
-
-    async def domain_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, DomainError)
-        return error_response(exc.status_code, str(exc), request_id_of(request))
-
-    async def validation_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        parts = ["{}: {}".format(".".join(str(x) for x in e["loc"]), e["msg"]) for e in exc.errors()]
-        return error_response(400, "; ".join(parts), request_id_of(request))
-
-    app.add_exception_handler(DomainError, domain_error)
-    app.add_exception_handler(RequestValidationError, validation_error)
-    app.state.dw = Runtime(settings=settings, db=db)
-    return app
-
-
-class Api:
-    def __init__(self, app: FastAPI) -> None:
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> httpx.Client:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30, headers=AUTH)
-        return self.client
-
-    def __exit__(self, *_: object) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 @pytest.fixture
@@ -129,7 +75,8 @@ def test_the_same_idempotency_key_answers_the_same_job_after_it_ended(
     too_long = api.post("/v1/models/credit/retrain", headers={"Idempotency-Key": "k" * 300, **AUTH})
     assert too_long.status_code == 400 and "idempotency-key" in too_long.json()["error"].lower()
     # a UTF-8 key arrives as Latin-1 and was stored garbled ("clÃ©"): refused instead, naming the header
-    accented = api.post("/v1/models/credit/retrain", headers={"Idempotency-Key": "clé-1".encode(), **AUTH})
+    raw = {b"Idempotency-Key": "clé-1".encode()} | {k.encode(): v.encode() for k, v in AUTH.items()}
+    accented = api.post("/v1/models/credit/retrain", headers=raw)
     assert accented.status_code == 400 and "idempotency-key" in accented.json()["error"].lower()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -19,23 +18,13 @@ import pytest
 from core.database import Database, open_database
 from registry.service import get_version, serving_version
 from tests.support import TrainedModels, postgres_schema, seed_registry
-from tests.training.helpers import Workspace, pid_alive
-from tests.training.test_retrain_flow import log_traffic
+from tests.training.helpers import pid_alive
+from tests.training.jobworkspace import JobWorkspace
+from tests.training.retraindata import log_traffic
 from training import service
 from training.models import JobState, TrainingJob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
-
-
-@dataclass
-class JobWorkspace(Workspace):
-    """A workspace whose commands use the given database and job settings."""
-
-    extra: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**super().env, **self.extra}
 
 
 def _job(db: Database, job_id: int) -> TrainingJob:

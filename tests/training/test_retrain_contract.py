@@ -14,7 +14,7 @@ from __future__ import annotations
 from predictions.service import record_feedback
 from tests.predictions.logdata import log_columns
 from tests.support import CREDIT_FEATURES
-from tests.training.test_retrain_flow import ROWS, World, world  # noqa: F401 (world: the fixture)
+from tests.training.retraindata import ROWS, World
 from training.datagen import TARGET, generate
 from training.models import JobState
 from training.worker import Worker

@@ -10,109 +10,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pytest
-from pydantic import SecretStr
 
-from core.config import Settings
-from core.database import Database, open_database
-from core.events import JOB_FINISHED, subscribe
-from predictions.service import labelled_rows, record_feedback
+from predictions.service import labelled_rows
 from registry.models import VersionState
-from registry.service import get_version, history, read_meta, serving_version
-from tests.predictions.logdata import log_columns
-from tests.support import CREDIT_FEATURES, TrainedModels, seed_registry
+from registry.service import history, read_meta
+from tests.training.retraindata import ROWS, World, log_traffic
 from training import service
-from training.datagen import TARGET, generate
-from training.models import JobState, TrainingJob
+from training.datagen import generate
+from training.models import JobState
 from training.worker import Worker
-
-ROWS = 3000
-
-
-@dataclass
-class World:
-    db: Database
-    settings: Settings
-    url: str
-    finished: list[int]
-
-    def settings_with(self, **overrides: Any) -> Settings:
-        return self.settings.model_copy(update=overrides)
-
-    def submit(self, **params: Any) -> int:
-        with self.db.session() as s:
-            out = service.enqueue(
-                session=s,
-                model_name="credit",
-                trigger="cli",
-                requested_by="test",
-                params={"mode": "local", **params},
-            )
-        assert out.created and out.job_id is not None
-        return out.job_id
-
-    def job(self, job_id: int) -> TrainingJob:
-        with self.db.session() as s:
-            return service.get_job(session=s, job_id=job_id)
-
-    def serving(self) -> int | None:
-        with self.db.session() as s:
-            row = serving_version(session=s, model_name="credit")
-            return row.version if row else None
-
-    def version(self, number: int) -> Any:
-        with self.db.session() as s:
-            return get_version(session=s, model_name="credit", version=number)
-
-
-def log_traffic(db: Database, *, rows: int = ROWS, seed: int = 11, labelled: int | None = None) -> np.ndarray:
-    """Predictions of drifted-concept traffic served by version 1, with feedback on the first ``labelled``."""
-    cols = generate(rows, scenario="concept_drift", seed=seed)
-    ids = log_columns(db.engine, cols, features=CREDIT_FEATURES, model="credit", version=1)
-    n = rows if labelled is None else labelled
-    with db.session() as s:
-        record_feedback(
-            session=s,
-            model_name="credit",
-            labels=[(pid, float(y)) for pid, y in zip(ids[:n], cols[TARGET][:n], strict=True)],
-        )
-    return np.asarray(cols[TARGET])
-
-
-@pytest.fixture
-def world(tmp_path: Path, trained: TrainedModels) -> Iterator[World]:
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    seed_registry(url, trained, serving=1)
-    settings = Settings(
-        database_url=SecretStr(url),
-        registry_path=tmp_path / "models",
-        checkpoint_path=tmp_path / "ckpt",
-        spool_path=tmp_path / "spool",
-        retrain_min_rows=500,
-        retrain_epochs=3.0,
-        job_lease_s=6.0,
-        job_poll_interval_s=0.1,
-    )
-    db = open_database(url, settings=settings)
-    finished: list[int] = []
-
-    def on_finished(**payload: Any) -> None:
-        if payload["db"] is db:
-            assert payload["settings"] is not None
-            finished.append(payload["job_id"])
-
-    unsubscribe = subscribe(JOB_FINISHED, on_finished)
-    try:
-        yield World(db=db, settings=settings, url=url, finished=finished)
-    finally:
-        unsubscribe()
-        db.dispose()
 
 
 def test_the_reader_returns_the_newest_labelled_rows_typed_and_in_time_order(world: World) -> None:
