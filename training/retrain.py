@@ -45,7 +45,7 @@ from core.config import Settings
 from core.database import Database, aware
 from core.errors import Conflict, DomainError
 from core.tabular import Columns, read_table, write_table
-from predictions.service import count_labelled, labelled_rows
+from predictions.service import LabelledRows, count_labelled, labelled_rows
 from registry.models import ModelVersion, VersionState
 from registry.schema import FeatureKind, ModelSchema, Task, label_codes
 from registry.service import (
@@ -484,72 +484,18 @@ def wait_for_rows(control: JobControl, snap: Snapshot) -> str:
 def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
     """Read the window, split it by time, write the training set and the holdout into the job's folder."""
     settings = control.settings
-    schema = plan.schema
-    numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
-    categorical = [f.name for f in schema.features if f.kind is FeatureKind.CATEGORICAL]
-    minutes = settings.retrain_window_minutes
     waited = wait_for_rows(control, snap)
-    since = datetime.now(UTC) - timedelta(minutes=minutes) if minutes else None
-    with control.db.session() as session:
-        rows = labelled_rows(
-            session=session,
-            model_name=snap.model_name,
-            numeric=numeric,
-            categorical=categorical,
-            limit=settings.retrain_window_rows,
-            since=since,
-        )
+    rows, since = _read_window(control, snap, plan)
     n = int(rows.labels.size)
-    where = f"the last {settings.retrain_window_rows} labelled predictions" + (
-        f" of the last {minutes:g} minutes" if minutes else ""
-    )
-    if n < settings.retrain_min_rows:
-        raise NotEnoughData(
-            f"model {snap.model_name} has {n} labelled predictions in the window ({where}{waited}), fewer "
-            f"than retrain_min_rows={settings.retrain_min_rows}: send feedback labels "
-            f"(POST /v1/models/{snap.model_name}/feedback) or lower DRIFTWARDEN_RETRAIN_MIN_ROWS"
-        )
+    _check_enough(settings, snap, n, waited)
     n_hold, short = holdout_rows(
         labelled=n, fraction=settings.retrain_holdout_fraction, min_rows=settings.retrain_holdout_min_rows
     )
     cut = n - n_hold
-    labels = _labels(plan, rows.labels)
-    train_y = labels[:cut].copy()
-    if plan.task is Task.BINARY:
-        present = sorted({int(v) for v in np.unique(train_y)})
-        if present != [0, 1]:
-            raise NotEnoughData(
-                f"the {cut} labelled predictions of model {snap.model_name} to train on hold only label "
-                f"{present[0]}: a model needs both classes; send feedback for predictions of both outcomes"
-            )
-    dtype = {f.name: f.dtype for f in schema.features}
-
-    def part(lo: int, hi: int) -> Columns:
-        out: Columns = {}
-        for name in schema.feature_names:
-            col = rows.columns[name][lo:hi]
-            out[name] = _typed(dtype[name], col) if name in numeric else col
-        return out
-
-    train_cols = part(0, cut)
-    holdout_cols = part(cut, n)
+    train_cols, holdout_cols = _split(snap, plan, rows, cut)
     drill = snap.params.get("drill")
-    if drill == "shuffled_labels":
-        np.random.default_rng(snap.id).shuffle(train_y)
-    train_cols[schema.target] = train_y
-    holdout_cols[schema.target] = labels[cut:]
-    previous = _previous_data(control, plan) if settings.retrain_include_previous_data else None
     notes: list[str] = []
-    previous_rows = 0
-    if previous is not None:
-        cols, source = previous
-        previous_rows = len(cols[schema.target])
-        train_cols = {name: _concat(cols[name], train_cols[name]) for name in train_cols}
-        notes.append(f"mixed in {previous_rows} rows of the serving version's training data ({source})")
-    elif settings.retrain_include_previous_data:
-        notes.append(
-            "retrain_include_previous_data is on but the serving version's data_source is not readable"
-        )
+    train_cols, previous_rows = _mix_previous(control, plan, train_cols, notes)
     folder = job_folder(settings, snap.id, snap.created_at)
     folder.mkdir(parents=True, exist_ok=True)
     times = rows.logged_at
@@ -575,6 +521,97 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
         f"window: {n} labelled of {rows.window_rows} predictions from {window['first_prediction_at']} to "
         f"{window['last_prediction_at']}; training on {cut + previous_rows}, holding out the newest {n_hold}"
     )
+    _record(control, lines=[summary, *notes, *_data_notes(settings, n, n_hold, short, drill)])
+    return data
+
+
+def _read_window(control: JobControl, snap: Snapshot, plan: Plan) -> tuple[LabelledRows, datetime | None]:
+    """The model's newest labelled predictions (the window) and the window's start, if it has one."""
+    settings = control.settings
+    schema = plan.schema
+    numeric = [f.name for f in schema.features if f.kind is FeatureKind.NUMERIC]
+    categorical = [f.name for f in schema.features if f.kind is FeatureKind.CATEGORICAL]
+    minutes = settings.retrain_window_minutes
+    since = datetime.now(UTC) - timedelta(minutes=minutes) if minutes else None
+    with control.db.session() as session:
+        rows = labelled_rows(
+            session=session,
+            model_name=snap.model_name,
+            numeric=numeric,
+            categorical=categorical,
+            limit=settings.retrain_window_rows,
+            since=since,
+        )
+    return rows, since
+
+
+def _check_enough(settings: Settings, snap: Snapshot, n: int, waited: str) -> None:
+    """Refuse a window of fewer than ``retrain_min_rows`` labelled predictions."""
+    minutes = settings.retrain_window_minutes
+    where = f"the last {settings.retrain_window_rows} labelled predictions" + (
+        f" of the last {minutes:g} minutes" if minutes else ""
+    )
+    if n < settings.retrain_min_rows:
+        raise NotEnoughData(
+            f"model {snap.model_name} has {n} labelled predictions in the window ({where}{waited}), fewer "
+            f"than retrain_min_rows={settings.retrain_min_rows}: send feedback labels "
+            f"(POST /v1/models/{snap.model_name}/feedback) or lower DRIFTWARDEN_RETRAIN_MIN_ROWS"
+        )
+
+
+def _split(snap: Snapshot, plan: Plan, rows: LabelledRows, cut: int) -> tuple[Columns, Columns]:
+    """The window split by time at ``cut``: the training part (labels shuffled by the drill), the holdout."""
+    schema = plan.schema
+    n = int(rows.labels.size)
+    numeric = {f.name for f in schema.features if f.kind is FeatureKind.NUMERIC}
+    labels = _labels(plan, rows.labels)
+    train_y = labels[:cut].copy()
+    if plan.task is Task.BINARY:
+        present = sorted({int(v) for v in np.unique(train_y)})
+        if present != [0, 1]:
+            raise NotEnoughData(
+                f"the {cut} labelled predictions of model {snap.model_name} to train on hold only label "
+                f"{present[0]}: a model needs both classes; send feedback for predictions of both outcomes"
+            )
+    dtype = {f.name: f.dtype for f in schema.features}
+
+    def part(lo: int, hi: int) -> Columns:
+        out: Columns = {}
+        for name in schema.feature_names:
+            col = rows.columns[name][lo:hi]
+            out[name] = _typed(dtype[name], col) if name in numeric else col
+        return out
+
+    train_cols = part(0, cut)
+    holdout_cols = part(cut, n)
+    if snap.params.get("drill") == "shuffled_labels":
+        np.random.default_rng(snap.id).shuffle(train_y)
+    train_cols[schema.target] = train_y
+    holdout_cols[schema.target] = labels[cut:]
+    return train_cols, holdout_cols
+
+
+def _mix_previous(
+    control: JobControl, plan: Plan, train_cols: Columns, notes: list[str]
+) -> tuple[Columns, int]:
+    """The training part with the serving version's own training data mixed in when the setting asks."""
+    settings = control.settings
+    previous = _previous_data(control, plan) if settings.retrain_include_previous_data else None
+    if previous is not None:
+        cols, source = previous
+        previous_rows = len(cols[plan.schema.target])
+        notes.append(f"mixed in {previous_rows} rows of the serving version's training data ({source})")
+        return {name: _concat(cols[name], train_cols[name]) for name in train_cols}, previous_rows
+    if settings.retrain_include_previous_data:
+        notes.append(
+            "retrain_include_previous_data is on but the serving version's data_source is not readable"
+        )
+    return train_cols, 0
+
+
+def _data_notes(settings: Settings, n: int, n_hold: int, short: bool, drill: Any) -> list[str]:
+    """The notes on a short holdout and on a fire drill for the job's log."""
+    notes: list[str] = []
     if short:
         notes.append(
             f"held out {n_hold} rows, fewer than "
@@ -586,8 +623,7 @@ def read_data(control: JobControl, snap: Snapshot, plan: Plan) -> JobData:
         notes.append(
             f"fire drill {drill}: the training labels are shuffled; the gate must reject the candidate"
         )
-    _record(control, lines=[summary, *notes])
-    return data
+    return notes
 
 
 def _labels(plan: Plan, values: np.ndarray) -> np.ndarray:
