@@ -40,6 +40,7 @@ from monitors.checks import Finding, check_options, check_rows, check_table, rai
 from monitors.profile import WORKERS, Profile, build_reference_profile, profile_from_dict
 from monitors.reservoir import RowReservoir
 from monitors.rows import RowSample
+from monitors.task_options import check_task_options
 from registry.schema import (
     FeatureKind,
     FeatureSpec,
@@ -436,23 +437,15 @@ def compare(
     and what ``prediction`` holds; only the contract's features are compared (CURRENT's other columns are
     the report's ``ignored_columns``).
     """
-    if isinstance(reference, RegisteredReference):
-        _check_task_options(
-            reference.schema.kind,
-            reference.schema.classes,
-            named=reference.ref,
-            prediction=prediction,
-            config=config,
-            hint=hint,
-        )
-    elif schema is not None:
-        _check_task_options(
-            schema.kind, schema.classes, named=schema_source, prediction=prediction, config=config, hint=hint
-        )
-    elif task is not None:
-        _check_task_options(
-            task, (), named=f"task {task.value!r}", prediction=prediction, config=config, hint=hint
-        )
+    _check_options_of(
+        reference,
+        schema=schema,
+        schema_source=schema_source,
+        task=task,
+        prediction=prediction,
+        config=config,
+        hint=hint,
+    )
     if isinstance(reference, RegisteredReference):
         sides = _registered_side(reference, target=target, min_rows=min_rows)
     else:
@@ -499,33 +492,27 @@ def compare(
     )
 
 
-def _check_task_options(
-    task: Task,
-    classes: Sequence[str],
+def _check_options_of(
+    reference: Source | RegisteredReference,
     *,
-    named: str,
+    schema: ModelSchema | None,
+    schema_source: str,
+    task: Task | None,
     prediction: str | None,
     config: MonitorConfig,
     hint: str,
 ) -> None:
-    """Options that only a binary model has are refused, one line, on a contract of another task."""
-    if task is Task.BINARY:
+    """Check the options against the task of the contract that decides it: the registered version's, the
+    given schema's, or the given task."""
+    if isinstance(reference, RegisteredReference):
+        kind, classes, named = reference.schema.kind, reference.schema.classes, reference.ref
+    elif schema is not None:
+        kind, classes, named = schema.kind, schema.classes, schema_source
+    elif task is not None:
+        kind, classes, named = task, (), f"task {task.value!r}"
+    else:
         return
-    what = (
-        f"{named} is multi-class" + (f" (classes {', '.join(classes)})" if classes else "")
-        if task is Task.MULTICLASS
-        else f"{named} is a regression"
-    )
-    if prediction is not None and task is Task.MULTICLASS:
-        raise Invalid(
-            f"--prediction-column {prediction!r} holds one probability per row, a binary model's: {what}, "
-            "whose output is a probability per class; leave the option out (the features are compared)"
-        )
-    if "classification_threshold" in config.model_fields_set:
-        raise Invalid(
-            "the monitor setting 'classification_threshold' applies to binary models: "
-            f"{what}; remove it{hint}"
-        )
+    check_task_options(kind, classes, named=named, prediction=prediction, config=config, hint=hint)
 
 
 def _registered_side(reference: RegisteredReference, *, target: str | None, min_rows: int) -> _Sides:

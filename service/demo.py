@@ -182,22 +182,58 @@ def watch_drift(
     import base64
     import secrets
 
-    from monitors.findings import finding_from_dict
-    from monitors.findings import headline as make_headline
-    from monitors.report import report_from_dict
-    from service.demo_loop import close_the_loop, run_evidence, webhook_receiver
+    from service.demo_loop import close_the_loop, webhook_receiver
     from service.serving.demo import running_server, with_demo_token
 
-    phases = (
-        (Scenario.BASELINE, "baseline traffic (same distribution as training)"),
-        (Scenario.NEW_CATEGORY, "a new category (loan_purpose = 'crypto')"),
-        (
-            Scenario.COVARIATE_SHIFT,
-            "covariate shift (older applicants, lower incomes and credit scores) that hurts: they also "
-            "default for other reasons",
-        ),
-    )
-    live = settings.model_copy(
+    live, headers = with_demo_token(_live_settings(settings, window=window, epochs=epochs, rows=rows))
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    summary = Summary()
+    with (
+        webhook_receiver(secret) as receiver,
+        running_server(settings=live) as url,
+        httpx.Client(base_url=url, timeout=60, headers=headers) as client,
+    ):
+        webhook_id = _subscribe(client, url=receiver.url, secret=secret, model=model)
+        traffic = _Traffic(client, model=model, seed=seed, window=window)
+        verdicts = _drift_phases(traffic, summary)
+        _save_report(client, model=model, report_path=report_path)
+        step("6. Close the loop: alert -> signed webhook -> retraining on the cluster -> gate -> promotion")
+        summary.add("drift planted", True, "covariate shift: age, income and credit_score")
+        close_the_loop(
+            client=client,
+            model=model,
+            receiver=receiver,
+            webhook_id=webhook_id,
+            rows_in=traffic.rows_in,
+            detected=verdicts[-1],
+            planted=set(PLANTED[Scenario.COVARIATE_SHIFT]),
+            send=traffic.send,
+            monitor=traffic.monitor,
+            console=console,
+            summary=summary,
+        )
+        history = client.get(f"/v1/models/{model}/drift/history").json()
+        show_observability(client=client, url=url, model=model)
+    console.print(f"\n  {len(history.get('runs', []))} runs stored (GET /v1/models/{model}/drift/history)")
+    summary.print(console)
+    console.print(f"  the HTML report: {report_path}; the log of every step: {LOG_FILE}")
+    return verdicts, summary
+
+
+PHASES = (
+    (Scenario.BASELINE, "baseline traffic (same distribution as training)"),
+    (Scenario.NEW_CATEGORY, "a new category (loan_purpose = 'crypto')"),
+    (
+        Scenario.COVARIATE_SHIFT,
+        "covariate shift (older applicants, lower incomes and credit scores) that hurts: they also "
+        "default for other reasons",
+    ),
+)
+
+
+def _live_settings(settings: Settings, *, window: int, epochs: float, rows: int) -> Settings:
+    """The demo server's settings: the monitor run by the demo, retraining in the server on drifted rows."""
+    return settings.model_copy(
         update={
             "monitor_window_rows": window,
             "monitor_enabled": False,  # the demo runs the monitor after each phase
@@ -210,104 +246,94 @@ def watch_drift(
             "webhook_allow_private_urls": True,  # the demo's receiver listens on loopback
         }
     )
-    live, headers = with_demo_token(live)  # feedback, reports and admin routes need a token
-    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def _subscribe(client: httpx.Client, *, url: str, secret: str, model: str) -> str:
+    """Subscribe the demo's webhook receiver at ``url`` to the model's alerts; the subscription's id."""
+    hook = client.post(
+        "/v1/webhooks",
+        json={"url": url, "secret": secret, "filter": {"models": [model]}, "description": "demo"},
+    )
+    hook.raise_for_status()
+    console.print(f"  webhook subscription {hook.json()['id']} -> {url} (Standard Webhooks, signed)")
+    return str(hook.json()["id"])
+
+
+class _Traffic:
+    """The demo's traffic to a running server: windows of labelled predictions sent, monitor runs."""
+
+    def __init__(self, client: httpx.Client, *, model: str, seed: int, window: int) -> None:
+        self.client, self.model, self.seed, self.window = client, model, seed, window
+        self.written = int(client.get("/status").json()["prediction_log"]["rows_written"])
+        self.sent: dict[str, int] = {}  # the labelled predictions this server logged, by scenario
+
+    def send(self, scenario: str, offset: int, n: int | None = None) -> None:
+        """Send ``n`` (default a window of) labelled predictions of ``scenario`` and wait until logged."""
+        cols = generate(n or self.window, scenario=Scenario(scenario), seed=self.seed + 1000 + offset)
+        if scenario == Scenario.COVARIATE_SHIFT.value:  # the shift hurts: harmful_drift retrains
+            cols = with_new_concept(cols, seed=self.seed + 2000 + offset)
+        answered = send_traffic(client=self.client, model=self.model, columns=cols)
+        self.written += answered
+        self.sent[scenario] = self.sent.get(scenario, 0) + answered
+        wait_logged(client=self.client, rows_written=self.written)
+
+    def rows_in(self) -> str:
+        """What the log holds of this run's traffic."""
+        parts = ", ".join(f"{n} {scenario}" for scenario, n in self.sent.items())
+        return f"{sum(self.sent.values())} labelled predictions of {self.model} from this run ({parts})"
+
+    def monitor(self) -> dict[str, Any]:
+        """Run the monitor now; its answer."""
+        run = self.client.post(f"/v1/models/{self.model}/monitors:run")
+        run.raise_for_status()
+        doc: dict[str, Any] = run.json()
+        return doc
+
+
+def _drift_phases(traffic: _Traffic, summary: Summary) -> list[set[str]]:
+    """Send each phase's traffic and run the monitor after it; the drifted features of each phase."""
+    from monitors.findings import finding_from_dict
+    from monitors.findings import headline as make_headline
+    from monitors.report import report_from_dict
+    from service.demo_loop import run_evidence
+
     verdicts: list[set[str]] = []
-    summary = Summary()
-    with (
-        webhook_receiver(secret) as receiver,
-        running_server(settings=live) as url,
-        httpx.Client(base_url=url, timeout=60, headers=headers) as client,
+    for i, (scenario, title) in enumerate(PHASES):
+        n = RETRAIN_ROWS if scenario is Scenario.COVARIATE_SHIFT else traffic.window
+        console.print(f"\n[bold]{title}[/]: {n} predictions with their labels")
+        traffic.send(scenario.value, i, n)
+        doc = traffic.monitor()
+        head = doc.get("headline") or {}
+        report = report_from_dict(doc["report"])
+        alerts = [finding_from_dict(f) for f in head.get("findings", []) if f["kind"] == "alert"]
+        print_phase(run_id=doc["run_id"], report=report, head=make_headline(report, extra=alerts))
+        verdicts.append({f["name"] for f in doc["report"]["features"] if f["drifted"]})
+        if scenario is Scenario.BASELINE:
+            summary.add(
+                "baseline traffic",
+                not verdicts[-1] and not doc["dataset_drifted"],
+                run_evidence(doc, model=traffic.model),
+            )
+    console.print()
+    for phase, found, (scenario, _) in zip(
+        ("baseline", "new category", "covariate shift"), verdicts, PHASES, strict=True
     ):
-        hook = client.post(
-            "/v1/webhooks",
-            json={
-                "url": receiver.url,
-                "secret": secret,
-                "filter": {"models": [model]},
-                "description": "demo",
-            },
-        )
-        hook.raise_for_status()
-        webhook_id = str(hook.json()["id"])
-        console.print(
-            f"  webhook subscription {hook.json()['id']} -> {receiver.url} (Standard Webhooks, signed)"
-        )
-        written = int(client.get("/status").json()["prediction_log"]["rows_written"])
-        sent: dict[str, int] = {}  # the labelled predictions this server logged, by scenario
+        want = set(PLANTED[scenario])
+        missed, extra = want - found, found - want
+        if not missed and not extra:
+            console.print(f"  {phase:<16} flagged exactly what was planted: {names(want)}")
+        else:
+            console.print(f"  [yellow]{phase:<16} missed {names(missed)}; also flagged {names(extra)}[/]")
+    return verdicts
 
-        def send(scenario: str, offset: int, n: int = window) -> None:
-            nonlocal written
-            cols = generate(n, scenario=Scenario(scenario), seed=seed + 1000 + offset)
-            if scenario == Scenario.COVARIATE_SHIFT.value:  # the shift hurts: harmful_drift retrains
-                cols = with_new_concept(cols, seed=seed + 2000 + offset)
-            answered = send_traffic(client=client, model=model, columns=cols)
-            written += answered
-            sent[scenario] = sent.get(scenario, 0) + answered
-            wait_logged(client=client, rows_written=written)
 
-        def rows_in() -> str:
-            parts = ", ".join(f"{n} {scenario}" for scenario, n in sent.items())
-            return f"{sum(sent.values())} labelled predictions of {model} from this run ({parts})"
-
-        def monitor() -> dict[str, Any]:
-            run = client.post(f"/v1/models/{model}/monitors:run")
-            run.raise_for_status()
-            doc: dict[str, Any] = run.json()
-            return doc
-
-        for i, (scenario, title) in enumerate(phases):
-            n = RETRAIN_ROWS if scenario is Scenario.COVARIATE_SHIFT else window
-            console.print(f"\n[bold]{title}[/]: {n} predictions with their labels")
-            send(scenario.value, i, n)
-            doc = monitor()
-            head = doc.get("headline") or {}
-            report = report_from_dict(doc["report"])
-            alerts = [finding_from_dict(f) for f in head.get("findings", []) if f["kind"] == "alert"]
-            print_phase(run_id=doc["run_id"], report=report, head=make_headline(report, extra=alerts))
-            verdicts.append({f["name"] for f in doc["report"]["features"] if f["drifted"]})
-            if scenario is Scenario.BASELINE:
-                summary.add(
-                    "baseline traffic",
-                    not verdicts[-1] and not doc["dataset_drifted"],
-                    run_evidence(doc, model=model),
-                )
-        console.print()
-        for phase, found, (scenario, _) in zip(
-            ("baseline", "new category", "covariate shift"), verdicts, phases, strict=True
-        ):
-            want = set(PLANTED[scenario])
-            missed, extra = want - found, found - want
-            if not missed and not extra:
-                console.print(f"  {phase:<16} flagged exactly what was planted: {names(want)}")
-            else:
-                console.print(f"  [yellow]{phase:<16} missed {names(missed)}; also flagged {names(extra)}[/]")
-        html = client.get(f"/reports/{model}/drift")
-        html.raise_for_status()
-        report_path.parent.mkdir(parents=True, exist_ok=True)
-        report_path.write_text(html.text)
-        console.print(f"\n  the latest HTML report (GET /reports/{model}/drift) saved to {report_path}")
-        step("6. Close the loop: alert -> signed webhook -> retraining on the cluster -> gate -> promotion")
-        summary.add("drift planted", True, "covariate shift: age, income and credit_score")
-        close_the_loop(
-            client=client,
-            model=model,
-            receiver=receiver,
-            webhook_id=webhook_id,
-            rows_in=rows_in,
-            detected=verdicts[-1],
-            planted=set(PLANTED[Scenario.COVARIATE_SHIFT]),
-            send=send,
-            monitor=monitor,
-            console=console,
-            summary=summary,
-        )
-        history = client.get(f"/v1/models/{model}/drift/history").json()
-        show_observability(client=client, url=url, model=model)
-    console.print(f"\n  {len(history.get('runs', []))} runs stored (GET /v1/models/{model}/drift/history)")
-    summary.print(console)
-    console.print(f"  the HTML report: {report_path}; the log of every step: {LOG_FILE}")
-    return verdicts, summary
+def _save_report(client: httpx.Client, *, model: str, report_path: Path) -> None:
+    """Save the latest HTML drift report of ``model`` to ``report_path``."""
+    html = client.get(f"/reports/{model}/drift")
+    html.raise_for_status()
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    report_path.write_text(html.text)
+    console.print(f"\n  the latest HTML report (GET /reports/{model}/drift) saved to {report_path}")
 
 
 PLANTED: dict[Scenario, tuple[str, ...]] = {
@@ -391,10 +417,6 @@ def run_demo(
     earlier run left one of that name: :func:`own_model_name`)."""
     from core.database import open_database
     from registry.saved_model import limit_threads
-    from registry.service import promote
-    from training.flows import run_training
-    from training.progress import Progress
-    from training.run_spec import Mode, TrainingRunSpec
 
     console.print(
         f"driftwarden demo: the log records of every step go to {LOG_FILE} "
@@ -412,6 +434,35 @@ def run_demo(
     data = make_data(folder=Path("var/demo/data"), rows=rows, seed=seed)
 
     step(f"2. Train {model!r} on a local async cluster (1 ps, {workers} workers, chief)")
+    _train_and_promote(settings=settings, model=model, data=data, workers=workers, epochs=epochs, seed=seed)
+    step("4. Serve it: TF Serving REST and Open Inference Protocol v2, every prediction logged")
+    _serve(settings=settings, model=model, seed=seed)
+    step("5. Watch for drift: baseline traffic, then a new category, then covariate shift")
+    _, summary = watch_drift(
+        settings=settings,
+        model=model,
+        window=window,
+        seed=seed,
+        report_path=Path("var/demo/drift-report.html"),
+        epochs=epochs,
+        rows=rows,
+    )
+    if not summary.ok:
+        stage, evidence = next((stage, evidence) for stage, ok, evidence in summary.rows if not ok)
+        raise DemoFailed(f"the loop did not close at {stage!r}: {evidence} (the table above has every stage)")
+    return model
+
+
+def _train_and_promote(
+    *, settings: Settings, model: str, data: Mapping[Scenario, Path], workers: int, epochs: float, seed: int
+) -> None:
+    """Train ``model`` on the baseline data on a local async cluster, register it and promote it."""
+    from core.database import open_database
+    from registry.service import promote
+    from training.flows import run_training
+    from training.progress import Progress
+    from training.run_spec import Mode, TrainingRunSpec
+
     db = open_database()
     progress = Progress(f"train {model} (async)")
     console.print(f"  training on 1 parameter server, {workers} workers and a chief (each step in the log)")
@@ -449,9 +500,11 @@ def run_demo(
         progress.close()
         db.dispose()
 
+
+def _serve(*, settings: Settings, model: str, seed: int) -> None:
+    """Serve ``model`` over both protocols, every prediction logged; a dropped row fails the demo."""
     from service.serving.demo import run_serving_demo
 
-    step("4. Serve it: TF Serving REST and Open Inference Protocol v2, every prediction logged")
     sample = json_rows(generate(200, seed=seed + 50))
     # each request and answer goes to the log; the tour shows what they add up to
     served = run_serving_demo(
@@ -469,18 +522,3 @@ def run_demo(
     )
     if served.rows_dropped:
         raise DemoFailed(f"the demo failed at serving: the prediction log dropped {served.rows_dropped} rows")
-
-    step("5. Watch for drift: baseline traffic, then a new category, then covariate shift")
-    _, summary = watch_drift(
-        settings=settings,
-        model=model,
-        window=window,
-        seed=seed,
-        report_path=Path("var/demo/drift-report.html"),
-        epochs=epochs,
-        rows=rows,
-    )
-    if not summary.ok:
-        stage, evidence = next((stage, evidence) for stage, ok, evidence in summary.rows if not ok)
-        raise DemoFailed(f"the loop did not close at {stage!r}: {evidence} (the table above has every stage)")
-    return model

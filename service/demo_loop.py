@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -269,7 +269,6 @@ def close_the_loop(
     if not drift:
         return
     alert = drift[0]
-    retrain = (alert.get("evidence") or {}).get("retrain") or {}
     fired = datetime.fromisoformat(str(alert["fired_at"])).astimezone(UTC).strftime("%H:%M:%S UTC")
     console.print(
         f"  alert {alert['rule_name']} fired at {fired} ({alert['severity']}): "
@@ -277,6 +276,26 @@ def close_the_loop(
     )
     console.print(f"  at that moment the log held {rows_in()}")
     log.info("alert %s fired at %s; the log held %s", alert["id"], alert.get("fired_at"), rows_in())
+    _webhook_received(
+        client, alert, receiver=receiver, webhook_id=webhook_id, console=console, summary=summary
+    )
+    version = _retrained(client, alert, console=console, summary=summary)
+    if version is None:
+        return
+    _new_version_serves(client, model, version, send=send, monitor=monitor, console=console, summary=summary)
+    _bad_candidate(client, model, version, console=console, summary=summary)
+
+
+def _webhook_received(
+    client: httpx.Client,
+    alert: Mapping[str, Any],
+    *,
+    receiver: WebhookReceiver,
+    webhook_id: str,
+    console: Console,
+    summary: Summary,
+) -> None:
+    """Wait for the signed webhook message of ``alert`` at the receiver."""
 
     def delivered() -> tuple[Received | None, str]:
         for m in receiver.of_type("alert.firing"):
@@ -293,10 +312,17 @@ def close_the_loop(
         f"{message.type} {message.webhook_id} at {receiver.url}, signature verified with standardwebhooks",
     )
 
+
+def _retrained(
+    client: httpx.Client, alert: Mapping[str, Any], *, console: Console, summary: Summary
+) -> int | None:
+    """Follow the job the alert's retrain action queued through training and the gate; the promoted version
+    (None when no version was promoted)."""
+    retrain = (alert.get("evidence") or {}).get("retrain") or {}
     if retrain.get("job_id") is None:  # the action says why it queued none: no use waiting for one
         why = retrain.get("error") or retrain.get("reason") or "the alert has no retrain outcome"
         summary.add("retraining job starts", False, f"alert {alert['id']} queued no job: {why}")
-        return
+        return None
     job = _get(client, f"/v1/jobs/{int(retrain['job_id'])}")
     summary.add(
         "retraining job starts",
@@ -322,8 +348,21 @@ def close_the_loop(
     summary.add("passes the gate", job["state"] in {"promoted", "passed"}, "; ".join(gate_lines(job)))
     summary.add("promoted", job["state"] == "promoted", f"job state {job['state']}")
     if job["state"] != "promoted":
-        return
-    version = int(job["result_version"])
+        return None
+    return int(job["result_version"])
+
+
+def _new_version_serves(
+    client: httpx.Client,
+    model: str,
+    version: int,
+    *,
+    send: Callable[[str, int], None],
+    monitor: Callable[[], dict[str, Any]],
+    console: Console,
+    summary: Summary,
+) -> None:
+    """Wait for ``version`` to serve, then send drifted traffic again: the next monitor run is green."""
 
     def serving() -> tuple[bool | None, str]:
         status = _get(client, f"/v1/models/{model}")["model_version_status"]
@@ -348,6 +387,11 @@ def close_the_loop(
     )
     console.print(f"  next monitor run on the new traffic: {head.get('text', '')}")
 
+
+def _bad_candidate(
+    client: httpx.Client, model: str, version: int, *, console: Console, summary: Summary
+) -> None:
+    """A retrain on shuffled labels (the gate's fire drill): rejected, ``version`` still serving."""
     console.print("  a deliberately bad candidate: retrain on shuffled labels (a fire drill of the gate)")
     r = client.post(
         f"/v1/models/{model}/retrain", json={"drill": "shuffled_labels", "reason": "gate fire drill"}

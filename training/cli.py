@@ -27,6 +27,7 @@ from training.run_spec import Mode
 
 if TYPE_CHECKING:
     from registry.schema import Task
+    from training.run_spec import TrainingRunSpec
 
 data_app = typer.Typer(help="Synthetic data sets with planted drift.", no_args_is_help=True)
 cluster_app = typer.Typer(help="TensorFlow cluster nodes.", no_args_is_help=True)
@@ -272,14 +273,53 @@ def train(
     retraining jobs rebuild it. Every column but the target is a feature unless --features (only these)
     or --exclude (all but these) says otherwise; retraining jobs keep the version's features.
     """
+    job, kind = _train_spec(
+        model=model,
+        data=data,
+        mode=mode,
+        ps=ps,
+        workers=workers,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        task=task,
+        model_fn=model_fn,
+        target=target,
+        features=features,
+        exclude=exclude,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+        cluster=cluster,
+    )
+    _train_and_report(job, kind, cluster=cluster)
+
+
+def _train_spec(
+    *,
+    model: str,
+    data: Path,
+    mode: Mode,
+    ps: int | None,
+    workers: int | None,
+    epochs: float,
+    batch_size: int,
+    learning_rate: float,
+    task: str,
+    model_fn: str | None,
+    target: str | None,
+    features: str | None,
+    exclude: str | None,
+    seed: int,
+    checkpoint_every: int | None,
+    cluster: str | None,
+) -> tuple[TrainingRunSpec, Task]:
+    """`train`'s options checked and made into the run's spec (logging set up before TensorFlow loads)."""
     from core.config import get_settings
-    from core.database import open_database
     from core.logs import quiet_tensorflow_banner, setup_logging
     from registry.names import check_name
     from training.builders import normalize
     from training.datagen import TARGETS
-    from training.progress import Progress
-    from training.run_spec import TrainingRunSpec, prepare
+    from training.run_spec import TrainingRunSpec
 
     check_name(model, given_as="--model")  # fails before any data is read or any process started
     _check_cluster_options(mode=mode, ps=ps, workers=workers, cluster=cluster)
@@ -311,6 +351,18 @@ def train(
     )
     if not data.exists():
         raise Invalid(f"--data {data} does not exist (make one with `driftwarden data generate`)")
+    return job, kind
+
+
+def _train_and_report(job: TrainingRunSpec, kind: Task, *, cluster: str | None) -> None:
+    """Prepare the data, probe the builder, train (on ``cluster`` when given) and say what was registered."""
+    from core.config import get_settings
+    from core.database import open_database
+    from training.progress import Progress
+    from training.run_spec import prepare
+
+    settings = get_settings()
+    model, mode = job.model_name, job.mode
     prepared = prepare(job)  # bad data ends here, before a database is opened or any process started
     from training.builders import output_width, probe
     from training.cluster import ClusterSpec, NodeLost
@@ -318,7 +370,7 @@ def train(
 
     # a broken builder ends here in one line (exit 2), before any cluster process starts
     probe(
-        fn_ref,
+        job.model_fn,
         input_dim=prepared.prep.width,
         outputs=output_width(kind, len(prepared.schema.classes)),
         task=kind,

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,9 +24,12 @@ from registry.service import latest_version
 from training.builders import output_width, probe
 from training.calibration import fit_platt, logits_of
 from training.cluster import ClusterSpec
-from training.launcher import train_on_cluster
+from training.launcher import Weights, train_on_cluster
 from training.progress import Progress
 from training.run_spec import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
+
+if TYPE_CHECKING:
+    from training.export import ServingModule
 
 log = logging.getLogger("driftwarden.training")
 
@@ -80,54 +83,20 @@ def run_training(
         task=task,
     )
     files = RunFiles(checkpoint_root / job.key)
-    if job.mode is Mode.LOCAL:
-        from training.trainers import local
-
-        weights, cluster_shape = local.train(job, data, progress), {"chief": 1}
-    else:
-        weights, cluster_shape = train_on_cluster(
-            job=job, files=files, progress=progress, settings=settings or get_settings(), external=cluster
-        )
+    weights, cluster_shape = _train(job, data, files, progress, settings=settings, cluster=cluster)
     module = ServingModule(weights, data.prep, data.schema, model_fn=job.model_fn)
-    calibration: dict[str, Any] = {}
-    if task is Task.BINARY:
-        raw = predict(module, data.holdout_inputs)
-        scale, shift = fit_platt(logits_of(raw), data.holdout_y)
-        module.calibrate(scale=scale, shift=shift)
-        calibration = {"calibration": {"method": "platt", "scale": round(scale, 6), "shift": round(shift, 6)}}
+    calibration = _calibrate(module, data)
     outputs = predict(module, data.holdout_inputs)
     metrics = evaluate(task, y_true=data.holdout_y, predictions=outputs, classes=data.schema.classes)
-    # the features are profiled on the training rows, the answers on the held-out rows: the row sample is
-    # of the held-out rows, whose features, answers and labels belong together
-    held_out = reference_sample(
-        data.holdout_columns or data.holdout_inputs, data.schema, predictions=outputs, labels=data.holdout_y
-    )
-    profile = build_reference_profile(
-        data.train_columns, data.schema, predictions=outputs, labels=data.holdout_y, sample=held_out
-    )
+    profile = _profile(data, outputs)
     seconds = time.monotonic() - t0
     with db.session() as session:
         parent = job.parent_version
         if parent is None:
             prev = latest_version(session=session, model_name=job.model_name)
             parent = prev.version if prev else None
-        lineage = {
-            "data_source": str(job.data.resolve()),
-            "train_rows": data.train_rows,
-            "holdout_rows": int(data.holdout_y.size),
-            "mode": job.mode.value,
-            "cluster": cluster_shape,
-            "epochs": job.epochs,
-            "batch_size": job.batch_size,
-            "learning_rate": job.learning_rate,
-            "steps": data.planned_steps(job),
-            "seed": job.seed,
-            "duration_s": round(seconds, 3),
-            "parent_version": parent,
-            "job_key": job.key,
-            "task": task.short,
-            "features": list(data.schema.feature_names),
-            **({"excluded": list(job.exclude)} if job.exclude else {}),
+        facts = {
+            **_lineage(job, data, cluster_shape=cluster_shape, seconds=seconds, parent=parent),
             "model_fn": model_fn,
             **calibration,
             **(lineage or {}),
@@ -140,13 +109,85 @@ def run_training(
             schema=data.schema,
             documents={"profile": profile, "preprocessing": data.prep.to_dict()},
             metrics=metrics,
-            lineage=lineage,
+            lineage=facts,
             parent_version=parent,
         )
     # the run is complete: a rerun trains a new version; node logs, pids and progress stay for operators
     shutil.rmtree(files.checkpoints, ignore_errors=True)
     files.weights.unlink(missing_ok=True)
     return TrainResult(version=version, metrics=metrics, seconds=seconds)
+
+
+def _train(
+    job: TrainingRunSpec,
+    data: PreparedData,
+    files: RunFiles,
+    progress: Progress,
+    *,
+    settings: Settings | None,
+    cluster: ClusterSpec | None,
+) -> tuple[Weights, dict[str, int]]:
+    """Train in this process (local mode) or on the job's cluster; the weights and the cluster's shape."""
+    if job.mode is Mode.LOCAL:
+        from training.trainers import local
+
+        return local.train(job, data, progress), {"chief": 1}
+    return train_on_cluster(
+        job=job, files=files, progress=progress, settings=settings or get_settings(), external=cluster
+    )
+
+
+def _calibrate(module: ServingModule, data: PreparedData) -> dict[str, Any]:
+    """Binary: Platt scaling fitted on the held-out split and set on ``module``; its lineage entry."""
+    from training.export import predict
+
+    if data.schema.kind is not Task.BINARY:
+        return {}
+    raw = predict(module, data.holdout_inputs)
+    scale, shift = fit_platt(logits_of(raw), data.holdout_y)
+    module.calibrate(scale=scale, shift=shift)
+    return {"calibration": {"method": "platt", "scale": round(scale, 6), "shift": round(shift, 6)}}
+
+
+def _profile(data: PreparedData, outputs: np.ndarray) -> dict[str, Any]:
+    """The version's reference profile."""
+    # the features are profiled on the training rows, the answers on the held-out rows: the row sample is
+    # of the held-out rows, whose features, answers and labels belong together
+    held_out = reference_sample(
+        data.holdout_columns or data.holdout_inputs, data.schema, predictions=outputs, labels=data.holdout_y
+    )
+    return build_reference_profile(
+        data.train_columns, data.schema, predictions=outputs, labels=data.holdout_y, sample=held_out
+    )
+
+
+def _lineage(
+    job: TrainingRunSpec,
+    data: PreparedData,
+    *,
+    cluster_shape: Mapping[str, int],
+    seconds: float,
+    parent: int | None,
+) -> dict[str, Any]:
+    """The run's facts for the version's lineage (the builder, calibration and the caller's are added)."""
+    return {
+        "data_source": str(job.data.resolve()),
+        "train_rows": data.train_rows,
+        "holdout_rows": int(data.holdout_y.size),
+        "mode": job.mode.value,
+        "cluster": cluster_shape,
+        "epochs": job.epochs,
+        "batch_size": job.batch_size,
+        "learning_rate": job.learning_rate,
+        "steps": data.planned_steps(job),
+        "seed": job.seed,
+        "duration_s": round(seconds, 3),
+        "parent_version": parent,
+        "job_key": job.key,
+        "task": data.schema.kind.short,
+        "features": list(data.schema.feature_names),
+        **({"excluded": list(job.exclude)} if job.exclude else {}),
+    }
 
 
 def evaluate(

@@ -8,7 +8,7 @@ registry) and registers the group on the root.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +16,9 @@ from core.bounds import MAX_REFERENCE_COLUMNS
 from core.errors import Invalid
 from registry.cli import models_app
 from registry.cli import register as register_models
+
+if TYPE_CHECKING:
+    from training.importer import ImportSpec
 
 
 @models_app.command("import")
@@ -113,12 +116,51 @@ def models_import(
     estimates come from the reference, and driftwarden monitors the predictions your own serving sends it.
     Promote it with `driftwarden models promote NAME VERSION`.
     """
-    from core.config import get_settings
-    from core.database import open_database
-    from core.logs import quiet_tensorflow_banner
-    from registry.names import check_name
     from registry.schema import Task
-    from training.importer import ImportSpec, import_reference, import_saved_model
+    from training.importer import ImportSpec
+
+    _check_import_options(
+        name=name,
+        path=path,
+        reference=reference,
+        prediction_column=prediction_column,
+        model_fn=model_fn,
+        signature=signature,
+        positive_class=positive_class,
+    )
+    try:
+        kind = Task.parse(task) if task is not None else None
+    except ValueError as exc:
+        raise Invalid(f"--task: {exc}") from None
+    spec = ImportSpec(
+        model_name=name,
+        path=path,
+        reference=reference,
+        target=target,
+        task=kind,
+        signature=signature,
+        features=_names(features, "--features"),
+        classes=_names(classes, "--classes"),
+        model_fn=model_fn,
+        prediction_column=prediction_column,
+        positive_class=positive_class,
+        accept_below_chance=accept_below_chance,
+    )
+    _import_and_report(spec)
+
+
+def _check_import_options(
+    *,
+    name: str,
+    path: Path | None,
+    reference: Path,
+    prediction_column: str | None,
+    model_fn: str | None,
+    signature: str,
+    positive_class: int | None,
+) -> None:
+    """Refuse (one line) options that contradict each other or name nothing."""
+    from registry.names import check_name
 
     check_name(name)
     if path is not None and prediction_column is not None:
@@ -138,24 +180,16 @@ def models_import(
         )
     if not reference.is_file():
         raise Invalid(f"--reference {reference} is not a file (a CSV or Parquet table of reference rows)")
-    try:
-        kind = Task.parse(task) if task is not None else None
-    except ValueError as exc:
-        raise Invalid(f"--task: {exc}") from None
-    spec = ImportSpec(
-        model_name=name,
-        path=path,
-        reference=reference,
-        target=target,
-        task=kind,
-        signature=signature,
-        features=_names(features, "--features"),
-        classes=_names(classes, "--classes"),
-        model_fn=model_fn,
-        prediction_column=prediction_column,
-        positive_class=positive_class,
-        accept_below_chance=accept_below_chance,
-    )
+
+
+def _import_and_report(spec: ImportSpec) -> None:
+    """Run the import ``spec`` asks for and say what was registered."""
+    from core.config import get_settings
+    from core.database import open_database
+    from core.logs import quiet_tensorflow_banner
+    from training.importer import import_reference, import_saved_model
+
+    name, path = spec.model_name, spec.path
     settings = get_settings()
     db = open_database()
     try:

@@ -87,6 +87,39 @@ def enqueue(
     A model whose base version (serving, else the latest) cannot be retrained (imported without its builder
     function) raises :class:`core.errors.Conflict` naming the fix.
     """
+    how = _checked_request(session=session, model_name=model_name, trigger=trigger, key=idempotency_key)
+    checked = check_params(params)
+    _write_lock(session)
+    known = _known_answer(session=session, model_name=model_name, key=idempotency_key, cooldown_s=cooldown_s)
+    if known is not None:
+        return known
+    job = TrainingJob(
+        model_name=model_name,
+        state=JobState.QUEUED,
+        trigger=how,
+        requested_by=requested_by[:128],
+        idempotency_key=idempotency_key,
+        alert_id=alert_id,
+        params=checked,
+        progress={},
+        log_tail="",
+        attempts=0,
+        cancel_requested=False,
+        created_at=utcnow(),
+    )
+    _append(job, [f"queued by {how.value} ({requested_by})"])
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+    except IntegrityError:
+        # another process queued one at the same moment: answer with the winner
+        return _winner(session=session, model_name=model_name, key=idempotency_key)
+    return Enqueued(job.id, True, f"job {job.id} queued")
+
+
+def _checked_request(*, session: Session, model_name: str, trigger: str, key: str | None) -> Trigger:
+    """The request's trigger, once the model, its base version, the trigger and the key are checked."""
     require_model(session=session, model_name=model_name)
     base = serving_version(session=session, model_name=model_name) or latest_version(
         session=session, model_name=model_name
@@ -97,21 +130,24 @@ def enqueue(
         how = Trigger(trigger)
     except ValueError:
         raise Invalid(f"trigger {trigger!r} is not one of {', '.join(t.value for t in Trigger)}") from None
-    if idempotency_key is not None and not (0 < len(idempotency_key) <= 255):
+    if key is not None and not (0 < len(key) <= 255):
         raise Invalid("the idempotency key must be 1 to 255 characters long")
-    checked = check_params(params)
-    _write_lock(session)
-    if idempotency_key is not None:
+    return how
+
+
+def _known_answer(
+    *, session: Session, model_name: str, key: str | None, cooldown_s: float
+) -> Enqueued | None:
+    """The answer when no job is needed: the job the key made, the active job, or the cooldown."""
+    if key is not None:
         same = session.scalar(
             select(TrainingJob).where(
-                TrainingJob.model_name == model_name, TrainingJob.idempotency_key == idempotency_key
+                TrainingJob.model_name == model_name, TrainingJob.idempotency_key == key
             )
         )
         if same is not None:
             return Enqueued(
-                same.id,
-                False,
-                f"idempotency key {idempotency_key!r} already made job {same.id} ({same.state})",
+                same.id, False, f"idempotency key {key!r} already made job {same.id} ({same.state})"
             )
     active = active_job(session=session, model_name=model_name)
     if active is not None:
@@ -134,42 +170,23 @@ def enqueue(
                     False,
                     f"cooldown: job {last.id} ended {ago:.0f}s ago (retrain_cooldown_s={cooldown_s:g})",
                 )
-    job = TrainingJob(
-        model_name=model_name,
-        state=JobState.QUEUED,
-        trigger=how,
-        requested_by=requested_by[:128],
-        idempotency_key=idempotency_key,
-        alert_id=alert_id,
-        params=checked,
-        progress={},
-        log_tail="",
-        attempts=0,
-        cancel_requested=False,
-        created_at=utcnow(),
-    )
-    _append(job, [f"queued by {how.value} ({requested_by})"])
-    try:
-        with session.begin_nested():
-            session.add(job)
-            session.flush()
-    except IntegrityError:
-        # another process queued one at the same moment: answer with the winner
-        winner = active_job(session=session, model_name=model_name)
-        if winner is None and idempotency_key is not None:
-            winner = session.scalar(
-                select(TrainingJob).where(
-                    TrainingJob.model_name == model_name, TrainingJob.idempotency_key == idempotency_key
-                )
+    return None
+
+
+def _winner(*, session: Session, model_name: str, key: str | None) -> Enqueued:
+    """The answer when another process queued a job of the model at the same moment: its job."""
+    winner = active_job(session=session, model_name=model_name)
+    if winner is None and key is not None:
+        winner = session.scalar(
+            select(TrainingJob).where(
+                TrainingJob.model_name == model_name, TrainingJob.idempotency_key == key
             )
-        if winner is None:
-            raise Conflict(
-                f"another retrain of {model_name!r} was queued at the same time and has ended; retry"
-            ) from None
-        return Enqueued(
-            winner.id, False, f"job {winner.id} of model {model_name!r} was queued at the same time"
         )
-    return Enqueued(job.id, True, f"job {job.id} queued")
+    if winner is None:
+        raise Conflict(
+            f"another retrain of {model_name!r} was queued at the same time and has ended; retry"
+        ) from None
+    return Enqueued(winner.id, False, f"job {winner.id} of model {model_name!r} was queued at the same time")
 
 
 def active_job(*, session: Session, model_name: str) -> TrainingJob | None:

@@ -154,10 +154,27 @@ def repeated_tensor(tensors: Sequence[Any]) -> tuple[int, str] | None:
     return None
 
 
+Tensor = tuple[str, list[int], str, list[Any]]  # an input tensor decoded: name, shape, datatype, flat values
+
+
 def parse_v2(
     schema: ModelSchema, payload: Any, binary: bytes = b"", *, outputs: Sequence[str] | None = None
 ) -> Columns:
     """An ``/infer`` body -> columns (``outputs``: the names it may ask for, default the contract's)."""
+    tensors = _v2_tensors(schema, payload, outputs)
+    decoded: list[Tensor] = []
+    offset = 0
+    for k, t in enumerate(tensors):
+        tensor, offset = _decode_tensor(k, t, binary, offset)
+        decoded.append(tensor)
+    features = set(schema.feature_names)
+    if len(decoded) == 1 and decoded[0][0] not in features:
+        return _matrix(schema, *decoded[0])
+    return _feature_columns(schema, decoded)
+
+
+def _v2_tensors(schema: ModelSchema, payload: Any, outputs: Sequence[str] | None) -> list[Any]:
+    """The body's input tensors, once its envelope (id, parameters, outputs, no input twice) is checked."""
     if not isinstance(payload, Mapping):
         raise BadRequest('the body must be a JSON object with "inputs"')
     if not isinstance(payload.get("id", ""), str):
@@ -186,48 +203,52 @@ def parse_v2(
         at, twice = repeat
         message = f"is sent twice (input tensor {at}): send each input once"
         raise ContractViolation([Violation("duplicate_input", message, feature=twice)])
-    decoded: list[tuple[str, list[int], str, list[Any]]] = []
-    offset = 0
-    for k, t in enumerate(tensors):
-        if not isinstance(t, Mapping):
-            raise BadRequest(f"input tensor {k} must be an object")
-        name, shape, dtype = t.get("name"), t.get("shape"), t.get("datatype")
-        if not isinstance(name, str):
-            raise BadRequest(f"input tensor {k} has no name")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
-            raise ContractViolation(
-                [Violation("shape", "needs a shape: a list of non-negative integers", feature=name)]
+    return tensors
+
+
+def _decode_tensor(k: int, t: Any, binary: bytes, offset: int) -> tuple[Tensor, int]:
+    """Input tensor ``k`` decoded (from JSON data or the binary part at ``offset``) and the next offset."""
+    if not isinstance(t, Mapping):
+        raise BadRequest(f"input tensor {k} must be an object")
+    name, shape, dtype = t.get("name"), t.get("shape"), t.get("datatype")
+    if not isinstance(name, str):
+        raise BadRequest(f"input tensor {k} has no name")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise ContractViolation(
+            [Violation("shape", "needs a shape: a list of non-negative integers", feature=name)]
+        )
+    if not isinstance(dtype, str) or (dtype not in NUMERIC_TYPES and dtype != "BYTES"):
+        raise ContractViolation([Violation("type", f"unknown datatype {dtype!r}", feature=name)])
+    params = t.get("parameters") or {}
+    if not isinstance(params, Mapping):
+        raise BadRequest(f"the parameters of input tensor '{name}' must be an object")
+    size = params.get("binary_data_size")
+    if size is not None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise BadRequest(
+                f"binary_data_size of input '{name}' must be a non-negative integer", "binary_data"
             )
-        if not isinstance(dtype, str) or (dtype not in NUMERIC_TYPES and dtype != "BYTES"):
-            raise ContractViolation([Violation("type", f"unknown datatype {dtype!r}", feature=name)])
-        params = t.get("parameters") or {}
-        if not isinstance(params, Mapping):
-            raise BadRequest(f"the parameters of input tensor '{name}' must be an object")
-        size = params.get("binary_data_size")
-        if size is not None:
-            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                raise BadRequest(
-                    f"binary_data_size of input '{name}' must be a non-negative integer", "binary_data"
-                )
-            if offset + size > len(binary):
-                raise BadRequest(f"binary_data_size of input '{name}' exceeds the binary part", "binary_data")
-            data = _decode_binary(name, dtype, binary[offset : offset + size])
-            offset += size
-        else:
-            if "data" not in t:
-                raise ContractViolation([Violation("shape", "has no data", feature=name)])
-            data = _flatten(t["data"])
-        expected = math.prod(shape)
-        if len(data) != expected:
-            raise ContractViolation(
-                [Violation("shape", f"shape {shape} needs {expected} values, got {len(data)}", feature=name)]
-            )
-        decoded.append((name, shape, dtype, data))
+        if offset + size > len(binary):
+            raise BadRequest(f"binary_data_size of input '{name}' exceeds the binary part", "binary_data")
+        data = _decode_binary(name, dtype, binary[offset : offset + size])
+        offset += size
+    else:
+        if "data" not in t:
+            raise ContractViolation([Violation("shape", "has no data", feature=name)])
+        data = _flatten(t["data"])
+    expected = math.prod(shape)
+    if len(data) != expected:
+        raise ContractViolation(
+            [Violation("shape", f"shape {shape} needs {expected} values, got {len(data)}", feature=name)]
+        )
+    return (name, shape, dtype, data), offset
+
+
+def _feature_columns(schema: ModelSchema, decoded: list[Tensor]) -> Columns:
+    """One tensor per feature -> columns, each tensor's name, shape and datatype checked on the contract."""
     features = set(schema.feature_names)
-    if len(decoded) == 1 and decoded[0][0] not in features:
-        return _matrix(schema, *decoded[0])
     values: dict[str, Sequence[Any]] = {}
     for name, shape, dtype, data in decoded:
         if name not in features:

@@ -6,7 +6,8 @@ import numpy as np
 
 from core.tabular import Columns
 from monitors.drift import NumericCounts
-from monitors.profile import NumericProfile, _numeric_from_dict, numeric_summary
+from monitors.profile import NumericProfile, numeric_summary
+from monitors.profile import numeric_from_dict as _numeric_from_dict
 from training.datagen import default_logit
 
 

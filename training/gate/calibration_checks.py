@@ -26,6 +26,7 @@ from training.gate.figures import (
     shape_problem,
 )
 from training.gate.judgement import (
+    Comparison,
     compare,
     comparison_check,
     judge,
@@ -120,54 +121,10 @@ def class_calibration(
     names = [str(classes[i]) if i < len(classes) else str(i) for i in range(k)]
     base: dict[str, Any] = {"per_class": True, "bins": ECE_BINS}
     if serving is None:
-        errors = [float(e) for e in class_calibration_errors(labels, candidate)]
-        worst = max(range(k), key=lambda i: errors[i] if math.isfinite(errors[i]) else -math.inf)
-        return GateCheck(
-            "calibration",
-            Verdict.PASSED,
-            {
-                "metric": "ece",
-                "class": names[worst],
-                "candidate": round_figure(errors[worst]),
-                "serving": None,
-                "delta": None,
-                "tolerance": tolerance,
-                "rows": int(labels.size),
-                **base,
-                "classes": [
-                    {"class": n, "candidate": round_figure(e)} for n, e in zip(names, errors, strict=True)
-                ],
-            },
-            f"{NO_SERVING} (candidate ece per class, the worst {names[worst]!r} {errors[worst]:.4f})",
-        )
+        return _uncompared_classes(labels, candidate, tolerance=tolerance, names=names, base=base)
     level = 1.0 - (1.0 - policy.confidence) / k
-    diffs = bootstrap_classes(
-        labels=labels,
-        candidate=candidate,
-        serving=serving,
-        confidence=level,
-        reps=replicate_count(policy.bootstrap_reps, level, labels.size),
-        seed=policy.seed + 2,
-    )
-    found = [
-        judge(
-            statistic="ece",
-            diff=d,
-            labels=labels,
-            tolerance=tolerance,
-            min_rows=min_rows(Task.MULTICLASS, "calibration", k),
-            rows_note=per_class_note(k),
-        )
-        for d in diffs
-    ]
-    failed = [i for i, c in enumerate(found) if c.verdict is Verdict.FAILED]
-    open_ = [i for i, c in enumerate(found) if c.verdict is Verdict.UNDECIDED]
-    if failed:
-        pick = max(failed, key=lambda i: found[i].diff.low)
-    elif open_:
-        pick = max(open_, key=lambda i: found[i].rows_needed or 0)
-    else:
-        pick = max(range(k), key=lambda i: d if math.isfinite(d := found[i].diff.estimate) else -math.inf)
+    found = _judged_classes(labels, candidate, serving, tolerance=tolerance, policy=policy, level=level)
+    pick, failed, open_ = _deciding_class(found, k)
     c = found[pick]
     docs = [
         {
@@ -190,3 +147,75 @@ def class_calibration(
         f"class {names[pick]!r} (one-vs-rest; the worst of {k} classes at {percent(level)} each): "
         f"{check.message}{more}",
     )
+
+
+def _uncompared_classes(
+    labels: np.ndarray, candidate: np.ndarray, *, tolerance: float, names: list[str], base: dict[str, Any]
+) -> GateCheck:
+    """Passed with no serving version to compare: the candidate's ECE per class, the worst shown."""
+    k = candidate.shape[1]
+    errors = [float(e) for e in class_calibration_errors(labels, candidate)]
+    worst = max(range(k), key=lambda i: errors[i] if math.isfinite(errors[i]) else -math.inf)
+    return GateCheck(
+        "calibration",
+        Verdict.PASSED,
+        {
+            "metric": "ece",
+            "class": names[worst],
+            "candidate": round_figure(errors[worst]),
+            "serving": None,
+            "delta": None,
+            "tolerance": tolerance,
+            "rows": int(labels.size),
+            **base,
+            "classes": [
+                {"class": n, "candidate": round_figure(e)} for n, e in zip(names, errors, strict=True)
+            ],
+        },
+        f"{NO_SERVING} (candidate ece per class, the worst {names[worst]!r} {errors[worst]:.4f})",
+    )
+
+
+def _judged_classes(
+    labels: np.ndarray,
+    candidate: np.ndarray,
+    serving: np.ndarray,
+    *,
+    tolerance: float,
+    policy: GatePolicy,
+    level: float,
+) -> list[Comparison]:
+    """Each class's paired difference of the one-vs-rest ECE judged against the tolerance at ``level``."""
+    k = candidate.shape[1]
+    diffs = bootstrap_classes(
+        labels=labels,
+        candidate=candidate,
+        serving=serving,
+        confidence=level,
+        reps=replicate_count(policy.bootstrap_reps, level, labels.size),
+        seed=policy.seed + 2,
+    )
+    return [
+        judge(
+            statistic="ece",
+            diff=d,
+            labels=labels,
+            tolerance=tolerance,
+            min_rows=min_rows(Task.MULTICLASS, "calibration", k),
+            rows_note=per_class_note(k),
+        )
+        for d in diffs
+    ]
+
+
+def _deciding_class(found: list[Comparison], k: int) -> tuple[int, list[int], list[int]]:
+    """The class whose figures the check shows (:func:`class_calibration`), the failed and the undecided."""
+    failed = [i for i, c in enumerate(found) if c.verdict is Verdict.FAILED]
+    open_ = [i for i, c in enumerate(found) if c.verdict is Verdict.UNDECIDED]
+    if failed:
+        pick = max(failed, key=lambda i: found[i].diff.low)
+    elif open_:
+        pick = max(open_, key=lambda i: found[i].rows_needed or 0)
+    else:
+        pick = max(range(k), key=lambda i: d if math.isfinite(d := found[i].diff.estimate) else -math.inf)
+    return pick, failed, open_

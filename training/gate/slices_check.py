@@ -239,6 +239,33 @@ def slices(
         present = [k for k in range(candidate.shape[1]) if np.any(np.rint(labels) == k)]
     confidence = 1.0 - (1.0 - policy.confidence) / len(found)
     figures["confidence"] = round(confidence, 6)
+    docs = _ranked(
+        found,
+        used=used,
+        labels=labels,
+        candidate=candidate,
+        serving=serving,
+        tolerance=tolerance,
+        policy=policy,
+        confidence=confidence,
+        present=present,
+    )
+    return _concluded(docs, figures, used=used, tolerance=tolerance, confidence=confidence, searched=searched)
+
+
+def _ranked(
+    found: Sequence[_Slice],
+    *,
+    used: str,
+    labels: np.ndarray,
+    candidate: np.ndarray,
+    serving: np.ndarray,
+    tolerance: float,
+    policy: GatePolicy,
+    confidence: float,
+    present: Sequence[int],
+) -> list[dict[str, Any]]:
+    """Each slice's paired comparison as a document, worst first."""
     ranked = []
     for i, piece in enumerate(found):
         mask = piece.mask
@@ -259,7 +286,19 @@ def slices(
             key = -worse if math.isfinite(worse := _worse_by(c)) else math.inf
         ranked.append((key, doc))
     ranked.sort(key=lambda kd: kd[0])
-    docs = [doc for _, doc in ranked]
+    return [doc for _, doc in ranked]
+
+
+def _concluded(
+    docs: list[dict[str, Any]],
+    figures: dict[str, Any],
+    *,
+    used: str,
+    tolerance: float,
+    confidence: float,
+    searched: str,
+) -> GateCheck:
+    """The check's verdict on the judged slices: failed when one is worse than serving beyond tolerance."""
     failed = [s for s in docs if s["verdict"] == Verdict.FAILED]
     open_ = [s for s in docs if s["verdict"] == Verdict.UNDECIDED]
     figures["worst"] = docs[:SHOWN]

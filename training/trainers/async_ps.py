@@ -11,6 +11,7 @@ latest checkpoint when rerun; lost workers are relaunched on the same address an
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -109,18 +110,64 @@ def coordinate(
         model=net, optimizer=optimizer, global_step=global_step, closure_steps=closure_steps
     )
     manager = tf.train.CheckpointManager(ckpt, str(checkpoint_dir), max_to_keep=3)
+    _restore(ckpt, manager, progress, global_step=global_step, ps=job.ps)
+    done = closure_steps.numpy()
+    pending = [int(c) for c in np.flatnonzero(done < k)]
+    step = int(global_step.numpy())
+    progress.start(planned, step)
+    _run_rounds(
+        coordinator,
+        closure,
+        iterator,
+        pending,
+        per_round=max(1, job.checkpoint_every // k),
+        manager=manager,
+        global_step=global_step,
+        progress=progress,
+        batch=batch,
+        spec=spec,
+    )
+    final = int(global_step.numpy())
+    if final != planned:
+        raise RuntimeError(f"global step {final} != planned {planned}: closure accounting is broken")
+    progress.event("training done: global_step=%d planned=%d", final, planned)
+    return model_weights(net)
+
+
+def _restore(
+    ckpt: tf.train.Checkpoint,
+    manager: tf.train.CheckpointManager,
+    progress: Progress | ProgressFile,
+    *,
+    global_step: tf.Variable,
+    ps: int,
+) -> None:
+    """Resume from the newest checkpoint in ``manager``'s folder, if there is one."""
     if manager.latest_checkpoint:
         ckpt.restore(manager.latest_checkpoint)
         progress.event(
             "resumed from checkpoint %s at step %d", manager.latest_checkpoint, int(global_step.numpy())
         )
     else:
-        progress.event("initialized variables on %d ps task(s); no checkpoint, starting at step 0", job.ps)
-    done = closure_steps.numpy()
-    pending = [int(c) for c in np.flatnonzero(done < k)]
+        progress.event("initialized variables on %d ps task(s); no checkpoint, starting at step 0", ps)
+
+
+def _run_rounds(
+    coordinator: tf.distribute.coordinator.ClusterCoordinator,
+    closure: Any,
+    iterator: Any,
+    pending: list[int],
+    *,
+    per_round: int,
+    manager: tf.train.CheckpointManager,
+    global_step: tf.Variable,
+    progress: Progress | ProgressFile,
+    batch: int,
+    spec: ClusterSpec,
+) -> None:
+    """Schedule the pending closures ``per_round`` at a time, checkpointing after each round; a lost ps task
+    raises :class:`ParameterServerLost`."""
     step = int(global_step.numpy())
-    progress.start(planned, step)
-    per_round = max(1, job.checkpoint_every // k)
     try:
         for start in range(0, len(pending), per_round):
             results = [
@@ -142,8 +189,3 @@ def coordinate(
                 f"and rerun to resume from the last checkpoint (step {step})"
             ) from exc
         raise
-    final = int(global_step.numpy())
-    if final != planned:
-        raise RuntimeError(f"global step {final} != planned {planned}: closure accounting is broken")
-    progress.event("training done: global_step=%d planned=%d", final, planned)
-    return model_weights(net)

@@ -1,0 +1,109 @@
+"""A column summarised: a numeric column's quantile sketch and bins, a categorical column's counts, a
+binary model's reliability table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from core.tabular import Column, as_float, value_counts
+from monitors.binning import count_sorted
+from monitors.profile.profiles import N_BINS, N_QUANTILES
+from registry.schema import FeatureKind
+
+CALIBRATION_BINS = 20
+
+
+def quantile_positions(n: int, q: np.ndarray) -> np.ndarray:
+    """Positions in ``n`` sorted values of the quantiles ``q`` by ``np.quantile(method="inverted_cdf")``.
+
+    Parameters
+    ----------
+    n : int
+        Number of values (at least 1).
+    q : np.ndarray
+        Probabilities in [0, 1].
+
+    Returns
+    -------
+    np.ndarray
+        Integer positions: the smallest ``i`` with ``(i + 1) / n >= q`` (numpy's rule, in its arithmetic), so
+        ``sorted_values[positions]`` equals ``np.quantile(values, q, method="inverted_cdf")`` without
+        partitioning the values again.
+    """
+    index = n * np.asarray(q, dtype=np.float64) - 1
+    below = np.floor(index)
+    positions = np.where(index - below == 0, below, below + 1).astype(np.intp)
+    return np.clip(positions, 0, n - 1)
+
+
+def numeric_summary(
+    values: Column, *, name: str, n_quantiles: int = N_QUANTILES, n_bins: int = N_BINS
+) -> dict[str, Any]:
+    """Summary dict of one numeric column (NaN = missing); one sort of the values."""
+    x = np.sort(as_float(values))  # NaN sorts last
+    n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
+    present = x[:n_valid]
+    out: dict[str, Any] = {"kind": FeatureKind.NUMERIC.value, "name": name, "count": int(present.size)}
+    out["missing"] = int(x.size - present.size)
+    if present.size == 0:
+        out.update(
+            mean=0.0, std=0.0, min=None, max=None, quantiles=[], grid=[], grid_counts=[0], grid_sums=[0.0]
+        )
+        out.update(bin_cuts=[], bin_counts=[0])
+        return out
+    q = present[quantile_positions(present.size, np.linspace(0.0, 1.0, n_quantiles))]
+    grid = np.unique(q)
+    counts = count_sorted(present, grid)
+    # decile cuts are taken from the sketch itself, so they are grid points
+    cuts = np.unique(q[np.round(np.arange(1, n_bins) * (n_quantiles - 1) / n_bins).astype(np.int64)])
+    cuts = cuts[cuts < grid[-1]]  # a cut at the maximum would leave an always-empty last bin
+    bin_counts = np.diff(np.concatenate([[0], np.searchsorted(present, cuts, side="right"), [present.size]]))
+    out.update(
+        mean=float(present.mean()),
+        std=float(present.std()),
+        min=float(present[0]),
+        max=float(present[-1]),
+        quantiles=q.tolist(),
+        grid=grid.tolist(),
+        grid_counts=counts.cells.tolist(),
+        grid_sums=counts.sums.tolist(),
+        bin_cuts=cuts.tolist(),
+        bin_counts=bin_counts.astype(int).tolist(),
+    )
+    return out
+
+
+def categorical_summary(values: Column, *, name: str) -> dict[str, Any]:
+    """Summary dict of one categorical column (None or "" = missing)."""
+    counts = value_counts(values)
+    missing = 0
+    cats: dict[str, int] = {}
+    for key, n in counts.items():
+        if key is None or key == "" or (isinstance(key, float) and np.isnan(key)):
+            missing += n
+        else:
+            cats[str(key)] = cats.get(str(key), 0) + n
+    return {
+        "kind": FeatureKind.CATEGORICAL.value,
+        "name": name,
+        "count": int(sum(cats.values())),
+        "missing": int(missing),
+        "categories": dict(sorted(cats.items())),
+    }
+
+
+def calibration_table(predictions: np.ndarray, labels: np.ndarray) -> dict[str, list[float]]:
+    """Reliability table on prediction-quantile bins: mean prediction and mean label per bin."""
+    order = np.argsort(predictions, kind="stable")
+    p, y = predictions[order], labels[order].astype(np.float64)
+    chunks = np.array_split(np.arange(p.size), min(CALIBRATION_BINS, max(p.size, 1)))
+    mean_p = [float(p[c].mean()) for c in chunks if c.size]
+    mean_y = [float(y[c].mean()) for c in chunks if c.size]
+    # isotonic (pool adjacent violators) so the map is monotone
+    from scipy.optimize import isotonic_regression
+
+    weights = [float(c.size) for c in chunks if c.size]
+    fitted = isotonic_regression(mean_y, weights=weights).x
+    return {"mean_prediction": mean_p, "mean_label": [float(v) for v in fitted]}
