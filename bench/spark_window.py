@@ -111,7 +111,7 @@ def distinct_table(rows: int) -> pa.Table:
             "model_version": pa.array(np.ones(n, np.int64)),
             "logged_at": pa.array(np.zeros(n, np.int64), pa.timestamp("us", tz="UTC")),
             "latency_ms": pa.array(np.ones(n)),
-            "status": pa.array(["ok"] * n, pa.string()).dictionary_encode().cast(pa.string()),
+            "status": pa.array(["ok"] * n, pa.string()),
             "protocol": pa.array(["v1"] * n, pa.string()),
             "source": pa.array(["serve"] * n, pa.string()),
             "output": pa.array(p),

@@ -234,3 +234,17 @@ def test_monitor_on_spark_through_the_cli(
     assert missing.exit_code == 2 and f"the lake {tmp_path / 'gone'} does not exist" in missing.output
     wrong = run_cli(monkeypatch, env, "monitor", "--once", "--engine", "sparkle")
     assert wrong.exit_code == 2 and "--engine" in wrong.output
+
+
+def test_the_health_check_names_what_the_engine_cannot_reach(tmp_path: Path, spark_cluster: Cluster) -> None:
+    from monitors.spark.health import spark_checks
+
+    base = get_settings().model_copy(update={"monitor_engine": "spark", "spark_master": spark_cluster.master})
+    assert spark_checks(base.model_copy(update={"monitor_engine": "database"})) == []
+    (check,) = spark_checks(base.model_copy(update={"lake_url": str(tmp_path)}))
+    assert check.fn().ok and not check.ready
+    url = f"spark://127.0.0.1:{free_port()}"
+    down = spark_checks(base.model_copy(update={"lake_url": str(tmp_path), "spark_master": url}))[0].fn()
+    assert not down.ok and f"the Spark master {url} cannot be reached" in down.detail
+    gone = spark_checks(base.model_copy(update={"lake_url": str(tmp_path / "gone")}))[0].fn()
+    assert not gone.ok and "does not exist" in gone.detail
