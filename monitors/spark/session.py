@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 CONNECT_TIMEOUT_S = 5.0
+DRIVER_MEMORY = "512m"  # the driver's JVM receives one sketch per hour (a few MB), never the rows
 _lock = threading.Lock()
 _sessions: dict[str, SparkSession] = {}
 
@@ -89,7 +90,7 @@ def _build(master: str) -> SparkSession:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.memory", os.environ.get("DRIFTWARDEN_SPARK_DRIVER_MEMORY", "1g"))
+        .config("spark.driver.memory", DRIVER_MEMORY)
     )
     if loopback:
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
