@@ -18,6 +18,7 @@ Parquet file, beside the Spark figure. Speed is never asserted by a test: it is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -58,16 +59,23 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def children(pid: int) -> list[int]:
+def driver_jvms(pid: int) -> list[int]:
+    """The driver's JVMs among ``pid``'s children (``SparkSubmit``: not the cluster's master and workers,
+    which this benchmark starts too)."""
     try:
         out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     except OSError:
         return []
-    return [int(p) for p in out.split()]
+    jvms = []
+    for child in out.split():
+        with contextlib.suppress(OSError):
+            if b"SparkSubmit" in Path(f"/proc/{child}/cmdline").read_bytes():
+                jvms.append(int(child))
+    return jvms
 
 
 class Peak:
-    """The driver's peak RSS (this process plus its JVM and other children), sampled every 0.2 s."""
+    """The driver's peak RSS (this process and its JVM), sampled every 0.2 s."""
 
     def __init__(self) -> None:
         self.python = self.jvm = 0.0
@@ -78,7 +86,7 @@ class Peak:
     def _run(self) -> None:
         while not self._stop.wait(0.2):
             self.python = max(self.python, rss_mb(os.getpid()))
-            self.jvm = max(self.jvm, sum(rss_mb(c) for c in children(os.getpid())))
+            self.jvm = max(self.jvm, sum(rss_mb(c) for c in driver_jvms(os.getpid())))
 
     def __enter__(self) -> Peak:
         self._thread.start()
