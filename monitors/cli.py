@@ -20,6 +20,7 @@ from core.errors import Invalid
 from core.terminal import note
 
 if TYPE_CHECKING:
+    from core.config import Settings
     from monitors.config import MonitorConfig
     from monitors.offline import RegisteredReference
     from monitors.report import DriftReport
@@ -123,6 +124,16 @@ def _check_outputs(json_out: Path | None, html_out: Path | None) -> None:
     for option, path, suffix in (("--json", json_out, ".json"), ("--html", html_out, ".html")):
         if path is not None:
             check_target(path, option=option, example=f"drift-report{suffix}")
+
+
+def _engine_settings(settings: Settings, *, engine: str | None, spark_master: str | None) -> Settings:
+    """``settings`` with the --engine and --spark-master of the command line."""
+    if engine is not None and engine not in ("database", "spark"):
+        raise typer.BadParameter(f"{engine!r} is not an engine: database or spark", param_hint="--engine")
+    update: dict[str, Any] = {"monitor_engine": engine} if engine else {}
+    if spark_master:
+        update["spark_master"] = spark_master
+    return settings.model_copy(update=update) if update else settings
 
 
 def _numpy_settings() -> None:
@@ -292,12 +303,32 @@ def monitor_cmd(
     every: Annotated[
         str, typer.Option("--every", help="With --backfill: the length of each window, e.g. 1d, 6h.")
     ] = "1d",
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Where windows are sketched: database (the log's tables) or spark (the lake of "
+            "DRIFTWARDEN_LAKE_URL on a Spark cluster). Default: DRIFTWARDEN_MONITOR_ENGINE.",
+        ),
+    ] = None,
+    spark_master: Annotated[
+        str | None,
+        typer.Option(
+            "--spark-master",
+            help="With --engine spark: the master URL (spark://host:7077, local[2], ...). "
+            "Default: DRIFTWARDEN_SPARK_MASTER.",
+        ),
+    ] = None,
 ) -> None:
     """Evaluate drift of every serving model every interval, as its own process (or once with --once).
 
     Reads windows from the prediction log (the model's own window of `driftwarden monitor config NAME`,
     else DRIFTWARDEN_MONITOR_WINDOW_ROWS / _MINUTES) and stores each run; the server shows them on
     /v1/models/{name}/drift. With --once each model gets one line: its run, or why it was skipped.
+
+    With --engine spark each window is sketched from the Parquet lake (DRIFTWARDEN_LAKE_URL) on the Spark
+    cluster of --spark-master: whole hours counted once and kept, labels joined in Spark
+    (docs/monitoring.md, "The spark engine"); a lake or master that cannot be read is one line, exit 2.
 
     With --backfill --model NAME it instead evaluates each window of length --every within the last --since
     (on the grid of --every: days end at UTC midnight), stores each run at its window's end (the drift
@@ -307,7 +338,9 @@ def monitor_cmd(
     if ctx.invoked_subcommand is not None:
         return
     if backfill:
-        _backfill(model or [], since=since, every=every)
+        from monitors.cli_backfill import run_backfill
+
+        run_backfill(model or [], since=since, every=every)
         return
     import logging
 
@@ -322,6 +355,7 @@ def monitor_cmd(
     settings = get_settings()
     if interval is not None:
         settings = settings.model_copy(update={"monitor_interval_s": interval})
+    settings = _engine_settings(settings, engine=engine, spark_master=spark_master)
     if not once:  # a long-lived process: its freed window buffers go back to the system (core/memory.py)
         from core.memory import fix_mmap_threshold
 
@@ -357,64 +391,6 @@ def monitor_cmd(
         raise NotEvaluated(f"could not evaluate {len(problems)} model(s): {'; '.join(problems)}")
     if any(r.outcome is not None and r.outcome.report.drifted for r in results):
         raise typer.Exit(code=1)
-
-
-def _backfill(models: list[str], *, since: str, every: str) -> None:
-    """``monitor --backfill``: one model's past windows, a progress bar and a table of what was stored."""
-    from datetime import UTC, datetime
-
-    from rich.progress import Progress
-    from rich.table import Table
-
-    from core.config import get_settings
-    from core.database import open_database
-    from core.durations import require_duration
-    from core.terminal import make_console
-    from monitors.backfill import backfill, windows
-
-    if len(models) != 1:
-        raise typer.BadParameter(
-            "--backfill evaluates one model: give exactly one --model", param_hint="--model"
-        )
-    span = require_duration(since, where="--since")
-    step = require_duration(every, where="--every")
-    settings = get_settings()
-    db = open_database()
-    console = make_console(stderr=True)
-    total = len(windows(since=span, every=step, now=datetime.now(UTC)))
-    try:
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task(f"backfill {models[0]}", total=total)
-            results = backfill(
-                db=db,
-                settings=settings,
-                model_name=models[0],
-                since=span,
-                every=step,
-                progress=lambda _: bar.advance(task),
-            )
-    finally:
-        db.dispose()
-    table = Table(title=f"Backfill of {models[0]}: windows of {every} over the last {since}")
-    for col in ("window start", "window end", "rows", "run", "drifted features", "result"):
-        table.add_column(col)
-    for r in results:
-        table.add_row(
-            f"{r.start:%Y-%m-%d %H:%M}",
-            f"{r.end:%Y-%m-%d %H:%M}",
-            str(r.rows) if r.outcome != "existing" else "",
-            str(r.run_id or ""),
-            str(r.drifted) if r.run_id else "",
-            r.summary or r.outcome,
-        )
-    make_console().print(table)
-    stored = sum(1 for r in results if r.run_id)
-    existing = sum(1 for r in results if r.outcome == "existing")
-    thin = sum(1 for r in results if r.outcome == "too few rows")
-    typer.echo(
-        f"{stored} run(s) stored, {existing} window(s) already had one, {thin} with fewer than "
-        f"{settings.monitor_min_rows} predictions"
-    )
 
 
 reports_app = typer.Typer(

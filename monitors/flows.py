@@ -83,6 +83,12 @@ class InvalidConfig(MonitorError):
     status_code = 409
 
 
+class EngineUnavailable(MonitorError):
+    """The spark engine cannot read the window: the lake or the Spark master (one line naming it)."""
+
+    status_code = 503
+
+
 @dataclass
 class Outcome:
     """One evaluation: the stored run, its window and its report."""
@@ -269,17 +275,28 @@ def run_monitor(
     started = time.perf_counter()
     version, profile, config, where = prepare(db=db, settings=settings, model_name=model_name)
     spec = window_spec(settings=settings, config=config, version=version.version)
-    window = read_window(
-        engine=window_engine(db=db, settings=settings),
-        profile=profile,
-        model_name=model_name,
-        spec=spec,
-        threshold=config.classification_threshold,
-        chunk_rows=settings.monitor_chunk_rows,
-        now=now,
-        cache=sketch_cache(db=db, settings=settings),
-        sample_rows=settings.monitor_sample_rows,
-    )
+    if settings.monitor_engine == "spark":
+        window = read_on_spark(
+            db=db,
+            settings=settings,
+            profile=profile,
+            model_name=model_name,
+            spec=spec,
+            config=config,
+            now=now,
+        )
+    else:
+        window = read_window(
+            engine=window_engine(db=db, settings=settings),
+            profile=profile,
+            model_name=model_name,
+            spec=spec,
+            threshold=config.classification_threshold,
+            chunk_rows=settings.monitor_chunk_rows,
+            now=now,
+            cache=sketch_cache(db=db, settings=settings),
+            sample_rows=settings.monitor_sample_rows,
+        )
     if window.rows < settings.monitor_min_rows:
         raise EmptyWindow(
             f"the window of {model_name}:{version.version} ({spec.describe()}) holds {window.rows} answered "
@@ -307,6 +324,44 @@ def run_monitor(
     )
     publish(MONITOR_RUN, db=db, settings=settings, outcome=outcome)  # the alert rules act on it (alerts/)
     return outcome
+
+
+def read_on_spark(
+    *,
+    db: Database,
+    settings: Settings,
+    profile: Profile,
+    model_name: str,
+    spec: WindowSpec,
+    config: MonitorConfig,
+    now: datetime | None,
+) -> Window:
+    """The window read from the lake (``lake_url``) on the Spark master of ``spark_master``, whole hours'
+    counts cached in the control database; the lake or the master failing is one line naming it."""
+    if not settings.lake_url:
+        raise EngineUnavailable("monitor_engine=spark reads the lake: set lake_url (DRIFTWARDEN_LAKE_URL)")
+    from monitors.spark.session import spark_failure, spark_session
+    from monitors.spark.window import read_lake_window
+
+    try:
+        return read_lake_window(
+            spark=spark_session(settings.spark_master),
+            lake=settings.lake_url,
+            profile=profile,
+            model_name=model_name,
+            spec=spec,
+            threshold=config.classification_threshold,
+            now=now,
+            cache=db.engine,
+            chunk_rows=settings.monitor_chunk_rows,
+        )
+    except DomainError as exc:
+        raise EngineUnavailable(str(exc)) from None
+    except Exception as exc:
+        reason = spark_failure(exc)
+        if reason is None:
+            raise
+        raise EngineUnavailable(f"the Spark job on {settings.spark_master} failed: {reason}") from None
 
 
 def serving_models(*, db: Database, only: list[str] | None = None) -> list[str]:

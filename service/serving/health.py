@@ -21,6 +21,7 @@ from core.events import HEALTH_PASS, publish
 from core.health import HealthCheck, HealthCollector, HealthMonitor, Status, core_checks
 from core.scheduling import every
 from monitors.metrics import DriftCollector
+from monitors.spark.health import spark_checks
 from predictions.health import log_check
 from registry.health import registry_check
 from service.serving.flows import AppState
@@ -98,6 +99,7 @@ def start_observability(state: AppState) -> Observability:
             partial(model_checks, state.manager),
             partial(cluster_checks, cfg.cluster_spec),
             partial(log_check, state.writer),
+            partial(spark_checks, cfg),
         ],
         timeout_s=cfg.health_timeout_s,
     )
