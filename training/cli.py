@@ -242,6 +242,16 @@ def train(
             "Not with --features.",
         ),
     ] = None,
+    embed: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--embed",
+            help="FEATURE[:DIM] (repeatable): hash this categorical feature into buckets and learn a DIM-wide "
+            "embedding (default DIM: settings, 8) instead of one-hot encoding it; a feature with more levels "
+            "than DRIFTWARDEN_EMBED_MIN_LEVELS (1,000) is embedded without it. With --ps 2 or more a large "
+            "table is sharded over the parameter servers.",
+        ),
+    ] = None,
     seed: Annotated[
         int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for the split, init and shuffling.")
     ] = 0,
@@ -308,6 +318,7 @@ def train(
         model_fn=fn_ref,
         features=chosen,
         exclude=excluded,
+        embed=tuple(embed or ()),
     )
     if not data.exists():
         raise Invalid(f"--data {data} does not exist (make one with `driftwarden data generate`)")

@@ -25,6 +25,7 @@ from training.builders import output_width, probe
 from training.calibration import fit_platt, logits_of
 from training.cluster import ClusterSpec
 from training.launcher import train_on_cluster
+from training.sharding import check_shards
 from training.progress import Progress
 from training.run_spec import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
 
@@ -79,6 +80,10 @@ def run_training(
         outputs=output_width(task, len(data.schema.classes)),
         task=task,
     )
+    if job.mode is Mode.ASYNC:  # a shard above the configured limit ends here, before any process starts
+        check_shards(
+            prep=data.prep, ps=len(cluster.ps) if cluster else job.ps, settings=settings or get_settings()
+        )
     files = RunFiles(checkpoint_root / job.key)
     if job.mode is Mode.LOCAL:
         from training.trainers import local
