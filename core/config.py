@@ -63,8 +63,8 @@ class Settings(BaseSettings):
     ps_max_restarts: int = Field(
         default=0,
         ge=0,
-        description="Async on a local cluster: relaunch a lost parameter server (and the chief, which restores "
-        "the latest checkpoint) up to this many times; 0: a lost parameter server ends the run.",
+        description="Async on a local cluster: relaunch a lost parameter server (and the chief, which "
+        "restores the latest checkpoint) up to this many times; 0: a lost parameter server ends the run.",
     )
     ps_min_shard_bytes: int = Field(
         default=256 << 10,
@@ -80,8 +80,8 @@ class Settings(BaseSettings):
     ps_max_shard_bytes: int = Field(
         default=1 << 30,
         gt=0,
-        description="Async: the largest shard (bytes, with its optimizer slot) one parameter server may hold; "
-        "a run whose largest shard would be bigger is refused before any process starts.",
+        description="Async: the largest shard (bytes, with its optimizer slot) one parameter server may "
+        "hold; a run whose largest shard would be bigger is refused before any process starts.",
     )
     embed_min_levels: int = Field(
         default=1000,

@@ -56,6 +56,8 @@ N_QUANTILES = 1001  # quantile sketch size: F is known to within 1/1000 between 
 N_BINS = 10  # reference-quantile (decile) bins for PSI and Jensen-Shannon
 PREDICTION = "prediction"
 MISSING_CATEGORY = None  # categorical missing values: None or ""
+PROFILE_LEVELS = 256  # a categorical with more levels keeps its most frequent 255 and folds the rest:
+OTHER_LEVELS = "(other levels)"  # ... into this one count (drift tests fold a window's other values into it)
 PCA_MAX_ROWS = 200_000
 PCA_VARIANCE = 0.9
 CALIBRATION_BINS = 20
@@ -259,6 +261,9 @@ def categorical_summary(values: Column, *, name: str) -> dict[str, Any]:
             missing += n
         else:
             cats[str(key)] = cats.get(str(key), 0) + n
+    if len(cats) > PROFILE_LEVELS:  # a high-cardinality feature (an id): the profile stays bounded
+        top = sorted(cats.items(), key=lambda kv: (-kv[1], kv[0]))[: PROFILE_LEVELS - 1]
+        cats = {**dict(top), OTHER_LEVELS: sum(cats.values()) - sum(n for _, n in top)}
     return {
         "kind": FeatureKind.CATEGORICAL.value,
         "name": name,

@@ -246,10 +246,10 @@ def train(
         list[str] | None,
         typer.Option(
             "--embed",
-            help="FEATURE[:DIM] (repeatable): hash this categorical feature into buckets and learn a DIM-wide "
-            "embedding (default DIM: settings, 8) instead of one-hot encoding it; a feature with more levels "
-            "than DRIFTWARDEN_EMBED_MIN_LEVELS (1,000) is embedded without it. With --ps 2 or more a large "
-            "table is sharded over the parameter servers.",
+            help="FEATURE[:DIM] (repeatable): hash this categorical feature into buckets and learn a "
+            "DIM-wide embedding (default DIM: settings, 8) instead of one-hot encoding it; a feature with "
+            "more levels than DRIFTWARDEN_EMBED_MIN_LEVELS (1,000) is embedded without it. With --ps 2 or "
+            "more a large table is sharded over the parameter servers.",
         ),
     ] = None,
     seed: Annotated[

@@ -47,7 +47,8 @@ def parse_embed(options: Iterable[str]) -> dict[str, int | None]:
             if sep:
                 if not dim_text.isdigit() or not 1 <= int(dim_text) <= MAX_EMBED_DIM:
                     raise Invalid(
-                        f"--embed {item!r}: DIM must be a whole number from 1 to {MAX_EMBED_DIM} (e.g. {name}:16)"
+                        f"--embed {item!r}: DIM must be a whole number from 1 to {MAX_EMBED_DIM} "
+                        f"(e.g. {name}:16)"
                     )
                 dim = int(dim_text)
             out[name] = dim

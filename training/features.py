@@ -60,7 +60,7 @@ class Preprocessing:
 
     @property
     def width(self) -> int:
-        """Columns of the network's input (the builder's ``input_dim``): the embeddings in place of the buckets."""
+        """Columns of the network's input (the builder's ``input_dim``): embeddings in place of buckets."""
         return self.dense_width + sum(e.dim for e in self.embedded)
 
     @property

@@ -25,9 +25,9 @@ from training.builders import output_width, probe
 from training.calibration import fit_platt, logits_of
 from training.cluster import ClusterSpec
 from training.launcher import train_on_cluster
-from training.sharding import check_shards
 from training.progress import Progress
 from training.run_spec import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
+from training.sharding import check_shards
 
 log = logging.getLogger("driftwarden.training")
 

@@ -24,6 +24,7 @@ def set_model_weights(net: keras.Model, weights: list[np.ndarray]) -> None:
     for var, value in zip(variables, weights, strict=True):
         if tuple(var.shape) != tuple(value.shape):
             raise ValueError(
-                f"weight {getattr(var, 'path', var.name)}: shape {tuple(var.shape)} != trained {tuple(value.shape)}"
+                f"weight {getattr(var, 'path', var.name)}: shape {tuple(var.shape)} "
+                f"!= trained {tuple(value.shape)}"
             )
         var.assign(value)

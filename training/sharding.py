@@ -70,7 +70,7 @@ def plan(prep: Preprocessing, *, ps: int, settings: Settings) -> list[ShardPlan]
 
 
 def check_shards(*, prep: Preprocessing, ps: int, settings: Settings) -> list[ShardPlan]:
-    """The plan, or :class:`core.errors.Invalid` naming the table whose shard exceeds ``ps_max_shard_bytes``."""
+    """The plan; :class:`core.errors.Invalid` names a table whose shard exceeds ``ps_max_shard_bytes``."""
     plans = plan(prep, ps=ps, settings=settings)
     limit = settings.ps_max_shard_bytes
     for p in plans:
@@ -83,14 +83,15 @@ def check_shards(*, prep: Preprocessing, ps: int, settings: Settings) -> list[Sh
             raise Invalid(
                 f"--ps {ps}: the embedding of {p.name!r} ([{p.rows}, {p.dim}] float32, with its optimizer "
                 f"accumulator) splits into {p.shards} shard(s) of {p.largest_bytes / MIB:.1f} MiB, above "
-                f"ps_max_shard_bytes ({limit / MIB:.1f} MiB) a parameter server may hold: {more}give a smaller "
+                f"ps_max_shard_bytes ({limit / MIB:.1f} MiB) a parameter server may hold: {more}"
+                f"give a smaller "
                 f"--embed {p.name}:DIM, or raise DRIFTWARDEN_PS_MAX_SHARD_BYTES"
             )
     return plans
 
 
 def partitioner(*, ps: int, settings: Settings) -> Any:
-    """The strategy's ``variable_partitioner`` for ``ps`` parameter servers (None with one: nothing to split)."""
+    """The ``variable_partitioner`` for ``ps`` parameter servers (None with one: nothing to split)."""
     if ps < 2:
         return None
     import tensorflow as tf
@@ -111,7 +112,7 @@ _PS_DEVICE = re.compile(r"/job:ps/replica:\d+/task:(\d+)")
 
 
 def ps_shares(variables: Iterable[Any], *, ps: int) -> dict[str, int]:
-    """Bytes of ``variables`` each parameter server holds (``ps:i`` -> bytes), shards counted where they lie."""
+    """Bytes of ``variables`` each parameter server holds (``ps:i`` -> bytes), each shard where it lies."""
     shares = {f"ps:{i}": 0 for i in range(ps)}
     for variable in variables:
         for part in _parts(variable):

@@ -35,7 +35,7 @@ def build_net(job: TrainingRunSpec, data: PreparedData) -> keras.Model:
         task=task,
         seed=job.seed,
     )
-    return wrap(net, data.prep, seed=job.seed, learning_rate=job.learning_rate)  # type: ignore[no-any-return]
+    return wrap(net, data.prep, seed=job.seed, learning_rate=job.learning_rate)
 
 
 def per_example_loss(task: Task, y: tf.Tensor, out: tf.Tensor) -> tf.Tensor:
