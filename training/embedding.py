@@ -84,3 +84,14 @@ def check_named(embed: Mapping[str, int | None], categorical: Iterable[str], num
         if name not in cats:
             known = ", ".join(sorted(cats)) or "none"
             raise Invalid(f"--embed {name}: not a categorical feature of the data (categorical: {known})")
+
+
+def check_mode(mode: str, embedded: Iterable[str]) -> None:
+    """Embedded features train in async (parameter servers) and local mode; sync all-reduce has no sparse
+    update of a mirrored table here, so it is refused in one line."""
+    names = list(embedded)
+    if mode == "sync" and names:
+        raise Invalid(
+            f"--mode sync cannot train the embedding of {', '.join(map(repr, names))} (mirrored variables "
+            "have no sparse update here): train with --mode async (sharded over --ps) or --mode local"
+        )

@@ -13,7 +13,7 @@ from core.errors import Invalid
 from registry.contracts import flag_rows
 from registry.schema import MAX_CATEGORIES, ModelSchema, infer_feature, infer_schema
 from tests.training.sharddata import with_id, write_with_id
-from training.embedding import default_buckets, parse_embed
+from training.embedding import check_mode, default_buckets, parse_embed
 from training.features import fit_preprocessing
 from training.sharding import (
     ShardPlan,
@@ -135,3 +135,12 @@ def test_local_run_trains_the_embedding_and_exports_it(tmp_path: Path) -> None:
     changed = dict(prepared.holdout_inputs)
     changed["merchant_id"] = np.array(["m-unseen"] * len(out), dtype=object)
     assert not np.allclose(predict(module, changed), out)  # the id's embedding is part of the answer
+
+
+def test_sync_mode_refuses_an_embedding_in_one_line() -> None:
+    with pytest.raises(
+        Invalid, match=r"--mode sync cannot train the embedding of 'merchant_id'.*--mode async"
+    ):
+        check_mode("sync", ["merchant_id"])
+    check_mode("sync", [])  # nothing embedded: sync trains as always
+    check_mode("async", ["merchant_id"])
