@@ -36,7 +36,15 @@ def table_parts(table: tf.Variable) -> list[tf.Variable]:
 class EmbeddedNet(tf.Module):
     """The builder's Keras model behind one embedding table per embedded feature."""
 
-    def __init__(self, net: keras.Model, prep: Preprocessing, *, seed: int = 0, learning_rate: float = 0.003):
+    def __init__(
+        self,
+        net: keras.Model,
+        prep: Preprocessing,
+        *,
+        seed: int = 0,
+        learning_rate: float = 0.003,
+        training: bool = True,
+    ):
         super().__init__(name="embedded_net")
         self.net = net
         self.dense_width = prep.dense_width
@@ -54,8 +62,10 @@ class EmbeddedNet(tf.Module):
                 tf.fill([e.buckets, e.dim], ADAGRAD_INITIAL), trainable=False, name=f"{e.name}_adagrad"
             )
             for e in prep.embedded
+            if training  # an exported model has no use for them (nor the export's size)
         ]
 
+    @tf.autograph.experimental.do_not_convert  # plain Python over the tables: nothing to convert
     def __call__(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         dense = x[:, : self.dense_width]
         vectors = [
@@ -107,11 +117,14 @@ class EmbeddedNet(tf.Module):
         return [part for table in self.tables for part in table_parts(table)]
 
 
-def wrap(net: keras.Model, prep: Preprocessing, *, seed: int = 0, learning_rate: float = 0.003) -> Any:
-    """``net`` behind its embedding tables when ``prep`` embeds a feature, else ``net`` itself."""
+def wrap(
+    net: keras.Model, prep: Preprocessing, *, seed: int = 0, learning_rate: float = 0.003, training: bool = True
+) -> Any:
+    """``net`` behind its embedding tables when ``prep`` embeds a feature, else ``net`` itself; ``training``
+    False (the export): without the optimizer's accumulators."""
     if not prep.embedded:
         return net
-    return EmbeddedNet(net, prep, seed=seed, learning_rate=learning_rate)
+    return EmbeddedNet(net, prep, seed=seed, learning_rate=learning_rate, training=training)
 
 
 def checkpoint_objects(net: Any) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class ServingModule(tf.Module):
                 task=self.task,
             ),
             prep,
+            training=False,
         )
         set_model_weights(self.net, weights)
         # Platt scaling of the logit (training.calibration, binary only): (1, 0) until fitted
