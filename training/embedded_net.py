@@ -118,7 +118,12 @@ class EmbeddedNet(tf.Module):
 
 
 def wrap(
-    net: keras.Model, prep: Preprocessing, *, seed: int = 0, learning_rate: float = 0.003, training: bool = True
+    net: keras.Model,
+    prep: Preprocessing,
+    *,
+    seed: int = 0,
+    learning_rate: float = 0.003,
+    training: bool = True,
 ) -> Any:
     """``net`` behind its embedding tables when ``prep`` embeds a feature, else ``net`` itself; ``training``
     False (the export): without the optimizer's accumulators."""
