@@ -60,6 +60,41 @@ class Settings(BaseSettings):
     steps_per_closure: int = Field(
         default=10, gt=0, description="Async: training steps per scheduled closure."
     )
+    ps_max_restarts: int = Field(
+        default=0,
+        ge=0,
+        description="Async on a local cluster: relaunch a lost parameter server (and the chief, which "
+        "restores the latest checkpoint) up to this many times; 0: a lost parameter server ends the run.",
+    )
+    ps_min_shard_bytes: int = Field(
+        default=256 << 10,
+        gt=0,
+        description="Async with several parameter servers: a variable is split into shards of at least this "
+        "many bytes (ParameterServerStrategy's variable_partitioner); a smaller one stays whole on one ps.",
+    )
+    ps_max_shards: int = Field(
+        default=0,
+        ge=0,
+        description="Async: at most this many shards per variable (0: one per parameter server).",
+    )
+    ps_max_shard_bytes: int = Field(
+        default=1 << 30,
+        gt=0,
+        description="Async: the largest shard (bytes, with its optimizer slot) one parameter server may "
+        "hold; a run whose largest shard would be bigger is refused before any process starts.",
+    )
+    embed_min_levels: int = Field(
+        default=1000,
+        gt=0,
+        description="A categorical feature with more distinct levels than this is hashed into buckets and "
+        "looked up in a trainable embedding (as if named by `train --embed`).",
+    )
+    embed_buckets: int | None = Field(
+        default=None,
+        gt=1,
+        description="Hash buckets of an embedded feature (unset: the power of two above twice its levels).",
+    )
+    embed_dim: int = Field(default=8, gt=0, le=512, description="Embedding width when --embed gives no DIM.")
     worker_restart_delay_s: float = Field(
         default=2.0, ge=0, description="Async: wait before relaunching a lost worker."
     )

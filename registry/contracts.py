@@ -221,7 +221,7 @@ def _categorical_fast(spec: FeatureSpec, values: Sequence[Any]) -> np.ndarray | 
     if not _STR_TYPES.issuperset(map(type, values)):
         return None
     seen = set(values)
-    if "" in seen or not spec.category_set.issuperset(seen):
+    if "" in seen or (not spec.levels and not spec.category_set.issuperset(seen)):
         return None
     out = np.empty(len(values), dtype=object)
     out[:] = values
@@ -359,7 +359,7 @@ def _categorical(
             )
             clean.append(None)
             continue
-        if v not in cats:
+        if not spec.levels and v not in cats:  # a hashed high-cardinality feature takes any value
             _soft(spec, i, "unseen_category", f"category {v!r} was not seen in training", problems, flags)
         out[i] = v
         clean.append(v)

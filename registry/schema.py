@@ -87,6 +87,10 @@ class FeatureSpec:
     categories: tuple[str, ...] = ()
     policy: Policy = Policy.FLAG
     max_length: int = MAX_CATEGORY_CHARS  # characters of a categorical value (a longer one is refused)
+    levels: int = 0
+    """A high-cardinality categorical (hashed into an embedding): its distinct training values, of which
+    ``categories`` keeps the most frequent ``MAX_CATEGORIES``; any other value is valid, never unseen. 0: the
+    categories are every training value."""
 
     @property
     def model_dtype(self) -> str:
@@ -171,6 +175,8 @@ class ModelSchema:
         out = asdict(self)
         for f in out["features"]:
             f["categories"] = list(f["categories"])
+            if not f["levels"]:  # a contract without a high-cardinality feature reads as it always did
+                del f["levels"]
         out["classes"] = list(out["classes"])
         return out
 
@@ -201,9 +207,18 @@ def is_missing(values: np.ndarray) -> np.ndarray:
     return np.array([v is None or v == "" or (isinstance(v, float) and math.isnan(v)) for v in values])
 
 
-def infer_feature(name: str, values: np.ndarray, *, range_chance: float = DEFAULT_CHANCE) -> FeatureSpec:
+def infer_feature(
+    name: str,
+    values: np.ndarray,
+    *,
+    range_chance: float = DEFAULT_CHANCE,
+    wide: bool = False,
+    wide_above: int | None = None,
+) -> FeatureSpec:
     """Infer one feature's spec from its training column; a numeric one's allowed range refuses a legitimate
-    value with ``range_chance`` (:func:`registry.tails.allowed_range`)."""
+    value with ``range_chance`` (:func:`registry.tails.allowed_range`). A string column with more than
+    ``MAX_CATEGORIES`` values is refused unless ``wide`` (named to be embedded) or it has more than
+    ``wide_above``: then it keeps its level count and its most frequent ``MAX_CATEGORIES`` values."""
     missing = is_missing(values)
     n = len(values)
     missing_rate = float(missing.mean()) if n else 0.0
@@ -226,11 +241,14 @@ def infer_feature(name: str, values: np.ndarray, *, range_chance: float = DEFAUL
             allowed_chance=allowed.chance,
         )
     cats = sorted({str(v) for v in present})
+    levels = 0
     if len(cats) > MAX_CATEGORIES:
-        raise ValueError(
-            f"column {name!r} has {len(cats)} distinct strings (> {MAX_CATEGORIES}); "
-            "free text and identifiers are not supported as features: drop the column"
-        )
+        if not wide and (wide_above is None or len(cats) <= wide_above):
+            raise ValueError(
+                f"column {name!r} has {len(cats)} distinct strings (> {MAX_CATEGORIES}); embed it with "
+                f"`--embed {name}` (hashed into a trainable embedding) or drop the column"
+            )
+        levels, cats = len(cats), top_levels(present, MAX_CATEGORIES)
     return FeatureSpec(
         name=name,
         kind=FeatureKind.CATEGORICAL,
@@ -239,7 +257,15 @@ def infer_feature(name: str, values: np.ndarray, *, range_chance: float = DEFAUL
         missing_rate=missing_rate,
         categories=tuple(cats),
         max_length=max([MAX_CATEGORY_CHARS, *map(len, cats)]),
+        levels=levels,
     )
+
+
+def top_levels(present: np.ndarray, count: int) -> list[str]:
+    """The ``count`` most frequent values (ties: by text), sorted by text."""
+    texts, counts = np.unique(present.astype(str), return_counts=True)
+    order = np.lexsort((texts, -counts))[:count]
+    return sorted(str(t) for t in texts[order])
 
 
 def infer_schema(
@@ -249,6 +275,8 @@ def infer_schema(
     task: Task = Task.BINARY,
     classes: tuple[str, ...] = (),
     range_chance: float = DEFAULT_CHANCE,
+    wide: frozenset[str] = frozenset(),
+    wide_above: int | None = None,
 ) -> ModelSchema:
     """Infer the contract from training columns; the ``target`` column must hold the ``task``'s labels.
 
@@ -276,7 +304,9 @@ def infer_schema(
         if values.size:
             expected = (float(values.min()), float(values.max()))
     features = tuple(
-        infer_feature(name, col, range_chance=range_chance) for name, col in columns.items() if name != target
+        infer_feature(name, col, range_chance=range_chance, wide=name in wide, wide_above=wide_above)
+        for name, col in columns.items()
+        if name != target
     )
     if not features:
         raise ValueError("no feature columns besides the target")

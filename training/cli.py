@@ -243,6 +243,16 @@ def train(
             "Not with --features.",
         ),
     ] = None,
+    embed: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--embed",
+            help="FEATURE[:DIM] (repeatable): hash this categorical feature into buckets and learn a "
+            "DIM-wide embedding (default DIM: settings, 8) instead of one-hot encoding it; a feature with "
+            "more levels than DRIFTWARDEN_EMBED_MIN_LEVELS (1,000) is embedded without it. With --ps 2 or "
+            "more a large table is sharded over the parameter servers.",
+        ),
+    ] = None,
     seed: Annotated[
         int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed for the split, init and shuffling.")
     ] = 0,
@@ -287,6 +297,7 @@ def train(
         target=target,
         features=features,
         exclude=exclude,
+        embed=embed,
         seed=seed,
         checkpoint_every=checkpoint_every,
         cluster=cluster,
@@ -309,6 +320,7 @@ def _train_spec(
     target: str | None,
     features: str | None,
     exclude: str | None,
+    embed: list[str] | None,
     seed: int,
     checkpoint_every: int | None,
     cluster: str | None,
@@ -348,6 +360,7 @@ def _train_spec(
         model_fn=fn_ref,
         features=chosen,
         exclude=excluded,
+        embed=tuple(embed or ()),
     )
     if not data.exists():
         raise Invalid(f"--data {data} does not exist (make one with `driftwarden data generate`)")

@@ -24,6 +24,7 @@ from registry.models import ModelVersion
 from registry.schema import OUTPUT_NAMES, FeatureKind, ModelSchema, Task
 from registry.service import publish_version
 from training.builders import build_model, output_width
+from training.embedded_net import wrap
 from training.features import Preprocessing, encode
 from training.net import set_model_weights
 
@@ -43,11 +44,15 @@ class ServingModule(tf.Module):
         self.prep = prep
         self.task = schema.kind
         self.output_name = OUTPUT_NAMES[self.task]
-        self.net = build_model(
-            model_fn,
-            input_dim=prep.width,
-            outputs=output_width(self.task, len(schema.classes)),
-            task=self.task,
+        self.net = wrap(
+            build_model(
+                model_fn,
+                input_dim=prep.width,
+                outputs=output_width(self.task, len(schema.classes)),
+                task=self.task,
+            ),
+            prep,
+            training=False,
         )
         set_model_weights(self.net, weights)
         # Platt scaling of the logit (training.calibration, binary only): (1, 0) until fitted

@@ -24,9 +24,11 @@ from registry.service import latest_version
 from training.builders import output_width, probe
 from training.calibration import fit_platt, logits_of
 from training.cluster import ClusterSpec
+from training.embedding import check_mode
 from training.launcher import Weights, train_on_cluster
 from training.progress import Progress
 from training.run_spec import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
+from training.sharding import check_shards
 
 if TYPE_CHECKING:
     from training.export import ServingModule
@@ -82,6 +84,11 @@ def run_training(
         outputs=output_width(task, len(data.schema.classes)),
         task=task,
     )
+    check_mode(job.mode.value, [e.name for e in data.prep.embedded])
+    if job.mode is Mode.ASYNC:  # a shard above the configured limit ends here, before any process starts
+        check_shards(
+            prep=data.prep, ps=len(cluster.ps) if cluster else job.ps, settings=settings or get_settings()
+        )
     files = RunFiles(checkpoint_root / job.key)
     weights, cluster_shape = _train(job, data, files, progress, settings=settings, cluster=cluster)
     module = ServingModule(weights, data.prep, data.schema, model_fn=job.model_fn)

@@ -105,6 +105,10 @@ def jobs_show(
     )
     typer.echo(f"  attempts: {d['attempts']}  worker: {d['lease_owner'] or '-'}")
     typer.echo(f"  progress: {_progress_text(d['progress']) or '-'}")
+    if isinstance((d["progress"] or {}).get("cluster"), dict):
+        from training.sharding import describe
+
+        typer.echo(f"  cluster: {describe(d['progress']['cluster'])}")
     typer.echo(
         f"  parent version: {_opt(d['parent_version'])}  candidate version: {_opt(d['result_version'])}"
     )

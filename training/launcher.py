@@ -136,6 +136,7 @@ def _run_async(
             wait_for_nodes(external, timeout_s=settings.cluster_start_timeout_s)
         progress.event("cluster up in %.1fs: %s", time.monotonic() - t0, spec.as_dict())
         cluster.launch(chief)
+        ps_restarts = 0
         while True:
             offset = follow(files.progress, progress, offset)
             ps_lost = cluster.first_loss("ps")
@@ -146,6 +147,10 @@ def _run_async(
                 while chief.alive() and time.monotonic() < deadline:
                     time.sleep(POLL_S)
                 offset = follow(files.progress, progress, offset)
+                if external is None and ps_restarts < settings.ps_max_restarts:  # a local ps comes back
+                    ps_restarts += 1
+                    restart_ps(cluster, lost=ps_lost, chief=chief, progress=progress, settings=settings)
+                    continue
                 raise NodeLost(
                     ps_lost.role, ps_lost.index, ps_lost.address, ps_lost.returncode, ps_lost.log_path
                 )
@@ -158,7 +163,7 @@ def _run_async(
                 time.sleep(1.0)  # let the supervisor thread register the exit of a local ps
                 lost = cluster.first_loss("ps")
                 if lost is not None:
-                    raise lost
+                    continue  # handled above: restarted (local) or raised
                 raise RuntimeError(f"the chief stopped: {_last_error(chief.log_path)}")
             if chief.restarts >= settings.max_restarts:
                 raise RuntimeError(
@@ -171,6 +176,22 @@ def _run_async(
         follow(files.progress, progress, offset)
     if not files.weights.exists():
         raise RuntimeError(f"chief exited without writing {files.weights}; see {chief.log_path}")
+
+
+def restart_ps(
+    cluster: LocalCluster, *, lost: NodeLost, chief: Node, progress: Progress, settings: Settings
+) -> None:
+    """A local parameter server died, its variables with it: stop the chief, relaunch the ps on its address,
+    then relaunch the chief, which restores every variable (shards included) from the latest checkpoint."""
+    if chief.alive() and chief.process is not None:
+        chief.process.kill()
+        chief.process.wait()
+    node = next(n for n in cluster.nodes if n.role == lost.role and n.index == lost.index)
+    progress.event("%s; relaunching it and the chief: training resumes from the latest checkpoint", lost)
+    cluster.launch(node)
+    cluster.wait_listening([node], timeout_s=settings.cluster_start_timeout_s)
+    cluster.lost.remove(lost)
+    cluster.launch(chief)
 
 
 def _run_sync(*, job: TrainingRunSpec, files: RunFiles, progress: Progress, settings: Settings) -> None:

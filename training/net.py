@@ -23,5 +23,8 @@ def set_model_weights(net: keras.Model, weights: list[np.ndarray]) -> None:
         raise ValueError(f"the model has {len(variables)} weights, {len(weights)} were trained")
     for var, value in zip(variables, weights, strict=True):
         if tuple(var.shape) != tuple(value.shape):
-            raise ValueError(f"weight {var.path}: shape {tuple(var.shape)} != trained {tuple(value.shape)}")
+            raise ValueError(
+                f"weight {getattr(var, 'path', var.name)}: shape {tuple(var.shape)} "
+                f"!= trained {tuple(value.shape)}"
+            )
         var.assign(value)

@@ -16,9 +16,10 @@ from core.config import get_settings
 from core.errors import Invalid
 from core.tabular import Columns, read_table
 from registry.inputs import raw_inputs
-from registry.schema import ModelSchema, Task, check_classes, infer_schema, label_codes
+from registry.schema import FeatureKind, ModelSchema, Task, check_classes, infer_schema, label_codes
 from training.builders import file_sha256
 from training.datagen import TARGET
+from training.embedding import check_named, parse_embed
 from training.features import Preprocessing, fit_preprocessing
 
 
@@ -53,12 +54,14 @@ class TrainingRunSpec:
     classes: tuple[str, ...] = ()  # multi-class: the class names in output order (default: sorted labels)
     features: tuple[str, ...] = ()  # only these columns are features, in this order (default: all but target)
     exclude: tuple[str, ...] = ()  # these columns are not features (with ``features``: not both)
+    embed: tuple[str, ...] = ()  # --embed FEATURE[:DIM] values: hashed into embeddings (training.embedding)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task", Task.parse(self.task).short)
         object.__setattr__(self, "classes", tuple(self.classes))
         object.__setattr__(self, "features", tuple(self.features))
         object.__setattr__(self, "exclude", tuple(self.exclude))
+        object.__setattr__(self, "embed", tuple(self.embed))
 
     @property
     def kind(self) -> Task:
@@ -70,7 +73,7 @@ class TrainingRunSpec:
         """Stable id of the run: same data file and same settings give the same key (so reruns resume);
         another task, builder or builder file is another run."""
         stat = self.data.stat()
-        skip = {"extra", "parent_version", "task", "model_fn", "classes", "features", "exclude"}
+        skip = {"extra", "parent_version", "task", "model_fn", "classes", "features", "exclude", "embed"}
         ident = {
             **{k: str(v) for k, v in asdict(self).items() if k not in skip},
             "data": str(self.data.resolve()),
@@ -86,6 +89,8 @@ class TrainingRunSpec:
             ident["features"] = list(self.features)
         if self.exclude:
             ident["exclude"] = list(self.exclude)
+        if self.embed:
+            ident["embed"] = list(self.embed)
         if self.model_fn is not None:
             ident["model_fn"] = self.model_fn
             ident["model_fn_sha256"] = file_sha256(self.model_fn) or ""
@@ -227,15 +232,30 @@ def prepare(job: TrainingRunSpec) -> PreparedData:
     n_hold = max(1, int(round(n * job.holdout)))
     hold, train = order[:n_hold], order[n_hold:]
     train_cols = {k: v[train] for k, v in columns.items()}
+    settings = get_settings()
+    embed = parse_embed(job.embed)
     try:
         schema = infer_schema(
             train_cols,
             target=job.target,
             task=task,
             classes=classes,
-            range_chance=get_settings().range_chance,
+            range_chance=settings.range_chance,
+            wide=frozenset(embed),
+            wide_above=settings.embed_min_levels,
         )
-        prep = fit_preprocessing(train_cols, schema)
+        check_named(
+            embed,
+            [f.name for f in schema.features if f.kind is FeatureKind.CATEGORICAL],
+            [f.name for f in schema.features if f.kind is not FeatureKind.CATEGORICAL],
+        )
+        prep = fit_preprocessing(
+            train_cols,
+            schema,
+            embed=embed,
+            embed_dim=settings.embed_dim,
+            embed_buckets=settings.embed_buckets,
+        )
     except ValueError as exc:  # a column the contract cannot describe (e.g. an id column of free text)
         raise TrainingDataError(f"--data {job.data}: {exc}") from None
     hold_cols = {k: v[hold] for k, v in columns.items()}

@@ -12,6 +12,7 @@ import tensorflow as tf
 from registry.inputs import raw_inputs
 from registry.schema import Task
 from training.builders import build_model, output_width
+from training.embedded_net import EmbeddedNet, make_embedded_step, wrap
 from training.features import encode
 from training.run_spec import PreparedData, TrainingRunSpec
 
@@ -23,16 +24,18 @@ def encoded_matrix(data: PreparedData) -> np.ndarray:
 
 
 def build_net(job: TrainingRunSpec, data: PreparedData) -> keras.Model:
-    """The job's network from its builder (``job.model_fn``, else the built-in MLP), seeded; create it under
-    a strategy's scope to distribute it."""
+    """The job's network from its builder (``job.model_fn``, else the built-in MLP), seeded, behind its
+    embedding tables when a feature is embedded (:mod:`training.embedded_net`); create it under a
+    strategy's scope to distribute it."""
     task = data.schema.kind
-    return build_model(
+    net = build_model(
         job.model_fn,
         input_dim=data.prep.width,
         outputs=output_width(task, len(data.schema.classes)),
         task=task,
         seed=job.seed,
     )
+    return wrap(net, data.prep, seed=job.seed, learning_rate=job.learning_rate)
 
 
 def per_example_loss(task: Task, y: tf.Tensor, out: tf.Tensor) -> tf.Tensor:
@@ -54,6 +57,13 @@ def make_replica_step(
     task: Task = Task.BINARY,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     """One gradient step on one replica's batch; the task's loss is averaged over the global batch."""
+    if isinstance(net, EmbeddedNet):
+
+        def loss_of(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            per_example = per_example_loss(task, y, net(x, training=True))
+            return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+
+        return make_embedded_step(net, optimizer, loss_of)
 
     def replica_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:

@@ -10,7 +10,7 @@ from scipy.special import chdtrc
 
 from monitors.drift.base import DriftTest, Measurement, Rule
 from monitors.drift.numeric import js_distance, psi
-from monitors.profile import CategoricalProfile
+from monitors.profile import OTHER_LEVELS, CategoricalProfile
 
 SHOWN_CATEGORY = 64  # characters of a category a report shows; a longer one is cut, its length said
 
@@ -48,11 +48,24 @@ class CategoricalCounts:
 def aligned(
     reference: CategoricalCounts, current: CategoricalCounts
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Categories (reference ones first, then unseen ones) and both count vectors on them."""
+    """Categories (reference ones first, then unseen ones) and both count vectors on them; against a profile
+    that folded its rare levels (:data:`monitors.profile.OTHER_LEVELS`) the current ones outside it fold
+    too."""
+    if OTHER_LEVELS in reference.counts:
+        current = CategoricalCounts(counts=folded(current.counts, reference.counts))
     cats = sorted(reference.counts) + sorted(set(current.counts) - set(reference.counts))
     r = np.array([reference.counts.get(c, 0) for c in cats], dtype=np.float64)
     c = np.array([current.counts.get(c, 0) for c in cats], dtype=np.float64)
     return cats, r, c
+
+
+def folded(counts: Mapping[str, int], kept: Mapping[str, int]) -> dict[str, int]:
+    """``counts`` with every category outside ``kept`` added into :data:`OTHER_LEVELS`."""
+    out: dict[str, int] = {}
+    for key, n in counts.items():
+        name = key if key in kept else OTHER_LEVELS
+        out[name] = out.get(name, 0) + n
+    return out
 
 
 def total_variation(reference: np.ndarray, current: np.ndarray) -> float:

@@ -17,6 +17,8 @@ N_QUANTILES = 1001  # quantile sketch size: F is known to within 1/1000 between 
 N_BINS = 10  # reference-quantile (decile) bins for PSI and Jensen-Shannon
 PREDICTION = "prediction"
 MISSING_CATEGORY = None  # categorical missing values: None or ""
+PROFILE_LEVELS = 256  # a categorical with more levels keeps its most frequent 255 and folds the rest:
+OTHER_LEVELS = "(other levels)"  # ... into this one count (drift tests fold a window's other values into it)
 
 
 @dataclass(frozen=True)

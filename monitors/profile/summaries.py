@@ -9,7 +9,7 @@ import numpy as np
 
 from core.tabular import Column, as_float, value_counts
 from monitors.binning import count_sorted
-from monitors.profile.profiles import N_BINS, N_QUANTILES
+from monitors.profile.profiles import N_BINS, N_QUANTILES, OTHER_LEVELS, PROFILE_LEVELS
 from registry.schema import FeatureKind
 
 CALIBRATION_BINS = 20
@@ -85,6 +85,9 @@ def categorical_summary(values: Column, *, name: str) -> dict[str, Any]:
             missing += n
         else:
             cats[str(key)] = cats.get(str(key), 0) + n
+    if len(cats) > PROFILE_LEVELS:  # a high-cardinality feature (an id): the profile stays bounded
+        top = sorted(cats.items(), key=lambda kv: (-kv[1], kv[0]))[: PROFILE_LEVELS - 1]
+        cats = {**dict(top), OTHER_LEVELS: sum(cats.values()) - sum(n for _, n in top)}
     return {
         "kind": FeatureKind.CATEGORICAL.value,
         "name": name,

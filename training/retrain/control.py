@@ -16,6 +16,7 @@ from core.database import Database
 from core.errors import Conflict
 from training.progress import Progress
 from training.service import record, update_progress
+from training.sharding import parse_cluster_event
 
 log = logging.getLogger("driftwarden.training.run_spec")
 
@@ -84,6 +85,7 @@ class JobProgress(Progress):
         self._flushed = 0.0
         self._step_line = 0.0
         self._logged_step = -1
+        self.cluster: dict[str, Any] = {}  # each ps's bytes of variables, each worker's steps/s
 
     def start(self, total: int, initial: int) -> None:
         super().start(total, initial)
@@ -99,8 +101,11 @@ class JobProgress(Progress):
         super().event(message, *args)
         text = message % args if args else message
         saved = CHECKPOINT.match(text)
+        figures = parse_cluster_event(text)
         if saved:  # one per checkpoint: kept in the progress, not in the log tail
             self.checkpoint = int(saved.group(1))
+        elif figures is not None:  # the cluster's figures: kept in the progress too
+            self.cluster.update(figures)
         else:
             self._note(text)
         if threading.get_ident() == self._owner:  # the cluster supervisor thread reports events too
@@ -130,6 +135,8 @@ class JobProgress(Progress):
         progress: dict[str, Any] = {"step": self.step, "total_steps": self.total, "loss": self.loss}
         if self.checkpoint is not None:
             progress["checkpoint_step"] = self.checkpoint
+        if self.cluster:
+            progress["cluster"] = dict(self.cluster)
         progress["phase"] = phase
         now = time.monotonic()
         due = self.step == self.total or now - self._step_line >= STEP_LINE_S

@@ -16,11 +16,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from core.config import get_settings
 from core.network import is_listening
 from training.cluster import ClusterSpec
+from training.embedded_net import checkpoint_objects
 from training.net import model_weights
 from training.progress import Progress, ProgressFile
 from training.run_spec import PreparedData, TrainingRunSpec, prepare, read_job, save_weights
+from training.sharding import WorkerRates, partitioner, placement_events, ps_shares, shares_event
 from training.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
 
 Weights = list[np.ndarray]
@@ -66,7 +69,9 @@ def coordinate(
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(spec.as_dict()), task_type="chief", task_id=0, rpc_layer="grpc"
     )
-    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    strategy = tf.distribute.ParameterServerStrategy(
+        resolver, variable_partitioner=partitioner(ps=len(spec.ps), settings=get_settings())
+    )
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 
     k = job.steps_per_closure
@@ -79,13 +84,15 @@ def coordinate(
         optimizer.build(net.trainable_variables)
         global_step = tf.Variable(0, dtype=tf.int64, name="global_step")
         closure_steps = tf.Variable(tf.zeros([n_closures], tf.int64), name="closure_steps")
+        worker_steps = tf.Variable(tf.zeros([len(spec.worker)], tf.int64), name="worker_steps")
     replica_step = make_replica_step(net, optimizer, global_batch=job.batch_size, task=data.schema.kind)
     workers, batch, seed = job.workers, job.batch_size, job.seed
 
     def dataset_fn(_ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         shard = tf.distribute.coordinator.experimental_get_current_worker_index()
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(workers, shard)
-        return ds.shuffle(10_000, seed=seed).repeat().batch(batch, drop_remainder=True).prefetch(2)
+        ds = ds.shuffle(10_000, seed=seed).repeat().batch(batch, drop_remainder=True)
+        return ds.map(lambda a, b: (a, b, tf.cast(shard, tf.int64))).prefetch(2)  # + who computed it
 
     @tf.function
     def per_worker_dataset_fn():
@@ -99,18 +106,28 @@ def coordinate(
         count = tf.constant(0.0)
         for _ in tf.range(k):
             if closure_steps[cid] < k:
-                xb, yb = next(it)
+                xb, yb, wid = next(it)
                 total += strategy.run(replica_step, args=(xb, yb))
+                worker_steps.scatter_add(tf.IndexedSlices(tf.ones([1], tf.int64), tf.reshape(wid, [1])))
                 closure_steps.scatter_add(tf.IndexedSlices(tf.ones([1], tf.int64), tf.reshape(cid, [1])))
                 global_step.assign_add(1)
                 count += 1.0
         return total / tf.maximum(count, 1.0)
 
     ckpt = tf.train.Checkpoint(
-        model=net, optimizer=optimizer, global_step=global_step, closure_steps=closure_steps
+        **checkpoint_objects(net), optimizer=optimizer, global_step=global_step, closure_steps=closure_steps
     )
     manager = tf.train.CheckpointManager(ckpt, str(checkpoint_dir), max_to_keep=3)
     _restore(ckpt, manager, progress, global_step=global_step, ps=job.ps)
+    progress.event(
+        shares_event(
+            ps_shares(
+                [*net.weights, *getattr(net, "accumulators", []), *optimizer.variables], ps=len(spec.ps)
+            )
+        )
+    )
+    for line in placement_events(net):
+        progress.event(line)
     done = closure_steps.numpy()
     pending = [int(c) for c in np.flatnonzero(done < k)]
     step = int(global_step.numpy())
@@ -126,6 +143,7 @@ def coordinate(
         progress=progress,
         batch=batch,
         spec=spec,
+        rates=WorkerRates(worker_steps),
     )
     final = int(global_step.numpy())
     if final != planned:
@@ -164,6 +182,7 @@ def _run_rounds(
     progress: Progress | ProgressFile,
     batch: int,
     spec: ClusterSpec,
+    rates: WorkerRates,
 ) -> None:
     """Schedule the pending closures ``per_round`` at a time, checkpointing after each round; a lost ps task
     raises :class:`ParameterServerLost`."""
@@ -180,6 +199,7 @@ def _run_rounds(
             path = manager.save(checkpoint_number=new_step)
             progress.update(new_step, loss=float(np.mean(losses)), examples=(new_step - step) * batch)
             progress.event("checkpoint step=%d path=%s", new_step, path)
+            progress.event(rates.event())
             step = new_step
     except (tf.errors.OpError, ConnectionError) as exc:
         gone = unreachable_ps(spec)
