@@ -66,12 +66,7 @@ def coordinate(
     checkpoint_dir: Path,
 ) -> Weights:
     """The chief's loop: build variables on the ps tasks, schedule closures, checkpoint, recover."""
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(spec.as_dict()), task_type="chief", task_id=0, rpc_layer="grpc"
-    )
-    strategy = tf.distribute.ParameterServerStrategy(
-        resolver, variable_partitioner=partitioner(ps=len(spec.ps), settings=get_settings())
-    )
+    strategy = _strategy(spec)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 
     k = job.steps_per_closure
@@ -119,15 +114,7 @@ def coordinate(
     )
     manager = tf.train.CheckpointManager(ckpt, str(checkpoint_dir), max_to_keep=3)
     _restore(ckpt, manager, progress, global_step=global_step, ps=job.ps)
-    progress.event(
-        shares_event(
-            ps_shares(
-                [*net.weights, *getattr(net, "accumulators", []), *optimizer.variables], ps=len(spec.ps)
-            )
-        )
-    )
-    for line in placement_events(net):
-        progress.event(line)
+    _report_placement(progress, net, optimizer, spec)
     done = closure_steps.numpy()
     pending = [int(c) for c in np.flatnonzero(done < k)]
     step = int(global_step.numpy())
@@ -150,6 +137,24 @@ def coordinate(
         raise RuntimeError(f"global step {final} != planned {planned}: closure accounting is broken")
     progress.event("training done: global_step=%d planned=%d", final, planned)
     return model_weights(net)
+
+
+def _strategy(spec: ClusterSpec) -> tf.distribute.ParameterServerStrategy:
+    """The chief's strategy over ``spec``: large variables split over the ps tasks by the partitioner."""
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(spec.as_dict()), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
+    return tf.distribute.ParameterServerStrategy(
+        resolver, variable_partitioner=partitioner(ps=len(spec.ps), settings=get_settings())
+    )
+
+
+def _report_placement(progress: Progress | ProgressFile, net: Any, optimizer: Any, spec: ClusterSpec) -> None:
+    """Each ps task's share of the variables (bytes) and where each sharded table lies, as events."""
+    variables = [*net.weights, *getattr(net, "accumulators", []), *optimizer.variables]
+    progress.event(shares_event(ps_shares(variables, ps=len(spec.ps))))
+    for line in placement_events(net):
+        progress.event(line)
 
 
 def _restore(
