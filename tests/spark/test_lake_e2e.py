@@ -1,0 +1,101 @@
+"""The two halves of the lake joined: predictions served through the production write path with
+``lake_mode=also`` (the serving writer: the database and the lake sink) and labelled as the feedback route
+labels them, then ``predictions export`` of the database's log into another lake; the window read on the
+Spark cluster from either lake equals the window read from the database (counts per cell and category,
+sources, labels joined, the report)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from core.database import Database, open_database
+from monitors.engine import evaluate
+from monitors.log_window import read_window
+from monitors.spark.window import LakeRead, read_lake_window
+from predictions.lake.export import export_model
+from predictions.lake.files import open_lake
+from predictions.windows import WindowSpec
+from registry.schema import Task
+from tests.spark.compare import assert_same_sketch, same_json, window_doc
+from tests.spark.e2edata import UNSEEN, Served, serve_both
+from tests.spark.lakedata import reference_profile
+from tests.support import postgres_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROWS = 20_000
+START = datetime(2026, 11, 9, 23, 20, tzinfo=UTC)  # 4,000 requests a second apart: two hours, two dates
+
+
+@pytest.fixture(scope="module")
+def pg(postgres_url: str) -> Iterator[Database]:
+    with postgres_schema(postgres_url) as url:
+        db = open_database(url)
+        yield db
+        db.dispose()
+
+
+@pytest.fixture(scope="module", params=[Task.BINARY, Task.MULTICLASS], ids=lambda t: t.name)
+def served(
+    request: pytest.FixtureRequest, pg: Database, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Task, str, Served]:
+    task: Task = request.param
+    lake = tmp_path_factory.mktemp("sink-lake")
+    done = serve_both(pg, str(lake), tmp_path_factory.mktemp("spool"), task, rows=ROWS, start=START)
+    return task, str(lake), done
+
+
+def test_the_sinks_files_give_the_databases_window(
+    spark: SparkSession, pg: Database, served: tuple[Task, str, Served]
+) -> None:
+    task, lake, done = served
+    _same_window(spark, pg, lake, task, done, sources={"serve": ROWS})
+
+
+def test_the_exported_files_give_the_databases_window(
+    spark: SparkSession, pg: Database, served: tuple[Task, str, Served], tmp_path: Path
+) -> None:
+    task, _, done = served
+    folder = tmp_path / "exported"
+    folder.mkdir()
+    copied = export_model(
+        db=pg,
+        target=open_lake(str(folder)),
+        model_name=task.name.lower(),
+        since=done.start,
+        until=done.end + timedelta(seconds=1),
+    )
+    assert copied.predictions == ROWS and copied.labels == done.labelled
+    _same_window(spark, pg, str(folder), task, done, sources={"serve": ROWS})  # export keeps each source
+
+
+def _same_window(
+    spark: SparkSession, pg: Database, lake: str, task: Task, done: Served, *, sources: dict[str, int]
+) -> None:
+    profile = reference_profile(task)
+    model = task.name.lower()
+    now = done.end + timedelta(minutes=1)
+    spec = WindowSpec(minutes=(now - done.start).total_seconds() / 60 + 1)
+    read = LakeRead()
+    ours = read_lake_window(
+        spark=spark, lake=lake, profile=profile, model_name=model, spec=spec, now=now, read=read
+    )
+    theirs = read_window(engine=pg.engine, profile=profile, model_name=model, spec=spec, now=now)
+    assert read.counted_hours == 2 and len(read.files_read) >= 2
+    assert ours.rows == theirs.rows == ROWS
+    assert ours.labelled == theirs.labelled == done.labelled
+    assert dict(ours.sketch.sources) == sources
+    assert ours.sketch.categorical["c"][UNSEEN] > 0 and ours.sketch.categorical["c"][None] > 0
+    assert ours.sketch.numeric["x1"] is not None and ours.sketch.numeric["x1"].missing > 0
+    assert_same_sketch(ours.sketch, theirs.sketch)
+    assert window_doc(ours) == window_doc(theirs)
+    same_json(
+        evaluate(profile=profile, sketch=ours.sketch).as_dict(),
+        evaluate(profile=profile, sketch=theirs.sketch).as_dict(),
+    )
