@@ -66,11 +66,13 @@ def serve_both(
     per_request: int = 5,
     spacing: timedelta = timedelta(seconds=1),
     labelled_every: int = 7,
+    model: str | None = None,
 ) -> Served:
-    """Log ``rows`` generated predictions of ``task`` (model ``task``'s name) through the serving writer into
-    ``db`` and the lake sink of ``lake``; every ``labelled_every``-th gets a wrong label, then the right one,
-    each stored in the database and the lake as the feedback route stores them."""
-    model = task.name.lower()
+    """Log ``rows`` generated predictions of ``task`` through the serving writer into ``db`` and the lake
+    sink of ``lake`` (``model``: the model's name, by default the task's); every ``labelled_every``-th gets
+    a wrong label, then the right one, each stored in the database and the lake as the feedback route
+    stores them."""
+    model = model or task.name.lower()
     data = generate(task, rows, seed=11, shift=0.2)
     target = open_lake(lake)
     sink = LakeSink(target=target, wal=Spool.claim(spool / "lake"), roll_bytes=256 << 10, roll_s=3600)

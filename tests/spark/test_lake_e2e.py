@@ -21,6 +21,7 @@ from predictions.lake.export import export_model
 from predictions.lake.files import open_lake
 from predictions.windows import WindowSpec
 from registry.schema import Task
+from tests.lake.conftest import S3Lake
 from tests.spark.compare import assert_same_sketch, same_json, window_doc
 from tests.spark.e2edata import UNSEEN, Served, serve_both
 from tests.spark.lakedata import reference_profile
@@ -55,7 +56,7 @@ def test_the_sinks_files_give_the_databases_window(
     spark: SparkSession, pg: Database, served: tuple[Task, str, Served]
 ) -> None:
     task, lake, done = served
-    _same_window(spark, pg, lake, task, done, sources={"serve": ROWS})
+    _same_window(spark, pg, lake, task, done, rows=ROWS)
 
 
 def test_the_exported_files_give_the_databases_window(
@@ -72,14 +73,48 @@ def test_the_exported_files_give_the_databases_window(
         until=done.end + timedelta(seconds=1),
     )
     assert copied.predictions == ROWS and copied.labels == done.labelled
-    _same_window(spark, pg, str(folder), task, done, sources={"serve": ROWS})  # export keeps each source
+    _same_window(spark, pg, str(folder), task, done, rows=ROWS)  # export keeps each row's source
+
+
+def test_an_s3_lake_written_by_the_sink_and_export_gives_the_databases_window(
+    spark: SparkSession, pg: Database, s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """The sink writes to ``s3://`` on the S3-compatible server; the executors (started without the
+    ``AWS_*`` variables) read it with what the driver's session forwards."""
+    rows, model = 6_000, "binary_s3"
+    done = serve_both(pg, s3_lake.url, tmp_path, Task.BINARY, rows=rows, start=START, model=model)
+    forwarded = {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}
+    assert forwarded <= set(_executor_environment(spark))  # the cluster itself was started without them
+    _same_window(spark, pg, s3_lake.url, Task.BINARY, done, rows=rows, model=model)
+    exported = f"s3://{s3_lake.bucket}/exported"
+    end = done.end + timedelta(seconds=1)
+    copied = export_model(db=pg, target=open_lake(exported), model_name=model, since=done.start, until=end)
+    assert copied.predictions == rows
+    _same_window(spark, pg, exported, Task.BINARY, done, rows=rows, model=model)
+
+
+def _executor_environment(spark: SparkSession) -> list[str]:
+    """The names of the variables a Python worker of the cluster inherited (from its executor's launch)."""
+    import os
+
+    def names(_: object) -> list[str]:
+        return sorted(os.environ)
+
+    return list(spark.sparkContext.parallelize([0], 1).flatMap(names).collect())
 
 
 def _same_window(
-    spark: SparkSession, pg: Database, lake: str, task: Task, done: Served, *, sources: dict[str, int]
+    spark: SparkSession,
+    pg: Database,
+    lake: str,
+    task: Task,
+    done: Served,
+    *,
+    rows: int,
+    model: str | None = None,
 ) -> None:
     profile = reference_profile(task)
-    model = task.name.lower()
+    model = model or task.name.lower()
     now = done.end + timedelta(minutes=1)
     spec = WindowSpec(minutes=(now - done.start).total_seconds() / 60 + 1)
     read = LakeRead()
@@ -87,10 +122,11 @@ def _same_window(
         spark=spark, lake=lake, profile=profile, model_name=model, spec=spec, now=now, read=read
     )
     theirs = read_window(engine=pg.engine, profile=profile, model_name=model, spec=spec, now=now)
-    assert read.counted_hours == 2 and len(read.files_read) >= 2
-    assert ours.rows == theirs.rows == ROWS
+    hours = len({t.replace(minute=0, second=0) for t in (done.start, done.end)})
+    assert read.counted_hours == hours and len(read.files_read) >= hours
+    assert ours.rows == theirs.rows == rows
     assert ours.labelled == theirs.labelled == done.labelled
-    assert dict(ours.sketch.sources) == sources
+    assert dict(ours.sketch.sources) == {"serve": rows}
     assert ours.sketch.categorical["c"][UNSEEN] > 0 and ours.sketch.categorical["c"][None] > 0
     assert ours.sketch.numeric["x1"] is not None and ours.sketch.numeric["x1"].missing > 0
     assert_same_sketch(ours.sketch, theirs.sketch)
