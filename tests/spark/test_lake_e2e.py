@@ -11,10 +11,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pytest
 
 from core.database import Database, open_database
+from monitors.config import MonitorConfig
 from monitors.engine import evaluate
+from monitors.explain import explain
 from monitors.log_window import read_window
 from monitors.spark.window import LakeRead, read_lake_window
 from predictions.lake.export import export_model
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROWS = 20_000
+CONFIG = MonitorConfig()
 START = datetime(2026, 11, 9, 23, 20, tzinfo=UTC)  # 4,000 requests a second apart: two hours, two dates
 
 
@@ -91,6 +95,44 @@ def test_an_s3_lake_written_by_the_sink_and_export_gives_the_databases_window(
     copied = export_model(db=pg, target=open_lake(exported), model_name=model, since=done.start, until=end)
     assert copied.predictions == rows
     _same_window(spark, pg, exported, Task.BINARY, done, rows=rows, model=model)
+
+
+def test_a_spark_windows_sample_gives_segments_as_the_databases_does(
+    spark: SparkSession, pg: Database, served: tuple[Task, str, Served]
+) -> None:
+    """The row sample drawn by Spark (not the database's rows, the same size and kind) feeds the segments."""
+    task, lake, done = served
+    profile, model, k = reference_profile(task), task.name.lower(), 2_000
+    now = done.end + timedelta(minutes=1)
+    spec = WindowSpec(minutes=(now - done.start).total_seconds() / 60 + 1)
+    ours = read_lake_window(
+        spark=spark, lake=lake, profile=profile, model_name=model, spec=spec, now=now, sample_rows=k
+    )
+    theirs = read_window(
+        engine=pg.engine, profile=profile, model_name=model, spec=spec, now=now, sample_rows=k
+    )
+    assert ours.sample is not None and theirs.sample is not None
+    assert ours.sample.rows == theirs.sample.rows == k and ours.sample.population == ROWS
+    assert ours.sample.kinds == theirs.sample.kinds
+    assert ours.sample.predictions.shape == theirs.sample.predictions.shape
+    assert 0 < ours.sample.labelled < k  # every 7th prediction is labelled
+    assert set(ours.sample.columns["c"]) <= {"a", "b", "c", UNSEEN, None}
+    reports = []
+    for window in (ours, theirs):
+        report = evaluate(profile=profile, sketch=window.sketch)
+        explain(
+            report, profile=profile, window=window.sample, predictor=lambda: None, config=CONFIG, level=0.05
+        )
+        reports.append(report)
+    assert reports[1].segments and reports[0].segments
+    assert reports[1].weak_slices is not None and reports[0].weak_slices is not None
+    if task is Task.BINARY:  # the same window on the same files draws the same rows
+        again = read_lake_window(
+            spark=spark, lake=lake, profile=profile, model_name=model, spec=spec, now=now, sample_rows=k
+        )
+        assert again.sample is not None
+        assert np.array_equal(again.sample.predictions, ours.sample.predictions)
+        assert list(again.sample.columns["c"]) == list(ours.sample.columns["c"])
 
 
 def _executor_environment(spark: SparkSession) -> list[str]:
