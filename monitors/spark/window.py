@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from monitors.log_window import Window
 from monitors.profile import CategoricalProfile, Profile
+from monitors.rows import RowSample
 from monitors.service import CachedBlock, SketchKey, block_sketches, cached_blocks, prune_blocks, store_blocks
 from monitors.sketch import SKETCH_FORMAT, MulticlassCounts, WindowSketch, fingerprint
 from monitors.spark.cache import decode_part, encode_part
@@ -127,21 +128,34 @@ def read_lake_window(
             chunk_rows=chunk_rows,
         )
     read.seconds["labels"] = round(time.perf_counter() - began - sum(read.seconds.values()), 4)
-    sketch = total.sketch
     sample = None
-    if sample_rows > 0 and sketch.rows:
+    if sample_rows > 0 and total.sketch.rows:
+        labels = list_files(fs=fs, root=root, table=LABELS, model_name=model_name, since=total.start)
         sample = lake_sample(
             spark=spark,
             lake=lake,
             files=files,
-            labels=list_files(fs=fs, root=root, table=LABELS, model_name=model_name, since=total.start),
+            labels=labels,
             rows=rows,
             profile=profile,
             k=sample_rows,
-            seed=sample_seed(model_name, total.start, total.end, sketch.rows),
-            population=sketch.rows,
+            seed=sample_seed(model_name, total.start, total.end, total.sketch.rows),
+            population=total.sketch.rows,
         )
         read.seconds["sample"] = round(time.perf_counter() - began - sum(read.seconds.values()), 4)
+    return _as_window(model_name, spec, since, total, read, sample)
+
+
+def _as_window(
+    model_name: str,
+    spec: WindowSpec,
+    since: datetime | None,
+    total: Part,
+    read: LakeRead,
+    sample: RowSample | None,
+) -> Window:
+    """The window the database path would build, from the lake's counts."""
+    sketch = total.sketch
     window = Window(
         model_name=model_name,
         spec=spec,
