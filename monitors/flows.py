@@ -354,6 +354,7 @@ def read_on_spark(
             now=now,
             cache=db.engine,
             chunk_rows=settings.monitor_chunk_rows,
+            sample_rows=settings.monitor_sample_rows,
         )
     except DomainError as exc:
         raise EngineUnavailable(str(exc)) from None

@@ -1,6 +1,12 @@
 """The driver's SparkSession for a master URL, one per process: the executors' Python is this interpreter
 (``PYSPARK_PYTHON``) with this project on its path; a ``spark://`` master that does not answer fails fast
-with one line naming it, instead of Spark's minute of retries."""
+with one line naming it, instead of Spark's minute of retries.
+
+The executors read the lake themselves, so an S3 lake's endpoint, region and credentials (the driver's
+``AWS_*`` variables, :data:`~predictions.lake.files.AWS_VARIABLES`) are forwarded to them as
+``spark.executorEnv.*`` when the session is made (once per process: a variable changed later does not reach
+executors already started). They are never logged; on a cluster whose nodes hold their own credentials
+(an instance profile, IRSA), leave the keys unset on the driver."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from core.errors import Unavailable
+from predictions.lake.files import AWS_VARIABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,6 +99,9 @@ def _build(master: str) -> SparkSession:
         .config("spark.python.worker.reuse", "true")
         .config("spark.driver.memory", DRIVER_MEMORY)
     )
+    for name in AWS_VARIABLES:  # the S3 lake's endpoint and credentials, for the executors' reads
+        if os.environ.get(name):
+            builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
     if loopback:
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"

@@ -25,11 +25,13 @@ from sqlalchemy.orm import Session
 
 from monitors.log_window import Window
 from monitors.profile import CategoricalProfile, Profile
+from monitors.rows import RowSample
 from monitors.service import CachedBlock, SketchKey, block_sketches, cached_blocks, prune_blocks, store_blocks
 from monitors.sketch import SKETCH_FORMAT, MulticlassCounts, WindowSketch, fingerprint
 from monitors.spark.cache import decode_part, encode_part
 from monitors.spark.counting import FileTask, Part, RowFilter, count_files, merge_parts
 from monitors.spark.rows import label_rows, last_rows_cut
+from monitors.spark.sample import lake_sample, sample_seed
 from predictions.lake.scan import (
     HOUR,
     LABELS,
@@ -74,10 +76,12 @@ def read_lake_window(
     cache: Engine | None = None,
     read: LakeRead | None = None,
     chunk_rows: int = WindowReader.CHUNK_ROWS,
+    sample_rows: int = 0,
 ) -> Window:
     """Read one model's window from the lake on ``spark`` and sketch it on ``profile``'s grids (``cache``:
     the database keeping the counts of whole hours; ``read``: filled with what was read; ``chunk_rows``: the
-    labelled rows fed to the error stream at a time, as the database path feeds them)."""
+    labelled rows fed to the error stream at a time, as the database path feeds them; ``sample_rows`` > 0:
+    ``Window.sample`` holds a uniform sample of at most that many rows, drawn by Spark, :mod:`.sample`)."""
     read = read if read is not None else LakeRead()
     began = time.perf_counter()
     now = (now or datetime.now(UTC)).astimezone(UTC)
@@ -124,8 +128,35 @@ def read_lake_window(
             chunk_rows=chunk_rows,
         )
     read.seconds["labels"] = round(time.perf_counter() - began - sum(read.seconds.values()), 4)
+    sample = None
+    if sample_rows > 0 and total.sketch.rows:
+        labels = list_files(fs=fs, root=root, table=LABELS, model_name=model_name, since=total.start)
+        sample = lake_sample(
+            spark=spark,
+            lake=lake,
+            files=files,
+            labels=labels,
+            rows=rows,
+            profile=profile,
+            k=sample_rows,
+            seed=sample_seed(model_name, total.start, total.end, total.sketch.rows),
+            population=total.sketch.rows,
+        )
+        read.seconds["sample"] = round(time.perf_counter() - began - sum(read.seconds.values()), 4)
+    return _as_window(model_name, spec, since, total, read, sample)
+
+
+def _as_window(
+    model_name: str,
+    spec: WindowSpec,
+    since: datetime | None,
+    total: Part,
+    read: LakeRead,
+    sample: RowSample | None,
+) -> Window:
+    """The window the database path would build, from the lake's counts."""
     sketch = total.sketch
-    return Window(
+    window = Window(
         model_name=model_name,
         spec=spec,
         rows=sketch.rows,
@@ -142,6 +173,8 @@ def read_lake_window(
         counted_blocks=read.counted_hours,
         cache_seconds=read.seconds,
     )
+    window.sample = sample
+    return window
 
 
 def _key(model_name: str, spec: WindowSpec, profile: Profile, threshold: float) -> SketchKey:

@@ -40,8 +40,22 @@ class Lake:
         return f"{self.root}/{relative}" if self.root else relative
 
 
+# the AWS variables that reach an S3 lake (the Spark engine forwards them to its executors)
+AWS_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_EC2_METADATA_DISABLED",
+)
+
+
 def s3_options(env: Mapping[str, str] | None = None) -> dict[str, object]:
-    """S3FileSystem's options from the AWS variables (endpoint, region, keys)."""
+    """S3FileSystem's options from the AWS variables (endpoint, region, keys), with short timeouts and two
+    attempts per request (a refused endpoint is reported in seconds, not minutes)."""
     env = os.environ if env is None else env
     opts: dict[str, object] = {}
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
@@ -52,6 +66,8 @@ def s3_options(env: Mapping[str, str] | None = None) -> dict[str, object]:
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     if region:
         opts["region"] = region
+    elif endpoint:
+        opts["region"] = "us-east-1"  # an S3-compatible server: no bucket region to look up
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         opts["access_key"] = env["AWS_ACCESS_KEY_ID"]
         opts["secret_key"] = env["AWS_SECRET_ACCESS_KEY"]
@@ -59,25 +75,36 @@ def s3_options(env: Mapping[str, str] | None = None) -> dict[str, object]:
             opts["session_token"] = env["AWS_SESSION_TOKEN"]
     opts["connect_timeout"] = 5.0
     opts["request_timeout"] = 30.0
+    opts["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=2)
     return opts
 
 
-def open_lake(url: str, *, options: Mapping[str, object] | None = None) -> Lake:
-    """The lake at ``url`` (a folder, ``file://...`` or ``s3://bucket/prefix``); raises :class:`Invalid`
-    naming ``lake_url`` for a URL of another kind or a folder that does not exist."""
+def lake_filesystem(url: str, *, options: Mapping[str, object] | None = None) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and root path (no trailing slash) of a lake URL: a folder, ``file://...`` or
+    ``s3://bucket/prefix`` (the endpoint and keys from the AWS variables, :func:`s3_options`, or
+    ``options``). The one place a lake's filesystem is made: the sink, export and the readers (the Spark
+    engine's driver and executors) all come here. Raises :class:`Invalid` naming ``lake_url`` for a URL of
+    another kind; nothing is read."""
     parsed = urlparse(url)
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise Invalid(f"lake_url {url!r}: an S3 lake needs a bucket (s3://bucket/prefix)")
         fs = pafs.S3FileSystem(**{**s3_options(), **(options or {})})
-        root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
-        return Lake(url, fs, root, remote=True)
+        return fs, f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
     if parsed.scheme not in ("", "file"):
         raise Invalid(f"lake_url {url!r}: a local folder or s3://bucket/prefix, not {parsed.scheme}://")
     folder = Path(parsed.path if parsed.scheme == "file" else url).expanduser().absolute()
-    if not folder.is_dir():
-        raise Invalid(f"lake_url {url!r}: the folder {folder} does not exist")
-    return Lake(url, pafs.LocalFileSystem(), str(folder), remote=False)
+    return pafs.LocalFileSystem(), str(folder)
+
+
+def open_lake(url: str, *, options: Mapping[str, object] | None = None) -> Lake:
+    """The lake at ``url`` to write (:func:`lake_filesystem`); raises :class:`Invalid` naming ``lake_url``
+    for a URL of another kind or a folder that does not exist."""
+    fs, root = lake_filesystem(url, options=options)
+    remote = isinstance(fs, pafs.S3FileSystem)
+    if not remote and not Path(root).is_dir():
+        raise Invalid(f"lake_url {url!r}: the folder {root} does not exist")
+    return Lake(url, fs, root, remote=remote)
 
 
 def check_writable(target: Lake) -> None:

@@ -7,9 +7,19 @@ partitioned the hive way, so Spark, DuckDB, Athena or pandas read it as it is::
     labels/model=<model>/date=<yyyy-mm-dd>/hour=<hh>/<writer>.parquet
 
 The date and hour are UTC: of ``logged_at`` for a prediction, of ``received_at`` for a label. ``<writer>``
-is unique to the process and the file (:func:`file_name`), so no two writers ever share a file. A file is
-written under a name starting with ``_`` (which Spark, pyarrow's datasets and Hive skip) and committed by a
-rename, or on S3 by one PUT of the whole object: a reader never sees half a file.
+is unique to the process and the file, so no two writers ever share a file, and a reader takes every
+committed file of a partition (it never parses the names):
+
+- the lake sink (:mod:`.sink`): ``<host>-<first prediction id of the roll>-<part>.parquet`` for predictions
+  (a roll after a crash writes the same names again, replacing instead of adding) and
+  ``<host>-labels-<time in ns, hex>-<part>.parquet`` for labels;
+- ``predictions export`` (:mod:`.export`): ``export-<yyyymmddhh>-<part>.parquet`` (a rerun replaces them);
+- other writers (tests, benches): :func:`file_name`.
+
+``<part>`` numbers a roll's files of one partition by feature layout (a version whose features changed, or
+rows typed from their documents, go to a file of their own), so a partition holds any number of files. A
+file is written under a name starting with ``_`` (which Spark, pyarrow's datasets and Hive skip) and
+committed by a rename, or on S3 by one PUT of the whole object: a reader never sees half a file.
 
 **predictions** — one row per prediction:
 
@@ -23,16 +33,21 @@ logged_at        timestamp[us, UTC]          when it was logged (the partition's
 latency_ms       float64                     the request's latency
 status           string                      ``ok`` or the error
 protocol         string                      ``tfserving``, ``v2``, ``ingest``, ...
-source           string                      ``serve``, ``ingest``, ``import``, ``cloudevents``, ``export``
+source           string                      ``serve``, ``ingest``, ``import``, ``cloudevents``, ...
+                                             (``predictions export`` keeps each row's own source)
 output           float64                     the model's answer as one number (NaN: none)
 vector           list<float64>, null         a multi-class model's probabilities, in class order
 flags            list<string>, null          the prediction's flags
 inputs           string, null                the row's JSON document when a value does not fit its
                                              feature's typed column (text in a numeric feature, ...)
-features         struct                      one field per feature of the version's contract, in order:
-                                             a numeric feature as float64 (int64 when its contract's
-                                             dtype is ``int64`` and every value of the file is whole),
-                                             a categorical one as dictionary<int32, string>; null: absent
+features         struct                      one field per feature of the rows' typed layout: the numeric
+                                             features first, then the categorical ones (readers find a
+                                             feature by name, never by position); a numeric feature as
+                                             float64 (the sink and export always write float64; readers
+                                             also accept an integer type), a categorical one as
+                                             dictionary<int32, string> (the layout's categories, then
+                                             unseen texts); null: absent, NaN or infinite. A version
+                                             without features has one null float64 field ``_none``
 ===============  ==========================  ================================================================
 
 **labels** — one row per label received:

@@ -8,7 +8,6 @@ in Spark's executors (:mod:`monitors.spark`).
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from core.errors import Invalid, Unavailable
+from predictions.lake.files import lake_filesystem as filesystem_of
 from predictions.lake.layout import FEATURES, LABELS, PREDICTIONS, SUFFIX, TABLES, hour_of
 
 HOUR = timedelta(hours=1)
@@ -48,23 +48,10 @@ class LakeFile:
 
 
 def lake_filesystem(url: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and root path of a lake URL (a folder or ``s3://bucket/prefix``; an S3-compatible server
-    from ``AWS_ENDPOINT_URL``). A missing folder or a refused endpoint is ``Unavailable`` naming the URL."""
+    """The filesystem and root path of a lake URL to read (:func:`predictions.lake.files.lake_filesystem`),
+    once its root answers: a missing folder or a refused endpoint is ``Unavailable`` naming the URL."""
+    fs, root = filesystem_of(url)
     try:
-        if url.startswith("s3://"):
-            endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
-            scheme = "http" if endpoint and endpoint.startswith("http://") else "https"
-            fs: pafs.FileSystem = pafs.S3FileSystem(
-                endpoint_override=endpoint.split("://", 1)[-1] if endpoint else None,
-                scheme=scheme,
-                region=os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION") or "us-east-1",
-                connect_timeout=5,
-                request_timeout=20,
-                retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=2),
-            )
-            root = url.removeprefix("s3://").rstrip("/")
-        else:
-            fs, root = pafs.LocalFileSystem(), os.path.abspath(url.removeprefix("file://"))
         info = fs.get_file_info(root)
     except (OSError, pa.ArrowException) as exc:
         raise Unavailable(f"the lake {url} cannot be read: {_one_line(exc)}") from None

@@ -24,10 +24,10 @@ def spark_home() -> str:
 
 def cluster_env() -> dict[str, str]:
     """The environment of the cluster's processes: loopback only, this interpreter for Python workers and
-    this project on their path."""
+    this project on their path; no ``AWS_*`` variable (an S3 lake's reach comes from the driver's session)."""
     root = str(Path(__file__).resolve().parents[2])
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
         "SPARK_HOME": spark_home(),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_HOSTNAME": "localhost",
