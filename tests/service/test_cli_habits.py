@@ -66,6 +66,7 @@ WITH_JSON = {
     "webhooks list",
     "webhooks deliveries",
     "tokens list",
+    "predictions export",
 }
 
 
