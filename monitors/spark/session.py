@@ -98,6 +98,9 @@ def _build(master: str) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.worker.reuse", "true")
         .config("spark.driver.memory", DRIVER_MEMORY)
+        # the label join is a shuffle on the executors: a broadcast join would build the labels' table in
+        # the driver's small JVM (a million-row multi-class window did not fit in 512m)
+        .config("spark.sql.autoBroadcastJoinThreshold", "-1")
     )
     for name in AWS_VARIABLES:  # the S3 lake's endpoint and credentials, for the executors' reads
         if os.environ.get(name):
