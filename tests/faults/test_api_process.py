@@ -9,10 +9,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -20,55 +17,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
-from core.network import free_port
 from tests.faults.conftest import Load, logged_ids, spooled_ids
+from tests.faults.serve_process import ServeProcess
 from tests.service.tcpproxy import TcpProxy
-from tests.support import TrainedModels, postgres_schema, seed_registry, wait_http_ready
+from tests.support import TrainedModels, postgres_schema, seed_registry
 
 pytestmark = pytest.mark.postgres  # the shared PostgreSQL at 127.0.0.1:5432
 
-ROOT = Path(__file__).resolve().parents[2]
-CLI = str(Path(sys.executable).parent / "driftwarden")
-
-
-class ServeProcess:
-    """``driftwarden serve --workers 1`` on a free port with the given database, spool and durability."""
-
-    def __init__(self, url: str, spool: Path, durability: str, log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        env = {
-            **os.environ,
-            "DRIFTWARDEN_DATABASE_URL": url,
-            "DRIFTWARDEN_SPOOL_PATH": str(spool),
-            "DRIFTWARDEN_LOG_DURABILITY": durability,
-            "DRIFTWARDEN_MONITOR_ENABLED": "false",
-            "DRIFTWARDEN_RETENTION_INTERVAL_S": "0",
-            "DRIFTWARDEN_WEBHOOK_SENDER_ENABLED": "false",
-            "DRIFTWARDEN_LOG_LEVEL": "WARNING",
-        }
-        argv = [CLI, "serve", "--workers", "1", "--port", str(self.port)]
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        wait_http_ready(f"{self.url}/readyz", log=log, deadline=time.monotonic() + 120, proc=self.proc)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def signal(self, sig: signal.Signals, timeout_s: float = 60) -> int:
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            pytest.fail(f"serve did not exit within {timeout_s}s of {sig.name}: {self.tail()}")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+DURABLE = {"DRIFTWARDEN_LOG_DURABILITY": "durable"}
+FAST = {"DRIFTWARDEN_LOG_DURABILITY": "fast"}
 
 
 def _answered_then(sig: signal.Signals, srv: ServeProcess, trained: TrainedModels, tag: str) -> Load:
@@ -109,7 +66,7 @@ def test_sigkill_in_durable_mode_keeps_every_answered_row_and_the_restart_replay
         url = direct.replace(f"{pg.host}:{pg.port or 5432}", f"127.0.0.1:{proxy.port}")
         assert url != direct
         try:
-            first = ServeProcess(url, spool, "durable", tmp_path / "serve-1.log")
+            first = ServeProcess(url=url, spool=spool, log=tmp_path / "serve-1.log", env=DURABLE)
             try:
                 with Load(first.url, trained.rows, threads=4, tag="kill") as killed:
                     killed.wait_answered(100, timeout_s=90)
@@ -128,7 +85,9 @@ def test_sigkill_in_durable_mode_keeps_every_answered_row_and_the_restart_replay
             assert len(only_spooled) >= 50  # the restart has something to replay
 
             proxy.start()  # the same address: the next process finds the same spool folder
-            second = ServeProcess(url, spool, "durable", tmp_path / "serve-2.log")  # replays at start
+            second = ServeProcess(
+                url=url, spool=spool, log=tmp_path / "serve-2.log", env=DURABLE
+            )  # replays at start
             try:
                 drained = _answered_then(signal.SIGTERM, second, trained, "term-durable")
             finally:
@@ -152,7 +111,7 @@ def test_sigterm_in_fast_mode_drains_every_answered_row(
     spool = tmp_path / "spool"
     with postgres_schema(postgres_url) as url:
         seed_registry(url, trained, serving=1)
-        srv = ServeProcess(url, spool, "fast", tmp_path / "serve.log")
+        srv = ServeProcess(url=url, spool=spool, log=tmp_path / "serve.log", env=FAST)
         try:
             load = _answered_then(signal.SIGTERM, srv, trained, "term-fast")
         finally:
