@@ -190,6 +190,12 @@ def _model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lake: Path) -> dict[
     return env
 
 
+def _monitor_on_spark(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], master: str) -> Any:
+    """``driftwarden monitor --once --model m --engine spark --spark-master MASTER`` with ``env``."""
+    args = ("monitor", "--once", "--model", "m", "--engine", "spark", "--spark-master", master)
+    return run_cli(monkeypatch, env, *args)
+
+
 def test_monitor_on_spark_through_the_cli(
     spark_cluster: Cluster, spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,39 +204,16 @@ def test_monitor_on_spark_through_the_cli(
     hours_of(300, lake, first=layout.hour_of(now) - timedelta(hours=1), hours=1)
     env = _model(tmp_path, monkeypatch, lake)
     env["DRIFTWARDEN_MONITOR_WINDOW_MINUTES"] = "180"
-    ok = run_cli(
-        monkeypatch,
-        env,
-        "monitor",
-        "--once",
-        "--model",
-        "m",
-        "--engine",
-        "spark",
-        "--spark-master",
-        spark_cluster.master,
-    )
+    ok = _monitor_on_spark(monkeypatch, env, spark_cluster.master)
     assert ok.exit_code in (0, 1), ok.output
     assert "m:1 run" in ok.stdout and "300 rows" in ok.stdout
     url = f"spark://127.0.0.1:{free_port()}"
-    down = run_cli(
-        monkeypatch, env, "monitor", "--once", "--model", "m", "--engine", "spark", "--spark-master", url
-    )
+    down = _monitor_on_spark(monkeypatch, env, url)
     assert down.exit_code == 2
     assert f"the Spark master {url} cannot be reached" in down.output
     assert "Traceback" not in down.output
-    missing = run_cli(
-        monkeypatch,
-        {**env, "DRIFTWARDEN_LAKE_URL": str(tmp_path / "gone")},
-        "monitor",
-        "--once",
-        "--model",
-        "m",
-        "--engine",
-        "spark",
-        "--spark-master",
-        spark_cluster.master,
-    )
+    gone = {**env, "DRIFTWARDEN_LAKE_URL": str(tmp_path / "gone")}
+    missing = _monitor_on_spark(monkeypatch, gone, spark_cluster.master)
     assert missing.exit_code == 2 and f"the lake {tmp_path / 'gone'} does not exist" in missing.output
     wrong = run_cli(monkeypatch, env, "monitor", "--once", "--engine", "sparkle")
     assert wrong.exit_code == 2 and "--engine" in wrong.output
