@@ -39,7 +39,8 @@ log = logging.getLogger("driftwarden.serving")
 
 # How long another thread may keep the GIL from the event loop (CPython's default: 5 ms). The log writer, the
 # model manager's poll and the health checks run Python in threads of their own; a request arriving while one
-# of them holds the GIL waited up to the whole default interval, the 4-5 ms p99 of a lone client (issue 46).
+# of them holds the GIL could wait up to the whole default interval (a suspect of the 4-5 ms p99 of a lone
+# client in issue 46; on the shared 2-core machine the measured effect stayed within its noise).
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 DESCRIPTION = """
