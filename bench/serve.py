@@ -15,7 +15,14 @@ Configurations (``--configs``, comma-separated; ``-wN`` runs N worker processes)
 - ``c``: a naive FastAPI endpoint calling Keras ``model.predict`` per request;
 - ``f[-wN]``: the plain FastAPI endpoint of ``bench/plain_fastapi.py`` (the SavedModel's serving
   signature, no checks, no log), one uvicorn process or ``uvicorn --workers N``; ``--compare-fastapi``
-  adds ``f`` and ``f-w2``.
+  adds ``f`` and ``f-w2``;
+- ``NAME@base`` (an ``a`` or ``b`` config): the same server run with the code of another checkout
+  (``--baseline PATH``, e.g. a worktree of main, put first on the server's PYTHONPATH; the same
+  virtualenv), so that a change and its baseline are measured side by side in one run; ``--baseline`` adds
+  ``NAME@base`` for each ``a`` and ``b`` config, and the ratios add this tree / baseline.
+
+A lone client's targets (issue 46: c=1, log on to PostgreSQL, ``a-pg-fast`` against ``f``: 1 row at least
+1.0x the req/s and at most 1.5x the p99, 32 rows at least 1.0x the req/s) are printed as met or missed.
 
 Servers run one at a time (this is a 2-core machine): start, wait for every worker, warm up (``--warmup``
 seconds per size at c=8), then every rows-per-request size at concurrency 1, 8 and 64 (``--levels``) for
@@ -61,6 +68,9 @@ the exit code 1.
         --interleave --repeat 8                     # log on / --no-log, paired rounds
     .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,b,a-pg-fast-w2,b-w2 --rows 1
     .venv/bin/python bench/serve.py --seconds 5 --configs a-pg-fast,a-pg-fast-nometrics   # metrics' cost
+    git worktree add --detach ../dw-main main       # a change against main, side by side, c=1 and c=64:
+    .venv/bin/python bench/serve.py --seconds 4 --configs a-pg-fast,b,f --baseline ../dw-main \
+        --levels 1 64 --interleave --repeat 3
     .venv/bin/python bench/serve.py --driver python --seconds 3 --configs a-sqlite-durable,b,c --rows 1
 """
 
@@ -101,13 +111,19 @@ PG_ADMIN = os.environ.get(
 )
 CONFIG_RE = re.compile(
     r"(?P<base>a-(?P<backend>sqlite|pg)-(?P<durability>fast|durable)(?P<nometrics>-nometrics)?|b|c|f)"
-    r"(?:-w(?P<workers>[1-9][0-9]*))?"
+    r"(?:-w(?P<workers>[1-9][0-9]*))?(?P<baseline>@base)?"
 )
-CONFIG_RULE = "a-{sqlite,pg}-{fast,durable}[-nometrics][-wN], b[-wN], c or f[-wN]"
+CONFIG_RULE = "a-{sqlite,pg}-{fast,durable}[-nometrics][-wN][@base], b[-wN][@base], c or f[-wN]"
 # the ratios with a target: (numerator, denominator, rows per request, target)
 LOG_TARGETS = {("a-pg-fast", 1): 0.95, ("a-pg-fast", 32): 0.90, ("a-pg-durable", 1): 0.85}  # issue 27
 # issue 27: the serving process's CPU per request with the log on (fast) at most 15 % above --no-log's
 CPU_TARGETS = {"a-pg-fast": 1.15}
+# issue 46: a lone client (c=1), log on to PostgreSQL, against plain FastAPI: (rows, what) -> (target, bound)
+FASTAPI_TARGETS = {
+    (1, "req/s"): (1.0, "at least"),
+    (1, "p99"): (1.5, "at most"),
+    (32, "req/s"): (1.0, "at least"),
+}
 
 
 # -- configurations -------------------------------------------------------------------------------
@@ -119,6 +135,7 @@ class Config:
     durability: str = "fast"
     metrics: bool = True
     workers: int = 1
+    baseline: bool = False  # NAME@base: the server's code from --baseline's checkout
 
     @property
     def logs(self) -> bool:
@@ -132,13 +149,18 @@ class Config:
     @property
     def single(self) -> str:
         """The same configuration in one process (``a-pg-fast`` for ``a-pg-fast-w2``)."""
-        return re.sub(r"-w[0-9]+$", "", self.name)
+        return re.sub(r"-w[0-9]+(?=(@base)?$)", "", self.name)
+
+    @property
+    def no_log(self) -> str:
+        """Its ``--no-log`` configuration: as many workers, the same code (``a-pg-fast@base``: ``b@base``)."""
+        return ("b" if self.workers == 1 else f"b-w{self.workers}") + ("@base" if self.baseline else "")
 
 
 def parse_config(name: str) -> Config:
     """``a-pg-fast-w2`` -> Config; anything else is an error naming the rule."""
     m = CONFIG_RE.fullmatch(name)
-    if m is None or (m["base"] == "c" and m["workers"]):
+    if m is None or (m["base"] == "c" and m["workers"]) or (m["base"] in "cf" and m["baseline"]):
         raise SystemExit(f"--configs: '{name}' is not a configuration (use {CONFIG_RULE})")
     base = m["base"]
     return Config(
@@ -148,6 +170,7 @@ def parse_config(name: str) -> Config:
         durability=m["durability"] or "fast",
         metrics=not m["nometrics"],
         workers=int(m["workers"] or 1),
+        baseline=bool(m["baseline"]),
     )
 
 
@@ -603,8 +626,10 @@ def spawn(cmd: list[str], env: dict[str, str], log: Path) -> Server:
     return Server(proc, f"http://127.0.0.1:{port}", log)
 
 
-def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> Server:
-    """Start ``config``'s server and wait until every worker answers."""
+def start_server(
+    config: Config, root: Path, model_path: Path, db_url: str, baseline: Path | None = None
+) -> Server:
+    """Start ``config``'s server and wait until every worker answers (``NAME@base``: ``baseline``'s code)."""
     log = root / f"{config.name}.log"
     if config.kind == "c":
         server = spawn([sys.executable, __file__, "naive-server", "--model", str(model_path)], {}, log)
@@ -635,6 +660,10 @@ def start_server(config: Config, root: Path, model_path: Path, db_url: str) -> S
     }
     if not config.metrics:
         env["DRIFTWARDEN_METRICS_ENABLED"] = "false"  # log on, metrics off
+    if config.baseline:
+        if baseline is None:
+            raise SystemExit(f"{config.name}: a @base configuration needs --baseline PATH")
+        env["PYTHONPATH"] = str(baseline)  # its packages before the virtualenv's editable install of ROOT
     extra = ["--no-log"] if config.kind == "b" else ["--durability", config.durability]
     cmd = [str(ROOT / ".venv/bin/driftwarden"), "serve", "--workers", str(config.workers), *extra]
     server = spawn(cmd, env, log)
@@ -866,7 +895,7 @@ def start_config(
         db_url = stack.enter_context(scratch_pg_database())
     if config.kind in ("a", "b"):
         prepare_db(db_url, model_path)
-    server = start_server(config, root, model_path, db_url)
+    server = start_server(config, root, model_path, db_url, args.baseline)
 
     def stop_if_running() -> None:
         if server.proc.poll() is None:
@@ -999,6 +1028,13 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="Also write every result here.")
     parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="A checkout of driftwarden (e.g. a worktree of main): each driftwarden config (a..., b...) also "
+        "runs as NAME@base with that checkout's code (through PYTHONPATH, in the same virtualenv), side by "
+        "side with this tree's; the ratios add this tree / baseline.",
+    )
+    parser.add_argument(
         "--task",
         choices=("binary", "multiclass", "regression"),
         default="binary",
@@ -1016,6 +1052,11 @@ def main() -> None:
     names = [c for c in args.configs.split(",") if c]
     if args.compare_fastapi:
         names += [c for c in ("f", "f-w2") if c not in names]
+    if args.baseline is not None:
+        if not (args.baseline / "service" / "serving" / "app.py").is_file():
+            raise SystemExit(f"--baseline: {args.baseline} is not a driftwarden checkout")
+        args.baseline = args.baseline.resolve()
+        names += [f"{n}@base" for n in names if n[0] in "ab" and not n.endswith("@base")]
     configs = [parse_config(c) for c in names]
 
     measures: list[Measure] = []
@@ -1116,15 +1157,24 @@ def summary(
     log_cpu = cpu_tables(table, configs, args)
     ratios: list[dict[str, Any]] = []
 
-    def ratio(label: str, num: str, den: str, rows: int, c: int, what: str, target: float | None) -> None:
+    def ratio(
+        label: str,
+        num: str,
+        den: str,
+        rows: int,
+        c: int,
+        what: str,
+        target: float | None,
+        bound: str = "at least",
+    ) -> None:
         a, b = table.get((num, rows, c)), table.get((den, rows, c))
         if a is None or b is None:
             return
-        x, y = (a.rps, b.rps) if what == "req/s" else (a.p50_ms, b.p50_ms)
+        x, y = {"req/s": (a.rps, b.rps), "p50": (a.p50_ms, b.p50_ms), "p99": (a.p99_ms, b.p99_ms)}[what]
         value = x / y if y else float("nan")
-        goal = (
-            "" if target is None else f"  (target >= {target:.2f}: {'met' if value >= target else 'missed'})"
-        )
+        met = target is not None and (value >= target if bound == "at least" else value <= target)
+        sign = ">=" if bound == "at least" else "<="
+        goal = "" if target is None else f"  (target {sign} {target:.2f}: {'met' if met else 'missed'})"
         print(
             f"  {label:34s} {num} / {den}, {rows} row(s), c={c}, {what}: "
             f"{x:.2f} / {y:.2f} = {value:.3f}{goal}"
@@ -1148,7 +1198,7 @@ def summary(
     for name in configs:  # log on / --no-log, at the top level
         cfg = parse_config(name)
         if cfg.logs and cfg.metrics:
-            base = "b" if cfg.workers == 1 else f"b-w{cfg.workers}"
+            base = cfg.no_log
             for rows in args.rows:
                 target = LOG_TARGETS.get((name, rows)) if top == 64 else None
                 ratio("log on / --no-log", name, base, rows, top, "req/s", target)
@@ -1160,11 +1210,28 @@ def summary(
             on = name.replace("-nometrics", "")
             for rows in args.rows:
                 ratio("metrics on / off", on, name, rows, top, "req/s", None)
-    for dw in ("a-pg-fast", "b"):  # driftwarden / plain FastAPI
+    for dw in ("a-pg-fast", "b", "a-pg-fast@base", "b@base"):  # driftwarden / plain FastAPI
         for rows in args.rows:
             for c in dict.fromkeys((low, top)):
-                ratio("driftwarden / plain FastAPI", dw, "f", rows, c, "req/s", None)
+                ratio(
+                    "driftwarden / plain FastAPI",
+                    dw,
+                    "f",
+                    rows,
+                    c,
+                    "req/s",
+                    *fastapi_goal(dw, rows, c, "req/s"),
+                )
             ratio("driftwarden / plain FastAPI", dw, "f", rows, low, "p50", None)
+            ratio(
+                "driftwarden / plain FastAPI", dw, "f", rows, low, "p99", *fastapi_goal(dw, rows, low, "p99")
+            )
+    for name in configs:  # this tree / --baseline's
+        if name.endswith("@base"):
+            for rows in args.rows:
+                for c in levels:
+                    ratio("this tree / baseline", name.removesuffix("@base"), name, rows, c, "req/s", None)
+                ratio("this tree / baseline", name.removesuffix("@base"), name, rows, low, "p99", None)
     for name in configs:  # N workers / one
         cfg = parse_config(name)
         if cfg.workers > 1:
@@ -1199,6 +1266,13 @@ def summary(
             f"{check['served_rows']} answered by the server: {'OK' if check['ok'] else 'MISMATCH'}"
         )
     return ratios, log_cpu
+
+
+def fastapi_goal(config: str, rows: int, c: int, what: str) -> tuple[float | None, str]:
+    """Issue 46's target of ``config`` / plain FastAPI (a lone client, log on to PostgreSQL) and its bound."""
+    if config != "a-pg-fast" or c != 1:
+        return None, "at least"
+    return FASTAPI_TARGETS.get((rows, what), (None, "at least"))
 
 
 def paired(
@@ -1316,7 +1390,7 @@ def log_cpu_line(
     it logs there) minus that of ``b`` with as many workers; printed on one line, returned per level."""
     if not config.logs:
         return []
-    base = "b" if config.workers == 1 else f"b-w{config.workers}"
+    base = config.no_log
     found: list[dict[str, Any]] = []
     for c in levels:
         a, b = table.get((config.name, rows, c)), table.get((base, rows, c))

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import re
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -35,6 +36,12 @@ from service.serving.openapi import allowed_methods, document, guard_methods
 from training.views import router as training_router
 
 log = logging.getLogger("driftwarden.serving")
+
+# How long another thread may keep the GIL from the event loop (CPython's default: 5 ms). The log writer, the
+# model manager's poll and the health checks run Python in threads of their own; a request arriving while one
+# of them holds the GIL could wait up to the whole default interval (a suspect of the 4-5 ms p99 of a lone
+# client in issue 46; on the shared 2-core machine the measured effect stayed within its noise).
+GIL_SWITCH_INTERVAL_S = 0.0005
 
 DESCRIPTION = """
 Predictions from the model registry's SavedModels over two wire protocols that existing clients speak:
@@ -171,10 +178,11 @@ class AnswerUnhandled:
 
 
 def worker_app() -> FastAPI:
-    """The app factory of ``driftwarden serve`` (uvicorn ``--factory``): logging and the C allocator's mmap
-    threshold set up in this process (a worker under ``--workers N`` is a fresh interpreter), then
-    :func:`create_app` from the environment."""
+    """The app factory of ``driftwarden serve`` (uvicorn ``--factory``): logging, the C allocator's mmap
+    threshold and the GIL's switch interval (:data:`GIL_SWITCH_INTERVAL_S`) set up in this process (a worker
+    under ``--workers N`` is a fresh interpreter), then :func:`create_app` from the environment."""
     setup_logging()
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     settings = get_settings()
     # before anything allocates: large freed buffers (the monitor's windows) go back to the system
     fix_mmap_threshold(settings.malloc_mmap_threshold_kb * 1024)

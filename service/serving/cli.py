@@ -50,6 +50,7 @@ def serve(
     from core.database import open_database
     from core.logs import setup_logging
     from core.terminal import is_quiet
+    from service.serving.protocol import PROTOCOL
 
     setup_logging()
     env: dict[str, str] = {}  # every worker builds its app from the environment (the app factory)
@@ -87,6 +88,7 @@ def serve(
             port=port or settings.api_port,
             log_level="warning" if is_quiet() else settings.log_level.lower(),  # --quiet: no INFO lines
             access_log=False,
+            http=PROTOCOL,  # a response's head and body in one write (service/serving/protocol.py)
             timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
         )
     finally:
