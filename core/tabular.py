@@ -116,6 +116,39 @@ class CodedColumn:
 Column = np.ndarray | CodedColumn
 
 
+def text_codes(values: np.ndarray) -> CodedColumn | None:
+    """An object column of text as :class:`CodedColumn`, by one hashing pass in C (``pandas.factorize``):
+    ``str`` values become categories (``""`` stays one), None and float NaN become nulls (code -1). None
+    when the column holds anything else (a number, a date, ``pd.NA``): such a column keeps its per-value
+    path, whose ``str(value)`` and equality rules codes would not follow."""
+    import pandas as pd  # imported here: only a caller holding text as objects pays for it
+
+    values = np.asarray(values, dtype=object)
+    if values.ndim != 1:
+        return None
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    words = uniques.tolist()
+    if not all(isinstance(w, str) for w in words):
+        return None
+    nulls = codes < 0
+    if nulls.any():
+        for v in values[nulls].tolist():
+            if not (v is None or (isinstance(v, float) and v != v)):
+                return None
+    categories = np.empty(len(words), dtype=object)
+    categories[:] = words
+    return CodedColumn(codes=codes.astype(np.int32, copy=False), categories=categories)
+
+
+def as_coded(values: Column) -> Column:
+    """``values`` with text held as objects turned into codes (:func:`text_codes`) when it can be, else
+    unchanged: the one conversion a caller makes before handing a text column to several counters."""
+    if isinstance(values, CodedColumn) or values.dtype != object:
+        return values
+    coded = text_codes(values)
+    return values if coded is None else coded
+
+
 def value_counts(values: Column) -> Counter[Any]:
     """Rows per distinct value, as ``Counter(values.tolist())`` counts them (NaNs may share one key)."""
     if isinstance(values, CodedColumn):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from core.config import Settings
-from core.tabular import Column
+from core.tabular import CodedColumn, Column, as_coded
 from monitors.binning import GridCounts, cell_points
 from monitors.config import FeatureOverride, MonitorConfig
 from monitors.drift import catalog
@@ -53,11 +53,13 @@ def sketch_columns(
     threshold: float = 0.5,
     chunk_rows: int = CHUNK_ROWS,
 ) -> WindowSketch:
-    """Sketch in-memory columns chunk by chunk (memory bounded by ``chunk_rows``); text may be codes.
+    """Sketch in-memory columns chunk by chunk (memory bounded by ``chunk_rows``); text may be codes (text
+    held as objects is coded once first, :func:`core.tabular.as_coded`).
 
     A multi-class model's ``predictions`` are its ``[rows, K]`` vectors (``labels``: class indexes): the
     sketch counts the predicted class's probability as the prediction, and the vectors apart."""
     sketch = WindowSketch(threshold=threshold)
+    columns = {k: as_coded(v if isinstance(v, CodedColumn) else np.asarray(v)) for k, v in columns.items()}
     n = len(next(iter(columns.values()))) if columns else (0 if predictions is None else len(predictions))
     vectors = predictions is not None and np.ndim(predictions) == 2
     if vectors and predictions is not None:
