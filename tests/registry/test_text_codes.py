@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.tabular import CodedColumn, as_coded, text_codes, value_counts
+from core.tabular import SMALL_TEXT, CodedColumn, as_coded, text_codes, value_counts
 from monitors.profile import categorical_summary
 from monitors.sketch import split_missing
 from registry.schema import MAX_CATEGORIES, FeatureKind, infer_feature, is_missing
@@ -52,6 +52,12 @@ def test_codes_give_the_per_value_contract_and_counts(cells: list[Any]) -> None:
     assert spec.missing_rate == sum(map(_missing, cells)) / len(cells)
     assert spec.nullable == any(map(_missing, cells))
     assert infer_feature("f", coded) == spec
+    tiled = np.tile(values, SMALL_TEXT // len(cells) + 1)  # long enough to be hashed by pandas
+    big = text_codes(tiled)
+    assert big is not None
+    assert big.decode().tolist() == coded.decode().tolist() * (len(tiled) // len(cells))
+    assert is_missing(tiled).tolist() == is_missing(values).tolist() * (len(tiled) // len(cells))
+    assert infer_feature("f", tiled) == spec
     old_cats, old_missing = split_missing(Counter(cells))
     new_cats, new_missing = split_missing(value_counts(coded))
     assert (new_cats, new_missing) == (old_cats, old_missing)
@@ -78,6 +84,7 @@ def test_many_levels_keep_the_most_frequent_by_count_then_text() -> None:
 def test_a_column_with_other_values_keeps_the_per_value_path(cells: list[Any]) -> None:
     values = column(cells)
     assert text_codes(values) is None
+    assert text_codes(np.tile(values, SMALL_TEXT)) is None
     assert as_coded(values) is values
     spec = infer_feature("f", values)
     assert spec.categories == tuple(sorted({str(v) for v in cells if not _missing(v)}))
