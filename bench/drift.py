@@ -25,10 +25,11 @@ with flat memory).
 ``bench/drift.py alibi [--rows 1000000 100000] [--repeat 3] [--alibi-python PATH]``: driftwarden's whole
 path (schema inference + reference profile + compare at the defaults, text as text as ``read_table`` gives
 it) against alibi-detect 0.13's ``TabularDrift`` (fit + predict, the 5 categorical columns as codes in
-``categories_per_feature``) on the same data, in interleaved repeats; alibi-detect runs in a scratch
-virtualenv's interpreter (never a dependency; the script says how to make one), each run in a subprocess on
-the data saved to a file. The medians are printed side by side with their ratio (targets: 5x at 1M, 3x at
-100k). ``bench/drift.py offline``: ``driftwarden drift`` on Parquet files (see :func:`offline_main`).
+``categories_per_feature``) on the same data, in interleaved repeats (wall and CPU seconds of all threads:
+the CPU varies less with the load of a shared machine); alibi-detect runs in a scratch virtualenv's
+interpreter (never a dependency; the script says how to make one), each run in a subprocess on the data
+saved to a file. The medians are printed side by side with their ratio (targets: 5x at 1M, 3x at 100k).
+``bench/drift.py offline``: ``driftwarden drift`` on Parquet files (see :func:`offline_main`).
 """
 
 from __future__ import annotations
@@ -817,25 +818,26 @@ data = np.load(sys.argv[1], allow_pickle=False)
 x_ref, x_cur, n_cat = data["x_ref"], data["x_cur"], int(data["n_categorical"])
 width = x_ref.shape[1]
 categories = {j: None for j in range(width - n_cat, width)}
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 detector = TabularDrift(x_ref, p_val=0.05, categories_per_feature=categories)
 result = detector.predict(x_cur)
-dt = time.perf_counter() - t0
-print(f"{dt:.4f} {int(result['data']['is_drift'])}")
+dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(f"{dt:.4f} {cpu:.4f} {int(result['data']['is_drift'])}")
 """
 
 
 def whole_path(*, reference: Columns, current: Columns) -> Any:
-    """driftwarden's whole path at the defaults: the schema inferred from the reference, its profile, and
-    the current columns compared with it (text as text, as ``core.tabular.read_table`` returns it)."""
+    """driftwarden's whole path at the defaults, from columns as ``core.tabular.read_table`` returns them
+    (text as text): the reference's text coded once (``as_coded``), the schema inferred from it
+    (``infer_features``), its profile, and the current columns compared with it (``compare`` codes their
+    text)."""
+    from core.tabular import as_coded
     from monitors.engine import compare
+    from registry.schema import infer_features
 
-    schema = ModelSchema(
-        features=tuple(infer_feature(k, c) for k, c in reference.items()),
-        outputs=(OutputSpec(name="p"),),
-        target="",
-    )
-    profile = profile_from_dict(build_reference_profile(reference, schema))
+    coded = {name: as_coded(values) for name, values in reference.items()}  # text coded once, shared
+    schema = ModelSchema(features=infer_features(coded), outputs=(OutputSpec(name="p"),), target="")
+    profile = profile_from_dict(build_reference_profile(coded, schema))
     return compare(profile=profile, columns=current)
 
 
@@ -879,6 +881,8 @@ def alibi_main(argv: list[str]) -> None:
         )
         ours: list[float] = []
         theirs: list[float] = []
+        our_cpu: list[float] = []
+        their_cpu: list[float] = []
         with tempfile.TemporaryDirectory(prefix="dw-alibi-") as tmp:
             data = Path(tmp) / "data.npz"
             if not args.skip_alibi:
@@ -893,11 +897,12 @@ def alibi_main(argv: list[str]) -> None:
                 )
             for k in range(args.repeat):
                 gc.collect()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 report = whole_path(reference=ref, current=cur)
                 ours.append(time.perf_counter() - t0)
+                our_cpu.append(time.process_time() - c0)
                 verdict = f"{report.dataset.n_drifted}/{report.dataset.n_features} features drifted"
-                line = f"  run {k + 1}: driftwarden {ours[-1]:7.3f} s ({verdict})"
+                line = f"  run {k + 1}: driftwarden {ours[-1]:7.3f} s, cpu {our_cpu[-1]:6.3f} s ({verdict})"
                 if not args.skip_alibi:
                     proc = subprocess.run(
                         [args.alibi_python, "-c", ALIBI_SCRIPT, str(data)],
@@ -910,9 +915,11 @@ def alibi_main(argv: list[str]) -> None:
                         raise SystemExit(
                             f"alibi-detect failed: {tail}. " + ALIBI_VENV_HELP.format(path=ALIBI_PYTHON)
                         )
-                    seconds, drift = proc.stdout.split()[-2:]
+                    seconds, cpu, drift = proc.stdout.split()[-3:]
                     theirs.append(float(seconds))
-                    line += f" | alibi-detect {theirs[-1]:7.3f} s (drift={bool(int(drift))})"
+                    their_cpu.append(float(cpu))
+                    line += f" | alibi-detect {theirs[-1]:7.3f} s, cpu {their_cpu[-1]:6.3f} s"
+                    line += f" (drift={bool(int(drift))})"
                 print(line, flush=True)
                 del report
         mine = statistics.median(ours)
@@ -923,9 +930,11 @@ def alibi_main(argv: list[str]) -> None:
             verdict = (
                 "" if want is None else f" (target >= {want:.0f}x: {'ok' if ratio >= want else 'MISSED'})"
             )
+            cpu_ratio = statistics.median(their_cpu) / statistics.median(our_cpu)
             lines.append(
                 f"  {rows:>9} rows: driftwarden {mine:.3f} s, alibi-detect {other:.3f} s (medians of "
-                f"{args.repeat}): {ratio:.2f}x{verdict}"
+                f"{args.repeat}): {ratio:.2f}x{verdict}; CPU {statistics.median(our_cpu):.3f} s vs "
+                f"{statistics.median(their_cpu):.3f} s: {cpu_ratio:.2f}x"
             )
         else:
             lines.append(f"  {rows:>9} rows: driftwarden {mine:.3f} s (median of {args.repeat})")
