@@ -292,7 +292,7 @@ def infer_feature(
     missing = is_missing(values)
     n = len(values)
     missing_rate = float(missing.mean()) if n else 0.0
-    present = values[~missing]
+    present = values[~missing] if missing.any() else values
     if values.dtype.kind in "iufb":
         dtype = "int64" if values.dtype.kind in "iub" else "float64"
         lo = float(np.min(present)) if present.size else 0.0
