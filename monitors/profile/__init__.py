@@ -182,6 +182,9 @@ def build_reference_profile(
 def _add_surrogate(profile: dict[str, Any], schema: ModelSchema) -> None:
     """Fit the surrogate of the model's answers on the profile's reference sample (monitors/surrogate.py),
     when it has one with predictions: ``profile["surrogate"]``."""
+    answers = (profile.get("sample") or {}).get("predictions") or []
+    if all(a is None for a in answers):  # no answer of the model in the sample: nothing to fit
+        return
     from monitors.surrogate import profile_surrogate
 
     surrogate = profile_surrogate(profile, schema.kind)
