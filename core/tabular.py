@@ -138,7 +138,7 @@ def text_codes(values: np.ndarray) -> CodedColumn | None:
             if not (v is None or (isinstance(v, float) and v != v)):
                 return None
     categories = np.empty(len(words), dtype=object)
-    categories[:] = words
+    categories[:] = [w if type(w) is str else str(w) for w in words]  # a str subclass (np.str_) as str
     return CodedColumn(codes=codes.astype(np.int32, copy=False), categories=categories)
 
 
@@ -154,7 +154,7 @@ def _small_text_codes(values: np.ndarray) -> CodedColumn | None:
         if v is None or (isinstance(v, float) and v != v):
             codes.append(-1)
         elif isinstance(v, str):
-            codes.append(index.setdefault(v, len(index)))
+            codes.append(index.setdefault(v if type(v) is str else str(v), len(index)))
         else:
             return None
     categories = np.empty(len(index), dtype=object)

@@ -97,3 +97,12 @@ def test_as_coded_leaves_numbers_and_codes_alone() -> None:
     assert as_coded(numbers) is numbers
     assert as_coded(codes) is codes
     assert isinstance(as_coded(column(["a", None])), CodedColumn)
+
+
+def test_a_str_subclass_is_coded_as_plain_text() -> None:
+    for size in (3, SMALL_TEXT + 1):
+        values = column([np.str_("a"), "b", None] * (size // 3 + 1))
+        coded = text_codes(values)
+        assert coded is not None
+        assert [type(w) for w in coded.categories.tolist()] == [str, str]
+        assert infer_feature("f", values).categories == ("a", "b")
