@@ -21,6 +21,17 @@ cache on the same window; then the summary and block statistics every cached run
 and as two queries, in interleaved pairs (``bench_summary``). At the end, the targets beside the figures
 measured (1M predictions, 10 % labelled, PostgreSQL: cold <= 0.8 s, uncached <= 0.7 s; 10M uncached <= 6 s,
 with flat memory).
+
+``bench/drift.py alibi [--rows 1000000 100000] [--repeat 3] [--alibi-python PATH]``: driftwarden's whole
+path (schema inference + reference profile + compare at the defaults, text as text as ``read_table`` gives
+it) against alibi-detect 0.13's ``TabularDrift`` (fit + predict, the 5 categorical columns as codes in
+``categories_per_feature``) on the same data, in interleaved repeats (wall and CPU seconds of all threads:
+the CPU varies less with the load of a shared machine); alibi-detect runs in a scratch virtualenv's
+interpreter (never a dependency; the script says how to make one), each run in a subprocess on the data
+saved to a file; both with numpy set as ``import driftwarden`` sets it (``core/numpy_settings.py``: one
+OpenBLAS thread, no huge pages; the environment's values win). The medians are printed side by side with
+their ratio (targets: 5x at 1M, 3x at 100k).
+``bench/drift.py offline``: ``driftwarden drift`` on Parquet files (see :func:`offline_main`).
 """
 
 from __future__ import annotations
@@ -30,18 +41,26 @@ import contextlib
 import gc
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
+from core.numpy_settings import numpy_settings
 
-from core.tabular import Columns
-from monitors.engine import evaluate, sketch_columns
-from monitors.profile import build_reference_profile, profile_from_dict
-from registry.schema import ModelSchema, OutputSpec, infer_feature
+if sys.argv[1:2] == ["alibi"]:
+    # both sides with numpy set as `import driftwarden` and `driftwarden drift` set it (one OpenBLAS thread,
+    # no huge pages: core/numpy_settings.py), before numpy loads; alibi-detect's subprocess inherits them
+    numpy_settings()
+
+import numpy as np  # noqa: E402
+
+from core.tabular import Columns  # noqa: E402
+from monitors.engine import evaluate, sketch_columns  # noqa: E402
+from monitors.profile import build_reference_profile, profile_from_dict  # noqa: E402
+from registry.schema import ModelSchema, OutputSpec, infer_feature  # noqa: E402
 
 T = TypeVar("T")
 N_NUMERIC, N_CATEGORICAL = 20, 5
@@ -789,10 +808,157 @@ def offline_main(argv: list[str]) -> None:
                 p.unlink()
 
 
-if __name__ == "__main__":
-    import sys
+# ------------------------------------------------ against alibi-detect (`bench/drift.py alibi`)
 
+ALIBI_PYTHON = "/work/scratch/alibi/bin/python"
+ALIBI_VENV_HELP = (
+    "alibi-detect is not a dependency of driftwarden: make a scratch virtualenv for it with\n"
+    "  python3.11 -m venv /work/scratch/alibi && /work/scratch/alibi/bin/pip install 'alibi-detect==0.13.*'\n"
+    "and pass its interpreter with --alibi-python (default {path})"
+)
+
+# Run by the scratch venv's interpreter: alibi-detect's TabularDrift (fit, then predict) on the same data,
+# the categorical columns as integer codes named in categories_per_feature; prints seconds and the verdict.
+ALIBI_SCRIPT = """
+import sys, time
+import numpy as np
+from alibi_detect.cd import TabularDrift
+
+data = np.load(sys.argv[1], allow_pickle=False)
+x_ref, x_cur, n_cat = data["x_ref"], data["x_cur"], int(data["n_categorical"])
+width = x_ref.shape[1]
+categories = {j: None for j in range(width - n_cat, width)}
+t0, c0 = time.perf_counter(), time.process_time()
+detector = TabularDrift(x_ref, p_val=0.05, categories_per_feature=categories)
+result = detector.predict(x_cur)
+dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(f"{dt:.4f} {cpu:.4f} {int(result['data']['is_drift'])}")
+"""
+
+
+def whole_path(*, reference: Columns, current: Columns) -> Any:
+    """driftwarden's whole path at the defaults, from columns as ``core.tabular.read_table`` returns them
+    (text as text): the reference's text coded once (``as_coded``), the schema inferred from it
+    (``infer_features``), its profile, and the current columns compared with it (``compare`` codes their
+    text)."""
+    from core.tabular import as_coded
+    from monitors.engine import compare
+    from registry.schema import infer_features
+
+    coded = {name: as_coded(values) for name, values in reference.items()}  # text coded once, shared
+    schema = ModelSchema(features=infer_features(coded), outputs=(OutputSpec(name="p"),), target="")
+    profile = profile_from_dict(build_reference_profile(coded, schema))
+    return compare(profile=profile, columns=current)
+
+
+def _as_matrix(cols: Columns, categories: dict[str, np.ndarray]) -> np.ndarray:
+    """The columns as one float matrix, the numeric first, each text column as its index in ``categories``
+    (the categories both sides share, so a code means the same value on both)."""
+    out = np.empty((len(next(iter(cols.values()))), len(cols)))
+    for j, (name, col) in enumerate(cols.items()):
+        out[:, j] = np.searchsorted(categories[name], col) if name in categories else col
+    return out
+
+
+def alibi_main(argv: list[str]) -> None:
+    """``bench/drift.py alibi``: driftwarden's whole path (schema inference + reference profile + compare)
+    against alibi-detect's TabularDrift (fit + predict), on the same N x 25 reference and current data, in
+    interleaved repeats; the medians side by side with their ratio."""
+    import statistics
+    import subprocess
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="bench/drift.py alibi", description=alibi_main.__doc__)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 100_000])
+    parser.add_argument("--repeat", type=int, default=3, help="Runs of each side (medians are printed).")
+    parser.add_argument(
+        "--alibi-python",
+        default=ALIBI_PYTHON,
+        help=f"Interpreter of a scratch venv holding alibi-detect 0.13 (default {ALIBI_PYTHON}).",
+    )
+    parser.add_argument("--skip-alibi", action="store_true", help="Only driftwarden's side.")
+    args = parser.parse_args(argv)
+    if not args.skip_alibi and not Path(args.alibi_python).exists():
+        raise SystemExit(f"{args.alibi_python} not found. " + ALIBI_VENV_HELP.format(path=ALIBI_PYTHON))
+    targets = {1_000_000: 5.0, 100_000: 3.0}
+    lines: list[str] = []
+    whole_path(reference=make_columns(2_000, seed=1), current=window_columns(2_000))  # imports, untimed
+    # (as alibi-detect's are: its script imports before its clock starts)
+    for rows in args.rows:
+        ref, cur = make_columns(rows, seed=1), window_columns(rows)
+        print(
+            f"{rows} vs {rows} rows, {N_NUMERIC} numeric + {N_CATEGORICAL} categorical features "
+            f"(load {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+        ours: list[float] = []
+        theirs: list[float] = []
+        our_cpu: list[float] = []
+        their_cpu: list[float] = []
+        with tempfile.TemporaryDirectory(prefix="dw-alibi-") as tmp:
+            data = Path(tmp) / "data.npz"
+            if not args.skip_alibi:
+                cats = {n: np.unique(c) for n, c in ref.items() if c.dtype == object}
+                cats = {n: np.unique(np.concatenate([v, np.unique(cur[n])])) for n, v in cats.items()}
+                savez: Any = np.savez  # its stub types **kwds as the allow_pickle flag
+                savez(
+                    data,
+                    x_ref=_as_matrix(ref, cats),
+                    x_cur=_as_matrix(cur, cats),
+                    n_categorical=np.array(len(cats)),
+                )
+            for k in range(args.repeat):
+                gc.collect()
+                t0, c0 = time.perf_counter(), time.process_time()
+                report = whole_path(reference=ref, current=cur)
+                ours.append(time.perf_counter() - t0)
+                our_cpu.append(time.process_time() - c0)
+                verdict = f"{report.dataset.n_drifted}/{report.dataset.n_features} features drifted"
+                line = f"  run {k + 1}: driftwarden {ours[-1]:7.3f} s, cpu {our_cpu[-1]:6.3f} s ({verdict})"
+                if not args.skip_alibi:
+                    proc = subprocess.run(
+                        [args.alibi_python, "-c", ALIBI_SCRIPT, str(data)],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    )
+                    if proc.returncode != 0:
+                        tail = proc.stderr.strip().splitlines()[-1:]
+                        raise SystemExit(
+                            f"alibi-detect failed: {tail}. " + ALIBI_VENV_HELP.format(path=ALIBI_PYTHON)
+                        )
+                    seconds, cpu, drift = proc.stdout.split()[-3:]
+                    theirs.append(float(seconds))
+                    their_cpu.append(float(cpu))
+                    line += f" | alibi-detect {theirs[-1]:7.3f} s, cpu {their_cpu[-1]:6.3f} s"
+                    line += f" (drift={bool(int(drift))})"
+                print(line, flush=True)
+                del report
+        mine = statistics.median(ours)
+        if theirs:
+            other = statistics.median(theirs)
+            ratio = other / mine
+            want = targets.get(rows)
+            verdict = (
+                "" if want is None else f" (target >= {want:.0f}x: {'ok' if ratio >= want else 'MISSED'})"
+            )
+            cpu_ratio = statistics.median(their_cpu) / statistics.median(our_cpu)
+            lines.append(
+                f"  {rows:>9} rows: driftwarden {mine:.3f} s, alibi-detect {other:.3f} s (medians of "
+                f"{args.repeat}): {ratio:.2f}x{verdict}; CPU {statistics.median(our_cpu):.3f} s vs "
+                f"{statistics.median(their_cpu):.3f} s: {cpu_ratio:.2f}x"
+            )
+        else:
+            lines.append(f"  {rows:>9} rows: driftwarden {mine:.3f} s (median of {args.repeat})")
+        del ref, cur
+    print("side by side:")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
     if sys.argv[1:2] == ["offline"]:
         offline_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["alibi"]:
+        alibi_main(sys.argv[2:])
     else:
         main()

@@ -116,6 +116,61 @@ class CodedColumn:
 Column = np.ndarray | CodedColumn
 
 
+def text_codes(values: np.ndarray) -> CodedColumn | None:
+    """An object column of text as :class:`CodedColumn`, by one hashing pass in C (``pandas.factorize``):
+    ``str`` values become categories (``""`` stays one), None and float NaN become nulls (code -1). None
+    when the column holds anything else (a number, a date, ``pd.NA``): such a column keeps its per-value
+    path, whose ``str(value)`` and equality rules codes would not follow."""
+    values = np.asarray(values, dtype=object)
+    if values.ndim != 1:
+        return None
+    if values.size <= SMALL_TEXT:
+        return _small_text_codes(values)
+    import pandas as pd  # imported here: only a caller holding much text as objects pays for it
+
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    words = uniques.tolist()
+    if not all(isinstance(w, str) for w in words):
+        return None
+    nulls = codes < 0
+    if nulls.any():
+        for v in values[nulls].tolist():
+            if not (v is None or (isinstance(v, float) and v != v)):
+                return None
+    categories = np.empty(len(words), dtype=object)
+    categories[:] = [w if type(w) is str else str(w) for w in words]  # a str subclass (np.str_) as str
+    return CodedColumn(codes=codes.astype(np.int32, copy=False), categories=categories)
+
+
+SMALL_TEXT = 4096
+"""A text column of at most this many values is coded in Python (a dict), without loading pandas."""
+
+
+def _small_text_codes(values: np.ndarray) -> CodedColumn | None:
+    """:func:`text_codes` of a short column, value by value."""
+    index: dict[str, int] = {}
+    codes: list[int] = []
+    for v in values.tolist():
+        if v is None or (isinstance(v, float) and v != v):
+            codes.append(-1)
+        elif isinstance(v, str):
+            codes.append(index.setdefault(v if type(v) is str else str(v), len(index)))
+        else:
+            return None
+    categories = np.empty(len(index), dtype=object)
+    categories[:] = list(index)
+    return CodedColumn(codes=np.array(codes, dtype=np.int32), categories=categories)
+
+
+def as_coded(values: Column) -> Column:
+    """``values`` with text held as objects turned into codes (:func:`text_codes`) when it can be, else
+    unchanged: the one conversion a caller makes before handing a text column to several counters."""
+    if isinstance(values, CodedColumn) or values.dtype != object:
+        return values
+    coded = text_codes(values)
+    return values if coded is None else coded
+
+
 def value_counts(values: Column) -> Counter[Any]:
     """Rows per distinct value, as ``Counter(values.tolist())`` counts them (NaNs may share one key)."""
     if isinstance(values, CodedColumn):
@@ -133,7 +188,7 @@ def _coded(array: pa.Array) -> CodedColumn:
         return CodedColumn(codes=codes, categories=np.empty(0, dtype=object))
     if not pa.types.is_dictionary(array.type):
         array = pc.dictionary_encode(array)
-    codes = array.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    codes = _numbers(array.indices, np.int32, null=-1)
     if pa.types.is_timestamp(array.dictionary.type):  # as text, by Arrow: a Python datetime may overflow
         words = array.dictionary.cast(pa.string()).to_pylist()  # (a CSV's 0001-01-01T00:00:00+01:00)
     else:
@@ -149,6 +204,27 @@ def _coded(array: pa.Array) -> CodedColumn:
     return CodedColumn(codes=codes, categories=categories)
 
 
+def _numbers(
+    array: pa.Array, dtype: type[np.int32] | type[np.int64] | type[np.float64], *, null: float = np.nan
+) -> np.ndarray:
+    """A numeric (or boolean) Arrow array as a numpy array of ``dtype``, nulls as ``null``, read from the
+    array's buffers: zero-copy (read-only) when it has that type and no null. Not through ``Array.to_numpy``
+    or ``fill_null``, which load pandas (seconds on a busy machine) for a command that needs none of it."""
+    target = {np.int32: pa.int32(), np.int64: pa.int64(), np.float64: pa.float64()}[dtype]
+    if array.type != target:
+        array = array.cast(target)
+    n = len(array)
+    validity, data = array.buffers()[:2]
+    if data is None or not n:
+        return np.zeros(0, dtype=dtype)
+    out = np.frombuffer(data, dtype=dtype, count=n, offset=array.offset * np.dtype(dtype).itemsize)
+    if array.null_count:  # the validity bitmap, one bit a value (least significant first), read by numpy
+        bits = np.frombuffer(validity, dtype=np.uint8)
+        valid = np.unpackbits(bits, bitorder="little")[array.offset : array.offset + n].view(bool)
+        out = np.where(valid, out, null).astype(dtype, copy=False)
+    return out
+
+
 def _batch_column(array: pa.Array) -> Column:
     """Numbers as ``read_table`` types them (int64, or float64 with NaN for nulls; zero-copy where Arrow
     allows, so read-only), anything else as codes."""
@@ -159,10 +235,9 @@ def _batch_column(array: pa.Array) -> Column:
         return _coded(pa.array(text, type=pa.string()))
     if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)):
         return _coded(array)
-    if array.null_count or (pa.types.is_floating(t) and t != pa.float64()):
-        return np.asarray(array.cast(pa.float64()).to_numpy(zero_copy_only=False))
-    dtype = np.float64 if pa.types.is_floating(t) else np.int64
-    return np.asarray(array.to_numpy(zero_copy_only=False)).astype(dtype, copy=False)
+    if array.null_count or pa.types.is_floating(t):
+        return _numbers(array, np.float64)
+    return _numbers(array, np.int64)
 
 
 def _format(p: Path, *, verb: str) -> str:

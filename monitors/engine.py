@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from core.config import Settings
-from core.tabular import Column
+from core.tabular import CodedColumn, Column, as_coded
 from monitors.binning import GridCounts, cell_points
 from monitors.config import FeatureOverride, MonitorConfig
 from monitors.drift import catalog
@@ -33,7 +34,7 @@ from monitors.performance import (
     multiclass_estimate_from_counts,
     multiclass_from_counts,
 )
-from monitors.profile import CategoricalProfile, NumericProfile, Profile
+from monitors.profile import WORKERS, CategoricalProfile, NumericProfile, Profile
 from monitors.quality import QualityCheck, good_turing_unseen, rate_check, violation_check
 from monitors.report import DatasetDrift, DriftReport, FeatureDrift, Histogram
 from monitors.sketch import MulticlassCounts, WindowSketch, split_missing
@@ -53,23 +54,29 @@ def sketch_columns(
     threshold: float = 0.5,
     chunk_rows: int = CHUNK_ROWS,
 ) -> WindowSketch:
-    """Sketch in-memory columns chunk by chunk (memory bounded by ``chunk_rows``); text may be codes.
+    """Sketch in-memory columns chunk by chunk (memory bounded by ``chunk_rows``); text may be codes (text
+    held as objects is coded once first, :func:`core.tabular.as_coded`).
+
+    Each chunk's features (and the PCA error) are counted on up to :data:`monitors.profile.WORKERS` threads,
+    each on its own (numpy's passes release the GIL): the same counts as one thread.
 
     A multi-class model's ``predictions`` are its ``[rows, K]`` vectors (``labels``: class indexes): the
     sketch counts the predicted class's probability as the prediction, and the vectors apart."""
     sketch = WindowSketch(threshold=threshold)
+    columns = {k: as_coded(v if isinstance(v, CodedColumn) else np.asarray(v)) for k, v in columns.items()}
     n = len(next(iter(columns.values()))) if columns else (0 if predictions is None else len(predictions))
     vectors = predictions is not None and np.ndim(predictions) == 2
     if vectors and predictions is not None:
         sketch.multiclass = MulticlassCounts(int(np.shape(predictions)[1]))
-    for start in range(0, max(n, 1), chunk_rows):
-        part = {k: v[start : start + chunk_rows] for k, v in columns.items()}
-        p = None if predictions is None else predictions[start : start + chunk_rows]
-        y = None if labels is None else labels[start : start + chunk_rows]
-        if vectors and p is not None and sketch.multiclass is not None:
-            sketch.multiclass.add(profile, p, np.full(len(p), np.nan) if y is None else y, sketch.errors)
-            p = np.max(p, axis=1) if len(p) else np.zeros(0)
-        sketch.update(profile, part, predictions=p, labels=y)
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sketch") as pool:
+        for start in range(0, max(n, 1), chunk_rows):
+            part = {k: v[start : start + chunk_rows] for k, v in columns.items()}
+            p = None if predictions is None else predictions[start : start + chunk_rows]
+            y = None if labels is None else labels[start : start + chunk_rows]
+            if vectors and p is not None and sketch.multiclass is not None:
+                sketch.multiclass.add(profile, p, np.full(len(p), np.nan) if y is None else y, sketch.errors)
+                p = np.max(p, axis=1) if len(p) else np.zeros(0)
+            sketch.update(profile, part, predictions=p, labels=y, pool=pool)
     return sketch
 
 

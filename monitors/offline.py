@@ -48,7 +48,7 @@ from registry.schema import (
     OutputSpec,
     Task,
     check_classes,
-    infer_feature,
+    infer_features,
     is_missing,
 )
 
@@ -258,18 +258,22 @@ def reference_schema(
     """The schema inferred from the reference, as ``registry.schema.infer_feature`` infers it, with the
     output of ``task`` (a multi-class model's ``classes``; a regression's expected range from the target's).
 
-    Text is inferred from its distinct values; its missing rate is the counted one.
+    Text is inferred from its distinct values; its missing rate is the counted one. The columns are inferred
+    on threads (:func:`registry.schema.infer_features`).
     """
+    kept = {name: values for name, values in columns.items() if name not in exclude}
+    specs = infer_features(
+        {
+            name: facts.columns[name].sample() if isinstance(values, CodedColumn) else values
+            for name, values in kept.items()
+        }
+    )
     features: list[FeatureSpec] = []
-    for name, values in columns.items():
-        if name in exclude:
-            continue
+    for spec, (name, values) in zip(specs, kept.items(), strict=True):
         if isinstance(values, CodedColumn):
-            spec = infer_feature(name, facts.columns[name].sample())
             rate = facts.missing_rate(name)
-            features.append(dataclasses.replace(spec, missing_rate=rate, nullable=rate > 0))
-        else:
-            features.append(infer_feature(name, values))
+            spec = dataclasses.replace(spec, missing_rate=rate, nullable=rate > 0)
+        features.append(spec)
     expected = None
     if (
         task is Task.REGRESSION

@@ -100,8 +100,9 @@ class RowSample:
         """JSON-ready (NaN as null)."""
 
         def values(kind: FeatureKind, v: np.ndarray) -> list[Any]:
-            if kind is FeatureKind.NUMERIC:
-                return [None if not math.isfinite(x) else float(x) for x in np.asarray(v, dtype=np.float64)]
+            if kind is FeatureKind.NUMERIC:  # NaN and infinities: null (tolist, then one test a value)
+                x = np.asarray(v, dtype=np.float64).reshape(-1)
+                return [None if f != f else f for f in np.where(np.isfinite(x), x, np.nan).tolist()]
             return [None if x is None else str(x) for x in v]
 
         return {

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import enum
 import math
+import os
+from collections import Counter
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from core.tabular import CodedColumn, text_codes
 from registry.tails import DEFAULT_CHANCE, allowed_range
 
 MAX_CATEGORIES = 64  # a string column with more distinct values is not treated as categorical
@@ -204,12 +208,72 @@ def is_missing(values: np.ndarray) -> np.ndarray:
         return np.isnan(values)
     if values.dtype.kind in "iub":
         return np.zeros(values.shape, dtype=bool)
+    coded = text_codes(values) if values.dtype == object else None
+    if coded is not None:  # text: one hashing pass, then the missing words looked up by code
+        return _missing_words(coded)[coded.codes]
     return np.array([v is None or v == "" or (isinstance(v, float) and math.isnan(v)) for v in values])
+
+
+def _missing_words(coded: CodedColumn) -> np.ndarray:
+    """Per code of ``coded`` (and, last, for code -1, a null) whether it is missing: a null or ``""``."""
+    return np.array([w == "" for w in coded.categories.tolist()] + [True], dtype=bool)
+
+
+def _infer_text(name: str, coded: CodedColumn, *, wide: bool, wide_above: int | None) -> FeatureSpec:
+    """:func:`infer_feature` of a text column held as codes: counted by code, each distinct word once."""
+    n = len(coded)
+    per_code = np.bincount(coded.codes.astype(np.int64) + 1, minlength=len(coded.categories) + 1)
+    missing_words = _missing_words(coded)
+    missing = int(per_code[0]) + int(per_code[1:][missing_words[:-1]].sum())
+    counts: dict[str, int] = {}
+    for word, k in zip(coded.categories.tolist(), per_code[1:].tolist(), strict=True):
+        if k and word != "":
+            counts[word] = counts.get(word, 0) + k
+    return _categorical_spec(
+        name,
+        counts,
+        nullable=missing > 0,
+        missing_rate=missing / n if n else 0.0,
+        wide=wide,
+        wide_above=wide_above,
+    )
+
+
+def _categorical_spec(
+    name: str,
+    counts: Mapping[str, int],
+    *,
+    nullable: bool,
+    missing_rate: float,
+    wide: bool,
+    wide_above: int | None,
+) -> FeatureSpec:
+    """A categorical feature's spec from its present values' counts (by text)."""
+    cats = sorted(counts)
+    levels = 0
+    if len(cats) > MAX_CATEGORIES:
+        if not wide and (wide_above is None or len(cats) <= wide_above):
+            raise ValueError(
+                f"column {name!r} has {len(cats)} distinct strings (> {MAX_CATEGORIES}); embed it with "
+                f"`--embed {name}` (hashed into a trainable embedding) or drop the column"
+            )
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CATEGORIES]
+        levels, cats = len(cats), sorted(word for word, _ in top)
+    return FeatureSpec(
+        name=name,
+        kind=FeatureKind.CATEGORICAL,
+        dtype="string",
+        nullable=nullable,
+        missing_rate=missing_rate,
+        categories=tuple(cats),
+        max_length=max([MAX_CATEGORY_CHARS, *map(len, cats)]),
+        levels=levels,
+    )
 
 
 def infer_feature(
     name: str,
-    values: np.ndarray,
+    values: np.ndarray | CodedColumn,
     *,
     range_chance: float = DEFAULT_CHANCE,
     wide: bool = False,
@@ -218,11 +282,17 @@ def infer_feature(
     """Infer one feature's spec from its training column; a numeric one's allowed range refuses a legitimate
     value with ``range_chance`` (:func:`registry.tails.allowed_range`). A string column with more than
     ``MAX_CATEGORIES`` values is refused unless ``wide`` (named to be embedded) or it has more than
-    ``wide_above``: then it keeps its level count and its most frequent ``MAX_CATEGORIES`` values."""
+    ``wide_above``: then it keeps its level count and its most frequent ``MAX_CATEGORIES`` values. Text
+    may come as codes (:class:`core.tabular.CodedColumn`); text held as objects is coded first."""
+    if isinstance(values, CodedColumn):
+        return _infer_text(name, values, wide=wide, wide_above=wide_above)
+    coded = text_codes(values) if values.dtype == object else None
+    if coded is not None:
+        return _infer_text(name, coded, wide=wide, wide_above=wide_above)
     missing = is_missing(values)
     n = len(values)
     missing_rate = float(missing.mean()) if n else 0.0
-    present = values[~missing]
+    present = values[~missing] if missing.any() else values
     if values.dtype.kind in "iufb":
         dtype = "int64" if values.dtype.kind in "iub" else "float64"
         lo = float(np.min(present)) if present.size else 0.0
@@ -240,32 +310,48 @@ def infer_feature(
             allowed_max=allowed.high,
             allowed_chance=allowed.chance,
         )
-    cats = sorted({str(v) for v in present})
-    levels = 0
-    if len(cats) > MAX_CATEGORIES:
-        if not wide and (wide_above is None or len(cats) <= wide_above):
-            raise ValueError(
-                f"column {name!r} has {len(cats)} distinct strings (> {MAX_CATEGORIES}); embed it with "
-                f"`--embed {name}` (hashed into a trainable embedding) or drop the column"
-            )
-        levels, cats = len(cats), top_levels(present, MAX_CATEGORIES)
-    return FeatureSpec(
-        name=name,
-        kind=FeatureKind.CATEGORICAL,
-        dtype="string",
+    return _categorical_spec(
+        name,
+        Counter(str(v) for v in present.tolist()),
         nullable=bool(missing.any()),
         missing_rate=missing_rate,
-        categories=tuple(cats),
-        max_length=max([MAX_CATEGORY_CHARS, *map(len, cats)]),
-        levels=levels,
+        wide=wide,
+        wide_above=wide_above,
     )
 
 
-def top_levels(present: np.ndarray, count: int) -> list[str]:
-    """The ``count`` most frequent values (ties: by text), sorted by text."""
-    texts, counts = np.unique(present.astype(str), return_counts=True)
-    order = np.lexsort((texts, -counts))[:count]
-    return sorted(str(t) for t in texts[order])
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+INFER_WORKERS = min(4, _cores())
+"""Threads that infer features at once (numpy's partitions and reductions release the GIL)."""
+
+
+def infer_features(
+    columns: Mapping[str, np.ndarray | CodedColumn],
+    *,
+    range_chance: float = DEFAULT_CHANCE,
+    wide: frozenset[str] = frozenset(),
+    wide_above: int | None = None,
+) -> tuple[FeatureSpec, ...]:
+    """:func:`infer_feature` of every column, in order, on up to :data:`INFER_WORKERS` threads (each column
+    on its own: the same specs as one after the other)."""
+
+    def infer(item: tuple[str, np.ndarray | CodedColumn]) -> FeatureSpec:
+        name, values = item
+        return infer_feature(
+            name, values, range_chance=range_chance, wide=name in wide, wide_above=wide_above
+        )
+
+    if len(columns) < 2 or INFER_WORKERS < 2:
+        return tuple(map(infer, columns.items()))
+    with ThreadPoolExecutor(max_workers=INFER_WORKERS, thread_name_prefix="infer") as pool:
+        return tuple(pool.map(infer, columns.items()))
 
 
 def infer_schema(
@@ -303,10 +389,11 @@ def infer_schema(
             raise ValueError(f"target column {target!r} of a regression holds an infinite value")
         if values.size:
             expected = (float(values.min()), float(values.max()))
-    features = tuple(
-        infer_feature(name, col, range_chance=range_chance, wide=name in wide, wide_above=wide_above)
-        for name, col in columns.items()
-        if name != target
+    features = infer_features(
+        {name: col for name, col in columns.items() if name != target},
+        range_chance=range_chance,
+        wide=wide,
+        wide_above=wide_above,
     )
     if not features:
         raise ValueError("no feature columns besides the target")

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from core.tabular import CodedColumn, Column
+from core.tabular import CodedColumn, Column, as_coded
 from monitors.profile.documents import (
     categorical_from_dict,
     numeric_from_dict,
@@ -107,7 +107,8 @@ def build_reference_profile(
 ) -> dict[str, Any]:
     """Build the JSON-serialisable reference profile of ``columns`` under ``schema``.
 
-    Text columns may be :class:`core.tabular.CodedColumn` (counted by their codes). The features and the
+    Text columns may be :class:`core.tabular.CodedColumn` (counted by their codes); text held as objects is
+    coded first (:func:`core.tabular.as_coded`), once for every summary that reads it. The features and the
     PCA are summarised on up to :data:`WORKERS` threads (numpy sorts and reductions release the GIL), each
     on its own, so the profile does not depend on how many there are.
 
@@ -119,7 +120,7 @@ def build_reference_profile(
         if spec.name not in columns:
             raise ValueError(f"feature {spec.name!r} of the schema is missing from the data")
     cols = {
-        spec.name: c if isinstance(c := columns[spec.name], CodedColumn) else np.asarray(c)
+        spec.name: as_coded(c if isinstance(c := columns[spec.name], CodedColumn) else np.asarray(c))
         for spec in schema.features
     }
     numeric = [spec.name for spec in schema.features if spec.kind is FeatureKind.NUMERIC]
@@ -181,6 +182,9 @@ def build_reference_profile(
 def _add_surrogate(profile: dict[str, Any], schema: ModelSchema) -> None:
     """Fit the surrogate of the model's answers on the profile's reference sample (monitors/surrogate.py),
     when it has one with predictions: ``profile["surrogate"]``."""
+    answers = (profile.get("sample") or {}).get("predictions") or []
+    if all(a is None for a in answers):  # no answer of the model in the sample: nothing to fit
+        return
     from monitors.surrogate import profile_surrogate
 
     surrogate = profile_surrogate(profile, schema.kind)

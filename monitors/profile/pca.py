@@ -12,7 +12,10 @@ from core.tabular import Column, as_float
 from monitors.profile.profiles import PCAProfile
 from monitors.profile.summaries import numeric_summary
 
-PCA_MAX_ROWS = 200_000
+PCA_MAX_ROWS = 50_000
+"""Rows of the reference the multivariate detector is fitted and cross-fitted on, at most: evenly spaced
+through the reference (deterministic), 25,000 a fold, ample for the axes of a few dozen standardised
+features and the 1,001 quantiles of the held-out errors, at a bounded cost however long the reference."""
 PCA_VARIANCE = 0.9
 
 
