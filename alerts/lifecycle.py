@@ -31,7 +31,7 @@ from core.config import Settings
 from core.errors import DomainError
 from registry.models import EventAction, VersionState
 from registry.service import history, rollback, serving_version
-from training.builders import NotRetrainable
+from training.cluster.builders import NotRetrainable
 from training.service import enqueue
 
 Why = Literal["firing", "repeat", "resolved"]

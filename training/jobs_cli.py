@@ -12,7 +12,7 @@ import typer
 from core.bounds import MAX_CLUSTER_WORKERS, MAX_EPOCHS, MAX_PARAMETER_SERVERS, MAX_POLL_S
 from core.cli_options import JsonOut, write_json
 from core.terminal import make_console, note
-from training.run_spec import Mode
+from training.cluster.run_spec import Mode
 
 jobs_app = typer.Typer(
     help="Retraining jobs: list, show, cancel and submit. `driftwarden worker` runs them.",
@@ -106,7 +106,7 @@ def jobs_show(
     typer.echo(f"  attempts: {d['attempts']}  worker: {d['lease_owner'] or '-'}")
     typer.echo(f"  progress: {_progress_text(d['progress']) or '-'}")
     if isinstance((d["progress"] or {}).get("cluster"), dict):
-        from training.sharding import describe
+        from training.cluster.sharding import describe
 
         typer.echo(f"  cluster: {describe(d['progress']['cluster'])}")
     typer.echo(

@@ -25,7 +25,7 @@ from core.errors import Conflict, Invalid, NotFound
 from core.times import iso_or_none
 from registry.names import check_name
 from registry.service import latest_version, require_model, serving_version
-from training.builders import require_retrainable
+from training.cluster.builders import require_retrainable
 from training.models import ACTIVE_STATES, JobState, RetrainRequest, TrainingJob, Trigger
 
 LOG_TAIL_LINES = 50

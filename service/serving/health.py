@@ -26,7 +26,7 @@ from predictions.health import log_check
 from registry.health import registry_check
 from service.serving.flows import AppState
 from service.serving.manager import ModelManager, NotServed, warmup_columns
-from training.health import cluster_checks
+from training.cluster.health import cluster_checks
 from training.metrics import TrainingJobsCollector
 
 

@@ -14,7 +14,7 @@ from registry.service import get_version, serving_version
 from tests.predictions.logdata import log_columns
 from tests.support import CREDIT_FEATURES
 from training import service
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 from training.models import TrainingJob
 
 ROWS = 3000

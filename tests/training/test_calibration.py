@@ -1,4 +1,4 @@
-"""Platt scaling (training/calibration.py): it recovers a known miscalibration, keeps the ranking, and
+"""Platt scaling (training/cluster/calibration.py): it recovers a known miscalibration, keeps the ranking, and
 leaves degenerate scores alone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.calibration import fit_platt, logits_of
+from training.cluster.calibration import fit_platt, logits_of
 from training.gate import expected_calibration_error
 
 

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from core.tabular import write_table
 from service.cli import app
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

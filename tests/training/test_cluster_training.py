@@ -115,7 +115,7 @@ def test_lost_parameter_server_fails_with_its_name(workspace: Workspace) -> None
 
 def test_train_on_an_external_cluster_started_node_by_node(workspace: Workspace) -> None:
     """As on many machines: each runs `cluster node`; the chief machine runs `train --cluster`."""
-    from training.cluster import ClusterSpec
+    from training.cluster.nodes import ClusterSpec
 
     spec = ClusterSpec.local(host="127.0.0.1", chief=1, ps=1, workers=2)
     spec_file = workspace.root / "cluster.json"

@@ -13,9 +13,9 @@ from core.errors import Invalid
 from registry.contracts import flag_rows
 from registry.schema import MAX_CATEGORIES, ModelSchema, infer_feature, infer_schema
 from tests.training.sharddata import with_id, write_with_id
-from training.embedding import check_mode, default_buckets, parse_embed
-from training.features import fit_preprocessing
-from training.sharding import (
+from training.cluster.embedding import check_mode, default_buckets, parse_embed
+from training.cluster.features import fit_preprocessing
+from training.cluster.sharding import (
     ShardPlan,
     check_shards,
     describe,
@@ -111,10 +111,10 @@ def test_cluster_figures_read_back_as_written() -> None:
 
 
 def test_local_run_trains_the_embedding_and_exports_it(tmp_path: Path) -> None:
-    from training.export import ServingModule, predict
-    from training.progress import Progress
-    from training.run_spec import Mode, TrainingRunSpec, prepare
-    from training.trainers import local
+    from training.cluster.export import ServingModule, predict
+    from training.cluster.progress import Progress
+    from training.cluster.run_spec import Mode, TrainingRunSpec, prepare
+    from training.cluster.trainers import local
 
     data = write_with_id(tmp_path / "ids.csv", 3000, levels=2500)
     job = TrainingRunSpec(model_name="m", data=data, mode=Mode.LOCAL, epochs=1, embed=("merchant_id:4",))
@@ -122,7 +122,7 @@ def test_local_run_trains_the_embedding_and_exports_it(tmp_path: Path) -> None:
     weights = local.train(job, prepared, Progress("t", show_bar=False))
     import tensorflow as tf
 
-    from training.embedded_net import INIT_STDDEV
+    from training.cluster.embedded_net import INIT_STDDEV
 
     table = weights[-1]
     assert table.shape == (8192, 4)

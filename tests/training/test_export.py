@@ -14,14 +14,14 @@ import pytest
 from core.database import open_database
 from core.tabular import write_table
 from registry.service import publish_files, read_meta, read_schema
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from training.flows import run_training
-    from training.progress import Progress
-    from training.run_spec import Mode, TrainingRunSpec
+    from training.cluster.flows import run_training
+    from training.cluster.progress import Progress
+    from training.cluster.run_spec import Mode, TrainingRunSpec
 
     root = tmp_path_factory.mktemp("export")
     data = root / "baseline.csv"
@@ -70,7 +70,7 @@ def test_layout_metadata_and_immutability(trained: tuple[Path, Path]) -> None:
 def test_fresh_process_loads_and_answers_like_the_exporter(trained: tuple[Path, Path]) -> None:
     import tensorflow as tf
 
-    from training.export import ServingModule  # noqa: F401  (the in-process reference below)
+    from training.cluster.export import ServingModule  # noqa: F401  (the in-process reference below)
 
     path, _ = trained
     schema = read_schema(path=path)

@@ -12,8 +12,8 @@ import pytest
 
 from core.tabular import read_table, write_table
 from registry.schema import FeatureKind, ModelSchema, infer_schema
-from training.cluster import ClusterSpec
-from training.datagen import TARGET, Scenario, generate
+from training.cluster.datagen import TARGET, Scenario, generate
+from training.cluster.nodes import ClusterSpec
 
 
 def test_generator_is_seeded_and_plants_each_scenario() -> None:

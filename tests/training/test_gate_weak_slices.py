@@ -7,7 +7,7 @@ import numpy as np
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec
 from registry.service import read_schema
 from tests.support import TrainedModels
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 from training.gate import GatePolicy, Holdout, Verdict, evaluate, slices
 from training.retrain import score_version
 

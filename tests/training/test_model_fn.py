@@ -28,8 +28,8 @@ from registry.schema import OUTPUT_NAMES, Task
 from registry.service import register_version
 from service.cli import app
 from tests.training.helpers import Workspace, kill, pid_alive, wait_for
-from training.builders import BUILTIN_REF, ModelFnError, describe, normalize, require_retrainable
-from training.datagen import TARGETS, generate
+from training.cluster.builders import BUILTIN_REF, ModelFnError, describe, normalize, require_retrainable
+from training.cluster.datagen import TARGETS, generate
 
 runner = CliRunner()
 
@@ -246,7 +246,7 @@ def test_broken_builders_fail_in_one_line_before_any_process(tmp_path: Path, fil
 
 
 def test_lazily_built_builder_and_descriptions(files: dict[str, Path]) -> None:
-    from training.builders import build_model, probe
+    from training.cluster.builders import build_model, probe
 
     ref = normalize(f"{files['builder']}:build_lazy")
     assert ref is not None and Path(ref.rsplit(":", 1)[0]).is_absolute()
@@ -260,7 +260,7 @@ def test_lazily_built_builder_and_descriptions(files: dict[str, Path]) -> None:
 
 
 def test_job_key_changes_with_task_and_builder(files: dict[str, Path]) -> None:
-    from training.run_spec import TrainingRunSpec
+    from training.cluster.run_spec import TrainingRunSpec
 
     data = files["multiclass"]
     base = TrainingRunSpec(model_name="m", data=data)

@@ -15,7 +15,7 @@ from predictions.service import record_feedback
 from tests.predictions.logdata import log_columns
 from tests.support import CREDIT_FEATURES
 from tests.training.retraindata import ROWS, World
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 from training.models import JobState
 from training.worker import Worker
 

@@ -26,7 +26,7 @@ from predictions.service import record_feedback
 from tests.predictions.logdata import log_columns
 from tests.support import CREDIT_FEATURES, TrainedModels, seed_registry
 from training import service
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 from training.models import JobState, TrainingJob
 from training.worker import Worker
 

@@ -19,7 +19,7 @@ from registry.models import VersionState
 from registry.service import history, read_meta
 from tests.training.retraindata import ROWS, World, log_traffic
 from training import service
-from training.datagen import generate
+from training.cluster.datagen import generate
 from training.models import JobState
 from training.worker import Worker
 

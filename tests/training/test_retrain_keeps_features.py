@@ -21,11 +21,11 @@ from predictions.service import record_feedback
 from registry.service import get_version, promote, read_schema
 from tests.predictions.logdata import log_columns
 from training import service
-from training.datagen import TARGETS, generate
-from training.flows import run_training
+from training.cluster.datagen import TARGETS, generate
+from training.cluster.flows import run_training
+from training.cluster.progress import Progress
+from training.cluster.run_spec import Mode, TrainingRunSpec
 from training.models import JobState
-from training.progress import Progress
-from training.run_spec import Mode, TrainingRunSpec
 from training.worker import Worker
 
 TARGET = TARGETS[next(t for t in TARGETS if t.short == "multiclass")]

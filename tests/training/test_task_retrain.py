@@ -16,12 +16,12 @@ from predictions.service import record_feedback
 from registry.service import get_version, promote
 from tests.predictions.logdata import log_columns
 from training import service
-from training.builders import normalize
-from training.datagen import TARGETS, generate
-from training.flows import run_training
+from training.cluster.builders import normalize
+from training.cluster.datagen import TARGETS, generate
+from training.cluster.flows import run_training
+from training.cluster.progress import Progress
+from training.cluster.run_spec import Mode, TrainingRunSpec
 from training.models import JobState
-from training.progress import Progress
-from training.run_spec import Mode, TrainingRunSpec
 from training.worker import Worker
 
 BUILDER = """

@@ -21,8 +21,8 @@ from core.tabular import write_table
 from registry.schema import Task
 from registry.service import list_versions
 from tests.training.helpers import Workspace, refused, run_cli
-from training.datagen import generate
-from training.run_spec import TrainingRunSpec
+from training.cluster.datagen import generate
+from training.cluster.run_spec import TrainingRunSpec
 
 BUILDER = """
 import keras

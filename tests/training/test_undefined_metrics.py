@@ -15,7 +15,7 @@ import numpy as np
 from core.database import Database
 from registry.schema import Task
 from registry.service import get_version, register_version
-from training.flows import evaluate
+from training.cluster.flows import evaluate
 
 
 def test_a_version_whose_precision_is_undefined_registers_with_it_as_null(

@@ -31,7 +31,7 @@ def publish_wrapped(
     signature: SourceSignature,
 ) -> Imported:
     """Profile the reference, write the wrapped SavedModel and its documents, record the staged version."""
-    from training.export import write_saved_model
+    from training.cluster.export import write_saved_model
 
     assert spec.path is not None
     lineage: dict[str, Any] = {
@@ -107,8 +107,8 @@ def _model_fn(
     """The builder's lineage entry, probed on this contract's encoded width (None without one)."""
     if ref is None:
         return None
-    from training.builders import output_width, probe
-    from training.features import fit_preprocessing
+    from training.cluster.builders import output_width, probe
+    from training.cluster.features import fit_preprocessing
 
     width = fit_preprocessing(columns, schema).width
     return probe(

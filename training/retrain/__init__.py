@@ -10,8 +10,8 @@
    ``shuffled_labels`` shuffles the training labels (the gate must reject the result). Both parts are
    written to the job's folder (``<checkpoint_path>/job-<id>-<created>/``), so a worker taking the job over
    trains on the same rows and resumes from the same checkpoints.
-2. **Train**: :func:`training.flows.run_training` (mode, ps and workers from the job's params, else the
-   serving version's lineage, else async with 1 ps and 2 workers) on the serving version's feature list
+2. **Train**: :func:`training.cluster.flows.run_training` (mode, ps and workers from the job's params, else
+   the serving version's lineage, else async with 1 ps and 2 workers) on the serving version's feature list
    and class order (the window and the mixed-in previous data hold no other column); the candidate is a
    staged version whose lineage names the parent version, the job, its trigger, its alert, its data window
    and its features.

@@ -14,9 +14,9 @@ from typing import Any
 from core.config import Settings
 from core.database import Database
 from core.errors import Conflict
-from training.progress import Progress
+from training.cluster.progress import Progress
+from training.cluster.sharding import parse_cluster_event
 from training.service import record, update_progress
-from training.sharding import parse_cluster_event
 
 log = logging.getLogger("driftwarden.training.run_spec")
 

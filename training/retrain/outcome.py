@@ -13,11 +13,11 @@ from registry.models import VersionState
 from registry.schema import ModelSchema, Task, label_codes
 from registry.service import get_version, promote, read_schema, read_signature, reject, serving_version
 from registry.signature import SourceSignature
+from training.cluster.run_spec import Mode, TrainingRunSpec, prepare
 from training.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
 from training.models import JobState
 from training.retrain.control import JobControl, JobProgress, StopReason, log, record_on_job
 from training.retrain.plan import JobData, Plan, Snapshot
-from training.run_spec import Mode, TrainingRunSpec, prepare
 from training.service import finish
 
 SCORE_BATCH = 4096
@@ -25,7 +25,7 @@ SCORE_BATCH = 4096
 
 def train(control: JobControl, snap: Snapshot, plan: Plan, data: JobData) -> int:
     """Train the candidate on the job's training set; returns its (staged) version number."""
-    from training.flows import metrics_line, run_training
+    from training.cluster.flows import metrics_line, run_training
 
     settings = control.settings
     base = plan.base_lineage

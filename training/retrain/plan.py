@@ -15,9 +15,9 @@ from core.errors import Conflict
 from registry.models import ModelVersion, VersionState
 from registry.schema import ModelSchema, Task
 from registry.service import get_version, latest_version, read_schema, serving_version
-from training.builders import lineage_ref, require_retrainable
+from training.cluster.builders import lineage_ref, require_retrainable
+from training.cluster.run_spec import Mode
 from training.retrain.control import JobControl
-from training.run_spec import Mode
 
 
 @dataclass(frozen=True)

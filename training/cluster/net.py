@@ -1,4 +1,5 @@
-"""The network's weights as plain arrays (the network itself comes from a builder: training.builders)."""
+"""The network's weights as plain arrays (the network itself comes from a builder:
+:mod:`training.cluster.builders`)."""
 
 from __future__ import annotations
 

@@ -21,13 +21,13 @@ from core.bounds import (
     MAX_SEED,
 )
 from core.errors import DomainError, Invalid
-from training.datagen import Scenario
+from training.cluster.datagen import Scenario
+from training.cluster.run_spec import Mode
 from training.jobs_cli import register as register_jobs
-from training.run_spec import Mode
 
 if TYPE_CHECKING:
     from registry.schema import Task
-    from training.run_spec import TrainingRunSpec
+    from training.cluster.run_spec import TrainingRunSpec
 
 data_app = typer.Typer(help="Synthetic data sets with planted drift.", no_args_is_help=True)
 cluster_app = typer.Typer(help="TensorFlow cluster nodes.", no_args_is_help=True)
@@ -52,8 +52,8 @@ def cluster_node(
     in async mode; worker 0 of `driftwarden cluster sync-worker` in sync mode) and it connects to the nodes.
     """
     from core.logs import setup_logging
-    from training.cluster import ClusterSpec
-    from training.node import run_server
+    from training.cluster.node import run_server
+    from training.cluster.nodes import ClusterSpec
 
     setup_logging()
     try:
@@ -97,7 +97,7 @@ def data_generate(
     (binary), `risk_band` (multiclass) or `loss_amount` (regression), all from the same latent risk."""
     from core.tabular import SUFFIXES, write_table
     from registry.schema import Task
-    from training.datagen import TARGETS, generate
+    from training.cluster.datagen import TARGETS, generate
 
     kind = _task(task)
 
@@ -132,7 +132,7 @@ def cluster_chief(
 ) -> None:
     """Run the async chief of a job: connect to its ps/worker nodes, train, write the final weights."""
     from core.logs import setup_logging
-    from training.trainers.async_ps import ParameterServerLost, run_chief
+    from training.cluster.trainers.async_ps import ParameterServerLost, run_chief
 
     setup_logging()
     try:
@@ -149,7 +149,7 @@ def cluster_sync_worker(
 ) -> None:
     """Run one synchronous (all-reduce) worker of a job."""
     from core.logs import setup_logging
-    from training.trainers.sync_mwms import run_worker
+    from training.cluster.trainers.sync_mwms import run_worker
 
     setup_logging()
     run_worker(job, index)
@@ -329,9 +329,9 @@ def _train_spec(
     from core.config import get_settings
     from core.logs import quiet_tensorflow_banner, setup_logging
     from registry.names import check_name
-    from training.builders import normalize
-    from training.datagen import TARGETS
-    from training.run_spec import TrainingRunSpec
+    from training.cluster.builders import normalize
+    from training.cluster.datagen import TARGETS
+    from training.cluster.run_spec import TrainingRunSpec
 
     check_name(model, given_as="--model")  # fails before any data is read or any process started
     _check_cluster_options(mode=mode, ps=ps, workers=workers, cluster=cluster)
@@ -371,15 +371,15 @@ def _train_and_report(job: TrainingRunSpec, kind: Task, *, cluster: str | None) 
     """Prepare the data, probe the builder, train (on ``cluster`` when given) and say what was registered."""
     from core.config import get_settings
     from core.database import open_database
-    from training.progress import Progress
-    from training.run_spec import prepare
+    from training.cluster.progress import Progress
+    from training.cluster.run_spec import prepare
 
     settings = get_settings()
     model, mode = job.model_name, job.mode
     prepared = prepare(job)  # bad data ends here, before a database is opened or any process started
-    from training.builders import output_width, probe
-    from training.cluster import ClusterSpec, NodeLost
-    from training.flows import metrics_line, run_training
+    from training.cluster.builders import output_width, probe
+    from training.cluster.flows import metrics_line, run_training
+    from training.cluster.nodes import ClusterSpec, NodeLost
 
     # a broken builder ends here in one line (exit 2), before any cluster process starts
     probe(

@@ -1,10 +1,10 @@
 """The network with embedding tables in front of it: the encoded matrix in, the builder's model behind.
 
-:func:`training.features.encode` ends its matrix with one hash-bucket column per embedded feature; the
+:func:`training.cluster.features.encode` ends its matrix with one hash-bucket column per embedded feature; the
 wrapper looks each bucket up in its feature's ``[buckets, dim]`` table and hands the builder's model the
 dense columns followed by the embedding vectors (``Preprocessing.width`` columns). The tables are plain
 ``tf.Variable``s: created under ``ParameterServerStrategy`` with a ``variable_partitioner`` they are
-``ShardedVariable``s, split over the parameter servers (:mod:`training.sharding`).
+``ShardedVariable``s, split over the parameter servers (:mod:`training.cluster.sharding`).
 
 The builder's model trains with the job's optimizer (Adam); the tables with sparse Adagrad (only the rows a
 batch touches change, on the ps that holds them), learning rate ``EMBED_LR_SCALE`` times the job's.
@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.features import Preprocessing
+from training.cluster.features import Preprocessing
 
 EMBED_LR_SCALE = 10.0
 ADAGRAD_INITIAL = 0.1
@@ -80,7 +80,8 @@ class EmbeddedNet(tf.Module):
 
     @property
     def weights(self) -> list[Any]:
-        """The builder's weights, then each whole table (what :func:`training.net.model_weights` reads)."""
+        """The builder's weights, then each whole table (what :func:`training.cluster.net.model_weights`
+        reads)."""
         return [*self.net.weights, *self.tables]
 
     @property

@@ -1,12 +1,12 @@
 """Export trained weights as a TF Serving-loadable SavedModel and publish it into the registry.
 
-The SavedModel holds the preprocessing (``training.features.encode``), the network (rebuilt here from its
-builder, :mod:`training.builders`, with the trained weights set, and traced into the graph: loading it
-needs neither the builder's file nor Keras) and the task's head as plain TF ops, with a fixed
+The SavedModel holds the preprocessing (``training.cluster.features.encode``), the network (rebuilt here
+from its builder, :mod:`training.cluster.builders`, with the trained weights set, and traced into the graph:
+loading it needs neither the builder's file nor Keras) and the task's head as plain TF ops, with a fixed
 ``serving_default`` signature: one 1-D input per feature (float32 for numeric, string for categorical;
 NaN / "" mean missing) and one output named by the task (``registry.schema.OUTPUT_NAMES``): binary
-``probability`` (the sigmoid of the logit after its Platt scaling, ``training.calibration``), multi-class
-``probabilities`` (softmax, ``[batch, K]``), regression ``value`` (``[batch]``).
+``probability`` (the sigmoid of the logit after its Platt scaling, ``training.cluster.calibration``),
+multi-class ``probabilities`` (softmax, ``[batch, K]``), regression ``value`` (``[batch]``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session
 from registry.models import ModelVersion
 from registry.schema import OUTPUT_NAMES, FeatureKind, ModelSchema, Task
 from registry.service import publish_version
-from training.builders import build_model, output_width
-from training.embedded_net import wrap
-from training.features import Preprocessing, encode
-from training.net import set_model_weights
+from training.cluster.builders import build_model, output_width
+from training.cluster.embedded_net import wrap
+from training.cluster.features import Preprocessing, encode
+from training.cluster.net import set_model_weights
 
 
 class ServingModule(tf.Module):
@@ -55,7 +55,7 @@ class ServingModule(tf.Module):
             training=False,
         )
         set_model_weights(self.net, weights)
-        # Platt scaling of the logit (training.calibration, binary only): (1, 0) until fitted
+        # Platt scaling of the logit (training.cluster.calibration, binary only): (1, 0) until fitted
         self.calib_scale = tf.Variable(1.0, trainable=False, name="calibration_scale")
         self.calib_shift = tf.Variable(0.0, trainable=False, name="calibration_shift")
         spec = {

@@ -3,10 +3,11 @@ and holds the default (the built-in MLP).
 
 A builder is called as ``FUNC(input_dim=D, outputs=K, task=T)`` (``T``: ``"binary"``, ``"multiclass"`` or
 ``"regression"``; ``K``: 1 for binary and regression, the number of classes for multi-class) and returns an
-uncompiled ``keras.Model`` from the encoded float32 ``[batch, D]`` matrix (:mod:`training.features`) to
-``[batch, K]`` logits (classification) or values (regression); an embedded feature (``train --embed``,
-:mod:`training.embedded_net`) fills its embedding's DIM columns of that matrix, after the others. A reference
-is ``FILE.py:FUNC`` or ``package.module:FUNC``; ``None`` (or :data:`BUILTIN_REF`) is the built-in MLP.
+uncompiled ``keras.Model`` from the encoded float32 ``[batch, D]`` matrix (:mod:`training.cluster.features`)
+to ``[batch, K]`` logits (classification) or values (regression); an embedded feature (``train --embed``,
+:mod:`training.cluster.embedded_net`) fills its embedding's DIM columns of that matrix, after the others. A
+reference is ``FILE.py:FUNC`` or ``package.module:FUNC``; ``None`` (or :data:`BUILTIN_REF`) is the built-in
+MLP.
 
 Keras loads inside the functions only, never at import (the CLI and the API import this module).
 """

@@ -17,10 +17,10 @@ from core.errors import Invalid
 from core.tabular import Columns, read_table
 from registry.inputs import raw_inputs
 from registry.schema import FeatureKind, ModelSchema, Task, check_classes, infer_schema, label_codes
-from training.builders import file_sha256
-from training.datagen import TARGET
-from training.embedding import check_named, parse_embed
-from training.features import Preprocessing, fit_preprocessing
+from training.cluster.builders import file_sha256
+from training.cluster.datagen import TARGET
+from training.cluster.embedding import check_named, parse_embed
+from training.cluster.features import Preprocessing, fit_preprocessing
 
 
 class Mode(enum.StrEnum):
@@ -54,7 +54,9 @@ class TrainingRunSpec:
     classes: tuple[str, ...] = ()  # multi-class: the class names in output order (default: sorted labels)
     features: tuple[str, ...] = ()  # only these columns are features, in this order (default: all but target)
     exclude: tuple[str, ...] = ()  # these columns are not features (with ``features``: not both)
-    embed: tuple[str, ...] = ()  # --embed FEATURE[:DIM] values: hashed into embeddings (training.embedding)
+    embed: tuple[
+        str, ...
+    ] = ()  # --embed FEATURE[:DIM] values: hashed into embeddings (training.cluster.embedding)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "task", Task.parse(self.task).short)

@@ -21,17 +21,17 @@ from monitors.profile import build_reference_profile, reference_sample
 from registry.models import ModelVersion
 from registry.schema import Task
 from registry.service import latest_version
-from training.builders import output_width, probe
-from training.calibration import fit_platt, logits_of
-from training.cluster import ClusterSpec
-from training.embedding import check_mode
-from training.launcher import Weights, train_on_cluster
-from training.progress import Progress
-from training.run_spec import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
-from training.sharding import check_shards
+from training.cluster.builders import output_width, probe
+from training.cluster.calibration import fit_platt, logits_of
+from training.cluster.embedding import check_mode
+from training.cluster.launcher import Weights, train_on_cluster
+from training.cluster.nodes import ClusterSpec
+from training.cluster.progress import Progress
+from training.cluster.run_spec import Mode, PreparedData, RunFiles, TrainingRunSpec, prepare
+from training.cluster.sharding import check_shards
 
 if TYPE_CHECKING:
-    from training.export import ServingModule
+    from training.cluster.export import ServingModule
 
 log = logging.getLogger("driftwarden.training")
 
@@ -59,13 +59,14 @@ def run_training(
     the held-out split, and register a new staged version.
 
     The job's builder (``job.model_fn``) is loaded and probed first: a broken one raises
-    :class:`training.builders.ModelFnError` (one line) before any cluster process starts.
+    :class:`training.cluster.builders.ModelFnError` (one line) before any cluster process starts.
 
-    ``prepared``: the job's data as :func:`training.run_spec.prepare` returned it (read here when not given).
+    ``prepared``: the job's data as :func:`training.cluster.run_spec.prepare` returned it (read here when not
+    given).
     ``lineage``: more facts for the version's lineage (a retraining job adds its id, trigger and window).
     ``settings``: the cluster settings (default: the process's).
     """
-    from training.export import ServingModule, predict, publish
+    from training.cluster.export import ServingModule, predict, publish
 
     t0 = time.monotonic()
     data = prepared or prepare(job)
@@ -136,7 +137,7 @@ def _train(
 ) -> tuple[Weights, dict[str, int]]:
     """Train in this process (local mode) or on the job's cluster; the weights and the cluster's shape."""
     if job.mode is Mode.LOCAL:
-        from training.trainers import local
+        from training.cluster.trainers import local
 
         return local.train(job, data, progress), {"chief": 1}
     return train_on_cluster(
@@ -146,7 +147,7 @@ def _train(
 
 def _calibrate(module: ServingModule, data: PreparedData) -> dict[str, Any]:
     """Binary: Platt scaling fitted on the held-out split and set on ``module``; its lineage entry."""
-    from training.export import predict
+    from training.cluster.export import predict
 
     if data.schema.kind is not Task.BINARY:
         return {}

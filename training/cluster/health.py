@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from core.health import HealthCheck, Status
 from core.network import is_listening
-from training.cluster import ClusterSpec
+from training.cluster.nodes import ClusterSpec
 
 CONNECT_TIMEOUT_S = 1.0
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from training.net import model_weights
-from training.progress import Progress
-from training.run_spec import PreparedData, TrainingRunSpec
-from training.steps import build_net, dataset, encoded_matrix, make_optimizer, make_replica_step
+from training.cluster.net import model_weights
+from training.cluster.progress import Progress
+from training.cluster.run_spec import PreparedData, TrainingRunSpec
+from training.cluster.steps import build_net, dataset, encoded_matrix, make_optimizer, make_replica_step
 
 
 def train(job: TrainingRunSpec, data: PreparedData, progress: Progress) -> list[np.ndarray]:

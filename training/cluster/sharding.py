@@ -24,7 +24,7 @@ from typing import Any
 
 from core.config import Settings
 from core.errors import Invalid
-from training.features import Preprocessing
+from training.cluster.features import Preprocessing
 
 MIB = 1 << 20
 SHARES_PREFIX = "ps shares:"

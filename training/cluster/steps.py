@@ -11,10 +11,10 @@ import tensorflow as tf
 
 from registry.inputs import raw_inputs
 from registry.schema import Task
-from training.builders import build_model, output_width
-from training.embedded_net import EmbeddedNet, make_embedded_step, wrap
-from training.features import encode
-from training.run_spec import PreparedData, TrainingRunSpec
+from training.cluster.builders import build_model, output_width
+from training.cluster.embedded_net import EmbeddedNet, make_embedded_step, wrap
+from training.cluster.features import encode
+from training.cluster.run_spec import PreparedData, TrainingRunSpec
 
 
 def encoded_matrix(data: PreparedData) -> np.ndarray:
@@ -25,7 +25,7 @@ def encoded_matrix(data: PreparedData) -> np.ndarray:
 
 def build_net(job: TrainingRunSpec, data: PreparedData) -> keras.Model:
     """The job's network from its builder (``job.model_fn``, else the built-in MLP), seeded, behind its
-    embedding tables when a feature is embedded (:mod:`training.embedded_net`); create it under a
+    embedding tables when a feature is embedded (:mod:`training.cluster.embedded_net`); create it under a
     strategy's scope to distribute it."""
     task = data.schema.kind
     net = build_model(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 
-from training.cluster import ClusterSpec
+from training.cluster.nodes import ClusterSpec
 
 log = logging.getLogger("driftwarden.cluster")
 

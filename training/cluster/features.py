@@ -6,9 +6,9 @@ serving requests (inside the exported SavedModel), so training and serving canno
 Numeric feature ``x``: missing (NaN) -> the training mean, then ``z = clip((x - mean) / std, -10, 10)``;
 nullable features add a 0/1 missing indicator. Categorical feature: one-hot over the training
 vocabulary; a missing ("") or unseen value encodes as all zeros. An embedded categorical feature
-(:mod:`training.embedding`) encodes as its hash bucket (a float32 whole number), after every other column;
-the network's wrapper (:mod:`training.embedded_net`) looks the bucket up in its table, so the builder's input
-(``Preprocessing.width`` columns) holds the embedding vectors in those columns' place.
+(:mod:`training.cluster.embedding`) encodes as its hash bucket (a float32 whole number), after every other
+column; the network's wrapper (:mod:`training.cluster.embedded_net`) looks the bucket up in its table, so the
+builder's input (``Preprocessing.width`` columns) holds the embedding vectors in those columns' place.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from registry.schema import FeatureKind, ModelSchema
-from training.embedding import EmbeddedEncoding, encoding
+from training.cluster.embedding import EmbeddedEncoding, encoding
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -1,5 +1,5 @@
 """Hashed embeddings of high-cardinality categorical features: which features, how many buckets, how wide
-(no TensorFlow here; the tables and their lookup are :mod:`training.embedded_net`).
+(no TensorFlow here; the tables and their lookup are :mod:`training.cluster.embedded_net`).
 
 A categorical feature is embedded when ``train --embed FEATURE[:DIM]`` names it, or when it has more
 distinct levels than the ``embed_min_levels`` setting (default 1,000). Its value is hashed

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from core.config import Settings
-from training.cluster import (
+from training.cluster.nodes import (
     ClusterSpec,
     LocalCluster,
     Node,
@@ -27,8 +27,8 @@ from training.cluster import (
     node_argv,
     sync_worker_argv,
 )
-from training.progress import Progress, follow
-from training.run_spec import Mode, RunFiles, TrainingRunSpec, load_weights, write_job
+from training.cluster.progress import Progress, follow
+from training.cluster.run_spec import Mode, RunFiles, TrainingRunSpec, load_weights, write_job
 
 Weights = list[np.ndarray]  # the model's weights in ``net.weights`` order
 POLL_S = 0.2

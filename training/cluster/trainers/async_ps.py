@@ -18,13 +18,13 @@ import tensorflow as tf
 
 from core.config import get_settings
 from core.network import is_listening
-from training.cluster import ClusterSpec
-from training.embedded_net import checkpoint_objects
-from training.net import model_weights
-from training.progress import Progress, ProgressFile
-from training.run_spec import PreparedData, TrainingRunSpec, prepare, read_job, save_weights
-from training.sharding import WorkerRates, partitioner, placement_events, ps_shares, shares_event
-from training.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
+from training.cluster.embedded_net import checkpoint_objects
+from training.cluster.net import model_weights
+from training.cluster.nodes import ClusterSpec
+from training.cluster.progress import Progress, ProgressFile
+from training.cluster.run_spec import PreparedData, TrainingRunSpec, prepare, read_job, save_weights
+from training.cluster.sharding import WorkerRates, partitioner, placement_events, ps_shares, shares_event
+from training.cluster.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
 
 Weights = list[np.ndarray]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from training.cluster import ClusterSpec
-from training.net import model_weights
-from training.progress import ProgressFile
-from training.run_spec import prepare, read_job, save_weights
-from training.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
+from training.cluster.net import model_weights
+from training.cluster.nodes import ClusterSpec
+from training.cluster.progress import ProgressFile
+from training.cluster.run_spec import prepare, read_job, save_weights
+from training.cluster.steps import build_net, encoded_matrix, make_optimizer, make_replica_step
 
 
 def run_worker(job_path: Path, index: int) -> None:
