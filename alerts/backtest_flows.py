@@ -275,7 +275,9 @@ def _answers(version: _Version, table: Columns, columns: Columns, where: str) ->
         raise Invalid(
             f"{version.label} has neither a prediction column nor a SavedModel to answer its reference"
         )
-    from training.retrain import score_version  # the version's answers, as the validation gate scores it
+    from training.retraining.job import (
+        score_version,  # the version's answers, as the validation gate scores it
+    )
 
     return score_version(path, version.schema, columns)
 

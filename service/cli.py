@@ -245,7 +245,8 @@ def _settings_error(exc: BaseException) -> str | None:
 # it against what each ``register`` adds; a name missing here is still found, by importing every domain.
 DOMAINS: dict[str, tuple[str, ...]] = {
     "training.import_cli": ("models",),
-    "training.cluster.cli": ("train", "worker", "data", "cluster", "jobs"),
+    "training.cluster.cli": ("train", "data", "cluster"),
+    "training.retraining.cli": ("worker", "jobs"),
     "service.serving.cli": ("serve",),
     "service.predictions_cli": ("predictions",),
     "monitors.cli": ("drift", "report", "monitor", "reports"),

@@ -283,7 +283,7 @@ def log_bands(cli: Cli, path: Path, feature: str, tmp_path: Path) -> None:
     """Fresh applications with ``feature`` squeezed towards its centre, scored by the version, logged."""
     from registry.service import read_schema
     from training.cluster.datagen import generate
-    from training.retrain import score_version
+    from training.retraining.job import score_version
 
     data = generate(ROWS, seed=9, task=Task.MULTICLASS)
     data.pop("risk_band")
@@ -336,7 +336,7 @@ def log_bands_with_labels(cli: Cli, path: Path, tmp_path: Path, *, north: bool, 
     labels moved to another band in ``region=south & home_ownership=OWN`` alone."""
     from registry.service import read_schema
     from training.cluster.datagen import BANDS, generate
-    from training.retrain import score_version
+    from training.retraining.job import score_version
 
     data = generate(ROWS, seed=9, task=Task.MULTICLASS)
     truth = data.pop("risk_band")

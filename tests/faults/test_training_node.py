@@ -27,8 +27,8 @@ from tests.support import TrainedModels, postgres_schema, seed_registry
 from tests.training.helpers import kill
 from tests.training.jobworkspace import JobWorkspace
 from tests.training.retraindata import log_traffic
-from training import service
-from training.models import JobState, TrainingJob
+from training.retraining import service
+from training.retraining.models import JobState, TrainingJob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from training.cluster.calibration import fit_platt, logits_of
-from training.gate import expected_calibration_error
+from training.retraining.gate import expected_calibration_error
 
 
 def test_recovers_a_known_miscalibration_and_removes_it() -> None:

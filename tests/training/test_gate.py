@@ -9,7 +9,7 @@ import pytest
 
 from monitors.performance import roc_auc
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
-from training.gate import (
+from training.retraining.gate import (
     MIN_ROWS,
     GateCheck,
     GatePolicy,

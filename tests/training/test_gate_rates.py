@@ -17,7 +17,7 @@ import pytest
 from scipy.stats import binom
 
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy
-from training.gate import (
+from training.retraining.gate import (
     GatePolicy,
     Holdout,
     Verdict,
@@ -154,7 +154,7 @@ def test_at_a_tolerance_of_zero_equal_models_are_rejected_at_about_one_minus_the
     for name, count in rejected.items():
         assert binom.sf(count - 1, draws, 1 - zero.confidence) >= 1e-3, (name, count, draws)
     # DeLong is exact at the boundary: it does reject there, at about the stated rate (the bootstrap of the
-    # calibration error is conservative at it: see training/comparison.py)
+    # calibration error is conservative at it: see training/retraining/comparison.py)
     assert rejected["metric"] > 0
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec, Policy, Task
-from training.comparison import (
+from training.retraining.comparison import (
     bootstrap,
     bootstrap_classes,
     class_calibration_errors,
@@ -20,7 +20,7 @@ from training.comparison import (
     weighted_mae,
     weighted_rmse,
 )
-from training.gate import (
+from training.retraining.gate import (
     MIN_ROWS,
     GateCheck,
     GatePolicy,

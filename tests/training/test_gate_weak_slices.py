@@ -8,8 +8,8 @@ from registry.schema import FeatureKind, FeatureSpec, ModelSchema, OutputSpec
 from registry.service import read_schema
 from tests.support import TrainedModels
 from training.cluster.datagen import TARGET, generate
-from training.gate import GatePolicy, Holdout, Verdict, evaluate, slices
-from training.retrain import score_version
+from training.retraining.gate import GatePolicy, Holdout, Verdict, evaluate, slices
+from training.retraining.job import score_version
 
 N = 6000
 POLICY = GatePolicy(slice_tolerance=0.05, slice_min_rows=100)

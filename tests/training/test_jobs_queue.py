@@ -20,8 +20,8 @@ from sqlalchemy.exc import IntegrityError
 from core.database import Base, Database, aware, open_database, utcnow
 from core.errors import Conflict, Invalid, NotFound
 from registry.service import register_version
-from training import service
-from training.models import JobState, TrainingJob
+from training.retraining import service
+from training.retraining.models import JobState, TrainingJob
 
 LEASE = 30.0
 

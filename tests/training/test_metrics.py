@@ -16,9 +16,9 @@ from core.config import Settings
 from core.database import Database, make_engine, make_session_factory, open_database, utcnow
 from registry.service import promote, register_version
 from tests.deploy.promql import tool
-from training import service
-from training.metrics import FINAL_WINDOW, TrainingJobsCollector, families, read_snapshot
-from training.models import JobState
+from training.retraining import service
+from training.retraining.metrics import FINAL_WINDOW, TrainingJobsCollector, families, read_snapshot
+from training.retraining.models import JobState
 
 Labels = tuple[tuple[str, str], ...]
 STATES = (

@@ -332,7 +332,7 @@ def test_retrain_of_an_imported_version_is_refused_by_route_cli_and_alert(
     imported_db: tuple[Database, str],
 ) -> None:
     from tests.training.retrainapi import AUTH, TOKEN, Api, build_app
-    from training import service
+    from training.retraining import service
 
     db, url = imported_db
     settings = Settings(database_url=SecretStr(url), admin_token=SecretStr(TOKEN))

@@ -19,8 +19,8 @@ from core.events import JOB_FINISHED, subscribe
 from registry.service import register_version
 from tests.support import NO_AUTH
 from tests.training.retrainapi import AUTH, TOKEN, Api, build_app
-from training import service
-from training.models import JobState
+from training.retraining import service
+from training.retraining.models import JobState
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from tests.predictions.logdata import log_columns
 from tests.support import CREDIT_FEATURES
 from tests.training.retraindata import ROWS, World
 from training.cluster.datagen import TARGET, generate
-from training.models import JobState
-from training.worker import Worker
+from training.retraining.models import JobState
+from training.retraining.worker import Worker
 
 
 def test_a_candidate_that_drops_a_category_under_policy_flag_states_it_and_promotes(world: World) -> None:  # noqa: F811

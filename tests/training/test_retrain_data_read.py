@@ -25,10 +25,10 @@ from core.database import Database, open_database
 from predictions.service import record_feedback
 from tests.predictions.logdata import log_columns
 from tests.support import CREDIT_FEATURES, TrainedModels, seed_registry
-from training import service
 from training.cluster.datagen import TARGET, generate
-from training.models import JobState, TrainingJob
-from training.worker import Worker
+from training.retraining import service
+from training.retraining.models import JobState, TrainingJob
+from training.retraining.worker import Worker
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from predictions.service import labelled_rows
 from registry.models import VersionState
 from registry.service import history, read_meta
 from tests.training.retraindata import ROWS, World, log_traffic
-from training import service
 from training.cluster.datagen import generate
-from training.models import JobState
-from training.worker import Worker
+from training.retraining import service
+from training.retraining.models import JobState
+from training.retraining.worker import Worker
 
 
 def test_the_reader_returns_the_newest_labelled_rows_typed_and_in_time_order(world: World) -> None:
@@ -205,7 +205,7 @@ def test_a_stopped_worker_gives_its_job_back_and_the_next_one_runs_it(world: Wor
 
 def test_the_embedded_worker_runs_jobs_in_the_api_process_and_stops_with_it(world: World) -> None:
     from core.runtime import Runtime
-    from training.scheduled import embedded_worker_wanted, start_in_app
+    from training.retraining.scheduled import embedded_worker_wanted, start_in_app
 
     assert embedded_worker_wanted(world.settings)  # unset on SQLite: yes
     assert not embedded_worker_wanted(world.settings_with(worker_embedded=False))

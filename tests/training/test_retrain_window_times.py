@@ -24,9 +24,9 @@ from registry.schema import infer_schema
 from registry.service import META_DIR, promote, register_version
 from tests.predictions.logdata import log_columns
 from tests.support import CREDIT_FEATURES
-from training import service
 from training.cluster.datagen import TARGET, generate
-from training.retrain import JobControl, Snapshot, make_plan, read_data
+from training.retraining import service
+from training.retraining.job import JobControl, Snapshot, make_plan, read_data
 
 LIVE, HISTORY, WINDOW = 1_000, 2_000, 2_500
 

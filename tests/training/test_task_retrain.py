@@ -15,14 +15,14 @@ from core.tabular import write_table
 from predictions.service import record_feedback
 from registry.service import get_version, promote
 from tests.predictions.logdata import log_columns
-from training import service
 from training.cluster.builders import normalize
 from training.cluster.datagen import TARGETS, generate
 from training.cluster.flows import run_training
 from training.cluster.progress import Progress
 from training.cluster.run_spec import Mode, TrainingRunSpec
-from training.models import JobState
-from training.worker import Worker
+from training.retraining import service
+from training.retraining.models import JobState
+from training.retraining.worker import Worker
 
 BUILDER = """
 import keras

@@ -1,5 +1,5 @@
 """Training commands: ``data generate``, ``train``, ``cluster node|chief|sync-worker``; the retraining job
-queue's commands (``jobs ...``, ``worker``) are in :mod:`training.jobs_cli`.
+queue's commands (``jobs ...``, ``worker``) are in :mod:`training.retraining.cli`.
 
 TensorFlow loads inside the commands only, never at import.
 """
@@ -23,7 +23,6 @@ from core.bounds import (
 from core.errors import DomainError, Invalid
 from training.cluster.datagen import Scenario
 from training.cluster.run_spec import Mode
-from training.jobs_cli import register as register_jobs
 
 if TYPE_CHECKING:
     from registry.schema import Task
@@ -450,8 +449,7 @@ def _check_cluster_options(*, mode: Mode, ps: int | None, workers: int | None, c
 
 
 def register(app: typer.Typer) -> None:
-    """Add the training commands to the root CLI."""
+    """Add ``data``, ``cluster`` and ``train`` to the root CLI."""
     app.add_typer(data_app, name="data")
     app.add_typer(cluster_app, name="cluster")
     app.command("train")(train)
-    register_jobs(app)

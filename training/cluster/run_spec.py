@@ -32,7 +32,7 @@ class Mode(enum.StrEnum):
 @dataclass(frozen=True)
 class TrainingRunSpec:
     """A training run's spec: everything that determines the run; its ``key`` names the checkpoint folder.
-    (A queued retraining job is :class:`training.models.TrainingJob`.)"""
+    (A queued retraining job is :class:`training.retraining.models.TrainingJob`.)"""
 
     model_name: str
     data: Path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from registry.schema import Task
-from training.gate.figures import (
+from training.retraining.gate.figures import (
     MIN_CLASS_ROWS,
     MIN_ROWS_PER_CLASS,
     min_rows,
@@ -14,8 +14,8 @@ from training.gate.figures import (
     task_metric,
     unfit_check,
 )
-from training.gate.judgement import compare, comparison_check, no_serving_check
-from training.gate.verdict import DEFAULT_POLICY, GateCheck, GatePolicy
+from training.retraining.gate.judgement import compare, comparison_check, no_serving_check
+from training.retraining.gate.verdict import DEFAULT_POLICY, GateCheck, GatePolicy
 
 
 def metric(

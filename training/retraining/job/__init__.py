@@ -15,7 +15,7 @@
    and class order (the window and the mixed-in previous data hold no other column); the candidate is a
    staged version whose lineage names the parent version, the job, its trigger, its alert, its data window
    and its features.
-3. **Gate** (:mod:`training.gate`) on the holdout, both versions scored through their SavedModels.
+3. **Gate** (:mod:`training.retraining.gate`) on the holdout, both versions scored through their SavedModels.
 4. **Outcome**, in one transaction with the job's final state: ``promoted`` (registry promote, actor
    ``job:<id>``), ``passed`` (held: ``retrain_auto_promote`` is off), ``undecided`` (held: the holdout
    could not decide a check) or ``rejected`` (registry reject with the failed checks as the reason). An
@@ -32,11 +32,11 @@ gate, the outcome) and ``job.py`` (:func:`run_job`, the steps in order).
 
 from __future__ import annotations
 
-from training.retrain.control import JobControl, JobProgress, JobStopped, NotEnoughData, StopReason
-from training.retrain.job import run_job
-from training.retrain.outcome import conclude, score_version, train, validate
-from training.retrain.plan import JobData, Plan, Snapshot, existing_data, job_folder, make_plan
-from training.retrain.window import holdout_rows, read_data, rows_wanted, wait_for_rows
+from training.retraining.job.control import JobControl, JobProgress, JobStopped, NotEnoughData, StopReason
+from training.retraining.job.data import holdout_rows, read_data, rows_wanted, wait_for_rows
+from training.retraining.job.outcome import conclude, score_version, train, validate
+from training.retraining.job.plan import JobData, Plan, Snapshot, existing_data, job_folder, make_plan
+from training.retraining.job.run import run_job
 
 __all__ = [
     "JobControl",

@@ -8,14 +8,22 @@ from typing import Any
 
 import numpy as np
 
-from training.comparison import (
+from training.retraining.comparison import (
     LOWER_IS_BETTER,
     Difference,
     difference,
 )
-from training.comparison import value as metric_of
-from training.gate.figures import MAX_CELLS, MAX_REPS, NO_SERVING, RELATIVE, TAIL_REPS, as_figure, number_text
-from training.gate.verdict import GateCheck, GatePolicy, Verdict
+from training.retraining.comparison import value as metric_of
+from training.retraining.gate.figures import (
+    MAX_CELLS,
+    MAX_REPS,
+    NO_SERVING,
+    RELATIVE,
+    TAIL_REPS,
+    as_figure,
+    number_text,
+)
+from training.retraining.gate.verdict import GateCheck, GatePolicy, Verdict
 
 
 @dataclass(frozen=True)

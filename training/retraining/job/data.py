@@ -15,9 +15,9 @@ from core.database import aware
 from core.tabular import Columns, read_table, write_table
 from predictions.service import LabelledRows, count_labelled, labelled_rows
 from registry.schema import FeatureKind, Task
-from training.models import Trigger
-from training.retrain.control import JobControl, NotEnoughData, log, record_on_job
-from training.retrain.plan import JobData, Plan, Snapshot, job_folder
+from training.retraining.job.control import JobControl, NotEnoughData, log, record_on_job
+from training.retraining.job.plan import JobData, Plan, Snapshot, job_folder
+from training.retraining.models import Trigger
 
 
 def _typed(spec_dtype: str, values: np.ndarray) -> np.ndarray:

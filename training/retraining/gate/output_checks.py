@@ -14,8 +14,8 @@ from registry.contracts import (
     output_flags,
 )
 from registry.schema import SUM_TOLERANCE, OutputSpec
-from training.gate.figures import SHOWN, round_figure
-from training.gate.verdict import GateCheck, Verdict
+from training.retraining.gate.figures import SHOWN, round_figure
+from training.retraining.gate.verdict import GateCheck, Verdict
 
 
 def outputs(spec: OutputSpec, values: np.ndarray) -> GateCheck:

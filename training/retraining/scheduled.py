@@ -8,7 +8,7 @@ from core.config import Settings
 from core.database import is_sqlite
 from core.runtime import Runtime
 from core.scheduling import is_leader
-from training.worker import Worker
+from training.retraining.worker import Worker
 
 log = logging.getLogger("driftwarden.training.worker")
 

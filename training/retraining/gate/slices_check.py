@@ -12,7 +12,7 @@ import numpy as np
 from core.tabular import as_float
 from monitors.slices import Found, realised_losses, search
 from registry.schema import FeatureKind, ModelSchema, Task
-from training.gate.figures import (
+from training.retraining.gate.figures import (
     NO_SERVING,
     RELATIVE,
     SHOWN,
@@ -23,8 +23,8 @@ from training.gate.figures import (
     task_metric,
     unfit_check,
 )
-from training.gate.judgement import Comparison, compare, percent
-from training.gate.verdict import DEFAULT_POLICY, GateCheck, GatePolicy, Verdict
+from training.retraining.gate.judgement import Comparison, compare, percent
+from training.retraining.gate.verdict import DEFAULT_POLICY, GateCheck, GatePolicy, Verdict
 
 
 def _slice_statistic(name: str, labels: np.ndarray, present: Sequence[int] = ()) -> str:

@@ -33,8 +33,8 @@ from core.cached_metrics import CachedCollector
 from core.config import Settings
 from core.database import Database, utcnow
 from registry.service import serving_model_names
-from training import service
-from training.models import FINAL_STATES, JobState
+from training.retraining import service
+from training.retraining.models import FINAL_STATES, JobState
 
 log = logging.getLogger("driftwarden.training.metrics")
 

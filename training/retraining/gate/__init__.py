@@ -45,7 +45,7 @@ the absolute tolerance and ``relative_tolerance``. Accuracy, macro F1 and the EC
 tolerances are absolute, as for a binary model.
 
 The three comparisons decide from the paired difference and its bounds, each holding with
-``confidence`` (:mod:`training.comparison`: DeLong for ROC AUC, a paired bootstrap otherwise). With
+``confidence`` (:mod:`training.retraining.comparison`: DeLong for ROC AUC, a paired bootstrap otherwise). With
 "worse" read in the metric's direction (lower ROC AUC, accuracy or macro F1; higher ECE, RMSE or MAE):
 
 - **failed**: even the better bound is worse than the tolerance: the candidate is worse than the serving
@@ -68,14 +68,18 @@ still apply.
 
 One module per concern: ``verdict`` (the result's types), ``figures`` (shared limits and rounding),
 ``contract_check`` and ``output_checks`` (the contract checks), ``judgement`` (the paired comparison and its
-verdict; the statistics stay in :mod:`training.comparison`), ``metric_check``, ``calibration_checks``,
-``slices_check`` (the comparison checks) and ``evaluation`` (:func:`evaluate`, the face: every check in
-order)."""
+verdict; the statistics stay in :mod:`training.retraining.comparison`), ``metric_check``,
+``calibration_checks``, ``slices_check`` (the comparison checks) and ``evaluation`` (:func:`evaluate`, the
+face: every check in order)."""
 
-from training.gate.calibration_checks import calibration, class_calibration, expected_calibration_error
-from training.gate.contract_check import input_contract
-from training.gate.evaluation import evaluate
-from training.gate.figures import (
+from training.retraining.gate.calibration_checks import (
+    calibration,
+    class_calibration,
+    expected_calibration_error,
+)
+from training.retraining.gate.contract_check import input_contract
+from training.retraining.gate.evaluation import evaluate
+from training.retraining.gate.figures import (
     MAX_CELLS,
     MAX_REPS,
     MIN_CLASS_ROWS,
@@ -90,11 +94,11 @@ from training.gate.figures import (
     min_rows,
     task_metric,
 )
-from training.gate.judgement import Comparison, compare, judge
-from training.gate.metric_check import metric
-from training.gate.output_checks import outputs, vector_outputs
-from training.gate.slices_check import slices, weak_search
-from training.gate.verdict import (
+from training.retraining.gate.judgement import Comparison, compare, judge
+from training.retraining.gate.metric_check import metric
+from training.retraining.gate.output_checks import outputs, vector_outputs
+from training.retraining.gate.slices_check import slices, weak_search
+from training.retraining.gate.verdict import (
     GateCheck,
     GatePolicy,
     GateResult,

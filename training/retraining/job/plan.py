@@ -17,7 +17,7 @@ from registry.schema import ModelSchema, Task
 from registry.service import get_version, latest_version, read_schema, serving_version
 from training.cluster.builders import lineage_ref, require_retrainable
 from training.cluster.run_spec import Mode
-from training.retrain.control import JobControl
+from training.retraining.job.control import JobControl
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 
 from registry.schema import Task
-from training.comparison import (
+from training.retraining.comparison import (
     ECE_BINS,
     bootstrap_classes,
     class_calibration_errors,
 )
-from training.comparison import value as metric_of
-from training.gate.figures import (
+from training.retraining.comparison import value as metric_of
+from training.retraining.gate.figures import (
     MIN_ROWS,
     NO_SERVING,
     SHOWN,
@@ -25,7 +25,7 @@ from training.gate.figures import (
     shape_check,
     shape_problem,
 )
-from training.gate.judgement import (
+from training.retraining.gate.judgement import (
     Comparison,
     compare,
     comparison_check,
@@ -34,13 +34,13 @@ from training.gate.judgement import (
     percent,
     replicate_count,
 )
-from training.gate.metric_check import per_class_note
-from training.gate.verdict import DEFAULT_POLICY, GateCheck, GatePolicy, Verdict
+from training.retraining.gate.metric_check import per_class_note
+from training.retraining.gate.verdict import DEFAULT_POLICY, GateCheck, GatePolicy, Verdict
 
 
 def expected_calibration_error(labels: np.ndarray, probs: np.ndarray) -> float:
     """The gate's expected calibration error: 10 equal-width bins, debiased
-    (:func:`training.comparison.weighted_ece`); NaN for no rows."""
+    (:func:`training.retraining.comparison.weighted_ece`); NaN for no rows."""
     return metric_of("ece", labels, probs)
 
 
@@ -103,8 +103,8 @@ def class_calibration(
     classes: Sequence[str] = (),
 ) -> GateCheck:
     """Multi-class calibration: per class, the paired difference of the one-vs-rest debiased ECE
-    (``labels == k`` against column ``k``: :func:`training.comparison.bootstrap_classes`, every class on
-    the same replicates) against ``tolerance``, at the confidence corrected for the number of classes
+    (``labels == k`` against column ``k``: :func:`training.retraining.comparison.bootstrap_classes`, every
+    class on the same replicates) against ``tolerance``, at the confidence corrected for the number of classes
     (Bonferroni, as the slices). Fails when a class
     fails, undecided when none fails and one cannot decide; the figures are those of the deciding class
     (failed: the most confidently worse; undecided: the one needing most rows; passed: the largest delta),

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from registry.schema import Task
-from training.gate.verdict import GateCheck, Verdict
+from training.retraining.gate.verdict import GateCheck, Verdict
 
 SHOWN = 5  # violations / slices listed in a check's figures
 

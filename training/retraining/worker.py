@@ -1,13 +1,14 @@
 """The retraining worker: claims queued jobs and runs them, one at a time, holding a lease by heartbeats.
 
-Any number of workers may run against one database (``driftwarden worker`` on the training machines, or
-one embedded in the API process): each job is claimed by exactly one (see :func:`training.service.claim`).
-While a job runs, a heartbeat thread extends its lease every ``job_lease_s / 3``; when the heartbeat finds
-a cancel request (or that another worker took the job over) it tells the job to stop, which it does at its
-next progress update (the launcher then stops every cluster process). A worker that dies (SIGKILL, a lost
-machine) stops heartbeating: once its lease expires another worker takes the job over, up to
-``max_restarts + 1`` attempts in all; the cluster processes of the dead worker die with it. A worker that
-is stopped cleanly gives its job back at once (:func:`training.service.release`).
+Any number of workers may run against one database (``driftwarden worker`` on the training machines, or one
+embedded in the API process): each job is claimed by exactly one (see
+:func:`training.retraining.service.claim`). While a job runs, a heartbeat thread extends its lease every
+``job_lease_s / 3``; when the heartbeat finds a cancel request (or that another worker took the job over) it
+tells the job to stop, which it does at its next progress update (the launcher then stops every cluster
+process). A worker that dies (SIGKILL, a lost machine) stops heartbeating: once its lease expires another
+worker takes the job over, up to ``max_restarts + 1`` attempts in all; the cluster processes of the dead
+worker die with it. A worker that is stopped cleanly gives its job back at once
+(:func:`training.retraining.service.release`).
 
 Every job that reaches a final state is announced with ``core.events.JOB_FINISHED`` (``db``,
 ``settings``, ``job_id``).
@@ -24,9 +25,9 @@ import threading
 from core.config import Settings
 from core.database import Database
 from core.events import JOB_FINISHED, publish
-from training.models import JobState
-from training.retrain import JobControl, JobStopped, StopReason, run_job
-from training.service import claim, expire_stale, get_job, heartbeat, release
+from training.retraining.job import JobControl, JobStopped, StopReason, run_job
+from training.retraining.models import JobState
+from training.retraining.service import claim, expire_stale, get_job, heartbeat, release
 
 log = logging.getLogger("driftwarden.training.worker")
 

@@ -6,12 +6,12 @@ import numpy as np
 
 from registry.schema import ModelSchema
 from registry.signature import SourceSignature
-from training.gate.calibration_checks import calibration
-from training.gate.contract_check import input_contract
-from training.gate.metric_check import metric
-from training.gate.output_checks import outputs
-from training.gate.slices_check import slices
-from training.gate.verdict import GatePolicy, GateResult, Holdout
+from training.retraining.gate.calibration_checks import calibration
+from training.retraining.gate.contract_check import input_contract
+from training.retraining.gate.metric_check import metric
+from training.retraining.gate.output_checks import outputs
+from training.retraining.gate.slices_check import slices
+from training.retraining.gate.verdict import GatePolicy, GateResult, Holdout
 
 
 def evaluate(

@@ -16,7 +16,7 @@ from core.database import Database
 from core.errors import Conflict
 from training.cluster.progress import Progress
 from training.cluster.sharding import parse_cluster_event
-from training.service import record, update_progress
+from training.retraining.service import record, update_progress
 
 log = logging.getLogger("driftwarden.training.run_spec")
 

@@ -19,8 +19,8 @@ from core.errors import Conflict
 from core.events import JOB_FINISHED, publish
 from core.http import JsonBody, json_response, request_id_of, require_scope, runtime
 from core.openapi import AUTH, errors, model_body
-from training import service
-from training.models import JobState, RetrainRequest, Trigger
+from training.retraining import service
+from training.retraining.models import JobState, RetrainRequest, Trigger
 
 router = APIRouter(tags=["Retraining jobs"])
 READ, ADMIN = [require_scope(Scope.READ)], [require_scope(Scope.ADMIN)]

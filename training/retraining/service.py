@@ -26,7 +26,7 @@ from core.times import iso_or_none
 from registry.names import check_name
 from registry.service import latest_version, require_model, serving_version
 from training.cluster.builders import require_retrainable
-from training.models import ACTIVE_STATES, JobState, RetrainRequest, TrainingJob, Trigger
+from training.retraining.models import ACTIVE_STATES, JobState, RetrainRequest, TrainingJob, Trigger
 
 LOG_TAIL_LINES = 50
 DEFAULT_MAX_ATTEMPTS = 4  # the worker passes settings.max_restarts + 1

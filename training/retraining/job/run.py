@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from core.errors import DomainError
-from training.models import JobState
-from training.retrain.control import JobControl, JobStopped, StopReason, log, record_on_job
-from training.retrain.outcome import conclude, end_badly, train, validate
-from training.retrain.plan import Snapshot, existing_data, is_staged, make_plan
-from training.retrain.window import read_data
-from training.service import get_job
+from training.retraining.job.control import JobControl, JobStopped, StopReason, log, record_on_job
+from training.retraining.job.data import read_data
+from training.retraining.job.outcome import conclude, end_badly, train, validate
+from training.retraining.job.plan import Snapshot, existing_data, is_staged, make_plan
+from training.retraining.models import JobState
+from training.retraining.service import get_job
 
 
 def run_job(control: JobControl) -> JobState:

@@ -39,7 +39,7 @@ def jobs_list(
     from rich.table import Table
 
     from core.database import open_database
-    from training.service import job_document, list_jobs
+    from training.retraining.service import job_document, list_jobs
 
     db = open_database()
     try:
@@ -86,7 +86,7 @@ def jobs_show(
     import json
 
     from core.database import open_database
-    from training.service import get_job, job_document
+    from training.retraining.service import get_job, job_document
 
     db = open_database()
     try:
@@ -122,7 +122,7 @@ def jobs_show(
             typer.echo(f"  {key}: {value}")
     gate = d["gate"]
     if gate:
-        from training.gate import check_verdict
+        from training.retraining.gate import check_verdict
 
         verdict = gate.get("verdict") or ("passed" if gate["passed"] else "failed")
         typer.echo(f"validation gate: {'passed' if verdict == 'passed' else verdict.upper()}")
@@ -146,7 +146,7 @@ def jobs_cancel(
     from core.config import get_settings
     from core.database import open_database
     from core.events import JOB_FINISHED, publish
-    from training.service import request_cancel
+    from training.retraining.service import request_cancel
 
     db = open_database()
     try:
@@ -207,7 +207,7 @@ def jobs_submit(
     import getpass
 
     from core.database import open_database
-    from training.service import enqueue
+    from training.retraining.service import enqueue
 
     params = {
         k: v
@@ -274,7 +274,7 @@ def worker(
     from core.config import get_settings
     from core.database import open_database
     from core.logs import quiet_tensorflow_banner, setup_logging
-    from training.worker import Worker
+    from training.retraining.worker import Worker
 
     setup_logging()
     quiet_tensorflow_banner()
@@ -334,7 +334,7 @@ def _progress_text(progress: dict[str, object]) -> str:
 def _outcome(d: dict[str, object]) -> str:
     gate = d.get("gate")
     if isinstance(gate, dict):
-        from training.gate import Verdict, check_verdict
+        from training.retraining.gate import Verdict, check_verdict
 
         checks = gate.get("checks", [])
         failed = [str(c["name"]) for c in checks if check_verdict(c) is Verdict.FAILED]

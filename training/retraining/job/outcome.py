@@ -14,11 +14,11 @@ from registry.schema import ModelSchema, Task, label_codes
 from registry.service import get_version, promote, read_schema, read_signature, reject, serving_version
 from registry.signature import SourceSignature
 from training.cluster.run_spec import Mode, TrainingRunSpec, prepare
-from training.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
-from training.models import JobState
-from training.retrain.control import JobControl, JobProgress, StopReason, log, record_on_job
-from training.retrain.plan import JobData, Plan, Snapshot
-from training.service import finish
+from training.retraining.gate import GatePolicy, GateResult, Holdout, Verdict, evaluate
+from training.retraining.job.control import JobControl, JobProgress, StopReason, log, record_on_job
+from training.retraining.job.plan import JobData, Plan, Snapshot
+from training.retraining.models import JobState
+from training.retraining.service import finish
 
 SCORE_BATCH = 4096
 

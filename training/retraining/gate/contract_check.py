@@ -14,8 +14,8 @@ from registry.contracts import (
 )
 from registry.schema import ModelSchema
 from registry.signature import SourceSignature
-from training.gate.figures import SHOWN, json_value, round_figure
-from training.gate.verdict import GateCheck, Verdict
+from training.retraining.gate.figures import SHOWN, json_value, round_figure
+from training.retraining.gate.verdict import GateCheck, Verdict
 
 
 def _as_lists(schema: ModelSchema, columns: Mapping[str, np.ndarray]) -> dict[str, list[Any]]:
