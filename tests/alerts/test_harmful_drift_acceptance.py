@@ -42,7 +42,7 @@ from registry.service import promote
 from tests import own_models
 from tests.alerts.receiver import Receiver
 from tests.support import LoopCli, loop_cli
-from training.importer import ImportSpec, import_saved_model
+from training.imports import ImportSpec, import_saved_model
 
 ROWS = 3_000
 SQUEEZE = 0.2  # each shifted feature keeps a fifth of its spread around its centre

@@ -30,7 +30,7 @@ from registry.service import promote
 from tests import own_models
 from tests.alerts.receiver import Receiver
 from tests.support import LoopCli, loop_cli
-from training.importer import ImportSpec, import_saved_model
+from training.imports import ImportSpec, import_saved_model
 
 DAYS = 30
 ROWS = 3_000

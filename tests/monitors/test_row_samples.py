@@ -39,7 +39,7 @@ from tests.monitors.logdata import contract, log_columns
 from tests.predictions.logdata import write_requests
 from tests.support import TrainedModels
 from training.cluster.datagen import TARGET, TARGETS, generate
-from training.importer import ImportSpec, import_reference
+from training.imports import ImportSpec, import_reference
 
 
 def texts(values: np.ndarray) -> list[str | None]:

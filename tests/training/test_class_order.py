@@ -4,7 +4,7 @@ A 3-class model whose outputs are ``[low, mid, high]`` (not the sorted ``[high, 
 model whose probability is of label 0, written in plain Keras (fixed weights: no training), and the same
 answers served elsewhere: the wrong order is refused in one line naming the order that fits and the flag
 that settles it, nothing registered; with the flag the version registers above chance. The pure check
-(``training.class_order``) is tested for its false alarms and for a large K.
+(``training.imports.class_order``) is tested for its false alarms and for a large K.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from registry.saved_model import load
 from registry.service import list_versions
 from tests import own_models
 from tests.training.helpers import refused, run_cli
-from training.class_order import check_binary, check_multiclass
+from training.imports.class_order import check_binary, check_multiclass
 
 ORDER = ("low", "mid", "high")  # the model's output order; sorted it would be high, low, mid
 

@@ -104,7 +104,7 @@ def predict_proba(
 
 class Servable(Protocol):
     """A tf.Module whose ``serve`` is driftwarden's serving signature (trained here, or an imported model's
-    wrapper: ``training.importer``)."""
+    wrapper: ``training.imports``)."""
 
     serve: Any
 

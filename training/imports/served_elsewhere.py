@@ -12,10 +12,10 @@ from core.config import get_settings
 from core.database import Database
 from core.errors import Invalid
 from registry.schema import ModelSchema, infer_feature
-from training.importer.publish import register_version
-from training.importer.reference import check_reference_rows, read_prediction_column, read_reference
-from training.importer.spec import Imported, ImportSpec
-from training.importer.task import check_order, infer_task, output_spec, target_labels
+from training.imports.publish import register_version
+from training.imports.reference import check_reference_rows, read_prediction_column, read_reference
+from training.imports.spec import Imported, ImportSpec
+from training.imports.task import check_order, infer_task, output_spec, target_labels
 
 
 def import_reference(*, spec: ImportSpec, db: Database, registry: Path) -> Imported:

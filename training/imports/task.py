@@ -7,7 +7,7 @@ import numpy as np
 from core.errors import Invalid
 from core.tabular import Columns
 from registry.schema import SUM_TOLERANCE, OutputSpec, Task, check_classes, is_missing, label_codes
-from training.importer.spec import ImportSpec
+from training.imports.spec import ImportSpec
 
 
 def infer_task(spec: ImportSpec, raw: np.ndarray, reference: Columns) -> tuple[Task, np.ndarray]:
@@ -142,8 +142,9 @@ def check_order(
 ) -> None:
     """Refuse (one line) a classifier whose outputs fit the reference labels clearly better in another
     class order (multi-class), whose probability is of the other label (binary), or whose reference
-    metric is at or below chance (unless ``spec.accept_below_chance``); see :mod:`training.class_order`."""
-    from training.class_order import check_binary, check_multiclass
+    metric is at or below chance (unless ``spec.accept_below_chance``); see
+    :mod:`training.imports.class_order`."""
+    from training.imports.class_order import check_binary, check_multiclass
 
     if labels is None or task is Task.REGRESSION:
         return

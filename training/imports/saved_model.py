@@ -6,9 +6,9 @@ from pathlib import Path
 
 from core.database import Database
 from registry.schema import ModelSchema
-from training.importer.publish import publish_wrapped
-from training.importer.reference import check_reference_rows, read_reference
-from training.importer.source import (
+from training.imports.publish import publish_wrapped
+from training.imports.reference import check_reference_rows, read_reference
+from training.imports.source import (
     feature_spec,
     load_saved_model,
     named_signature,
@@ -17,9 +17,9 @@ from training.importer.source import (
     source_signature,
     task_output,
 )
-from training.importer.spec import Imported, ImportSpec
-from training.importer.task import check_order, infer_task, output_spec, positive_label, target_labels
-from training.importer.wrapper import make_wrapper, source_answers
+from training.imports.spec import Imported, ImportSpec
+from training.imports.task import check_order, infer_task, output_spec, positive_label, target_labels
+from training.imports.wrapper import make_wrapper, source_answers
 
 
 def import_saved_model(*, spec: ImportSpec, db: Database, registry: Path) -> Imported:

@@ -14,7 +14,7 @@ from core.database import Database
 from registry.schema import ModelSchema, Task
 from registry.service import latest_version, publish_version
 from registry.signature import SourceSignature
-from training.importer.spec import Imported, ImportSpec, Layout
+from training.imports.spec import Imported, ImportSpec, Layout
 
 
 def publish_wrapped(

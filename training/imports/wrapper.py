@@ -11,8 +11,8 @@ import numpy as np
 from core.errors import Invalid
 from registry.schema import OUTPUT_NAMES, FeatureKind, FeatureSpec, Task, is_missing
 from registry.signature import output_key
-from training.importer.source import input_is_text
-from training.importer.spec import STRING_DTYPES, Layout
+from training.imports.source import input_is_text
+from training.imports.spec import STRING_DTYPES, Layout
 
 BATCH = 4096  # reference rows per model call
 

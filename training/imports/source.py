@@ -13,7 +13,7 @@ from core.errors import Invalid
 from core.tabular import Columns
 from registry.schema import FeatureKind, FeatureSpec, infer_feature
 from registry.signature import SourceSignature, Tensor
-from training.importer.spec import NUMERIC_DTYPES, STRING_DTYPES, ImportSpec, Layout, SourceInput
+from training.imports.spec import NUMERIC_DTYPES, STRING_DTYPES, ImportSpec, Layout, SourceInput
 
 
 def load_saved_model(path: Path) -> Any:

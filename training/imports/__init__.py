@@ -19,7 +19,7 @@ names in order. Supported outputs: one probability (binary), a ``[batch, K]`` pr
 The contract is the signature's inputs described by the reference rows (ranges, categories, missing rates,
 as for trained versions). The reference profile is built from the reference rows and the model's own
 answers on them; with ``--target`` the reference metrics are computed too, marked as measured on the
-reference, and the class order is checked (:func:`check_order`, :mod:`training.class_order`): a
+reference, and the class order is checked (:func:`check_order`, :mod:`training.imports.class_order`): a
 multi-class model whose outputs fit the labels clearly better in another order than ``--classes`` (else the
 sorted labels) gives, a binary model whose probability is of label 0 (ROC AUC well below 0.5; a SavedModel
 says so with ``--positive-class 0`` and serves ``1 - p``), or a reference metric not clearly above chance
@@ -37,17 +37,42 @@ predict on it with a 404 that says so.
 The package by subject: ``spec.py`` (what an import is asked for and yields), ``reference.py`` (the
 reference rows), ``source.py`` (the source signature read), ``wrapper.py`` (the serving signature around
 it), ``task.py`` (the task, labels and class order), ``publish.py`` (the version recorded),
-``saved_model.py`` and ``served_elsewhere.py`` (the two imports end to end).
+``saved_model.py`` and ``served_elsewhere.py`` (the two imports end to end), ``class_order.py`` (whether
+a classifier's outputs fit the labels in the given order), ``cli.py`` (the ``models import`` command).
+
+The face imports its names on first use: ``cli.py`` sits in this package, and every ``driftwarden models
+...`` command imports it, so loading the import's code (numpy, pyarrow, the database) at that point would
+slow every registry command down.
 """
 
 from __future__ import annotations
 
-from training.importer.publish import content_hash
-from training.importer.reference import check_reference_rows, read_prediction_column, read_reference
-from training.importer.saved_model import import_saved_model
-from training.importer.served_elsewhere import import_reference
-from training.importer.spec import SIGNATURE, Imported, ImportSpec, Layout, SourceInput
-from training.importer.task import check_order
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from training.imports.publish import content_hash
+    from training.imports.reference import check_reference_rows, read_prediction_column, read_reference
+    from training.imports.saved_model import import_saved_model
+    from training.imports.served_elsewhere import import_reference
+    from training.imports.spec import SIGNATURE, Imported, ImportSpec, Layout, SourceInput
+    from training.imports.task import check_order
+
+# each name of the face -> the module that defines it
+_HOMES = {
+    "content_hash": "publish",
+    "check_reference_rows": "reference",
+    "read_prediction_column": "reference",
+    "read_reference": "reference",
+    "import_saved_model": "saved_model",
+    "import_reference": "served_elsewhere",
+    "SIGNATURE": "spec",
+    "Imported": "spec",
+    "ImportSpec": "spec",
+    "Layout": "spec",
+    "SourceInput": "spec",
+    "check_order": "task",
+}
 
 __all__ = [
     "SIGNATURE",
@@ -63,3 +88,12 @@ __all__ = [
     "read_prediction_column",
     "read_reference",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name of the face, imported from its module the first time it is asked for."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value

@@ -18,7 +18,7 @@ from registry.cli import models_app
 from registry.cli import register as register_models
 
 if TYPE_CHECKING:
-    from training.importer import ImportSpec
+    from training.imports import ImportSpec
 
 
 @models_app.command("import")
@@ -117,7 +117,7 @@ def models_import(
     Promote it with `driftwarden models promote NAME VERSION`.
     """
     from registry.schema import Task
-    from training.importer import ImportSpec
+    from training.imports import ImportSpec
 
     _check_import_options(
         name=name,
@@ -187,7 +187,7 @@ def _import_and_report(spec: ImportSpec) -> None:
     from core.config import get_settings
     from core.database import open_database
     from core.logs import quiet_tensorflow_banner
-    from training.importer import import_reference, import_saved_model
+    from training.imports import import_reference, import_saved_model
 
     name, path = spec.model_name, spec.path
     settings = get_settings()
