@@ -11,15 +11,15 @@ with ``confidence`` on its own (together they form a two-sided interval at ``2 *
   the share of positives that outrank it); the covariance of the two models' placements gives the
   variance of the difference, and the bounds are normal.
 - Accuracy, precision, recall, F1 (at the 0.5 threshold) and the debiased expected calibration error:
-  a paired bootstrap over rows (each replicate draws the same rows for both models) with percentile
-  bounds. Measured on ``tests/training/test_gate_rates.py``'s population (equal models, and a candidate
-  twice the tolerance worse calibrated): with the debiased ECE these bounds reject a candidate exactly
-  the tolerance worse 0.5 % of the time at 95 % (conservative: resampling inflates the debiased ECE of a
-  well-calibrated model, whose gaps sit at zero, more than a worse one's) and one twice the tolerance
-  worse 97 % of the time on 8,000 rows, 100 % on 12,000. The reflected ("basic") bounds rejected more
-  (4.5 % and 98 %) but, in the demo, rejected a candidate whose ECE was 0.035 against a serving version at
-  0.0006 with bounds +0.033 to +0.051: reflecting the lean of that zero-clamped statistic over-corrects.
-  The bootstrap is seeded, so a verdict is reproducible from the same rows.
+  a paired bootstrap over rows (each replicate draws the same rows for both models) with percentile bounds.
+  Measured on ``tests/training/retraining/test_gate_rates.py``'s population (equal models, and a candidate
+  twice the tolerance worse calibrated): with the debiased ECE these bounds reject a candidate exactly the
+  tolerance worse 0.5 % of the time at 95 % (conservative: resampling inflates the debiased ECE of a
+  well-calibrated model, whose gaps sit at zero, more than a worse one's) and one twice the tolerance worse
+  97 % of the time on 8,000 rows, 100 % on 12,000. The reflected ("basic") bounds rejected more (4.5 % and
+  98 %) but, in the demo, rejected a candidate whose ECE was 0.035 against a serving version at 0.0006 with
+  bounds +0.033 to +0.051: reflecting the lean of that zero-clamped statistic over-corrects. The bootstrap is
+  seeded, so a verdict is reproducible from the same rows.
 - Multi-class (labels: class indexes ``0..K-1`` as floats; probabilities: ``[n, K]`` rows, the predicted
   class a row's argmax): accuracy and macro F1 (the mean of the one-vs-rest F1 over the classes where it is
   defined: a class neither in the labels nor predicted has none, as in :mod:`monitors.performance`), by

@@ -1,6 +1,6 @@
 """The retraining job queue on SQLite and PostgreSQL: enqueue rules, claims, leases, takeovers, cancel.
 
-No training here: the jobs are rows; what runs them is tested in test_retrain_*.py.
+No training here: the jobs are rows; what runs them is tested in test_job*.py.
 """
 
 from __future__ import annotations

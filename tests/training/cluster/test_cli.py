@@ -18,7 +18,7 @@ from core.tabular import write_table
 from service.cli import app
 from training.cluster.datagen import TARGET, generate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 runner = CliRunner()
 
 
@@ -171,3 +171,49 @@ def test_a_column_the_contract_cannot_describe_is_one_line_exit_2(tmp_path: Path
     code, _, err = _train("--data", str(tmp_path / "ids.csv"), "--mode", "local")
     line = _one_line_error(err)
     assert code == 2 and "ids.csv" in line and "cust_id" in line, err
+
+
+def _command(
+    *args: str, env_extra: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, env=env, cwd=cwd
+    )
+
+
+def test_help_does_not_import_tensorflow() -> None:
+    probe = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from service.cli import app\n"
+        "cmds = (['--help'], ['train', '--help'], ['cluster', 'node', '--help'],\n"
+        "        ['data', 'generate', '--help'], ['drift', '--help'])\n"
+        "for args in cmds:\n"
+        "    r = CliRunner().invoke(app, args)\n"
+        "    assert r.exit_code == 0, r.output\n"
+        "print('tensorflow' in sys.modules, 'keras' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False"
+    res = _command("--help")
+    assert res.returncode == 0 and "train" in res.stdout and "demo" in res.stdout
+
+
+def test_cli_errors_say_what_to_fix(tmp_path: Path) -> None:
+    res = _command("train", "--model", "m", "--data", str(tmp_path / "missing.csv"), cwd=tmp_path)
+    assert res.returncode == 2 and "does not exist" in res.stderr and "data generate" in res.stderr
+    bad = tmp_path / "nolabel.csv"
+    cols = generate(200, seed=0)
+    del cols[TARGET]
+    write_table(cols, bad)
+    res = _command("train", "--model", "m", "--data", str(bad), "--mode", "local", cwd=tmp_path)
+    assert res.returncode == 2 and "no target column 'default'" in res.stderr
+    res = _command(
+        "cluster", "node", "--role", "chief", "--index", "0", "--cluster", '{"ps": ["127.0.0.1:1"]}'
+    )
+    assert res.returncode == 2 and "must be ps or worker" in res.stderr
+    res = _command("cluster", "node", "--role", "ps", "--index", "3", "--cluster", '{"ps": ["127.0.0.1:1"]}')
+    assert res.returncode == 2 and "1 ps task" in res.stderr
