@@ -79,7 +79,8 @@ def test_a_killed_worker_s_job_is_taken_over_and_resumed_on_a_real_async_cluster
                     "DRIFTWARDEN_JOB_POLL_INTERVAL_S": "0.2",
                     # what is under test is the takeover and resume; asynchronous updates arrive in a
                     # different order on every run, and the candidate's calibration once came out 0.04 worse
-                    # than the serving version's (a rightful rejection, tests/training/test_gate.py covers it)
+                    # than the serving version's (a rightful rejection, tests/training/retraining/test_gate.py
+                    # covers it)
                     "DRIFTWARDEN_GATE_CALIBRATION_TOLERANCE": "1.0",
                 },
             )
