@@ -263,7 +263,7 @@ def _reference(version: _Version) -> tuple[Columns, str]:
 
 def _answers(version: _Version, table: Columns, columns: Columns, where: str) -> np.ndarray:
     """The model's answers on the reference rows: its prediction column, else its SavedModel's."""
-    from training.importer import read_prediction_column  # one reading of a prediction column
+    from training.imports import read_prediction_column  # one reading of a prediction column
 
     column = (version.row.lineage or {}).get("prediction_column")
     if column:
@@ -275,7 +275,9 @@ def _answers(version: _Version, table: Columns, columns: Columns, where: str) ->
         raise Invalid(
             f"{version.label} has neither a prediction column nor a SavedModel to answer its reference"
         )
-    from training.retrain import score_version  # the version's answers, as the validation gate scores it
+    from training.retraining.job import (
+        score_version,  # the version's answers, as the validation gate scores it
+    )
 
     return score_version(path, version.schema, columns)
 

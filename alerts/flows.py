@@ -11,9 +11,9 @@ every health pass (``health.pass``: the health rules), never by polling. For eac
 
 One evaluation of a model writes at most one alert message per subscription, holding every alert of
 the model that started firing, resolved, or is due for a repeat (``alert_repeat_interval_s``). Actions run
-when an alert is first announced: ``retrain`` enqueues a retraining job (``training.service.enqueue``), or,
-for a version driftwarden cannot retrain (served elsewhere, imported without its builder), writes a
-``retrain.requested`` message for the team's own pipeline instead;
+when an alert is first announced: ``retrain`` enqueues a retraining job
+(``training.retraining.service.enqueue``), or, for a version driftwarden cannot retrain (served elsewhere,
+imported without its builder), writes a ``retrain.requested`` message for the team's own pipeline instead;
 a firing performance alert of a version promoted by a job within ``rollback_watch_s`` rolls it back
 (``auto_rollback``). Every change, its history rows and its outbox rows are written in the caller's
 transaction: all or nothing.
@@ -82,7 +82,7 @@ from core.errors import Invalid
 from core.events import HEALTH_PASS, JOB_FINISHED, MONITOR_RUN, subscribe
 from registry.names import InvalidName, check_name
 from registry.service import count_versions, latest_version, read_schema, require_model, serving_version
-from training.service import get_job
+from training.retraining.service import get_job
 
 if TYPE_CHECKING:
     from core.health import CheckResult

@@ -29,8 +29,8 @@ from core.config import Settings
 from core.database import utcnow
 from registry.models import EventAction
 from registry.service import history
-from training.gate import Verdict, check_verdict
-from training.models import JobState, TrainingJob
+from training.retraining.gate import Verdict, check_verdict
+from training.retraining.models import JobState, TrainingJob
 
 
 def _job_doc(job: TrainingJob) -> dict[str, Any]:

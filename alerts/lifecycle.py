@@ -31,8 +31,8 @@ from core.config import Settings
 from core.errors import DomainError
 from registry.models import EventAction, VersionState
 from registry.service import history, rollback, serving_version
-from training.builders import NotRetrainable
-from training.service import enqueue
+from training.cluster.builders import NotRetrainable
+from training.retraining.service import enqueue
 
 Why = Literal["firing", "repeat", "resolved"]
 RETRAIN_REQUESTED = "retrain.requested"

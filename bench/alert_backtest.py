@@ -4,7 +4,7 @@ minutes (``driftwarden alerts backtest`` on each cell).
 
 Self-contained: a seeded reference of 25 features (20 numeric of varied shapes, 5 categorical: the columns of
 ``bench/drift.py``) with a fixed calibrated binary model (its probability is the true one, every row
-labelled) is registered with ``training.importer.import_reference`` in a scratch SQLite database in a
+labelled) is registered with ``training.imports.import_reference`` in a scratch SQLite database in a
 temporary folder (removed at the end), with the default alert rules. Each cell replays ``--days`` of runs at
 ``--rate`` predictions a minute (the last N predictions each run) through the real monitor engine and the real
 rules (:mod:`alerts.backtest`), and prints the warnings on its windows, per rule its false notifications per
@@ -42,7 +42,7 @@ from core.database import Database, open_database  # noqa: E402
 from core.tabular import write_table  # noqa: E402
 from registry.schema import Task  # noqa: E402
 from registry.service import promote  # noqa: E402
-from training.importer import ImportSpec, import_reference  # noqa: E402
+from training.imports import ImportSpec, import_reference  # noqa: E402
 
 MODEL = "bench_backtest"
 

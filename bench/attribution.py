@@ -66,7 +66,7 @@ def main() -> None:
     from registry.saved_model import limit_threads
     from registry.schema import FeatureKind
     from registry.service import read_schema
-    from training.importer import ImportSpec, import_saved_model
+    from training.imports import ImportSpec, import_saved_model
 
     limit_threads(intra_op=args.threads)
     with tempfile.TemporaryDirectory() as tmp:

@@ -90,7 +90,7 @@ def register(url: str, root: Path) -> None:
     from core.tabular import write_table
     from registry.schema import Task
     from registry.service import promote
-    from training.importer import ImportSpec, import_reference
+    from training.imports import ImportSpec, import_reference
 
     write_table(data(5_000, seed=0), root / "reference.csv")
     db = open_database(url, upgrade=True)

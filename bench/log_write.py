@@ -10,7 +10,7 @@ may change the table: drop an index, change a column's type). Requests are made 
 them (``service/serving/flows.py``: a :class:`predictions.pending.RequestRows` of the request's row
 documents, outputs and UUIDv7 prediction ids; ``--request-ids``: ``none``, the default, as a request without
 ``X-Request-Id`` is logged, with a NULL request id, or ``caller``, each with its caller's 32-hex id) in one of
-two shapes: ``serve``, the serving bench's rows (``training.datagen``: 7 numeric and 3 categorical
+two shapes: ``serve``, the serving bench's rows (``training.cluster.datagen``: 7 numeric and 3 categorical
 features), and ``wide`` (20 numeric, 5 categorical). Each
 write is what the writer thread does with what it dequeued: :func:`predictions.pending.build` (the
 ``prediction_batches`` rows: one per request, the typed copies of all its requests encoded together) and one
@@ -91,7 +91,7 @@ Shape = tuple[list[str], list[str], list[list[str]], list[dict[str, Any]]]
 def serve_rows(n: int) -> Shape:
     """The serving bench's request rows (bench/serve.py ``request_rows``): 7 numeric, 3 categorical (every
     category known to the contract, as the model trained on them)."""
-    from training.datagen import HOME, PURPOSE, REGION, generate
+    from training.cluster.datagen import HOME, PURPOSE, REGION, generate
 
     columns = generate(n, seed=3)
     columns.pop("default")

@@ -50,10 +50,10 @@ print(json.dumps(out))
 def _train_small(workdir: Path) -> tuple[Path, Path]:
     from core.database import open_database
     from core.tabular import write_table
-    from training.datagen import generate
-    from training.flows import run_training
-    from training.progress import Progress
-    from training.run_spec import Mode, TrainingRunSpec
+    from training.cluster.datagen import generate
+    from training.cluster.flows import run_training
+    from training.cluster.progress import Progress
+    from training.cluster.run_spec import Mode, TrainingRunSpec
 
     data = workdir / "baseline.csv"
     write_table(generate(5000, seed=1), data)
@@ -85,7 +85,7 @@ def main() -> None:
             path, data = _train_small(Path(tmp))
         if data is None:
             from core.tabular import write_table
-            from training.datagen import generate
+            from training.cluster.datagen import generate
 
             data = Path(tmp) / "rows.csv"
             write_table(generate(1000, seed=2), data)

@@ -20,7 +20,7 @@ from monitors.profile import build_reference_profile, profile_from_dict
 from monitors.rows import RowSample
 from monitors.segments import segment_table
 from registry.schema import FeatureKind, infer_schema
-from training.datagen import TARGET, default_logit, generate
+from training.cluster.datagen import TARGET, default_logit, generate
 
 
 def _sample(cols: dict[str, np.ndarray], kinds: dict[str, FeatureKind], *, labels: bool) -> RowSample:

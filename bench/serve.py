@@ -769,10 +769,10 @@ def train_model(root: Path, n_rows: int, task: str = "binary") -> tuple[Path, li
     from core.database import open_database
     from core.tabular import write_table
     from registry.schema import Task
-    from training.datagen import TARGETS, generate
-    from training.flows import run_training
-    from training.progress import Progress
-    from training.run_spec import Mode, TrainingRunSpec
+    from training.cluster.datagen import TARGETS, generate
+    from training.cluster.flows import run_training
+    from training.cluster.progress import Progress
+    from training.cluster.run_spec import Mode, TrainingRunSpec
 
     data = root / "train.parquet"
     write_table(generate(3000, seed=0, task=task), data)
@@ -792,7 +792,8 @@ def train_model(root: Path, n_rows: int, task: str = "binary") -> tuple[Path, li
 
 
 def request_rows(columns: dict[str, Any], target: str = "default") -> list[dict[str, Any]]:
-    """Columns of ``training.datagen.generate`` as request rows (JSON values, no target, NaN as null)."""
+    """Columns of ``training.cluster.datagen.generate`` as request rows (JSON values, no target, NaN as
+    null)."""
     rows = []
     for values in zip(*columns.values(), strict=True):
         row = {}

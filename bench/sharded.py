@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 from core.network import free_port  # noqa: E402
 from core.tabular import read_table, write_table  # noqa: E402
-from training.datagen import generate  # noqa: E402
+from training.cluster.datagen import generate  # noqa: E402
 
 
 def make_data(path: Path, *, rows: int, levels: int) -> Path:

@@ -23,7 +23,7 @@ from monitors.profile import build_reference_profile, profile_from_dict  # noqa:
 from monitors.rows import RowSample  # noqa: E402
 from monitors.slices import weak_slices  # noqa: E402
 from registry.schema import FeatureKind, infer_schema  # noqa: E402
-from training.datagen import TARGET, default_logit, generate  # noqa: E402
+from training.cluster.datagen import TARGET, default_logit, generate  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

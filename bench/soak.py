@@ -6,12 +6,12 @@ the end), registers and promotes the model there, subscribes a local webhook rec
 delivery's Standard Webhooks signature and counts them), and starts ``driftwarden serve --workers N`` with
 the drift monitor on a short interval (``--monitor-interval``, over the last ``--window-rows``
 predictions) and the default alert rules. ``wrk`` (Debian's package; installed with ``apt-get install -y
-wrk`` when missing) posts drifted rows (``training.datagen``'s ``covariate_shift`` and ``new_category``
-scenarios, ``--rows`` rows per request, 512 different bodies in turn) over ``--connections`` keep-alive
-connections, one ``wrk`` run per ``--interval`` seconds, so the bench prints, every interval: throughput,
-wrk's p50/p99 latency, non-2xx answers and socket errors, the server's RSS (the sum over every process of
-its tree: the supervisor and the workers, sampled every second), monitor runs so far, alerts firing, and
-signed webhook deliveries received.
+wrk`` when missing) posts drifted rows (``training.cluster.datagen``'s ``covariate_shift`` and
+``new_category`` scenarios, ``--rows`` rows per request, 512 different bodies in turn) over
+``--connections`` keep-alive connections, one ``wrk`` run per ``--interval`` seconds, so the bench prints,
+every interval: throughput, wrk's p50/p99 latency, non-2xx answers and socket errors, the server's RSS (the
+sum over every process of its tree: the supervisor and the workers, sampled every second), monitor runs so
+far, alerts firing, and signed webhook deliveries received.
 
 At the end the server is stopped gracefully and the bench prints:
 
@@ -288,7 +288,7 @@ def read_progress(db: Any) -> Progress:
 # -- the run ----------------------------------------------------------------------------------------
 def drifted_bodies(rows_per_request: int) -> list[bytes]:
     """``BODIES`` request bodies of drifted rows: half covariate shift, half a new category."""
-    from training.datagen import generate
+    from training.cluster.datagen import generate
 
     half = BODIES * rows_per_request // 2  # BODIES is even
     shifted = request_rows(generate(half, scenario="covariate_shift", seed=11))

@@ -37,7 +37,7 @@ MAX_REFERENCE_COLUMNS = 2_000
 Parquet metadata before its rows are read: a contract and profile take about 1.4 ms a column (10,000
 columns: 13.6 s and 1.8 GB)."""
 
-# --- training (the retraining API's bounds, training/models.py RetrainRequest, are these too) --------------
+# --- training (the retraining API's bounds, training/retraining/models.py RetrainRequest, are these too) ----
 MAX_EPOCHS = 1_000
 """Passes over the training rows (`train`, `jobs submit`, `demo`, DRIFTWARDEN_RETRAIN_EPOCHS)."""
 MAX_CLUSTER_WORKERS = 64

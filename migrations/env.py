@@ -10,7 +10,7 @@ import alerts.models  # noqa: F401
 import monitors.models  # noqa: F401
 import predictions.models  # noqa: F401
 import registry.models  # noqa: F401
-import training.models  # noqa: F401
+import training.retraining.models  # noqa: F401
 from core.config import get_settings
 from core.database import Base, make_engine
 from predictions.partitions import include_object

@@ -244,8 +244,9 @@ def _settings_error(exc: BaseException) -> str | None:
 # root's help lists them (commands before groups, as typer lists them). tests/service/test_cli_root.py checks
 # it against what each ``register`` adds; a name missing here is still found, by importing every domain.
 DOMAINS: dict[str, tuple[str, ...]] = {
-    "training.import_cli": ("models",),
-    "training.cli": ("train", "worker", "data", "cluster", "jobs"),
+    "training.imports.cli": ("models",),
+    "training.cluster.cli": ("train", "data", "cluster"),
+    "training.retraining.cli": ("worker", "jobs"),
     "service.serving.cli": ("serve",),
     "service.predictions_cli": ("predictions",),
     "monitors.cli": ("drift", "report", "monitor", "reports"),

@@ -27,7 +27,7 @@ from core.config import Settings
 from core.tabular import Columns, write_table
 from core.terminal import make_console
 from service.demo_loop import DemoFailed, Summary
-from training.datagen import TARGET, Scenario, default_logit, generate
+from training.cluster.datagen import TARGET, Scenario, default_logit, generate
 
 if TYPE_CHECKING:
     from core.database import Database
@@ -58,10 +58,10 @@ def make_data(*, folder: Path, rows: int, seed: int) -> dict[Scenario, Path]:
 
 
 def with_new_concept(columns: Columns, *, seed: int) -> Columns:
-    """``columns`` with labels drawn from the changed relation of ``training.datagen``'s concept drift: the
-    covariate-shifted applicants also default for other reasons, so the model's performance falls beyond the
-    tolerance and the default ``harmful_drift`` rule (the one that retrains) fires, not only the drift
-    rules (which notify)."""
+    """``columns`` with labels drawn from the changed relation of ``training.cluster.datagen``'s concept
+    drift: the covariate-shifted applicants also default for other reasons, so the model's performance falls
+    beyond the tolerance and the default ``harmful_drift`` rule (the one that retrains) fires, not only the
+    drift rules (which notify)."""
     rng = np.random.default_rng(seed)
     logit = default_logit(columns, concept=True)
     labels = (rng.random(len(logit)) < 1.0 / (1.0 + np.exp(-logit))).astype(np.int64)
@@ -459,9 +459,9 @@ def _train_and_promote(
     """Train ``model`` on the baseline data on a local async cluster, register it and promote it."""
     from core.database import open_database
     from registry.service import promote
-    from training.flows import run_training
-    from training.progress import Progress
-    from training.run_spec import Mode, TrainingRunSpec
+    from training.cluster.flows import run_training
+    from training.cluster.progress import Progress
+    from training.cluster.run_spec import Mode, TrainingRunSpec
 
     db = open_database()
     progress = Progress(f"train {model} (async)")

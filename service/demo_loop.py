@@ -27,7 +27,7 @@ from rich.table import Table
 
 from core.errors import DomainError
 from core.network import free_port
-from training.gate import check_verdict
+from training.retraining.gate import check_verdict
 
 FINAL = {"promoted", "passed", "undecided", "rejected", "failed", "cancelled"}
 

@@ -94,10 +94,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedModels:
     """Two versions of model ``credit`` trained for real once per session (local mode, small data)."""
     from core.database import open_database
     from core.tabular import write_table
-    from training.datagen import generate
-    from training.flows import run_training
-    from training.progress import Progress
-    from training.run_spec import Mode, TrainingRunSpec
+    from training.cluster.datagen import generate
+    from training.cluster.flows import run_training
+    from training.cluster.progress import Progress
+    from training.cluster.run_spec import Mode, TrainingRunSpec
 
     root = tmp_path_factory.mktemp("trained")
     data = root / "train.parquet"

@@ -153,7 +153,7 @@ def register_served_elsewhere(url: str, root: Path, models: dict[str, str]) -> P
     from core.tabular import write_table
     from registry.schema import Task
     from registry.service import promote
-    from training.importer import ImportSpec, import_reference
+    from training.imports import ImportSpec, import_reference
 
     data = reference(1_500, seed=0)
     registry = root / "registry"

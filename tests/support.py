@@ -39,7 +39,7 @@ CREDIT_FEATURES = [
     "loan_purpose",
     "region",
 ]
-"""The credit model's features (training.datagen), in contract order."""
+"""The credit model's features (training.cluster.datagen), in contract order."""
 
 
 def wait_http_ready(
@@ -64,7 +64,7 @@ def credit_profile(seed: int = 101) -> Profile:
     and the target as labels."""
     from registry.schema import infer_schema
     from tests.monitors.helpers import true_probability
-    from training.datagen import TARGET, generate
+    from training.cluster.datagen import TARGET, generate
 
     reference = generate(20_000, seed=seed)
     schema = infer_schema(reference, target=TARGET)

@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from core.config import Settings
 from service.cli import app
-from training.cluster import ClusterSpec
+from training.cluster.nodes import ClusterSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

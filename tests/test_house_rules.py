@@ -1,5 +1,6 @@
 """House rules of the test suite itself: a test module never imports another test module (shared builders live
-in helper modules such as ``tests/<area>/<name>data.py``), checked on the source with ``ast``."""
+in helper modules such as ``tests/<area>/<name>data.py``), checked on the source with ``ast``; and
+docs/architecture.md's folder walk names every module of the packages, so the map stays true."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+# the packages docs/architecture.md walks folder by folder
+WALKED = ("core", "registry", "predictions", "access", "monitors", "training", "alerts", "service")
 
 
 def _module(path: Path, root: Path) -> str:
@@ -71,3 +75,36 @@ def test_the_check_finds_each_kind_of_import(tmp_path: Path) -> None:
         "tests/area/test_package.py:1 imports tests.area.test_source",
         "tests/area/test_relative.py:1 imports tests.area.test_source",
     ]
+
+
+def _unwalked(root: Path, doc: str, packages: tuple[str, ...] = WALKED) -> list[str]:
+    """Every module (``pkg/x.py``) and sub-package (``pkg/sub/``) under ``packages`` that ``doc`` does not
+    name in backticks."""
+    missing = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            relative = path.relative_to(root)
+            name = f"{relative.parent.as_posix()}/" if path.name == "__init__.py" else relative.as_posix()
+            if f"`{name}`" not in doc:
+                missing.append(name)
+    return missing
+
+
+def test_the_architecture_doc_walks_every_module() -> None:
+    missing = _unwalked(ROOT, (ROOT / "docs" / "architecture.md").read_text())
+    assert not missing, "add a line for each to docs/architecture.md's folder walk:\n" + "\n".join(missing)
+
+
+def test_the_walk_check_finds_each_missing_module_and_package(tmp_path: Path) -> None:
+    for name in (
+        "core/__init__.py",
+        "core/named.py",
+        "core/unnamed.py",
+        "core/sub/__init__.py",
+        "core/sub/deep.py",
+    ):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    doc = "- `core/`: the floor\n- `core/named.py`: named\n- `core/sub/deep.py`: deep, but not its package\n"
+    assert _unwalked(tmp_path, doc, ("core",)) == ["core/sub/", "core/unnamed.py"]
+    assert _unwalked(tmp_path, doc + "`core/sub/` `core/unnamed.py`", ("core",)) == []

@@ -33,7 +33,7 @@ from service.serving.batcher import Runner
 from service.serving.docs import mount_docs
 from service.serving.flows import AppState
 from service.serving.openapi import allowed_methods, document, guard_methods
-from training.views import router as training_router
+from training.retraining.views import router as training_router
 
 log = logging.getLogger("driftwarden.serving")
 

@@ -29,8 +29,8 @@ from service.serving.flows import AppState
 from service.serving.health import Observability, start_observability
 from service.serving.manager import ModelManager
 from service.serving.metrics import Metrics, NullMetrics
-from training.scheduled import start_in_app as start_worker
-from training.worker import Worker
+from training.retraining.scheduled import start_in_app as start_worker
+from training.retraining.worker import Worker
 
 log = logging.getLogger("driftwarden.serving")
 

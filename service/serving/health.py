@@ -26,8 +26,8 @@ from predictions.health import log_check
 from registry.health import registry_check
 from service.serving.flows import AppState
 from service.serving.manager import ModelManager, NotServed, warmup_columns
-from training.health import cluster_checks
-from training.metrics import TrainingJobsCollector
+from training.cluster.health import cluster_checks
+from training.retraining.metrics import TrainingJobsCollector
 
 
 def _canary(manager: ModelManager, name: str) -> Status:

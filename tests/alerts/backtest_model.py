@@ -14,7 +14,7 @@ from core.tabular import write_table
 from registry.schema import Task
 from registry.service import promote
 from service.cli import _Root
-from training.importer import ImportSpec, import_reference
+from training.imports import ImportSpec, import_reference
 
 MODEL = "bt"
 FEATURES = ("a", "b", "color")

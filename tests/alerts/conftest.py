@@ -17,7 +17,7 @@ from monitors.sketch import WindowSketch
 from registry.schema import infer_schema
 from registry.service import META_DIR, promote, register_version
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 
 @pytest.fixture(scope="session")

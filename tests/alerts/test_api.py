@@ -20,7 +20,7 @@ from alerts.sender import send_due
 from core.database import Database
 from tests.alerts.receiver import Receiver
 from tests.support import NO_AUTH, Server, serve_settings
-from training import service as jobs
+from training.retraining import service as jobs
 
 ADMIN = "admin-secret"
 AM_TOKEN = "am-token"

@@ -60,7 +60,7 @@ from tests.alerts.backtest_model import (
     register_backtest_model,
 )
 from tests.alerts.conftest import register_model
-from training.importer import ImportSpec, import_reference
+from training.imports import ImportSpec, import_reference
 
 
 @pytest.fixture

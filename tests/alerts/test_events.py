@@ -96,8 +96,8 @@ def queue_db(database_url: str, tmp_path: Path) -> Iterator[Database]:
 
 
 def _finish(db: Database, state: str, gate: dict[str, Any] | None, result_version: int | None) -> int:
-    from training.models import JobState
-    from training.service import claim, enqueue, finish
+    from training.retraining.models import JobState
+    from training.retraining.service import claim, enqueue, finish
 
     with db.session() as s:
         job_id = enqueue(session=s, model_name="credit", trigger="alert", requested_by="test").job_id

@@ -42,7 +42,7 @@ from registry.service import promote
 from tests import own_models
 from tests.alerts.receiver import Receiver
 from tests.support import LoopCli, loop_cli
-from training.importer import ImportSpec, import_saved_model
+from training.imports import ImportSpec, import_saved_model
 
 ROWS = 3_000
 SQUEEZE = 0.2  # each shifted feature keeps a fifth of its spread around its centre
@@ -239,7 +239,7 @@ BAND_CENTRES = {"credit_score": 600.0, "num_open_accounts": 5.0}
 
 @pytest.fixture(scope="module")
 def band_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from training.datagen import generate
+    from training.cluster.datagen import generate
 
     path = tmp_path_factory.mktemp("bands") / "train.parquet"
     write_table(generate(4_000, seed=1, task=Task.MULTICLASS), path)
@@ -250,9 +250,9 @@ def train_bands(database_url: str, tmp_path: Path, data: Path) -> Path:
     """Model ``band``, trained here on the generator's risk bands (a builder: a retraining can run), promoted;
     its monitor settings count one drifted feature of ten as dataset drift."""
     from monitors.config import MonitorConfig, save_config
-    from training.flows import run_training
-    from training.progress import Progress
-    from training.run_spec import Mode, TrainingRunSpec
+    from training.cluster.flows import run_training
+    from training.cluster.progress import Progress
+    from training.cluster.run_spec import Mode, TrainingRunSpec
 
     db = open_database(database_url)
     try:
@@ -282,8 +282,8 @@ def train_bands(database_url: str, tmp_path: Path, data: Path) -> Path:
 def log_bands(cli: Cli, path: Path, feature: str, tmp_path: Path) -> None:
     """Fresh applications with ``feature`` squeezed towards its centre, scored by the version, logged."""
     from registry.service import read_schema
-    from training.datagen import generate
-    from training.retrain import score_version
+    from training.cluster.datagen import generate
+    from training.retraining.job import score_version
 
     data = generate(ROWS, seed=9, task=Task.MULTICLASS)
     data.pop("risk_band")
@@ -335,8 +335,8 @@ def log_bands_with_labels(cli: Cli, path: Path, tmp_path: Path, *, north: bool, 
     """Fresh applications with their labels: ``credit_score`` squeezed in ``region=north`` alone, or the
     labels moved to another band in ``region=south & home_ownership=OWN`` alone."""
     from registry.service import read_schema
-    from training.datagen import BANDS, generate
-    from training.retrain import score_version
+    from training.cluster.datagen import BANDS, generate
+    from training.retraining.job import score_version
 
     data = generate(ROWS, seed=9, task=Task.MULTICLASS)
     truth = data.pop("risk_band")

@@ -21,7 +21,7 @@ from core.auth import link_refusal
 from core.database import Database, utcnow
 from core.health import CheckResult
 from tests.alerts.lifecycledata import T0, alerts, evaluate, put_rules, settings_for
-from training import service as jobs
+from training.retraining import service as jobs
 
 
 def subscribe(db: Database, **filter_: Any) -> str:

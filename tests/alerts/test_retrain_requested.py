@@ -30,7 +30,7 @@ from registry.service import promote
 from tests import own_models
 from tests.alerts.receiver import Receiver
 from tests.support import LoopCli, loop_cli
-from training.importer import ImportSpec, import_saved_model
+from training.imports import ImportSpec, import_saved_model
 
 DAYS = 30
 ROWS = 3_000
@@ -199,7 +199,7 @@ def test_an_alertmanager_retrain_on_a_model_served_elsewhere_sends_the_event_wit
     from alerts.webhooks import parse_body
     from core.config import Settings
     from core.database import utcnow
-    from training.service import list_jobs
+    from training.retraining.service import list_jobs
 
     own_models.register_served_elsewhere(database_url, tmp_path, {"churn": "binary"})
     settings = Settings(database_url=SecretStr(database_url), registry_path=tmp_path / "registry")

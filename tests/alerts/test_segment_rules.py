@@ -22,7 +22,7 @@ from monitors.segments import segment_table
 from tests.alerts.lifecycledata import T0, alerts, put_rules, settings_for
 from tests.alerts.lifecycledata import evaluate as evaluate_model
 from tests.monitors.segmentdata import SCHEDULED, sample, shifted
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 
 @pytest.fixture(scope="module")

@@ -74,8 +74,8 @@ class Source:
         flows.on_health_pass(db=self.db, settings=self.settings, results={"model:credit": check})
 
     def _job(self, active: bool) -> None:
-        from training.models import JobState
-        from training.service import claim, enqueue, finish
+        from training.retraining.models import JobState
+        from training.retraining.service import claim, enqueue, finish
 
         checks = [{"name": "metric", "passed": not active, "figures": {}, "message": "worse"}]
         with self.db.session() as s:

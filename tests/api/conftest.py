@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tests.support import Server, TrainedModels, seed_registry, serve_settings
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 MIN_ROWS = 50  # the server's monitor_min_rows: a run needs this many logged predictions
 
@@ -35,5 +35,5 @@ def reference_frame() -> pd.DataFrame:
 
 @pytest.fixture(scope="session")
 def shifted_frame() -> pd.DataFrame:
-    """Lower incomes, older applicants, lower credit scores (training.datagen's covariate shift)."""
+    """Lower incomes, older applicants, lower credit scores (training.cluster.datagen's covariate shift)."""
     return pd.DataFrame(generate(1_500, seed=2, scenario="covariate_shift"))

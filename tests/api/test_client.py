@@ -12,7 +12,7 @@ import pytest
 import driftwarden
 from tests.api.conftest import MIN_ROWS
 from tests.support import ADMIN_TOKEN, Server
-from training.datagen import TARGET
+from training.cluster.datagen import TARGET
 
 
 @pytest.fixture(scope="module")

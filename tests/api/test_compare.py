@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 import driftwarden
 from core.tabular import write_table
 from service.cli import app
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
-PLANTED = {"income", "age", "credit_score"}  # what training.datagen's covariate shift moves
+PLANTED = {"income", "age", "credit_score"}  # what training.cluster.datagen's covariate shift moves
 
 
 @pytest.fixture(scope="module")

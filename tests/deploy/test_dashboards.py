@@ -248,7 +248,7 @@ def test_history_panel_reads_the_real_history_route(tmp_path: Path) -> None:
     from monitors.service import record_run
     from registry.service import register_version
     from tests.support import Server, credit_profile, serve_settings
-    from training.datagen import generate
+    from training.cluster.datagen import generate
 
     board = dashboards()["driftwarden-drift.json"]
     (panel,) = [p for p in every_panel(board) if p["title"] == HISTORY_TITLE]

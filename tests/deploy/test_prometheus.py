@@ -50,7 +50,7 @@ from tests.deploy.promql import (
 )
 from tests.predictions.logdata import plain
 from tests.support import Server, TrainedModels, seed_registry, serve_settings
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 TOKEN = "deploy-admin"
 AM_TOKEN = "deploy-alertmanager"

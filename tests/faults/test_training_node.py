@@ -1,9 +1,9 @@
 """A training node lost in the middle of a retraining job: real `driftwarden worker` on a real async cluster.
 
-tests/training/test_cluster_training.py kills each node under `driftwarden train` (worker, chief: relaunched,
-resumed and finished; ps: the run fails naming it) and tests/training/test_retrain_cluster.py kills the job
-worker itself (its job is taken over and promoted). The gap filled here: node losses inside a *retraining
-job*, as the job record and the registry see them, in one job to pay for one cluster start-up:
+tests/training/cluster/test_launcher.py kills each node under `driftwarden train` (worker, chief: relaunched,
+resumed and finished; ps: the run fails naming it) and tests/training/retraining/test_job_on_cluster.py kills
+the job worker itself (its job is taken over and promoted). The gap filled here: node losses inside a
+*retraining job*, as the job record and the registry see them, in one job to pay for one cluster start-up:
 - the chief is SIGKILLed: the launcher relaunches it, it resumes from its checkpoint and the job goes on;
 - then the parameter server is SIGKILLed: the job fails clearly (its error names ``ps:0`` and the signal),
   registers nothing, and the serving version is untouched throughout.
@@ -27,8 +27,8 @@ from tests.support import TrainedModels, postgres_schema, seed_registry
 from tests.training.helpers import kill
 from tests.training.jobworkspace import JobWorkspace
 from tests.training.retraindata import log_traffic
-from training import service
-from training.models import JobState, TrainingJob
+from training.retraining import service
+from training.retraining.models import JobState, TrainingJob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 

@@ -10,7 +10,7 @@ from core.tabular import Columns
 from monitors.profile import build_reference_profile
 from registry.schema import ModelSchema, infer_schema
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 
 @pytest.fixture(scope="session")

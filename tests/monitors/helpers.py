@@ -8,7 +8,7 @@ from core.tabular import Columns
 from monitors.drift import NumericCounts
 from monitors.profile import NumericProfile, numeric_summary
 from monitors.profile import numeric_from_dict as _numeric_from_dict
-from training.datagen import default_logit
+from training.cluster.datagen import default_logit
 
 
 def numeric_profile(values: np.ndarray) -> NumericProfile:

@@ -9,7 +9,7 @@ from monitors.horizon import run_alpha
 from monitors.rows import RowSample
 from registry.schema import FeatureKind, ModelSchema
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET
+from training.cluster.datagen import TARGET
 
 SCHEDULED = run_alpha(alpha=0.05, budget=0.5, every_s=300.0)  # a run every 5 minutes: about 8e-6
 

@@ -25,7 +25,7 @@ from registry.service import register_version
 from tests.monitors.browser import ARTIFACTS, read_png, screenshot
 from tests.monitors.logdata import plain
 from tests.support import NO_AUTH, Server, TrainedModels, seed_registry, serve_settings
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 TOKEN = "s3cret-admin"
 WINDOW = 600

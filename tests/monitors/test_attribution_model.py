@@ -51,7 +51,7 @@ def _sample(schema: ModelSchema, data: dict[str, np.ndarray], predictions: np.nd
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Imported]:
     """The binary Keras model imported as ``own:1`` (SQLite registry), with its profile and a reference
     sample of its own answers."""
-    from training.importer import ImportSpec, import_saved_model
+    from training.imports import ImportSpec, import_saved_model
 
     root = tmp_path_factory.mktemp("attribution-model")
     data = own_models.reference(4_000, seed=0)

@@ -14,7 +14,7 @@ from monitors.engine import compare
 from monitors.profile import profile_from_dict
 from monitors.report import report_from_dict
 from registry.schema import FeatureKind
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 
 def test_names_are_unique_per_kind_and_reported_ones_are_the_class_names() -> None:

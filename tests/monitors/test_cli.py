@@ -14,7 +14,7 @@ from core.tabular import write_table
 from registry.schema import infer_schema
 from service.cli import app
 from tests.monitors.helpers import true_probability
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 runner = CliRunner()
 

@@ -24,7 +24,7 @@ from registry.schema import infer_schema
 from service.cli import app
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns, register_profile
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 runner = CliRunner()
 DRIFTWARDEN = Path(sys.executable).with_name("driftwarden")

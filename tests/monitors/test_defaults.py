@@ -20,7 +20,7 @@ from monitors.drift.base import Correction
 from monitors.engine import compare
 from monitors.profile import Profile, profile_from_dict
 from tests.monitors.helpers import numeric_pair
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 ALPHA = 0.05
 NUMERIC = [

@@ -13,7 +13,7 @@ from monitors.engine import compare, evaluate, sketch_columns
 from monitors.profile import build_reference_profile, profile_from_dict, reconstruction_error
 from registry.schema import infer_schema
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 
 def _correlated(n: int, seed: int, rho: float) -> Columns:

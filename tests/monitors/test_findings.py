@@ -13,7 +13,7 @@ from monitors.findings import Finding, headline, report_findings
 from monitors.html import render_html
 from monitors.profile import profile_from_dict
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, Scenario, generate
+from training.cluster.datagen import TARGET, Scenario, generate
 
 
 def _report(profile_dict: dict[str, Any], scenario: Scenario, *, flip: float = 0.0, seed: int = 5) -> Any:

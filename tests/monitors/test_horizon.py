@@ -24,7 +24,7 @@ from monitors.horizon import (
 )
 from monitors.profile import Profile, metric_sd, profile_from_dict
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 
 def test_the_budget_is_spent_over_the_runs_of_30_days() -> None:

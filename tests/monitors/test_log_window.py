@@ -26,7 +26,7 @@ from registry.schema import ModelSchema
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import contract, log_columns, plain
 from tests.predictions.logdata import write_requests
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 
 def assert_same_sketch(a: WindowSketch, b: WindowSketch) -> None:

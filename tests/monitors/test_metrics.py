@@ -28,7 +28,7 @@ from monitors.metrics import DriftCollector
 from tests.monitors.logdata import plain
 from tests.monitors.promtext import Sample, parse, series
 from tests.support import Server, TrainedModels, seed_registry, serve_settings
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 WINDOW = 600
 PLANTED = {"age", "income", "credit_score"}

@@ -27,7 +27,7 @@ from registry.schema import ModelSchema
 from service.cli import app
 from tests.monitors.logdata import log_columns, register_profile
 from tests.support import ADMIN_TOKEN, Server, serve_settings
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 runner = CliRunner()

@@ -35,7 +35,7 @@ from monitors.offline import read_reference, reference_schema, sketch_current
 from monitors.profile import build_reference_profile, numeric_summary, profile_from_dict, quantile_positions
 from registry.schema import infer_schema
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 DRIFTWARDEN = Path(sys.executable).with_name("driftwarden")
 

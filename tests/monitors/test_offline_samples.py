@@ -17,7 +17,7 @@ from monitors.reservoir import RowReservoir
 from monitors.rows import uniform_positions
 from registry.schema import FeatureKind
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 KINDS = {"i": FeatureKind.NUMERIC, "zone": FeatureKind.CATEGORICAL}
 

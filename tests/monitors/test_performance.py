@@ -19,7 +19,7 @@ from monitors.performance import (
 from monitors.profile import Profile, profile_from_dict
 from monitors.sketch import WindowSketch
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 REL = 1e-9
 

@@ -21,7 +21,7 @@ from monitors.service import list_runs
 from registry.schema import ModelSchema
 from tests.monitors.logdata import log_columns, register_profile
 from tests.support import postgres_schema
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from monitors.profile import profile_from_dict
 from monitors.report import DriftReport, report_from_dict
 from tests.monitors.explained import CAUSE, HARMLESS, SECOND, explain
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 HOSTILE = {
     CAUSE: "<script>alert(1)</script>",

@@ -26,7 +26,7 @@ from tests.monitors.browser import ARTIFACTS, read_png, screenshot
 from tests.monitors.explained import CAUSE, HARMLESS, SECOND, explain
 from tests.monitors.helpers import true_probability
 from tests.support import Server, elsewhere_settings
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 MODEL = "churn"
 IMPACT, GAP, FLAG, CURRENT = (130, 80, 223), (188, 76, 0), (255, 241, 229), (9, 105, 218)

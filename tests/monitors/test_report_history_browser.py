@@ -27,7 +27,7 @@ from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import log_columns, register_profile
 from tests.monitors.reporttext import NUMBER, REPR, _significant, _text
 from tests.support import Server, run_cli, serve_settings
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 MODEL = "credit"
 DAYS, HOURS = 20, 10

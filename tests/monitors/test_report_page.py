@@ -24,7 +24,7 @@ from monitors.report import report_from_dict
 from tests.monitors.explained import explain
 from tests.monitors.helpers import true_probability
 from tests.monitors.reporttext import NUMBER, REPR, _significant, _text
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 CREATED = datetime(2026, 12, 4, 17, 37, 32, 359707, tzinfo=UTC)
 START, END = (

@@ -38,8 +38,8 @@ from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import contract, log_columns
 from tests.predictions.logdata import write_requests
 from tests.support import TrainedModels
-from training.datagen import TARGET, TARGETS, generate
-from training.importer import ImportSpec, import_reference
+from training.cluster.datagen import TARGET, TARGETS, generate
+from training.imports import ImportSpec, import_reference
 
 
 def texts(values: np.ndarray) -> list[str | None]:
@@ -239,7 +239,7 @@ def test_a_trained_version_samples_its_held_out_rows(trained: TrainedModels) -> 
     """Training profiles the training rows' features but answers the held-out rows: the sample is of those
     (features, answers and labels of the same rows)."""
     data = generate(2000, seed=1)  # the session's trained models' data (tests/conftest.py), version 1: seed 0
-    hold = np.random.default_rng(0).permutation(2000)[:400]  # training.run_spec' split: 20 % held out
+    hold = np.random.default_rng(0).permutation(2000)[:400]  # training.cluster.run_spec' split: 20 % held out
     stored = json.loads((trained.paths[1] / "driftwarden" / "profile.json").read_text())
     sample = profile_from_dict(stored).sample
     assert sample is not None and sample.population == 400 and sample.rows == 400

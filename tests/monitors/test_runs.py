@@ -12,7 +12,7 @@ from core.database import make_engine, make_session_factory, session_scope
 from monitors.engine import compare
 from monitors.profile import profile_from_dict
 from monitors.service import latest_run, list_runs, record_run
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 
 def test_migration_and_round_trip(tmp_path: Path, profile_dict: dict[str, Any]) -> None:

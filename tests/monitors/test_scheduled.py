@@ -21,7 +21,7 @@ from registry.schema import ModelSchema
 from service.cli import app
 from tests.monitors.logdata import log_columns, plain, register_profile
 from tests.support import Server, TrainedModels, auth, seed_registry, serve_settings
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 
 def test_scheduler_runs_in_the_server_process(

@@ -24,7 +24,7 @@ from registry.schema import FeatureKind, infer_schema
 from tests.monitors.helpers import true_probability
 from tests.monitors.logdata import register_profile
 from tests.monitors.promtext import parse, series
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 SHOPS = [f"shop{i:02d}" for i in range(30)]
 

@@ -17,7 +17,7 @@ from monitors.segments import partitions, segment_table
 from registry.schema import FeatureKind, ModelSchema, Task, infer_schema
 from tests.monitors.helpers import true_probability
 from tests.monitors.segmentdata import SCHEDULED, sample, shifted
-from training.datagen import BANDS, LOSS_GIVEN_DEFAULT, TARGET, TARGETS, default_logit, generate
+from training.cluster.datagen import BANDS, LOSS_GIVEN_DEFAULT, TARGET, TARGETS, default_logit, generate
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ from predictions.windows import BlockStat, WindowReader, WindowSpec
 from tests.monitors.helpers import true_probability
 from tests.predictions.logdata import log_inputs, plain
 from tests.support import CREDIT_FEATURES, credit_profile, postgres_schema
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 BLOCK = 256  # predictions per block: with requests of one prediction the 3.6k-request log spans 15 blocks
 

@@ -14,7 +14,7 @@ from monitors.rows import RowSample
 from monitors.slices import condition_mask, weak_slices
 from registry.schema import FeatureKind, ModelSchema, Task
 from tests.monitors.helpers import true_probability
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 
 def _sample(

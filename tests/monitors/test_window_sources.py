@@ -32,7 +32,7 @@ from predictions.service import new_prediction_ids, write_log_rows
 from predictions.windows import WindowSpec, count_sources
 from registry.schema import ModelSchema
 from tests.monitors.logdata import plain, register_profile
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 # (source, predictions, per request), oldest first: mixed within the chunks and the cache's blocks
 PLAN = [

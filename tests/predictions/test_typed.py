@@ -37,7 +37,7 @@ from service.serving import readers
 from tests.predictions.logdata import old_line, old_rows, plain, write_requests
 from tests.predictions.pendingdata import request_rows
 from tests.support import CREDIT_FEATURES, credit_profile
-from training.datagen import TARGET, generate
+from training.cluster.datagen import TARGET, generate
 
 FEATURES = CREDIT_FEATURES
 

@@ -20,7 +20,7 @@ from registry.names import NAME_PATTERN
 from registry.schema import infer_schema
 from registry.service import register_version
 from service.cli import app
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 runner = CliRunner()
 CORE = re.compile(NAME_PATTERN.removeprefix("^").removesuffix("$"))

@@ -26,7 +26,7 @@ from registry.service import SERVED_ELSEWHERE, register_version
 from registry.signature import SourceSignature, Tensor
 from service.cli import app
 from tests.support import Server, serve_settings
-from training.gate import Verdict, input_contract
+from training.retraining.gate import Verdict, input_contract
 
 runner = CliRunner()
 CLASSES = ("low", "mid", "high")

@@ -31,7 +31,7 @@ from service.file_import import FileImport, import_file
 from service.serving.records import keyed_ids, request_rows, segments
 from tests import own_models
 from tests.support import serve_settings
-from training.importer import ImportSpec, import_reference
+from training.imports import ImportSpec, import_reference
 
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -40,9 +40,9 @@ from core.tabular import write_table
 from tests import own_models
 from tests.alerts.receiver import Receiver
 from tests.support import Server, run_cli, serve_settings
-from training.models import JobState
-from training.service import list_jobs
-from training.worker import Worker
+from training.retraining.models import JobState
+from training.retraining.service import list_jobs
+from training.retraining.worker import Worker
 
 CLASSES = ("low", "mid", "high")  # the 3-class model's output order: not the sorted one
 TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}

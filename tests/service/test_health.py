@@ -35,7 +35,7 @@ from tests.support import (
     seed_registry,
     serve_settings,
 )
-from training.health import cluster_checks
+from training.cluster.health import cluster_checks
 
 
 def scrape(client: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

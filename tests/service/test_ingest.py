@@ -27,7 +27,7 @@ from service import file_import
 from service.serving.records import keyed_ids
 from tests import own_models
 from tests.support import NO_AUTH, Server, count_rows, query_rows, run_cli, serve_settings, server_env
-from training.importer import ImportSpec, import_reference
+from training.imports import ImportSpec, import_reference
 
 MODELS = {
     "ing_bin": "binary",

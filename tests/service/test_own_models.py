@@ -22,7 +22,7 @@ from registry.schema import Task
 from registry.service import promote
 from tests import own_models
 from tests.support import Server, serve_settings
-from training.importer import ImportSpec, import_reference, import_saved_model
+from training.imports import ImportSpec, import_reference, import_saved_model
 
 MODELS = {"own_bin": "binary", "own_cls": "multiclass", "own_reg": "regression"}
 TARGETS = {"binary": "y_bin", "multiclass": "y_cls", "regression": "y_reg"}

@@ -25,7 +25,7 @@ from registry.schema import Task
 from registry.service import META_DIR, promote
 from tests import own_models
 from tests.support import Server, serve_settings
-from training.importer import ImportSpec, import_saved_model
+from training.imports import ImportSpec, import_saved_model
 
 N = 12
 

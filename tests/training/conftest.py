@@ -18,7 +18,7 @@ from core.tabular import write_table
 from tests.support import TrainedModels, seed_registry
 from tests.training.helpers import Workspace, pid_alive
 from tests.training.retraindata import World
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 
 @pytest.fixture(scope="module")

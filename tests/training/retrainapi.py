@@ -16,7 +16,7 @@ from core.errors import DomainError
 from core.http import error_response, request_id_of
 from core.network import free_port
 from core.runtime import Runtime
-from training.views import router
+from training.retraining.views import router
 
 TOKEN = "retrain-admin"
 

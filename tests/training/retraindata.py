@@ -13,9 +13,9 @@ from predictions.service import record_feedback
 from registry.service import get_version, serving_version
 from tests.predictions.logdata import log_columns
 from tests.support import CREDIT_FEATURES
-from training import service
-from training.datagen import TARGET, generate
-from training.models import TrainingJob
+from training.cluster.datagen import TARGET, generate
+from training.retraining import service
+from training.retraining.models import TrainingJob
 
 ROWS = 3000
 

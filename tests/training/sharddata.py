@@ -9,7 +9,7 @@ import numpy as np
 
 from core.tabular import write_table
 from tests.training.helpers import Workspace
-from training.datagen import generate
+from training.cluster.datagen import generate
 
 ID_LEVELS = 200_000
 
