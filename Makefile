@@ -21,14 +21,22 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/driftwarden demo $(DEMO_ARGS)
 
-## The whole test suite (SQLite and the PostgreSQL at 127.0.0.1:5432, real TF cluster processes, real uvicorn).
+## The whole test suite (SQLite and the PostgreSQL at 127.0.0.1:5432, real TF cluster processes, real uvicorn),
+## on TEST_WORKERS pytest-xdist workers (most tests wait on processes and servers; a module, and each folder
+## sharing a cluster or server, stays on one worker: see tests/conftest.py). `make test TEST_WORKERS=0`: one process.
+TEST_WORKERS ?= 2
+# The project's packages, byte-compiled before the tests: the suite's processes (CLI runs, servers, cluster nodes)
+# then import them without compiling their source, also where PYTHONDONTWRITEBYTECODE keeps Python from caching.
+PACKAGES := driftwarden core access registry predictions monitors training alerts service migrations
+
 test: $(STAMP)
 	bash scripts/system-deps.sh
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	bash scripts/audit.sh
-	$(BIN)/pytest
+	$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -29,6 +29,20 @@ def _pg_available() -> bool:
         return False
 
 
+# Folders whose session fixtures start a cluster or a server that their modules share.
+SHARED_FOLDERS = ("tests/spark/", "tests/api/")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``--dist loadgroup`` (``make test``): a module's tests stay on one worker (its
+    module fixtures start once), and so do a shared folder's (its session fixtures start once)."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session, dropped at the end.
@@ -84,6 +98,10 @@ def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Itera
     monkeypatch.setenv("DRIFTWARDEN_REGISTRY_PATH", str(tmp_path / "var" / "models"))
     monkeypatch.setenv("DRIFTWARDEN_CHECKPOINT_PATH", str(tmp_path / "var" / "checkpoints"))
     monkeypatch.setenv("DRIFTWARDEN_WEBHOOK_ALLOW_PRIVATE_URLS", "true")  # the receivers listen on loopback
+    # The runner's terminal size does not reach the CLIs under test (their output is captured or piped): a
+    # pytest-xdist worker holds COLUMNS=80 and LINES=24 (readline exports them there; see core/terminal.py).
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
