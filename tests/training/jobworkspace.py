@@ -1,10 +1,15 @@
-"""A training workspace whose commands run against a given database with job settings."""
+"""A training workspace whose commands run against a given database with job settings, and the reads of the
+job queue and the registry that the job tests make."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.database import Database
+from registry.service import serving_version
 from tests.training.helpers import Workspace
+from training.retraining import service
+from training.retraining.models import TrainingJob
 
 
 @dataclass
@@ -16,3 +21,16 @@ class JobWorkspace(Workspace):
     @property
     def env(self) -> dict[str, str]:
         return {**super().env, **self.extra}
+
+
+def read_job(db: Database, job_id: int) -> TrainingJob:
+    """The job as the queue holds it now."""
+    with db.session() as s:
+        return service.get_job(session=s, job_id=job_id)
+
+
+def serving_number(db: Database, model: str = "credit") -> int | None:
+    """The number of ``model``'s serving version (None: none serves)."""
+    with db.session() as s:
+        row = serving_version(session=s, model_name=model)
+        return row.version if row else None
