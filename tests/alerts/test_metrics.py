@@ -3,11 +3,8 @@ collect, on both backends; a scrape never reads the database and keeps the last 
 
 from __future__ import annotations
 
-import subprocess
 from datetime import timedelta
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry, generate_latest
 
 from alerts import service
 from alerts.flows import create_silence
@@ -16,24 +13,10 @@ from alerts.specs import MatcherSpec, SilenceSpec
 from core.config import Settings
 from core.database import Database, make_engine, make_session_factory, utcnow
 from registry.service import register_version
-from tests.deploy.promql import tool
-
-Labels = tuple[tuple[str, str], ...]
+from tests.deploy.promql import Labels, assert_promtool_accepts, exposition, samples
 
 SEVERITIES = ("critical", "warning", "info")
 STATES = ("pending", "firing")
-
-
-def samples(collector: AlertsCollector) -> dict[str, dict[Labels, float]]:
-    """Every sample the collector yields, by metric name and sorted labels."""
-    out: dict[str, dict[Labels, float]] = {}
-    for family in collector.collect():
-        for s in family.samples:
-            by_labels = out.setdefault(s.name, {})
-            key = tuple(sorted(s.labels.items()))
-            assert key not in by_labels, f"duplicate series {s.name}{key}"
-            by_labels[key] = s.value
-    return out
 
 
 def alert_key(model: str, severity: str, state: str) -> Labels:
@@ -225,13 +208,6 @@ def test_the_exposition_passes_promtool_check_metrics(db: Database) -> None:
     _alert(db, fp="a1", model="credit", severity="warning", state="pending")
     collector = AlertsCollector(db=db, settings=Settings())
     collector.refresh()
-    registry = CollectorRegistry()
-    registry.register(collector)
-    text = generate_latest(registry).decode()
+    text = exposition(collector)
     assert 'driftwarden_alerts{model="credit",severity="warning",state="pending"} 1.0' in text
-    proc = subprocess.run(
-        [tool("promtool"), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
-        proc.stdout + proc.stderr
-    )
+    assert_promtool_accepts(text)

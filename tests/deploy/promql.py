@@ -1,16 +1,20 @@
-"""What the deploy/ tests read: the dashboards' and rules' PromQL, the agreed metric names, the tools."""
+"""What the deploy/ tests read: the dashboards' and rules' PromQL, the agreed metric names, the tools; and
+what the collectors' tests check: their samples, and their exposition against ``promtool check metrics``."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -193,6 +197,38 @@ def tool(name: str) -> str:
             f"`{name}` is not installed: run `bash scripts/system-deps.sh` (Debian prometheus packages)"
         )
     return path
+
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def samples(collector: Collector) -> dict[str, dict[Labels, float]]:
+    """Every sample the collector yields, by metric name and sorted labels (a series twice fails)."""
+    out: dict[str, dict[Labels, float]] = {}
+    for family in collector.collect():
+        for s in family.samples:
+            by_labels = out.setdefault(s.name, {})
+            key = tuple(sorted(s.labels.items()))
+            assert key not in by_labels, f"duplicate series {s.name}{key}"
+            by_labels[key] = s.value
+    return out
+
+
+def exposition(collector: Collector) -> str:
+    """The collector's metrics as the scrape serves them (Prometheus' text format)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def assert_promtool_accepts(text: str) -> None:
+    """``promtool check metrics`` finds nothing to say of the exposition ``text``."""
+    proc = subprocess.run(
+        [tool("promtool"), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
+        proc.stdout + proc.stderr
+    )
 
 
 def anchor(heading: str) -> str:

@@ -22,26 +22,14 @@ from pathlib import Path
 import pytest
 
 from core.database import Database, open_database
-from registry.service import serving_version
 from tests.support import TrainedModels, postgres_schema, seed_registry
 from tests.training.helpers import kill
-from tests.training.jobworkspace import JobWorkspace
+from tests.training.jobworkspace import JobWorkspace, read_job, serving_number
 from tests.training.retraindata import log_traffic
 from training.retraining import service
 from training.retraining.models import JobState, TrainingJob
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
-
-
-def _job(db: Database, job_id: int) -> TrainingJob:
-    with db.session() as s:
-        return service.get_job(session=s, job_id=job_id)
-
-
-def _serving(db: Database) -> int | None:
-    with db.session() as s:
-        row = serving_version(session=s, model_name="credit")
-        return row.version if row else None
 
 
 def _enqueue(db: Database) -> int:
@@ -67,7 +55,7 @@ def _until(
 ) -> TrainingJob:
     deadline = time.monotonic() + timeout
     while True:
-        job = _job(db, job_id)
+        job = read_job(db, job_id)
         if done(job):
             return job
         assert worker.poll() is None, f"worker exited: {log.read_text()[-4000:]}"
@@ -125,14 +113,14 @@ def test_a_lost_chief_is_recovered_and_a_lost_ps_fails_the_job_clearly(
                 )
                 assert resumed.state is JobState.RUNNING, (resumed.state, resumed.error, resumed.log_tail)
                 assert len(json.loads(run.read_text())["chief:0"]) == 2, "the chief was not relaunched"
-                assert _serving(db) == 1
+                assert serving_number(db) == 1
                 # 2. the parameter server dies: the variables are gone, the job fails and says why
                 kill(_pid(run, "ps:0"))
                 failed = _until(db, job_id, lambda j: j.state.final, worker, log, 120)
                 assert failed.state is JobState.FAILED, (failed.state, failed.error, failed.log_tail)
                 assert re.search(r"ps:0 at \S+ was lost \(signal 9\)", failed.error or ""), failed.error
                 assert "chief:0" in (failed.log_tail or "") and "resumed from checkpoint" in failed.log_tail
-                assert failed.result_version is None and _serving(db) == 1  # serving untouched
+                assert failed.result_version is None and serving_number(db) == 1  # serving untouched
                 worker.send_signal(signal.SIGTERM)
                 assert worker.wait(60) == 0, log.read_text()[-3000:]
             finally:

@@ -15,10 +15,9 @@ from core.tabular import write_table
 from predictions.service import record_feedback
 from registry.service import get_version, promote
 from tests.predictions.logdata import log_columns
+from tests.training.jobworkspace import train_locally
 from training.cluster.builders import normalize
 from training.cluster.datagen import TARGETS, generate
-from training.cluster.flows import run_training
-from training.cluster.progress import Progress
 from training.cluster.run_spec import Mode, TrainingRunSpec
 from training.retraining import service
 from training.retraining.models import JobState
@@ -53,18 +52,18 @@ def test_a_multiclass_team_version_is_retrained_with_its_own_builder(tmp_path: P
     )
     db = open_database(url, settings=settings, upgrade=True)
     try:
-        first = run_training(
-            job=TrainingRunSpec(
+        first = train_locally(
+            db,
+            settings,
+            TrainingRunSpec(
                 model_name="bands", data=data, mode=Mode.LOCAL, epochs=1.0, task="multiclass", target=TARGET
             ),
-            db=db,
-            registry=settings.registry_path,
-            checkpoint_root=settings.checkpoint_path,
-            progress=Progress("t", show_bar=False),
         )
         assert first.version.lineage["model_fn"]["ref"] == "builtin:mlp"
-        team = run_training(
-            job=TrainingRunSpec(
+        team = train_locally(
+            db,
+            settings,
+            TrainingRunSpec(
                 model_name="bands",
                 data=data,
                 mode=Mode.LOCAL,
@@ -73,10 +72,6 @@ def test_a_multiclass_team_version_is_retrained_with_its_own_builder(tmp_path: P
                 target=TARGET,
                 model_fn=ref,
             ),
-            db=db,
-            registry=settings.registry_path,
-            checkpoint_root=settings.checkpoint_path,
-            progress=Progress("t", show_bar=False),
         )
         with db.session() as s:
             promote(session=s, model_name="bands", version=team.version.version)

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from core.database import Database, open_database
-from registry.service import get_version, serving_version
+from registry.service import get_version
 from tests.support import TrainedModels, postgres_schema, seed_registry
 from tests.training.helpers import pid_alive
-from tests.training.jobworkspace import JobWorkspace
+from tests.training.jobworkspace import JobWorkspace, read_job, serving_number
 from tests.training.retraindata import log_traffic
 from training.retraining import service
 from training.retraining.models import JobState, TrainingJob
@@ -27,23 +27,12 @@ from training.retraining.models import JobState, TrainingJob
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 
 
-def _job(db: Database, job_id: int) -> TrainingJob:
-    with db.session() as s:
-        return service.get_job(session=s, job_id=job_id)
-
-
-def _serving(db: Database) -> int | None:
-    with db.session() as s:
-        row = serving_version(session=s, model_name="credit")
-        return row.version if row else None
-
-
 def _wait(
     db: Database, job_id: int, done: object, *, timeout: float, watch: list[tuple[object, Path]]
 ) -> TrainingJob:
     deadline = time.monotonic() + timeout
     while True:
-        job = _job(db, job_id)
+        job = read_job(db, job_id)
         if done(job):  # type: ignore[operator]
             return job
         for proc, log in watch:
@@ -101,14 +90,14 @@ def test_a_killed_worker_s_job_is_taken_over_and_resumed_on_a_real_async_cluster
                 if a.poll() is None:
                     a.kill()
             ws.assert_no_cluster_process()  # the cluster died with its worker
-            stalled = _job(db, job_id)
+            stalled = read_job(db, job_id)
             assert stalled.state is JobState.RUNNING and stalled.lease_owner == owner
             assert stalled.progress["step"] < stalled.progress["total_steps"]
-            assert _serving(db) == 1
+            assert serving_number(db) == 1
             b, b_log = ws.start("worker", log_name="worker-b.log")
             try:
                 job = _wait(db, job_id, lambda j: j.state.final, timeout=300, watch=[(b, b_log)])
-                assert _serving(db) == job.result_version == 3, job.error or job.log_tail
+                assert serving_number(db) == job.result_version == 3, job.error or job.log_tail
                 assert job.state is JobState.PROMOTED
                 b.send_signal(signal.SIGTERM)
                 assert b.wait(60) == 0, b_log.read_text()[-3000:]

@@ -20,9 +20,8 @@ from core.tabular import write_table
 from predictions.service import record_feedback
 from registry.service import get_version, promote, read_schema
 from tests.predictions.logdata import log_columns
+from tests.training.jobworkspace import train_locally
 from training.cluster.datagen import TARGETS, generate
-from training.cluster.flows import run_training
-from training.cluster.progress import Progress
 from training.cluster.run_spec import Mode, TrainingRunSpec
 from training.retraining import service
 from training.retraining.models import JobState
@@ -55,8 +54,10 @@ def test_the_candidate_keeps_the_serving_features_and_class_order(tmp_path: Path
     )
     db = open_database(url, settings=settings, upgrade=True)
     try:
-        first = run_training(
-            job=TrainingRunSpec(
+        first = train_locally(
+            db,
+            settings,
+            TrainingRunSpec(
                 model_name="seg",
                 data=data,
                 mode=Mode.LOCAL,
@@ -66,10 +67,6 @@ def test_the_candidate_keeps_the_serving_features_and_class_order(tmp_path: Path
                 classes=CLASSES,
                 features=FEATURES,
             ),
-            db=db,
-            registry=settings.registry_path,
-            checkpoint_root=settings.checkpoint_path,
-            progress=Progress("t", show_bar=False),
         )
         with db.session() as s:
             promote(session=s, model_name="seg", version=first.version.version)

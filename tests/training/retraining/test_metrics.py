@@ -3,24 +3,21 @@ finish), a refresh, then a collect, on both backends; a scrape never reads the d
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
 from core.config import Settings
 from core.database import Database, make_engine, make_session_factory, open_database, utcnow
 from registry.service import promote, register_version
-from tests.deploy.promql import tool
+from tests.deploy.promql import assert_promtool_accepts, exposition, samples
 from training.retraining import service
 from training.retraining.metrics import FINAL_WINDOW, TrainingJobsCollector, families, read_snapshot
 from training.retraining.models import JobState
 
-Labels = tuple[tuple[str, str], ...]
 STATES = (
     "queued",
     "running",
@@ -50,18 +47,6 @@ def db(database_url: str, tmp_path: Path) -> Iterator[Database]:
         yield database
     finally:
         database.dispose()
-
-
-def samples(collector: TrainingJobsCollector) -> dict[str, dict[Labels, float]]:
-    """Every sample the collector yields, by metric name and sorted labels."""
-    out: dict[str, dict[Labels, float]] = {}
-    for family in collector.collect():
-        for s in family.samples:
-            by_labels = out.setdefault(s.name, {})
-            key = tuple(sorted(s.labels.items()))
-            assert key not in by_labels, f"duplicate series {s.name}{key}"
-            by_labels[key] = s.value
-    return out
 
 
 def _enqueue(db: Database, model: str) -> int:
@@ -180,13 +165,6 @@ def test_the_exposition_passes_promtool_check_metrics(db: Database) -> None:
     _run_to(db, "credit", JobState.CANCELLED)
     collector = TrainingJobsCollector(db=db, settings=Settings())
     collector.refresh()
-    registry = CollectorRegistry()
-    registry.register(collector)
-    text = generate_latest(registry).decode()
+    text = exposition(collector)
     assert 'driftwarden_training_jobs{model="credit",state="cancelled"} 1.0' in text
-    proc = subprocess.run(
-        [tool("promtool"), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
-        proc.stdout + proc.stderr
-    )
+    assert_promtool_accepts(text)

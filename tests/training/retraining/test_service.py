@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from core.database import Base, Database, aware, open_database, utcnow
 from core.errors import Conflict, Invalid, NotFound
 from registry.service import register_version
+from tests.training.jobworkspace import read_job
 from training.retraining import service
 from training.retraining.models import JobState, TrainingJob
 
@@ -47,11 +48,6 @@ def _enqueue(db: Database, model: str = "credit", **kwargs: object) -> service.E
             requested_by="test",
             **kwargs,  # type: ignore[arg-type]
         )
-
-
-def _job(db: Database, job_id: int) -> TrainingJob:
-    with db.session() as s:
-        return service.get_job(session=s, job_id=job_id)
 
 
 def _claim(db: Database, worker: str, lease_s: float = LEASE, max_attempts: int = 4) -> TrainingJob | None:
@@ -107,7 +103,7 @@ def test_enqueue_answers_with_the_active_job_and_the_job_of_the_same_key(db: Dat
     other_key = _enqueue(db, idempotency_key="k-2")
     assert (other_key.job_id, other_key.created) == (a.job_id, False)
     assert other_key.reason == f"job {a.job_id} of model 'credit' is queued already"
-    job = _job(db, a.job_id)  # type: ignore[arg-type]
+    job = read_job(db, a.job_id)  # type: ignore[arg-type]
     assert job.params == {"epochs": 2.0, "reason": "drift"} and job.trigger.value == "api"
     assert "queued by api (test)" in job.log_tail
     # once the job has ended, the same key still names it; a new key queues a new job
@@ -174,7 +170,7 @@ def test_cooldown_refuses_a_job_soon_after_one_ended(db: Database) -> None:
             .values(finished_at=utcnow() - timedelta(hours=2))
         )
     later = _enqueue(db, trigger="alert", alert_id=7, cooldown_s=3600)
-    assert later.created and _job(db, later.job_id).alert_id == 7  # type: ignore[arg-type]
+    assert later.created and read_job(db, later.job_id).alert_id == 7  # type: ignore[arg-type]
 
 
 @pytest.mark.postgres
@@ -282,13 +278,13 @@ def test_an_expired_lease_is_taken_over_and_the_old_worker_loses_the_job(db: Dat
             session=s, job_id=a.job_id, worker_id="dead:1:1", progress={"step": 1}
         )
     assert not _finish(db, a.job_id, "dead:1:1", JobState.PROMOTED)
-    assert _job(db, a.job_id).state is JobState.RUNNING
+    assert read_job(db, a.job_id).state is JobState.RUNNING
     with db.session() as s:
         assert service.heartbeat(session=s, job_id=a.job_id, worker_id="live:2:1", lease_s=LEASE)
         assert service.update_progress(
             session=s, job_id=a.job_id, worker_id="live:2:1", progress={"step": 5, "loss": 0.5}, lines=["x"]
         )
-    assert _job(db, a.job_id).progress == {"step": 5, "loss": 0.5}
+    assert read_job(db, a.job_id).progress == {"step": 5, "loss": 0.5}
 
 
 def test_a_job_whose_workers_keep_dying_fails_instead_of_looping(db: Database) -> None:
@@ -302,7 +298,7 @@ def test_a_job_whose_workers_keep_dying_fails_instead_of_looping(db: Database) -
     with db.session() as s:
         ended = service.expire_stale(session=s, max_attempts=2)
     assert ended == [a.job_id]
-    job = _job(db, a.job_id)
+    job = read_job(db, a.job_id)
     assert job.state is JobState.FAILED and job.finished_at is not None
     assert (
         job.error is not None and "started 2 times and its worker stopped each time (last: w2)" in job.error
@@ -350,7 +346,7 @@ def test_a_cancelled_job_whose_worker_died_ends_cancelled(db: Database) -> None:
     assert _claim(db, "w2") is None  # never run again
     with db.session() as s:
         assert service.expire_stale(session=s) == [a.job_id]
-    assert _job(db, a.job_id).state is JobState.CANCELLED
+    assert read_job(db, a.job_id).state is JobState.CANCELLED
 
 
 def test_list_and_document(db: Database) -> None:
