@@ -37,7 +37,14 @@ from core.tabular import (
     fold_batches,
 )
 from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
-from monitors.profile import WORKERS, Profile, build_reference_profile, profile_from_dict
+from monitors.profile import (
+    WORKERS,
+    Profile,
+    build_reference_profile,
+    numeric_summary,
+    profile_from_dict,
+    sorted_values,
+)
 from monitors.reservoir import RowReservoir
 from monitors.rows import RowSample
 from monitors.task_options import check_task_options
@@ -48,6 +55,7 @@ from registry.schema import (
     OutputSpec,
     Task,
     check_classes,
+    infer_feature,
     infer_features,
     is_missing,
 )
@@ -246,6 +254,35 @@ class _Assembled:
         return np.concatenate([np.asarray(p) for p in self.parts]) if self.parts else np.zeros(0)
 
 
+@dataclass(frozen=True)
+class Sorted:
+    """What is read off a numeric column sorted once: its spec (None: not inferred) and its summary for the
+    profile (None: left to the profile, which makes it again or says why it cannot)."""
+
+    spec: FeatureSpec | None
+    summary: dict[str, Any] | None
+
+
+def sorted_pass(columns: dict[str, Column], names: Sequence[str], *, infer: bool) -> dict[str, Sorted]:
+    """Each numeric column of ``names`` sorted once, on :data:`monitors.profile.WORKERS` threads, for both
+    its inferred spec (with ``infer``: :func:`registry.schema.infer_feature`) and its profile's summary
+    (:func:`monitors.profile.numeric_summary`); a thread holds one sorted copy at a time."""
+
+    def one(name: str) -> Sorted:
+        values = columns[name]
+        ordered = sorted_values(values)
+        spec = infer_feature(name, values, ordered=ordered) if infer else None
+        try:
+            summary = numeric_summary(values, name=name, ordered=ordered)
+        except (ValueError, TypeError):
+            summary = None
+        return Sorted(spec=spec, summary=summary)
+
+    numeric = [n for n in names if not isinstance(v := columns[n], CodedColumn) and v.dtype.kind in "iufb"]
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sort") as pool:
+        return dict(zip(numeric, pool.map(one, numeric), strict=True))
+
+
 def reference_schema(
     columns: dict[str, Column],
     facts: FileFacts,
@@ -254,20 +291,25 @@ def reference_schema(
     target: str | None,
     task: Task = Task.BINARY,
     classes: tuple[str, ...] = (),
+    inferred: dict[str, FeatureSpec] | None = None,
 ) -> ModelSchema:
     """The schema inferred from the reference, as ``registry.schema.infer_feature`` infers it, with the
     output of ``task`` (a multi-class model's ``classes``; a regression's expected range from the target's).
 
     Text is inferred from its distinct values; its missing rate is the counted one. The columns are inferred
-    on threads (:func:`registry.schema.infer_features`).
+    on threads (:func:`registry.schema.infer_features`), but those ``inferred`` already (by name).
     """
     kept = {name: values for name, values in columns.items() if name not in exclude}
-    specs = infer_features(
+    done = inferred or {}
+    rest = infer_features(
         {
             name: facts.columns[name].sample() if isinstance(values, CodedColumn) else values
             for name, values in kept.items()
+            if name not in done
         }
     )
+    found = iter(rest)
+    specs = [done[name] if name in done else next(found) for name in kept]
     features: list[FeatureSpec] = []
     for spec, (name, values) in zip(specs, kept.items(), strict=True):
         if isinstance(values, CodedColumn):
@@ -573,9 +615,17 @@ def reference_side(
     )
     if sides.findings:
         return sides
+    features = [c for c in facts.names if c not in exclude] if schema is None else numeric_features(schema)
     try:
+        passed = sorted_pass(columns, [c for c in features if c in columns], infer=schema is None)
         sides.schema = schema or reference_schema(
-            columns, facts, exclude=exclude, target=target, task=task, classes=classes
+            columns,
+            facts,
+            exclude=exclude,
+            target=target,
+            task=task,
+            classes=classes,
+            inferred={name: p.spec for name, p in passed.items() if p.spec is not None},
         )
     except ValueError as exc:
         raise Invalid(f"{where}: {exc}") from None
@@ -588,6 +638,7 @@ def reference_side(
             sides.schema,
             predictions=None if preds is None else np.asarray(preds, dtype=np.float64),
             labels=None if labels is None else np.asarray(labels),
+            summaries={name: p.summary for name, p in passed.items() if p.summary is not None},
         )
         sides.profile = profile_from_dict(built)
         sides.document = built

@@ -127,17 +127,27 @@ def fit_gpd(excesses: np.ndarray) -> tuple[float, float]:
     return k_hat / best, -k_hat
 
 
-def fit_tail(values: np.ndarray, *, side: int) -> Tail | None:
+def _beyond(values: np.ndarray, *, side: int, at: int, ordered: bool) -> tuple[float, np.ndarray]:
+    """The ``at``-th smallest of ``side * values`` (the side's threshold) and those after it, in any order;
+    read off the ends of ``values`` when they are ``ordered`` (sorted ascending), else by a partition."""
+    if not ordered:
+        oriented = np.partition(side * values, at)  # the side's tail at the top, beyond its threshold
+        return float(oriented[at]), oriented[at + 1 :]
+    if side > 0:
+        return float(values[at]), values[at + 1 :]
+    cut = values.size - 1 - at  # side * values ascending is values descending, negated
+    return float(-values[cut]), -values[:cut]
+
+
+def fit_tail(values: np.ndarray, *, side: int, ordered: bool = False) -> Tail | None:
     """The fit of one side of a sample's finite ``values`` (None: too few values, or too few distinct ones
-    beyond the threshold)."""
+    beyond the threshold); ``ordered``: the values are sorted ascending (the same fit, no partition)."""
     n = values.size
     if n < MIN_SAMPLE:
         return None
     share = min(max(TAIL_SHARE, MIN_EXCEEDANCES / n), MAX_TAIL_SHARE, MAX_EXCEEDANCES / n)
     at = int(math.floor((1.0 - share) * (n - 1)))
-    oriented = np.partition(side * values, at)  # the side's tail at the top, beyond its threshold
-    threshold = float(oriented[at])
-    top = oriented[at + 1 :]
+    threshold, top = _beyond(values, side=side, at=at, ordered=ordered)
     excesses = top[top > threshold] - threshold
     if excesses.size < MIN_EXCEEDANCES or np.unique(excesses).size < MIN_DISTINCT:
         return None
@@ -155,19 +165,33 @@ def fit_tail(values: np.ndarray, *, side: int) -> Tail | None:
     )
 
 
-def allowed_range(values: np.ndarray, *, chance: float = DEFAULT_CHANCE) -> AllowedRange:
+def finite_sorted(ordered: np.ndarray) -> np.ndarray:
+    """The finite values of float64 values sorted ascending (NaN last): a slice, between the infinities."""
+    start = int(np.searchsorted(ordered, -np.inf, side="right"))
+    return ordered[start : int(np.searchsorted(ordered, np.inf, side="left"))]
+
+
+def allowed_range(
+    values: np.ndarray, *, chance: float = DEFAULT_CHANCE, ordered: bool = False
+) -> AllowedRange:
     """The allowed range of a numeric feature from its reference ``values`` (missing ones ignored) at
-    ``chance`` per value of refusing a legitimate one (half on each fitted side)."""
+    ``chance`` per value of refusing a legitimate one (half on each fitted side). ``ordered``: the values
+    are float64 sorted ascending (NaN last), read without a copy or a partition; the same range, but for
+    the sign of an extreme that is zero (-0.0 and 0.0 sort as equals)."""
     if not 0.0 < chance < TAIL_SHARE:
         raise ValueError(f"the range chance must lie in (0, {TAIL_SHARE}), got {chance}")
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    lo = float(x.min()) if x.size else 0.0
-    hi = float(x.max()) if x.size else 0.0
+    if ordered:
+        x = finite_sorted(values)
+        lo, hi = (float(x[0]), float(x[-1])) if x.size else (0.0, 0.0)
+    else:
+        x = np.asarray(values, dtype=np.float64)
+        x = x[np.isfinite(x)]
+        lo = float(x.min()) if x.size else 0.0
+        hi = float(x.max()) if x.size else 0.0
     span = max(hi - lo, abs(hi), 1.0)
     constant = hi == lo
-    lower = None if constant else fit_tail(x, side=-1)
-    upper = None if constant else fit_tail(x, side=+1)
+    lower = None if constant else fit_tail(x, side=-1, ordered=ordered)
+    upper = None if constant else fit_tail(x, side=+1, ordered=ordered)
     low = min(lo, lower.bound(chance / 2)) if lower is not None else lo - span
     high = max(hi, upper.bound(chance / 2)) if upper is not None else hi + span
     lower_chance = chance / 2 if lower is not None else 0.0

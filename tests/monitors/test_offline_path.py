@@ -31,7 +31,7 @@ from core.tabular import (
 from monitors.binning import count_on_grid
 from monitors.config import MonitorConfig
 from monitors.engine import compare, evaluate
-from monitors.offline import read_reference, reference_schema, sketch_current
+from monitors.offline import read_reference, reference_schema, reference_side, sketch_current
 from monitors.profile import build_reference_profile, numeric_summary, profile_from_dict, quantile_positions
 from registry.schema import infer_schema
 from tests.monitors.helpers import true_probability
@@ -213,6 +213,30 @@ def test_offline_report_equals_the_engine_on_whole_columns(
     got = evaluate(profile=profile, sketch=sketch, config=config).as_dict()
     _same(got, want)
     assert {f["name"] for f in got["features"] if f["drifted"]} == {"age", "income", "credit_score"}
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_the_reference_sorted_once_gives_the_schema_and_profile_of_the_columns(
+    files: dict[str, Path], given: bool
+) -> None:
+    """reference_side sorts each numeric column once for its spec and its summary: the very schema and
+    profile (equal, not close) that inference and the profile make of the columns apart."""
+    path = files["reference.parquet"]
+    facts, columns = read_reference(path, target=TARGET, prediction="prediction")
+    schema = reference_schema(columns, facts, exclude={TARGET, "prediction"}, target=TARGET)
+    want = build_reference_profile(
+        columns, schema, predictions=np.asarray(columns["prediction"]), labels=np.asarray(columns[TARGET])
+    )
+    sides = reference_side(
+        path,
+        schema=schema if given else None,
+        schema_source="--schema schema.json",
+        target=TARGET,
+        prediction="prediction",
+        min_rows=30,
+    )
+    assert sides.schema is not None and sides.schema.to_dict() == schema.to_dict()
+    assert json.dumps(sides.document, sort_keys=True) == json.dumps(want, sort_keys=True)
 
 
 def _without_pca_axes(profile: dict[str, Any]) -> dict[str, Any]:
