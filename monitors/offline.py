@@ -17,6 +17,7 @@ service runs. What is particular to files:
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,7 +44,6 @@ from monitors.profile import (
     build_reference_profile,
     numeric_summary,
     profile_from_dict,
-    sorted_values,
 )
 from monitors.reservoir import RowReservoir
 from monitors.rows import RowSample
@@ -266,11 +266,17 @@ class Sorted:
 def sorted_pass(columns: dict[str, Column], names: Sequence[str], *, infer: bool) -> dict[str, Sorted]:
     """Each numeric column of ``names`` sorted once, on :data:`monitors.profile.WORKERS` threads, for both
     its inferred spec (with ``infer``: :func:`registry.schema.infer_feature`) and its profile's summary
-    (:func:`monitors.profile.numeric_summary`); a thread holds one sorted copy at a time."""
+    (:func:`monitors.profile.numeric_summary`, whose result holds no view of it); each thread sorts into one
+    buffer of its own, again and again (fresh pages for every column cost more than the copy)."""
+    local = threading.local()
 
     def one(name: str) -> Sorted:
         values = columns[name]
-        ordered = sorted_values(values)
+        ordered = getattr(local, "buffer", None)
+        if ordered is None or ordered.size != len(values):
+            ordered = local.buffer = np.empty(len(values), dtype=np.float64)
+        np.copyto(ordered, values)  # as as_float reads numbers: float64
+        ordered.sort()  # as sorted_values sorts them (np.sort: a copy, then this)
         spec = infer_feature(name, values, ordered=ordered) if infer else None
         try:
             summary = numeric_summary(values, name=name, ordered=ordered)

@@ -331,12 +331,11 @@ def _infer_ordered(
     name: str, values: np.ndarray, ordered: np.ndarray, *, range_chance: float
 ) -> FeatureSpec | None:
     """:func:`infer_feature` of a numeric column from its values sorted (float64, NaN last); None when an
-    extreme is zero, whose sign (-0.0 or 0.0) only the values in their own order decide."""
+    extreme is a zero of both signs, whose sign as ``np.min`` gives it only the values' own order decides."""
     n = len(values)
     present = ordered[: int(np.searchsorted(ordered, np.nan, side="left"))] if n else ordered
     finite = finite_sorted(present)
-    ends = [*present[:1], *present[-1:], *finite[:1], *finite[-1:]]
-    if any(v == 0 for v in ends):
+    if _signed_zero_end(values, present, finite):
         return None
     missing = n - present.size
     allowed = allowed_range(present, chance=range_chance, ordered=True)
@@ -352,6 +351,18 @@ def _infer_ordered(
         allowed_max=allowed.high,
         allowed_chance=allowed.chance,
     )
+
+
+def _signed_zero_end(values: np.ndarray, present: np.ndarray, finite: np.ndarray) -> bool:
+    """Whether an end of the sorted values (or of their finite ones) is zero and the column's zeros have
+    both signs: -0.0 and 0.0 are equals, so which of them ``np.min`` gives is the values' order's (and a sort
+    may give either back); zeros of one sign keep it."""
+    if values.dtype.kind != "f" or not any(
+        v == 0 for v in (*present[:1], *present[-1:], *finite[:1], *finite[-1:])
+    ):
+        return False
+    signs = np.signbit(values[values == 0])
+    return bool(signs.any() and not signs.all())
 
 
 def _cores() -> int:

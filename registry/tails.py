@@ -106,6 +106,23 @@ def gpd_excess(uniforms: np.ndarray, *, scale: float, shape: float) -> np.ndarra
     return scale * np.expm1(-shape * log_tail) / shape
 
 
+FIT_ROWS = 16  # rows of the fit's grid computed at a time: a block that stays in cache, made once
+
+
+def _mean_log1p_neg(theta: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``-mean(log1p(-outer(theta, x)), axis=1)``, the same numbers, a block of rows at a time in one buffer
+    (not three ``(m, n)`` arrays on fresh pages)."""
+    out = np.empty(theta.size)
+    block = np.empty((min(FIT_ROWS, theta.size), x.size))
+    for lo in range(0, theta.size, FIT_ROWS):
+        rows = theta[lo : lo + FIT_ROWS]
+        part = block[: rows.size]
+        np.multiply(rows[:, None], x[None, :], out=part)  # as np.outer
+        np.log1p(np.negative(part, out=part), out=part)
+        out[lo : lo + rows.size] = -np.mean(part, axis=1)
+    return out
+
+
 def fit_gpd(excesses: np.ndarray) -> tuple[float, float]:
     """``(scale, shape)`` of a generalized Pareto fitted to positive ``excesses`` (Zhang & Stephens, 2009)."""
     x = np.sort(np.asarray(excesses, dtype=np.float64))
@@ -116,7 +133,7 @@ def fit_gpd(excesses: np.ndarray) -> tuple[float, float]:
     j = np.arange(1, m + 1, dtype=np.float64)
     theta = 1.0 / x[-1] + (1.0 - np.sqrt(m / (j - 0.5))) / (3.0 * quartile)
     theta = theta[theta != 0.0]
-    k = -np.mean(np.log1p(-np.outer(theta, x)), axis=1)
+    k = _mean_log1p_neg(theta, x)
     profile = n * (np.log(theta / k) + k - 1.0)
     with np.errstate(over="ignore"):  # a grid point far less likely than another weighs 0
         weights = 1.0 / np.exp(profile[:, None] - profile[None, :]).sum(axis=0)
@@ -177,7 +194,7 @@ def allowed_range(
     """The allowed range of a numeric feature from its reference ``values`` (missing ones ignored) at
     ``chance`` per value of refusing a legitimate one (half on each fitted side). ``ordered``: the values
     are float64 sorted ascending (NaN last), read without a copy or a partition; the same range, but for
-    the sign of an extreme that is zero (-0.0 and 0.0 sort as equals)."""
+    the sign of an extreme that is a zero of both signs (-0.0 and 0.0 sort as equals)."""
     if not 0.0 < chance < TAIL_SHARE:
         raise ValueError(f"the range chance must lie in (0, {TAIL_SHARE}), got {chance}")
     if ordered:
