@@ -734,20 +734,30 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_uti
 """
 
 
+def code_root() -> Path:
+    """The folder holding the packages this benchmark imports (a worktree's, not the installed project's)."""
+    import core
+
+    return Path(core.__file__).resolve().parent.parent
+
+
 def run_cli(args: list[str]) -> tuple[float, float, float, int, str]:
-    """Run ``driftwarden ARGS``: wall and CPU seconds, its peak RSS in MB, exit code, verdict line."""
+    """Run ``driftwarden ARGS`` (``python -m service.cli``, the console script's entry point, on the code
+    of :func:`code_root`): wall and CPU seconds, its peak RSS in MB, exit code, verdict line."""
     import subprocess
     import sys
     import tempfile
 
-    exe = Path(sys.executable).with_name("driftwarden")
+    root = str(code_root())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     with tempfile.NamedTemporaryFile("r", suffix=".out") as out:
         t0 = time.perf_counter()
         launched = subprocess.run(
-            [sys.executable, "-c", LAUNCHER, out.name, str(exe), *args],
+            [sys.executable, "-c", LAUNCHER, out.name, sys.executable, "-m", "service.cli", *args],
             capture_output=True,
             text=True,
             check=True,
+            env=env,
         )
         wall = time.perf_counter() - t0  # includes the launcher's start (~20 ms)
         text = Path(out.name).read_text()
@@ -771,7 +781,10 @@ def offline_main(argv: list[str]) -> None:
     parser.add_argument("--skip-memory", action="store_true", help="Only the CLI runs.")
     args = parser.parse_args(argv)
     n = args.rows
-    print(f"offline: {n} vs {n} rows, {N_NUMERIC} numeric + {N_CATEGORICAL} categorical features")
+    print(
+        f"offline: {n} vs {n} rows, {N_NUMERIC} numeric + {N_CATEGORICAL} categorical features; the CLI "
+        f"runs the code in {code_root()} (load {os.getloadavg()[0]:.1f})"
+    )
     ref, cur = make_columns(n, seed=1), window_columns(n)
     schema = ModelSchema(
         features=tuple(infer_feature(k, c) for k, c in ref.items()),
@@ -800,7 +813,8 @@ def offline_main(argv: list[str]) -> None:
             rss = statistics.median(r[2] for r in runs)
             print(
                 f"  driftwarden drift ({fmt}, {mb:.0f} MB on disk): wall {wall:.2f} s (runs "
-                f"{', '.join(f'{r[0]:.2f}' for r in runs)}), CPU {cpu:.2f} s, peak RSS {rss:.0f} MB, "
+                f"{', '.join(f'{r[0]:.2f}' for r in runs)}), CPU {cpu:.2f} s (runs "
+                f"{', '.join(f'{r[1]:.2f}' for r in runs)}), peak RSS {rss:.0f} MB, "
                 f"exit {runs[-1][3]}: {runs[-1][4]}",
                 flush=True,
             )
