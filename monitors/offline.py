@@ -103,8 +103,13 @@ class ColumnFacts:
         if values.dtype.kind == "f":
             self.integer = False
             nan = np.isnan(values)
-            if nan.any():
-                self.missing += int(nan.sum())
+            missing = int(np.count_nonzero(nan))
+            if missing:
+                self.missing += missing
+                if not (self.distinct or self.ranged):  # one present value is all that is kept
+                    if self.low == np.inf and missing < len(values):
+                        self.low = self.high = float(values[int(np.argmin(nan))])
+                    return
                 present = values[~nan]
         if not present.size:
             return
