@@ -759,7 +759,9 @@ def run_cli(args: list[str], *, bytecode: str | None = None) -> tuple[float, flo
     with tempfile.NamedTemporaryFile("r", suffix=".out") as out:
         t0 = time.perf_counter()
         launched = subprocess.run(
-            [sys.executable, "-c", LAUNCHER, out.name, sys.executable, "-m", "service.cli", *args],
+            # -P: the working directory is not put first on the path (else a worktree run from its root
+            # would import that root's code whatever PYTHONPATH says)
+            [sys.executable, "-c", LAUNCHER, out.name, sys.executable, "-P", "-m", "service.cli", *args],
             capture_output=True,
             text=True,
             check=True,
