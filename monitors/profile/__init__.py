@@ -131,18 +131,7 @@ def build_reference_profile(
     numeric = [spec.name for spec in schema.features if spec.kind is FeatureKind.NUMERIC]
 
     def summary(spec: FeatureSpec) -> dict[str, Any]:
-        if spec.kind is not FeatureKind.NUMERIC:
-            return categorical_summary(cols[spec.name], name=spec.name)
-        given = (summaries or {}).get(spec.name)
-        out = dict(given) if given is not None else numeric_summary(cols[spec.name], name=spec.name)
-        out.update(
-            observed_min=spec.observed_min,
-            observed_max=spec.observed_max,
-            allowed_min=spec.allowed_min,
-            allowed_max=spec.allowed_max,
-            allowed_chance=spec.allowed_chance,
-        )
-        return out
+        return _feature_summary(spec, cols[spec.name], given=(summaries or {}).get(spec.name))
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="profile") as pool:
         pca = pool.submit(pca_summary, cols, numeric)  # the longest task: first
@@ -182,6 +171,22 @@ def build_reference_profile(
             out["calibration"] = calibration_table(p[ok], y[ok])
             out["performance_spread"] = performance_spread(Task.BINARY, y_true=y, predictions=p)
     _add_surrogate(out, schema)
+    return out
+
+
+def _feature_summary(spec: FeatureSpec, values: Column, *, given: dict[str, Any] | None) -> dict[str, Any]:
+    """One feature's summary: its categories' counts, or its numeric summary (``given``: made already) with
+    the contract's ranges."""
+    if spec.kind is not FeatureKind.NUMERIC:
+        return categorical_summary(values, name=spec.name)
+    out = dict(given) if given is not None else numeric_summary(values, name=spec.name)
+    out.update(
+        observed_min=spec.observed_min,
+        observed_max=spec.observed_max,
+        allowed_min=spec.allowed_min,
+        allowed_max=spec.allowed_max,
+        allowed_chance=spec.allowed_chance,
+    )
     return out
 
 
