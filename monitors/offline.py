@@ -17,11 +17,12 @@ service runs. What is particular to files:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,7 +38,9 @@ from core.tabular import (
     fold_batches,
 )
 from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
+from monitors.file_facts import Assembled, FileFacts, column_facts
 from monitors.profile import WORKERS, Profile, build_reference_profile, profile_from_dict
+from monitors.profile.ordered import Sorted, SortedPass
 from monitors.reservoir import RowReservoir
 from monitors.rows import RowSample
 from monitors.task_options import check_task_options
@@ -63,100 +66,6 @@ Source = Path | MemoryTable
 """One side of a comparison: a ``.csv`` / ``.parquet`` file, or a table in memory (the Python API's)."""
 
 
-@dataclass
-class ColumnFacts:
-    """What the pre-flight checks read of one column, gathered batch by batch (the values are not kept).
-
-    Text keeps its distinct values (the dictionary, small by nature); numbers keep one present value, their
-    range with ``ranged`` (predictions: the checks report it) and every distinct value with ``distinct``
-    (labels: the checks list those that are not 0/1).
-    """
-
-    distinct: bool = False
-    ranged: bool = False
-    rows: int = 0
-    missing: int = 0
-    text: bool = False
-    integer: bool = True  # every batch held integers without a missing value
-    low: float = np.inf
-    high: float = -np.inf
-    values: set[Any] = field(default_factory=set)
-
-    def add(self, values: Column) -> None:
-        """Count one batch of the column."""
-        self.rows += len(values)
-        if isinstance(values, CodedColumn):
-            self.text, self.integer = True, False
-            for key, n in values.counts().items():
-                self.missing += n if key is None or key == "" else 0
-                self.values.add(key)
-            return
-        present = values
-        if values.dtype.kind == "f":
-            self.integer = False
-            nan = np.isnan(values)
-            if nan.any():
-                self.missing += int(nan.sum())
-                present = values[~nan]
-        if not present.size:
-            return
-        if self.distinct:
-            self.values.update(np.unique(present).tolist())
-        elif self.ranged:
-            self.low = min(self.low, float(present.min()))
-            self.high = max(self.high, float(present.max()))
-        elif self.low == np.inf:
-            self.low = self.high = float(present[0])
-
-    def sample(self) -> np.ndarray:
-        """A few values standing for the column: its distinct values (text, labels), its range (or one
-        value), plus a missing value when it has one; the dtype ``read_table`` would give the whole column."""
-        if self.text:
-            out = np.empty(len(self.values), dtype=object)
-            out[:] = sorted(self.values, key=lambda v: (v is not None, "" if v is None else str(v)))
-            return out
-        present = [self.low, self.high] if self.rows > self.missing else []
-        present = sorted(self.values) if self.distinct else present
-        if self.integer:
-            return np.array(present, dtype=np.int64)
-        return np.array(present + ([np.nan] if self.missing else []), dtype=np.float64)
-
-
-class _StandIn:
-    """A column as the checks see it: ``len`` is its row count, ``np.asarray`` its sample of values."""
-
-    def __init__(self, rows: int, values: np.ndarray) -> None:
-        self.rows, self.values = rows, values
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        return self.values if dtype is None else self.values.astype(dtype)
-
-
-@dataclass
-class FileFacts:
-    """A file's column names (in order), its row count, and the facts of the columns that were read."""
-
-    names: list[str]
-    rows: int = 0
-    columns: dict[str, ColumnFacts] = field(default_factory=dict)
-
-    def for_checks(self) -> dict[str, np.ndarray]:
-        """Every column as a stand-in the functions of :mod:`monitors.checks` read like the full column."""
-        empty = np.zeros(0)
-        out = {
-            name: _StandIn(self.rows, self.columns[name].sample() if name in self.columns else empty)
-            for name in self.names
-        }
-        return cast(dict[str, np.ndarray], out)  # they read only len() and np.asarray(): see _StandIn
-
-    def missing_rate(self, name: str) -> float:
-        facts = self.columns[name]
-        return facts.missing / facts.rows if facts.rows else 0.0
-
-
 def _present(names: Sequence[str], wanted: Sequence[str | None]) -> list[str]:
     return list(dict.fromkeys(w for w in wanted if w is not None and w in names))
 
@@ -175,26 +84,48 @@ def read_reference(
     numeric_target: bool = False,
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = CSV_BLOCK_BYTES,
+    on_column: Callable[[str, Column], None] | None = None,
 ) -> tuple[FileFacts, dict[str, Column]]:
-    """Read the reference's ``columns`` (those it has; default all) in one pass: numbers as arrays, text
-    as codes.
+    """Read the reference's ``columns`` (those it has; default all): numbers as arrays, text as codes.
 
     The facts keep the distinct values of ``target`` (its range with ``numeric_target``: a regression's)
     and the range of ``prediction`` (the checks report labels that are not the task's and probabilities
-    outside [0, 1]). ``batch_rows`` / ``block_bytes``: the size of a Parquet / CSV batch.
+    outside [0, 1]). ``batch_rows`` / ``block_bytes``: the size of a Parquet / CSV batch. ``on_column`` is
+    handed each column once it is whole: a Parquet file (or a table in memory) is then read one column after
+    the other (the same batches, the same facts), so the caller's work on a column overlaps the reading of
+    the next; a CSV is read in one pass (its rows hold every column), its columns handed over at the end.
     """
     stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes)
     keep = _to_read(stream.names, stream.names if columns is None else columns)
+    rows = partial(_read_rows, stream, target=target, prediction=prediction, numeric_target=numeric_target)
+    if on_column is None or stream.format == "csv":
+        facts, read = rows(keep)
+        for name in keep:
+            if on_column is not None:
+                on_column(name, read[name])
+        return facts, read
+    facts, read = FileFacts(names=stream.names), {}
+    for name in keep:
+        one, column = rows([name])
+        facts.rows, facts.columns[name], read[name] = one.rows, one.columns[name], column[name]
+        on_column(name, read[name])
+    return facts, read
+
+
+def _read_rows(
+    stream: TableStream, keep: list[str], *, target: str | None, prediction: str | None, numeric_target: bool
+) -> tuple[FileFacts, dict[str, Column]]:
+    """The columns ``keep`` of ``stream`` in one pass over its batches, and their facts."""
 
     @dataclass
     class State:
         facts: FileFacts
-        columns: dict[str, _Assembled]
+        columns: dict[str, Assembled]
 
     def start() -> State:
         facts = FileFacts(names=stream.names)
-        facts.columns = {name: _facts(name, target, prediction, numeric_target) for name in keep}
-        return State(facts=facts, columns={name: _Assembled(stream.rows) for name in keep})
+        facts.columns = {name: column_facts(name, target, prediction, numeric_target) for name in keep}
+        return State(facts=facts, columns={name: Assembled(stream.rows) for name in keep})
 
     def add(state: State, batch: dict[str, Column]) -> None:
         state.facts.rows += len(next(iter(batch.values()))) if batch else 0
@@ -206,46 +137,6 @@ def read_reference(
     return state.facts, {name: state.columns.pop(name).column() for name in keep}
 
 
-def _facts(name: str, target: str | None, prediction: str | None, numeric_target: bool) -> ColumnFacts:
-    """What is gathered of a column: the target's distinct values (a numeric target's range), the
-    prediction's range."""
-    is_target = name == target
-    return ColumnFacts(
-        distinct=is_target and not numeric_target,
-        ranged=name == prediction or (is_target and numeric_target),
-    )
-
-
-class _Assembled:
-    """One column assembled from its batches: numbers into one array (allocated once when the row count is
-    known), codes onto one dictionary."""
-
-    def __init__(self, rows: int | None) -> None:
-        self.rows = rows
-        self.filled = 0
-        self.array: np.ndarray | None = None
-        self.parts: list[Column] = []
-
-    def add(self, values: Column) -> None:
-        if self.rows is None or isinstance(values, CodedColumn):
-            self.parts.append(values)
-            return
-        if self.array is None:
-            self.array = np.empty(self.rows, dtype=values.dtype)
-        elif self.array.dtype != values.dtype and values.dtype.kind == "f":
-            self.array = self.array.astype(np.float64)  # an integer column with a missing value: floats
-        self.array[self.filled : self.filled + len(values)] = values
-        self.filled += len(values)
-
-    def column(self) -> Column:
-        if self.array is not None:
-            return self.array[: self.filled]
-        coded = [p for p in self.parts if isinstance(p, CodedColumn)]
-        if coded:
-            return CodedColumn.concat(coded)
-        return np.concatenate([np.asarray(p) for p in self.parts]) if self.parts else np.zeros(0)
-
-
 def reference_schema(
     columns: dict[str, Column],
     facts: FileFacts,
@@ -254,20 +145,25 @@ def reference_schema(
     target: str | None,
     task: Task = Task.BINARY,
     classes: tuple[str, ...] = (),
+    inferred: dict[str, FeatureSpec] | None = None,
 ) -> ModelSchema:
     """The schema inferred from the reference, as ``registry.schema.infer_feature`` infers it, with the
     output of ``task`` (a multi-class model's ``classes``; a regression's expected range from the target's).
 
     Text is inferred from its distinct values; its missing rate is the counted one. The columns are inferred
-    on threads (:func:`registry.schema.infer_features`).
+    on threads (:func:`registry.schema.infer_features`), but those ``inferred`` already (by name).
     """
     kept = {name: values for name, values in columns.items() if name not in exclude}
-    specs = infer_features(
+    done = inferred or {}
+    rest = infer_features(
         {
             name: facts.columns[name].sample() if isinstance(values, CodedColumn) else values
             for name, values in kept.items()
+            if name not in done
         }
     )
+    found = iter(rest)
+    specs = [done[name] if name in done else next(found) for name in kept]
     features: list[FeatureSpec] = []
     for spec, (name, values) in zip(specs, kept.items(), strict=True):
         if isinstance(values, CodedColumn):
@@ -328,7 +224,7 @@ def sketch_current(
         if reservoir is not None:
             reservoir.reset()
         facts = FileFacts(names=stream.names)
-        facts.columns = {name: _facts(name, target, prediction, numeric_target) for name in keep}
+        facts.columns = {name: column_facts(name, target, prediction, numeric_target) for name in keep}
         return State(facts=facts, sketch=None if profile is None else WindowSketch(threshold=threshold))
 
     def add(state: State, batch: dict[str, Column]) -> None:
@@ -544,42 +440,65 @@ def reference_side(
 ) -> _Sides:
     """Read and check the reference file, then (when it passed) infer its schema (of ``task``, default
     binary) unless one is given and build its profile (``document``: as JSON); the file's columns are
-    dropped once the profile holds what is needed of them."""
+    dropped once the profile holds what is needed of them. Each numeric column is sorted once, for its spec
+    and its summary, on threads, while the next columns are read (:class:`SortedPass`)."""
     where = f"REFERENCE {path}"
     exclude = {c for c in (target, prediction) if c}
     task = (task or Task.BINARY) if schema is None else schema.kind
-    facts, columns = read_reference(
-        path,
-        columns=None  # all: the features are inferred from them
-        if schema is None
-        else [*schema.feature_names, target, prediction, schema.target or None],
-        target=target,
-        prediction=prediction,
-        numeric_target=task is Task.REGRESSION,
-    )
-    sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
-    sides.tables[where] = facts.for_checks()
-    classes = schema.classes if schema is not None else _inferred_classes(facts, task=task, target=target)
-    sides.findings += check_table(
-        sides.tables[where],
-        where=where,
-        min_rows=min_rows,
-        features=schema.feature_names if schema is not None else [c for c in facts.names if c not in exclude],
-        feature_source=sides.source,
-        target=target,
-        prediction=prediction,
-        task=task,
-        classes=classes,
-    )
-    if sides.findings:
-        return sides
-    try:
-        sides.schema = schema or reference_schema(
-            columns, facts, exclude=exclude, target=target, task=task, classes=classes
+    only = None if schema is None else numeric_features(schema)
+    with SortedPass(infer=schema is None, skip=exclude, only=only) as sorter:
+        facts, columns = read_reference(
+            path,
+            columns=None  # all: the features are inferred from them
+            if schema is None
+            else [*schema.feature_names, target, prediction, schema.target or None],
+            target=target,
+            prediction=prediction,
+            numeric_target=task is Task.REGRESSION,
+            on_column=sorter.add,
         )
-    except ValueError as exc:
-        raise Invalid(f"{where}: {exc}") from None
-    sides.label = target or (sides.schema.target or None)
+        sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
+        sides.tables[where] = facts.for_checks()
+        classes = schema.classes if schema is not None else _inferred_classes(facts, task=task, target=target)
+        sides.findings += check_table(
+            sides.tables[where],
+            where=where,
+            min_rows=min_rows,
+            features=schema.feature_names
+            if schema is not None
+            else [c for c in facts.names if c not in exclude],
+            feature_source=sides.source,
+            target=target,
+            prediction=prediction,
+            task=task,
+            classes=classes,
+        )
+        if sides.findings:
+            return sides
+        try:
+            passed = sorter.results()
+            sides.schema = schema or reference_schema(
+                columns,
+                facts,
+                exclude=exclude,
+                target=target,
+                task=task,
+                classes=classes,
+                inferred={name: p.spec for name, p in passed.items() if p.spec is not None},
+            )
+        except ValueError as exc:
+            raise Invalid(f"{where}: {exc}") from None
+    _profile_reference(sides, columns, prediction=prediction, passed=passed)
+    return sides
+
+
+def _profile_reference(
+    sides: _Sides, columns: dict[str, Column], *, prediction: str | None, passed: dict[str, Sorted]
+) -> None:
+    """Build the reference profile on the sides' schema (the numeric summaries ``passed`` made already);
+    why it could not be built is the sides' ``failure``."""
+    assert sides.schema is not None
+    sides.label = sides.label or (sides.schema.target or None)
     preds = columns.get(prediction) if prediction else None
     labels = columns.get(sides.label) if sides.label and preds is not None else None
     try:
@@ -588,12 +507,12 @@ def reference_side(
             sides.schema,
             predictions=None if preds is None else np.asarray(preds, dtype=np.float64),
             labels=None if labels is None else np.asarray(labels),
+            summaries={name: p.summary for name, p in passed.items() if p.summary is not None},
         )
         sides.profile = profile_from_dict(built)
         sides.document = built
     except (ValueError, TypeError) as exc:
         sides.failure = exc
-    return sides
 
 
 def _inferred_classes(facts: FileFacts, *, task: Task, target: str | None) -> tuple[str, ...]:

@@ -21,8 +21,13 @@ from registry.schema import FeatureKind
 
 
 def sample_texts(values: Column) -> np.ndarray:
-    """Categorical values as ``str`` or None (missing: None, NaN or ``""``), an object array."""
-    raw = values.decode() if isinstance(values, CodedColumn) else np.asarray(values, dtype=object)
+    """Categorical values as ``str`` or None (missing: None, NaN or ``""``), an object array; codes are
+    mapped by their words, each word once."""
+    if isinstance(values, CodedColumn):
+        lookup = np.empty(len(values.categories) + 1, dtype=object)  # the last: code -1, a null
+        lookup[:-1] = [None if w == "" else str(w) for w in values.categories.tolist()]
+        return lookup[values.codes]
+    raw = np.asarray(values, dtype=object)
     out = np.empty(len(raw), dtype=object)
     for i, v in enumerate(raw.tolist()):
         missing = v is None or v == "" or (isinstance(v, float) and math.isnan(v))

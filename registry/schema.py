@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from core.tabular import CodedColumn, text_codes
-from registry.tails import DEFAULT_CHANCE, allowed_range
+from registry.tails import DEFAULT_CHANCE, allowed_range, finite_sorted
 
 MAX_CATEGORIES = 64  # a string column with more distinct values is not treated as categorical
 MAX_CATEGORY_CHARS = 256  # default longest categorical value a contract accepts (or the longest trained on)
@@ -278,17 +278,24 @@ def infer_feature(
     range_chance: float = DEFAULT_CHANCE,
     wide: bool = False,
     wide_above: int | None = None,
+    ordered: np.ndarray | None = None,
 ) -> FeatureSpec:
     """Infer one feature's spec from its training column; a numeric one's allowed range refuses a legitimate
     value with ``range_chance`` (:func:`registry.tails.allowed_range`). A string column with more than
     ``MAX_CATEGORIES`` values is refused unless ``wide`` (named to be embedded) or it has more than
     ``wide_above``: then it keeps its level count and its most frequent ``MAX_CATEGORIES`` values. Text
-    may come as codes (:class:`core.tabular.CodedColumn`); text held as objects is coded first."""
+    may come as codes (:class:`core.tabular.CodedColumn`); text held as objects is coded first. ``ordered``:
+    a numeric column's values as float64 sorted ascending (NaN last), which a caller that sorts them anyway
+    hands over: the same spec, read off its ends without a pass over the values."""
     if isinstance(values, CodedColumn):
         return _infer_text(name, values, wide=wide, wide_above=wide_above)
     coded = text_codes(values) if values.dtype == object else None
     if coded is not None:
         return _infer_text(name, coded, wide=wide, wide_above=wide_above)
+    if ordered is not None and values.dtype.kind in "iufb":
+        spec = _infer_ordered(name, values, ordered, range_chance=range_chance)
+        if spec is not None:
+            return spec
     missing = is_missing(values)
     n = len(values)
     missing_rate = float(missing.mean()) if n else 0.0
@@ -318,6 +325,44 @@ def infer_feature(
         wide=wide,
         wide_above=wide_above,
     )
+
+
+def _infer_ordered(
+    name: str, values: np.ndarray, ordered: np.ndarray, *, range_chance: float
+) -> FeatureSpec | None:
+    """:func:`infer_feature` of a numeric column from its values sorted (float64, NaN last); None when an
+    extreme is a zero of both signs, whose sign as ``np.min`` gives it only the values' own order decides."""
+    n = len(values)
+    present = ordered[: int(np.searchsorted(ordered, np.nan, side="left"))] if n else ordered
+    finite = finite_sorted(present)
+    if _signed_zero_end(values, present, finite):
+        return None
+    missing = n - present.size
+    allowed = allowed_range(present, chance=range_chance, ordered=True)
+    return FeatureSpec(
+        name=name,
+        kind=FeatureKind.NUMERIC,
+        dtype="int64" if values.dtype.kind in "iub" else "float64",
+        nullable=missing > 0,
+        missing_rate=missing / n if n else 0.0,
+        observed_min=float(present[0]) if present.size else 0.0,
+        observed_max=float(present[-1]) if present.size else 0.0,
+        allowed_min=allowed.low,
+        allowed_max=allowed.high,
+        allowed_chance=allowed.chance,
+    )
+
+
+def _signed_zero_end(values: np.ndarray, present: np.ndarray, finite: np.ndarray) -> bool:
+    """Whether an end of the sorted values (or of their finite ones) is zero and the column's zeros have
+    both signs: -0.0 and 0.0 are equals, so which of them ``np.min`` gives is the values' order's (and a sort
+    may give either back); zeros of one sign keep it."""
+    if values.dtype.kind != "f" or not any(
+        v == 0 for v in (*present[:1], *present[-1:], *finite[:1], *finite[-1:])
+    ):
+        return False
+    signs = np.signbit(values[values == 0])
+    return bool(signs.any() and not signs.all())
 
 
 def _cores() -> int:

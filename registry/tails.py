@@ -106,6 +106,23 @@ def gpd_excess(uniforms: np.ndarray, *, scale: float, shape: float) -> np.ndarra
     return scale * np.expm1(-shape * log_tail) / shape
 
 
+FIT_ROWS = 16  # rows of the fit's grid computed at a time: a block that stays in cache, made once
+
+
+def _mean_log1p_neg(theta: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``-mean(log1p(-outer(theta, x)), axis=1)``, the same numbers, a block of rows at a time in one buffer
+    (not three ``(m, n)`` arrays on fresh pages)."""
+    out = np.empty(theta.size)
+    block = np.empty((min(FIT_ROWS, theta.size), x.size))
+    for lo in range(0, theta.size, FIT_ROWS):
+        rows = theta[lo : lo + FIT_ROWS]
+        part = block[: rows.size]
+        np.multiply(rows[:, None], x[None, :], out=part)  # as np.outer
+        np.log1p(np.negative(part, out=part), out=part)
+        out[lo : lo + rows.size] = -np.mean(part, axis=1)
+    return out
+
+
 def fit_gpd(excesses: np.ndarray) -> tuple[float, float]:
     """``(scale, shape)`` of a generalized Pareto fitted to positive ``excesses`` (Zhang & Stephens, 2009)."""
     x = np.sort(np.asarray(excesses, dtype=np.float64))
@@ -116,7 +133,7 @@ def fit_gpd(excesses: np.ndarray) -> tuple[float, float]:
     j = np.arange(1, m + 1, dtype=np.float64)
     theta = 1.0 / x[-1] + (1.0 - np.sqrt(m / (j - 0.5))) / (3.0 * quartile)
     theta = theta[theta != 0.0]
-    k = -np.mean(np.log1p(-np.outer(theta, x)), axis=1)
+    k = _mean_log1p_neg(theta, x)
     profile = n * (np.log(theta / k) + k - 1.0)
     with np.errstate(over="ignore"):  # a grid point far less likely than another weighs 0
         weights = 1.0 / np.exp(profile[:, None] - profile[None, :]).sum(axis=0)
@@ -127,17 +144,27 @@ def fit_gpd(excesses: np.ndarray) -> tuple[float, float]:
     return k_hat / best, -k_hat
 
 
-def fit_tail(values: np.ndarray, *, side: int) -> Tail | None:
+def _beyond(values: np.ndarray, *, side: int, at: int, ordered: bool) -> tuple[float, np.ndarray]:
+    """The ``at``-th smallest of ``side * values`` (the side's threshold) and those after it, in any order;
+    read off the ends of ``values`` when they are ``ordered`` (sorted ascending), else by a partition."""
+    if not ordered:
+        oriented = np.partition(side * values, at)  # the side's tail at the top, beyond its threshold
+        return float(oriented[at]), oriented[at + 1 :]
+    if side > 0:
+        return float(values[at]), values[at + 1 :]
+    cut = values.size - 1 - at  # side * values ascending is values descending, negated
+    return float(-values[cut]), -values[:cut]
+
+
+def fit_tail(values: np.ndarray, *, side: int, ordered: bool = False) -> Tail | None:
     """The fit of one side of a sample's finite ``values`` (None: too few values, or too few distinct ones
-    beyond the threshold)."""
+    beyond the threshold); ``ordered``: the values are sorted ascending (the same fit, no partition)."""
     n = values.size
     if n < MIN_SAMPLE:
         return None
     share = min(max(TAIL_SHARE, MIN_EXCEEDANCES / n), MAX_TAIL_SHARE, MAX_EXCEEDANCES / n)
     at = int(math.floor((1.0 - share) * (n - 1)))
-    oriented = np.partition(side * values, at)  # the side's tail at the top, beyond its threshold
-    threshold = float(oriented[at])
-    top = oriented[at + 1 :]
+    threshold, top = _beyond(values, side=side, at=at, ordered=ordered)
     excesses = top[top > threshold] - threshold
     if excesses.size < MIN_EXCEEDANCES or np.unique(excesses).size < MIN_DISTINCT:
         return None
@@ -155,19 +182,33 @@ def fit_tail(values: np.ndarray, *, side: int) -> Tail | None:
     )
 
 
-def allowed_range(values: np.ndarray, *, chance: float = DEFAULT_CHANCE) -> AllowedRange:
+def finite_sorted(ordered: np.ndarray) -> np.ndarray:
+    """The finite values of float64 values sorted ascending (NaN last): a slice, between the infinities."""
+    start = int(np.searchsorted(ordered, -np.inf, side="right"))
+    return ordered[start : int(np.searchsorted(ordered, np.inf, side="left"))]
+
+
+def allowed_range(
+    values: np.ndarray, *, chance: float = DEFAULT_CHANCE, ordered: bool = False
+) -> AllowedRange:
     """The allowed range of a numeric feature from its reference ``values`` (missing ones ignored) at
-    ``chance`` per value of refusing a legitimate one (half on each fitted side)."""
+    ``chance`` per value of refusing a legitimate one (half on each fitted side). ``ordered``: the values
+    are float64 sorted ascending (NaN last), read without a copy or a partition; the same range, but for
+    the sign of an extreme that is a zero of both signs (-0.0 and 0.0 sort as equals)."""
     if not 0.0 < chance < TAIL_SHARE:
         raise ValueError(f"the range chance must lie in (0, {TAIL_SHARE}), got {chance}")
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    lo = float(x.min()) if x.size else 0.0
-    hi = float(x.max()) if x.size else 0.0
+    if ordered:
+        x = finite_sorted(values)
+        lo, hi = (float(x[0]), float(x[-1])) if x.size else (0.0, 0.0)
+    else:
+        x = np.asarray(values, dtype=np.float64)
+        x = x[np.isfinite(x)]
+        lo = float(x.min()) if x.size else 0.0
+        hi = float(x.max()) if x.size else 0.0
     span = max(hi - lo, abs(hi), 1.0)
     constant = hi == lo
-    lower = None if constant else fit_tail(x, side=-1)
-    upper = None if constant else fit_tail(x, side=+1)
+    lower = None if constant else fit_tail(x, side=-1, ordered=ordered)
+    upper = None if constant else fit_tail(x, side=+1, ordered=ordered)
     low = min(lo, lower.bound(chance / 2)) if lower is not None else lo - span
     high = max(hi, upper.bound(chance / 2)) if upper is not None else hi + span
     lower_chance = chance / 2 if lower is not None else 0.0

@@ -80,6 +80,7 @@ from monitors.profile.summaries import (
     categorical_summary,
     numeric_summary,
     quantile_positions,
+    sorted_values,
 )
 from monitors.rows import RowSample
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, Task
@@ -104,6 +105,7 @@ def build_reference_profile(
     predictions: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     sample: RowSample | None = None,
+    summaries: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Build the JSON-serialisable reference profile of ``columns`` under ``schema``.
 
@@ -115,6 +117,9 @@ def build_reference_profile(
     ``"sample"`` keeps :func:`reference_sample` of ``columns`` (with ``predictions`` and ``labels``), or
     ``sample`` when given: the caller's sample of the rows its predictions belong to (training profiles the
     training rows but predicts the held-out ones).
+
+    ``summaries``: numeric features' :func:`numeric_summary` already made, by name (a caller that sorted
+    the columns for something else too: each column is sorted once); the others are made here.
     """
     for spec in schema.features:
         if spec.name not in columns:
@@ -126,22 +131,12 @@ def build_reference_profile(
     numeric = [spec.name for spec in schema.features if spec.kind is FeatureKind.NUMERIC]
 
     def summary(spec: FeatureSpec) -> dict[str, Any]:
-        if spec.kind is not FeatureKind.NUMERIC:
-            return categorical_summary(cols[spec.name], name=spec.name)
-        out = numeric_summary(cols[spec.name], name=spec.name)
-        out.update(
-            observed_min=spec.observed_min,
-            observed_max=spec.observed_max,
-            allowed_min=spec.allowed_min,
-            allowed_max=spec.allowed_max,
-            allowed_chance=spec.allowed_chance,
-        )
-        return out
+        return _feature_summary(spec, cols[spec.name], given=(summaries or {}).get(spec.name))
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="profile") as pool:
         pca = pool.submit(pca_summary, cols, numeric)  # the longest task: first
-        summaries = pool.map(summary, schema.features)
-        features = {spec.name: done for spec, done in zip(schema.features, summaries, strict=True)}
+        summarised = pool.map(summary, schema.features)
+        features = {spec.name: done for spec, done in zip(schema.features, summarised, strict=True)}
         multivariate = pca.result()
     out: dict[str, Any] = {
         "format": PROFILE_FORMAT,
@@ -176,6 +171,22 @@ def build_reference_profile(
             out["calibration"] = calibration_table(p[ok], y[ok])
             out["performance_spread"] = performance_spread(Task.BINARY, y_true=y, predictions=p)
     _add_surrogate(out, schema)
+    return out
+
+
+def _feature_summary(spec: FeatureSpec, values: Column, *, given: dict[str, Any] | None) -> dict[str, Any]:
+    """One feature's summary: its categories' counts, or its numeric summary (``given``: made already) with
+    the contract's ranges."""
+    if spec.kind is not FeatureKind.NUMERIC:
+        return categorical_summary(values, name=spec.name)
+    out = dict(given) if given is not None else numeric_summary(values, name=spec.name)
+    out.update(
+        observed_min=spec.observed_min,
+        observed_max=spec.observed_max,
+        allowed_min=spec.allowed_min,
+        allowed_max=spec.allowed_max,
+        allowed_chance=spec.allowed_chance,
+    )
     return out
 
 
@@ -221,5 +232,6 @@ __all__ = [
     "read_profile",
     "reconstruction_error",
     "reference_sample",
+    "sorted_values",
     "write_profile",
 ]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from core.tabular import CodedColumn, Column, as_float
+from core.tabular import Column, as_float
 from monitors.reservoir import sample_texts
 from monitors.rows import RowSample, uniform_positions
 from registry.schema import FeatureKind, ModelSchema
@@ -28,15 +28,6 @@ def _sample_labels(labels: np.ndarray | None, index: np.ndarray) -> np.ndarray |
         return np.asarray(np.asarray(labels).reshape(-1)[index], dtype=np.float64)
     except (TypeError, ValueError):
         return None
-
-
-def _texts(values: Column) -> np.ndarray:
-    """:func:`monitors.reservoir.sample_texts` of sampled values; codes mapped by their words, each once."""
-    if not isinstance(values, CodedColumn):
-        return sample_texts(values)
-    lookup = np.empty(len(values.categories) + 1, dtype=object)  # the last: code -1, a null
-    lookup[:-1] = [None if w == "" else str(w) for w in values.categories.tolist()]
-    return lookup[values.codes]
 
 
 def reference_sample(
@@ -63,7 +54,7 @@ def reference_sample(
     for spec in schema.features:
         values = columns[spec.name][index]
         numeric = spec.kind is FeatureKind.NUMERIC
-        sampled[spec.name] = as_float(values).astype(np.float64) if numeric else _texts(values)
+        sampled[spec.name] = as_float(values).astype(np.float64) if numeric else sample_texts(values)
     answers: np.ndarray = (
         np.full(index.size, np.nan)
         if predictions is None

@@ -39,10 +39,16 @@ def quantile_positions(n: int, q: np.ndarray) -> np.ndarray:
 
 
 def numeric_summary(
-    values: Column, *, name: str, n_quantiles: int = N_QUANTILES, n_bins: int = N_BINS
+    values: Column,
+    *,
+    name: str,
+    n_quantiles: int = N_QUANTILES,
+    n_bins: int = N_BINS,
+    ordered: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Summary dict of one numeric column (NaN = missing); one sort of the values."""
-    x = np.sort(as_float(values))  # NaN sorts last
+    """Summary dict of one numeric column (NaN = missing); one sort of the values, or none when the caller
+    gives them ``ordered`` (:func:`sorted_values`)."""
+    x = sorted_values(values) if ordered is None else ordered
     n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
     present = x[:n_valid]
     out: dict[str, Any] = {"kind": FeatureKind.NUMERIC.value, "name": name, "count": int(present.size)}
@@ -73,6 +79,11 @@ def numeric_summary(
         bin_counts=bin_counts.astype(int).tolist(),
     )
     return out
+
+
+def sorted_values(values: Column) -> np.ndarray:
+    """A numeric column as float64 sorted ascending, NaN last: what :func:`numeric_summary` reads."""
+    return np.sort(as_float(values))
 
 
 def categorical_summary(values: Column, *, name: str) -> dict[str, Any]:

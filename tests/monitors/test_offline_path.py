@@ -31,7 +31,7 @@ from core.tabular import (
 from monitors.binning import count_on_grid
 from monitors.config import MonitorConfig
 from monitors.engine import compare, evaluate
-from monitors.offline import read_reference, reference_schema, sketch_current
+from monitors.offline import read_reference, reference_schema, reference_side, sketch_current
 from monitors.profile import build_reference_profile, numeric_summary, profile_from_dict, quantile_positions
 from registry.schema import infer_schema
 from tests.monitors.helpers import true_probability
@@ -213,6 +213,46 @@ def test_offline_report_equals_the_engine_on_whole_columns(
     got = evaluate(profile=profile, sketch=sketch, config=config).as_dict()
     _same(got, want)
     assert {f["name"] for f in got["features"] if f["drifted"]} == {"age", "income", "credit_score"}
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "csv"])
+@pytest.mark.parametrize("given", [False, True])
+def test_the_reference_sorted_once_gives_the_schema_and_profile_of_the_columns(
+    files: dict[str, Path], given: bool, suffix: str
+) -> None:
+    """reference_side reads a Parquet file column after column and sorts each numeric column once, while the
+    next is read, for its spec and its summary: the very schema and profile (equal, not close) that
+    inference and the profile make of the columns read in one pass."""
+    path = files[f"reference.{suffix}"]
+    facts, columns = read_reference(path, target=TARGET, prediction="prediction")
+    handed: list[str] = []
+    by_column = read_reference(
+        path, target=TARGET, prediction="prediction", on_column=lambda name, _: handed.append(name)
+    )
+    assert handed == facts.names == list(by_column[1])
+    assert by_column[0].rows == facts.rows
+    assert by_column[0].for_checks().keys() == facts.for_checks().keys()
+    for name in facts.names:
+        assert by_column[0].columns[name] == facts.columns[name]
+        got, read = by_column[1][name], columns[name]
+        if isinstance(read, CodedColumn):
+            assert isinstance(got, CodedColumn) and got.decode().tolist() == read.decode().tolist()
+        else:
+            assert np.array_equal(np.asarray(got), read, equal_nan=True)
+    schema = reference_schema(columns, facts, exclude={TARGET, "prediction"}, target=TARGET)
+    want = build_reference_profile(
+        columns, schema, predictions=np.asarray(columns["prediction"]), labels=np.asarray(columns[TARGET])
+    )
+    sides = reference_side(
+        path,
+        schema=schema if given else None,
+        schema_source="--schema schema.json",
+        target=TARGET,
+        prediction="prediction",
+        min_rows=30,
+    )
+    assert sides.schema is not None and sides.schema.to_dict() == schema.to_dict()
+    assert json.dumps(sides.document, sort_keys=True) == json.dumps(want, sort_keys=True)
 
 
 def _without_pca_axes(profile: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from core.tabular import CodedColumn, write_table
 from monitors.config import MonitorConfig
 from monitors.offline import compare
 from monitors.profile import REFERENCE_SAMPLE_ROWS
-from monitors.reservoir import RowReservoir
+from monitors.reservoir import RowReservoir, sample_texts
 from monitors.rows import uniform_positions
 from registry.schema import FeatureKind
 from tests.monitors.helpers import true_probability
@@ -129,3 +129,13 @@ def test_tiny_samples(rows: int) -> None:
     sample = reservoir.sample()
     assert sample is not None and sample.rows == rows and sample.population == 1_000
     assert len(set(sample.columns["i"].tolist())) == rows
+
+
+def test_sample_texts_of_codes_are_those_of_their_words() -> None:
+    coded = CodedColumn(
+        codes=np.array([0, 1, -1, 2, 0, 3, 2], dtype=np.int32),
+        categories=np.array(["a", "", "b", "c d"], dtype=object),
+    )
+    got = sample_texts(coded)
+    assert got.dtype == object
+    assert got.tolist() == sample_texts(coded.decode()).tolist() == ["a", None, None, "b", "a", "c d", "b"]

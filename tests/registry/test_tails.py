@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import astuple
 
 import numpy as np
 import pytest
@@ -101,3 +102,46 @@ def test_the_chance_is_stored_and_an_old_contract_reads_as_before() -> None:
     old = ModelSchema.from_dict(doc).features[0]
     assert old.kind is FeatureKind.NUMERIC and old.allowed_chance is None
     assert (old.allowed_min, old.allowed_max) == (spec.allowed_min, spec.allowed_max)
+
+
+def _columns() -> dict[str, np.ndarray]:
+    """Columns of every shape the inference meets: heavy and light tails, missing values and infinities,
+    integers, a constant, too few values, a zero at either end (and both signs of zero)."""
+    rng = np.random.default_rng(11)
+    normal = rng.normal(size=30_000)
+    holes = normal.copy()
+    holes[rng.integers(0, holes.size, 500)] = np.nan
+    holes[:3] = [np.inf, -np.inf, np.inf]
+    zeros = np.abs(normal)
+    zeros[:50] = -0.0
+    zeros[100:150] = 0.0  # zeros of both signs at the low end
+    return {
+        **{name: draw(rng, 30_000) for name, draw in HEAVY.items()},
+        "normal": normal,
+        "holes": holes,
+        "integers": rng.poisson(40.0, 30_000).astype(np.int64),
+        "negative_integers": -rng.poisson(40.0, 30_000).astype(np.int64) - 1,
+        "constant": np.full(1_000, 3.5),
+        "few": rng.normal(size=MIN_SAMPLE - 1),
+        "zero_low": zeros,
+        "zero_high": -zeros,
+        "positive_zero_low": np.maximum(normal, 0.0),
+        "negative_zero_high": np.minimum(normal, -0.0),
+        "counts": rng.poisson(1.0, 30_000).astype(np.int64),
+        "all_missing": np.full(300, np.nan),
+        "empty": np.zeros(0),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_columns()))
+def test_a_sorted_column_gives_the_same_spec_and_range(name: str) -> None:
+    values = _columns()[name]
+    ordered = np.sort(values.astype(np.float64))
+    assert infer_feature(name, values, ordered=ordered) == infer_feature(name, values)
+    present = values[~np.isnan(values)] if values.dtype.kind == "f" else values
+    zeros = np.signbit(values[values == 0])
+    if not (zeros.any() and not zeros.all()):  # zeros of both signs: an extreme's sign is the order's
+        assert allowed_range(ordered, ordered=True) == allowed_range(present)
+    got_spec, want_spec = infer_feature(name, values, ordered=ordered), infer_feature(name, values)
+    for got, want in zip(astuple(got_spec), astuple(want_spec), strict=True):  # each sign too: -0.0 == 0.0
+        assert not isinstance(got, float) or math.copysign(1.0, got) == math.copysign(1.0, want)
