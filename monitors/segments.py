@@ -180,9 +180,13 @@ def segment_table(
     kinds = {k: v for k, v in window.kinds.items() if k in reference.columns}
     parts = partitions(profile=profile, config=config, kinds=kinds)
     w_coded, r_coded, vocabulary = _encoded(window, reference)
+    w_prepared, r_prepared = _Prepared.of(w_coded), _Prepared.of(r_coded)
     coded = [(part, part.codes(w_coded, vocabulary), part.codes(r_coded, vocabulary)) for part in parts]
     cuts = [
-        (segment, _Cut(window, reference, w_coded, r_coded, w_codes == segment.code, r_codes == segment.code))
+        (
+            segment,
+            _Cut(window, reference, w_prepared, r_prepared, w_codes == segment.code, r_codes == segment.code),
+        )
         for part, w_codes, r_codes in coded
         for segment in part.segments
     ]
@@ -199,8 +203,8 @@ class _Cut:
 
     window: RowSample
     reference: RowSample
-    w_coded: RowSample
-    r_coded: RowSample
+    w_coded: _Prepared
+    r_coded: _Prepared
     w_mask: np.ndarray
     r_mask: np.ndarray
 
@@ -211,11 +215,11 @@ class _Cut:
     def inside(self) -> tuple[RowSample, RowSample]:
         return self.window.take(self.w_mask), self.reference.take(self.r_mask)
 
-    def coded_inside(self) -> tuple[RowSample, RowSample]:
-        return self.w_coded.take(self.w_mask), self.r_coded.take(self.r_mask)
+    def coded_inside(self) -> tuple[_Rows, _Rows]:
+        return _Rows(self.w_coded, self.w_mask), _Rows(self.r_coded, self.r_mask)
 
-    def coded_outside(self) -> tuple[RowSample, RowSample]:
-        return self.w_coded.take(~self.w_mask), self.r_coded.take(~self.r_mask)
+    def coded_outside(self) -> tuple[_Rows, _Rows]:
+        return _Rows(self.w_coded, ~self.w_mask), _Rows(self.r_coded, ~self.r_mask)
 
     def outside(self) -> tuple[RowSample, RowSample]:
         return self.window.take(~self.w_mask), self.reference.take(~self.r_mask)
@@ -264,6 +268,7 @@ def _row(
 
 
 Pair = tuple[RowSample, RowSample]  # (window, reference) rows
+Coded = tuple["_Rows", "_Rows"]  # (window, reference) rows, categories as codes (:func:`_encoded`)
 
 
 def _judge_performance(
@@ -284,7 +289,7 @@ def _judge_performance(
 
 
 def _judge_drift(
-    out: dict[str, Any], inside: Pair, outside: Pair, *, skip: str, config: MonitorConfig, level: float
+    out: dict[str, Any], inside: Coded, outside: Coded, *, skip: str, config: MonitorConfig, level: float
 ) -> None:
     """Each feature's drift in the segment; ``own``: those drifted more than in the rest of the window."""
     drift = _drift(*inside, skip=skip, config=config, level=level)
@@ -449,14 +454,65 @@ def _encoded(window: RowSample, reference: RowSample) -> tuple[RowSample, RowSam
     return window.with_columns(w_columns), reference.with_columns(r_columns), vocabulary
 
 
-def _present(sample: RowSample, name: str) -> np.ndarray:
+@dataclass(frozen=True)
+class _Prepared:
+    """A coded sample (:func:`_encoded`) prepared once for all its segments: each numeric column's present
+    values sorted with their rows, each column's missing rows."""
+
+    sample: RowSample
+    order: dict[str, np.ndarray]  # numeric: the rows of the present values, in the values' order
+    ordered: dict[str, np.ndarray]  # numeric: the present values, sorted
+    missing: dict[str, np.ndarray]  # each column: whether a row's value is missing
+
+    @classmethod
+    def of(cls, sample: RowSample) -> _Prepared:
+        """``sample``'s columns prepared."""
+        order: dict[str, np.ndarray] = {}
+        ordered: dict[str, np.ndarray] = {}
+        missing: dict[str, np.ndarray] = {}
+        for name, values in sample.columns.items():
+            if sample.kinds[name] is FeatureKind.NUMERIC:
+                x = np.asarray(values, dtype=np.float64)
+                missing[name] = np.isnan(x)
+                rows = np.flatnonzero(~missing[name])
+                order[name] = rows[np.argsort(x[rows], kind="stable")]
+                ordered[name] = x[order[name]]
+            else:  # codes (:func:`_encoded`)
+                missing[name] = np.asarray(values, dtype=np.int64) < 0
+        return cls(sample, order, ordered, missing)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Some rows (``mask``) of a prepared sample: what a segment's drift and quality read of them."""
+
+    prepared: _Prepared
+    mask: np.ndarray
+
+    @property
+    def kinds(self) -> dict[str, FeatureKind]:
+        return self.prepared.sample.kinds
+
+    @property
+    def columns(self) -> Mapping[str, np.ndarray]:
+        return self.prepared.sample.columns
+
+    @property
+    def rows(self) -> int:
+        return int(np.count_nonzero(self.mask))
+
+    def missing(self, name: str) -> int:
+        """How many of the rows miss ``name``."""
+        return int(np.count_nonzero(self.prepared.missing[name] & self.mask))
+
+
+def _present(sample: _Rows, name: str) -> np.ndarray:
     """A numeric column's present values, sorted; a categorical one's present codes."""
-    values = sample.columns[name]
+    prepared = sample.prepared
     if sample.kinds[name] is FeatureKind.NUMERIC:
-        x = np.asarray(values, dtype=np.float64)
-        return np.sort(x[~np.isnan(x)])
-    codes = np.asarray(values, dtype=np.int64)
-    return codes[codes >= 0]
+        return prepared.ordered[name][sample.mask[prepared.order[name]]]
+    codes = np.asarray(sample.columns[name], dtype=np.int64)
+    return codes[sample.mask & ~prepared.missing[name]]
 
 
 def _counts(codes: np.ndarray) -> CategoricalCounts:
@@ -475,7 +531,7 @@ def _ks(current: np.ndarray, reference: np.ndarray) -> float:
     return float(np.max(np.abs(f_c - f_r)))
 
 
-def _test(name: str, window: RowSample, reference: RowSample) -> tuple[float, float]:
+def _test(name: str, window: _Rows, reference: _Rows) -> tuple[float, float]:
     """(p-value, effect) of one feature, window against reference: KS (Stephens' limit) or chi-square."""
     w, r = _present(window, name), _present(reference, name)
     if window.kinds[name] is FeatureKind.NUMERIC:
@@ -485,7 +541,7 @@ def _test(name: str, window: RowSample, reference: RowSample) -> tuple[float, fl
     return float(m.p_value if m.p_value is not None else 1.0), float(m.effect)
 
 
-def _effect(name: str, window: RowSample, reference: RowSample) -> float:
+def _effect(name: str, window: _Rows, reference: _Rows) -> float:
     """The effect of one feature's drift (KS distance or total variation)."""
     if window.rows == 0 or reference.rows == 0:
         return 0.0
@@ -493,7 +549,7 @@ def _effect(name: str, window: RowSample, reference: RowSample) -> float:
 
 
 def _drift(
-    window: RowSample, reference: RowSample, *, skip: str, config: MonitorConfig, level: float
+    window: _Rows, reference: _Rows, *, skip: str, config: MonitorConfig, level: float
 ) -> dict[str, Any]:
     """Each feature's test in the segment, BH-adjusted, drifted at ``level``."""
     disabled = {name for name, o in config.features.items() if not o.enabled}
@@ -515,20 +571,17 @@ def _drift(
     return {"summary": summary, "effects": effects, "names": kinds}
 
 
-def _missing_rate(sample: RowSample, name: str) -> tuple[float, int]:
-    values = sample.columns[name]
-    if sample.kinds[name] is FeatureKind.NUMERIC:
-        missing = int(np.count_nonzero(np.isnan(np.asarray(values, dtype=np.float64))))
-    else:  # codes (:func:`_encoded`)
-        missing = int(np.count_nonzero(np.asarray(values, dtype=np.int64) < 0))
-    return (missing / sample.rows if sample.rows else 0.0), missing
+def _missing_rate(sample: _Rows, name: str) -> tuple[float, int]:
+    missing = sample.missing(name)
+    rows = sample.rows
+    return (missing / rows if rows else 0.0), missing
 
 
 def _quality(
-    window: RowSample,
-    reference: RowSample,
+    window: _Rows,
+    reference: _Rows,
     *,
-    rest: tuple[RowSample, RowSample],
+    rest: Coded,
     config: MonitorConfig,
     level: float,
 ) -> dict[str, Any]:
