@@ -34,7 +34,7 @@ without a verdict.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ from monitors.drift.numeric import ks_p_value
 from monitors.horizon import LOWER_IS_BETTER, performance_z, sd_allowance
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.rows import RowSample, category_codes
+from monitors.segment_figures import Figures, Sizes, as_counts, figures, pool_values
 from registry.schema import FeatureKind, Task
 
 MISSING = "(missing)"
@@ -180,16 +181,21 @@ def segment_table(
     kinds = {k: v for k, v in window.kinds.items() if k in reference.columns}
     parts = partitions(profile=profile, config=config, kinds=kinds)
     w_coded, r_coded, vocabulary = _encoded(window, reference)
-    w_prepared, r_prepared = _Prepared.of(w_coded), _Prepared.of(r_coded)
-    coded = [(part, part.codes(w_coded, vocabulary), part.codes(r_coded, vocabulary)) for part in parts]
-    cuts = [
-        (
-            segment,
-            _Cut(window, reference, w_prepared, r_prepared, w_codes == segment.code, r_codes == segment.code),
+    pools = {
+        n: pool_values(w_coded.columns[n], r_coded.columns[n])
+        for n in w_coded.numeric()
+        if n in r_coded.columns
+    }
+    cuts = []
+    for part in parts:
+        codes = part.codes(w_coded, vocabulary), part.codes(r_coded, vocabulary)
+        size = max(s.code for s in part.segments) + 1
+        found = figures(
+            window=w_coded, reference=r_coded, codes=codes, size=size, skip=part.feature, pools=pools
         )
-        for part, w_codes, r_codes in coded
-        for segment in part.segments
-    ]
+        for segment in part.segments:
+            masks = codes[0] == segment.code, codes[1] == segment.code
+            cuts.append((segment, _Cut(window, reference, found, segment.code, *masks)))
     judged = sum(1 for _, cut in cuts if cut.enough(config.segment_min_rows))
     each = level / max(judged, 1)
     rows = [_row(segment, cut, profile=profile, config=config, level=each) for segment, cut in cuts]
@@ -203,8 +209,8 @@ class _Cut:
 
     window: RowSample
     reference: RowSample
-    w_coded: _Prepared
-    r_coded: _Prepared
+    figures: Figures
+    code: int
     w_mask: np.ndarray
     r_mask: np.ndarray
 
@@ -215,11 +221,11 @@ class _Cut:
     def inside(self) -> tuple[RowSample, RowSample]:
         return self.window.take(self.w_mask), self.reference.take(self.r_mask)
 
-    def coded_inside(self) -> tuple[_Rows, _Rows]:
-        return _Rows(self.w_coded, self.w_mask), _Rows(self.r_coded, self.r_mask)
+    def coded_inside(self) -> _Side:
+        return _Side(self.figures, self.code, inside=True)
 
-    def coded_outside(self) -> tuple[_Rows, _Rows]:
-        return _Rows(self.w_coded, ~self.w_mask), _Rows(self.r_coded, ~self.r_mask)
+    def coded_outside(self) -> _Side:
+        return _Side(self.figures, self.code, inside=False)
 
     def outside(self) -> tuple[RowSample, RowSample]:
         return self.window.take(~self.w_mask), self.reference.take(~self.r_mask)
@@ -256,11 +262,10 @@ def _row(
         ]
         return out
     out["judged"] = True
-    inside, outside = (window, reference), cut.outside()
-    _judge_performance(out, inside, outside, profile=profile, config=config, level=level)
+    _judge_performance(out, (window, reference), cut.outside, profile=profile, config=config, level=level)
     coded, coded_rest = cut.coded_inside(), cut.coded_outside()
     _judge_drift(out, coded, coded_rest, skip=segment.feature, config=config, level=level)
-    out["quality"] = _quality(*coded, rest=coded_rest, config=config, level=level)
+    out["quality"] = _quality(coded, rest=coded_rest, config=config, level=level)
     if out["quality"]["flagged"]:
         out["reasons"].append(f"more values missing in this segment: {', '.join(out['quality']['features'])}")
     out["flagged"] = bool(out["worse"] or out["drift"]["own"] or out["quality"]["flagged"])
@@ -268,11 +273,16 @@ def _row(
 
 
 Pair = tuple[RowSample, RowSample]  # (window, reference) rows
-Coded = tuple["_Rows", "_Rows"]  # (window, reference) rows, categories as codes (:func:`_encoded`)
 
 
 def _judge_performance(
-    out: dict[str, Any], inside: Pair, outside: Pair, *, profile: Profile, config: MonitorConfig, level: float
+    out: dict[str, Any],
+    inside: Pair,
+    outside: Callable[[], Pair],
+    *,
+    profile: Profile,
+    config: MonitorConfig,
+    level: float,
 ) -> None:
     """The segment's metric, its change and ``worse``: significantly worse, and more than in the rest."""
     metric = out["metric"]
@@ -282,19 +292,19 @@ def _judge_performance(
     out.update({k: perf[k] for k in ("estimate", "reference", "current", "change", "z")})
     if not perf["worse"]:
         return
-    rest = _performance(*outside, profile=profile, config=config, metric=metric, level=1.0)
+    rest = _performance(*outside(), profile=profile, config=config, metric=metric, level=1.0)
     rest_worse = max(_worse_by(metric, rest["change"]), 0.0) if rest else 0.0
     out["worse"] = own = _worse_by(metric, perf["change"]) > LOCAL_RATIO * rest_worse
     out["reasons"].append(_perf_reason(perf, metric, own=own, rest=rest))
 
 
 def _judge_drift(
-    out: dict[str, Any], inside: Coded, outside: Coded, *, skip: str, config: MonitorConfig, level: float
+    out: dict[str, Any], inside: _Side, outside: _Side, *, skip: str, config: MonitorConfig, level: float
 ) -> None:
     """Each feature's drift in the segment; ``own``: those drifted more than in the rest of the window."""
-    drift = _drift(*inside, skip=skip, config=config, level=level)
+    drift = _drift(inside, skip=skip, config=config, level=level)
     summary = drift["summary"]
-    rest = {name: _effect(name, *outside) for name in summary["features"]}
+    rest = {name: _effect(name, outside) for name in summary["features"]}
     summary["own"] = [n for n in summary["features"] if drift["effects"][n] > LOCAL_RATIO * rest[n]]
     out["drift"] = summary
     for name in summary["features"]:
@@ -455,106 +465,65 @@ def _encoded(window: RowSample, reference: RowSample) -> tuple[RowSample, RowSam
 
 
 @dataclass(frozen=True)
-class _Prepared:
-    """A coded sample (:func:`_encoded`) prepared once for all its segments: each numeric column's present
-    values sorted with their rows, each column's missing rows."""
+class _Side:
+    """A segment's rows in both samples (``inside``) or the rest of its partition's, as the partition's
+    :class:`monitors.segment_figures.Figures` count them."""
 
-    sample: RowSample
-    order: dict[str, np.ndarray]  # numeric: the rows of the present values, in the values' order
-    ordered: dict[str, np.ndarray]  # numeric: the present values, sorted
-    missing: dict[str, np.ndarray]  # each column: whether a row's value is missing
+    figures: Figures
+    code: int
+    inside: bool
 
-    @classmethod
-    def of(cls, sample: RowSample) -> _Prepared:
-        """``sample``'s columns prepared."""
-        order: dict[str, np.ndarray] = {}
-        ordered: dict[str, np.ndarray] = {}
-        missing: dict[str, np.ndarray] = {}
-        for name, values in sample.columns.items():
-            if sample.kinds[name] is FeatureKind.NUMERIC:
-                x = np.asarray(values, dtype=np.float64)
-                missing[name] = np.isnan(x)
-                rows = np.flatnonzero(~missing[name])
-                order[name] = rows[np.argsort(x[rows], kind="stable")]
-                ordered[name] = x[order[name]]
-            else:  # codes (:func:`_encoded`)
-                missing[name] = np.asarray(values, dtype=np.int64) < 0
-        return cls(sample, order, ordered, missing)
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """Some rows (``mask``) of a prepared sample: what a segment's drift and quality read of them."""
-
-    prepared: _Prepared
-    mask: np.ndarray
+    def _pair(self, counts: tuple[np.ndarray, np.ndarray], totals: Sizes) -> Sizes:
+        here = int(counts[0][self.code]), int(counts[1][self.code])
+        return here if self.inside else (totals[0] - here[0], totals[1] - here[1])
 
     @property
-    def kinds(self) -> dict[str, FeatureKind]:
-        return self.prepared.sample.kinds
+    def rows(self) -> Sizes:
+        """The rows of the window's sample and of the reference's."""
+        return self._pair(self.figures.rows, self.figures.total_rows)
 
-    @property
-    def columns(self) -> Mapping[str, np.ndarray]:
-        return self.prepared.sample.columns
+    def missing(self, name: str) -> Sizes:
+        """How many of those rows miss ``name``."""
+        return self._pair(self.figures.missing[name], self.figures.total_missing[name])
 
-    @property
-    def rows(self) -> int:
-        return int(np.count_nonzero(self.mask))
+    def ks(self, name: str) -> tuple[float, int, int]:
+        """A numeric feature's KS distance, window's against reference's, and their present values."""
+        if not self.inside:
+            return self.figures.rest_ks(name, self.code)
+        d, n, m = self.figures.ks[name]
+        return float(d[self.code]), int(n[self.code]), int(m[self.code])
 
-    def missing(self, name: str) -> int:
-        """How many of the rows miss ``name``."""
-        return int(np.count_nonzero(self.prepared.missing[name] & self.mask))
-
-
-def _present(sample: _Rows, name: str) -> np.ndarray:
-    """A numeric column's present values, sorted; a categorical one's present codes."""
-    prepared = sample.prepared
-    if sample.kinds[name] is FeatureKind.NUMERIC:
-        return prepared.ordered[name][sample.mask[prepared.order[name]]]
-    codes = np.asarray(sample.columns[name], dtype=np.int64)
-    return codes[sample.mask & ~prepared.missing[name]]
-
-
-def _counts(codes: np.ndarray) -> CategoricalCounts:
-    """The counts of present category codes, keyed by code."""
-    n = np.bincount(codes)
-    return CategoricalCounts(counts={str(c): int(n[c]) for c in np.flatnonzero(n)})
+    def counts(self, name: str) -> tuple[CategoricalCounts, CategoricalCounts]:
+        """A categorical feature's counts of category codes: the window's, the reference's."""
+        w_in, w_all, r_in, r_all = self.figures.counts[name]
+        w, r = w_in[self.code], r_in[self.code]
+        if not self.inside:
+            w, r = w_all - w, r_all - r
+        return as_counts(w), as_counts(r)
 
 
-def _ks(current: np.ndarray, reference: np.ndarray) -> float:
-    """The two-sample KS distance of two sorted samples."""
-    if current.size == 0 or reference.size == 0:
-        return 0.0
-    points = np.concatenate([current, reference])
-    f_c = np.searchsorted(current, points, side="right") / current.size
-    f_r = np.searchsorted(reference, points, side="right") / reference.size
-    return float(np.max(np.abs(f_c - f_r)))
-
-
-def _test(name: str, window: _Rows, reference: _Rows) -> tuple[float, float]:
+def _test(name: str, side: _Side) -> tuple[float, float]:
     """(p-value, effect) of one feature, window against reference: KS (Stephens' limit) or chi-square."""
-    w, r = _present(window, name), _present(reference, name)
-    if window.kinds[name] is FeatureKind.NUMERIC:
-        d = _ks(w, r)
-        return ks_p_value(d, n=w.size, m=r.size, exact_max_n=0), d
-    m = ChiSquare().measure(_counts(r), _counts(w))
-    return float(m.p_value if m.p_value is not None else 1.0), float(m.effect)
+    if side.figures.kinds[name] is FeatureKind.NUMERIC:
+        d, n, m = side.ks(name)
+        return ks_p_value(d, n=n, m=m, exact_max_n=0), d
+    w, r = side.counts(name)
+    measured = ChiSquare().measure(r, w)
+    return float(measured.p_value if measured.p_value is not None else 1.0), float(measured.effect)
 
 
-def _effect(name: str, window: _Rows, reference: _Rows) -> float:
+def _effect(name: str, side: _Side) -> float:
     """The effect of one feature's drift (KS distance or total variation)."""
-    if window.rows == 0 or reference.rows == 0:
+    if 0 in side.rows:
         return 0.0
-    return _test(name, window, reference)[1]
+    return _test(name, side)[1]
 
 
-def _drift(
-    window: _Rows, reference: _Rows, *, skip: str, config: MonitorConfig, level: float
-) -> dict[str, Any]:
+def _drift(side: _Side, *, skip: str, config: MonitorConfig, level: float) -> dict[str, Any]:
     """Each feature's test in the segment, BH-adjusted, drifted at ``level``."""
     disabled = {name for name, o in config.features.items() if not o.enabled}
-    names = [n for n in window.kinds if n != skip and n in reference.columns and n not in disabled]
-    tested = [_test(n, window, reference) for n in names]
+    names = [n for n in side.figures.names if n != skip and n not in disabled]
+    tested = [_test(n, side) for n in names]
     p = np.array([t[0] for t in tested], dtype=np.float64)
     adjusted = adjust_p_values(p, method="bh") if p.size else p
     drifted = [n for n, q in zip(names, adjusted, strict=True) if q < level]
@@ -567,41 +536,35 @@ def _drift(
         "level": level,
     }
     effects = {n: t[1] for n, t in zip(names, tested, strict=True)}
-    kinds = {n: "KS" if window.kinds[n] is FeatureKind.NUMERIC else "total variation" for n in names}
+    kinds = {n: "KS" if side.figures.kinds[n] is FeatureKind.NUMERIC else "total variation" for n in names}
     return {"summary": summary, "effects": effects, "names": kinds}
 
 
-def _missing_rate(sample: _Rows, name: str) -> tuple[float, int]:
-    missing = sample.missing(name)
-    rows = sample.rows
-    return (missing / rows if rows else 0.0), missing
+def _missing_rates(side: _Side, name: str) -> tuple[tuple[float, int], tuple[float, int]]:
+    """The window's and the reference's (missing rate, missing values) of ``name`` on the side's rows."""
+    rows, missing = side.rows, side.missing(name)
+    w_rate = missing[0] / rows[0] if rows[0] else 0.0
+    r_rate = missing[1] / rows[1] if rows[1] else 0.0
+    return (w_rate, missing[0]), (r_rate, missing[1])
 
 
-def _quality(
-    window: _Rows,
-    reference: _Rows,
-    *,
-    rest: Coded,
-    config: MonitorConfig,
-    level: float,
-) -> dict[str, Any]:
+def _quality(inside: _Side, *, rest: _Side, config: MonitorConfig, level: float) -> dict[str, Any]:
     """Missing rates of the segment against the reference's; flagged where a rise is significant, at least
     ``quality_min_increase`` and the segment's own (:data:`LOCAL_RATIO` x the rest's rise)."""
-    names = [n for n in window.kinds if n in reference.columns]
-    rates = {n: (_missing_rate(window, n), _missing_rate(reference, n)) for n in names}
+    names = inside.figures.names
+    rates = {n: _missing_rates(inside, n) for n in names}
+    w_rows, r_rows = inside.rows
+    rest_rows = rest.rows
     worse: dict[str, dict[str, float]] = {}
     for name, ((w_rate, w_n), (r_rate, r_n)) in rates.items():
         rise = w_rate - r_rate
         if rise < max(config.quality_min_increase, 1e-12):
             continue
-        pooled = (w_n + r_n) / (window.rows + reference.rows)
-        se = math.sqrt(pooled * (1 - pooled) * (1 / window.rows + 1 / reference.rows))
+        pooled = (w_n + r_n) / (w_rows + r_rows)
+        se = math.sqrt(pooled * (1 - pooled) * (1 / w_rows + 1 / r_rows))
         p = float(ndtr(-rise / se)) if se > 0 else 0.0
-        rest_rise = (
-            _missing_rate(rest[0], name)[0] - _missing_rate(rest[1], name)[0]
-            if rest[0].rows and rest[1].rows
-            else 0.0
-        )
+        (w_rest, _), (r_rest, _) = _missing_rates(rest, name)
+        rest_rise = w_rest - r_rest if rest_rows[0] and rest_rows[1] else 0.0
         if p < level / max(len(names), 1) and rise > LOCAL_RATIO * max(rest_rise, 0.0):
             worse[name] = {"missing_rate": w_rate, "reference": r_rate, "p_value": p}
     return {
