@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -187,6 +186,8 @@ def _coded(array: pa.Array) -> CodedColumn:
         codes = np.full(len(array), -1, dtype=np.int32)
         return CodedColumn(codes=codes, categories=np.empty(0, dtype=object))
     if not pa.types.is_dictionary(array.type):
+        import pyarrow.compute as pc  # here: Parquet text reads as dictionaries; it costs ~25 ms to load
+
         array = pc.dictionary_encode(array)
     codes = _numbers(array.indices, np.int32, null=-1)
     if pa.types.is_timestamp(array.dictionary.type):  # as text, by Arrow: a Python datetime may overflow

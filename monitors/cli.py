@@ -247,13 +247,14 @@ def _show_drift(report: DriftReport, *, current: Path, json_out: Path | None, ht
 
     from core.terminal import make_console
     from monitors.console import print_report
-    from monitors.html import render_html
 
     to_stdout = STDOUT in {str(json_out), str(html_out)}
     print_report(report, console=make_console(stderr=True) if to_stdout else None)
     if json_out is not None:
         write_text(json.dumps(report.as_dict(), indent=2, allow_nan=False), to=json_out)
     if html_out is not None:
+        from monitors.html import render_html  # here: only --html pays for it
+
         page = render_html(report, title=f"Drift report: {current.name}")
         write_text(page, to=html_out, option="--html", what="the HTML report")
 

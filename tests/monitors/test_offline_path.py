@@ -285,3 +285,19 @@ def test_piped_output_is_whole_and_free_of_tensorflow(files: dict[str, Path], tm
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+
+
+def test_drift_on_parquet_imports_neither_arrow_compute_nor_the_html_page(files: dict[str, Path]) -> None:
+    """Parquet on both sides, the table only: text is read as dictionaries (no ``pyarrow.compute``, ~25 ms
+    to load) and no page is rendered (no ``monitors.html``); ``--html`` loads the page's renderer."""
+    args = ["drift", str(files["reference.parquet"]), str(files["current.parquet"]), "--target", TARGET]
+    args += ["--prediction-column", "prediction"]
+    for extra, want in (([], "[]"), (["--html", "-"], "['monitors.html']")):
+        probe = (
+            "import sys\nfrom typer.testing import CliRunner\nfrom service.cli import app\n"
+            f"r = CliRunner().invoke(app, {[*args, *extra]!r})\n"
+            "assert r.exit_code == 1, r.output\n"
+            "print(sorted(m for m in ('pyarrow.compute', 'monitors.html') if m in sys.modules))"
+        )
+        loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+        assert loaded.stdout.strip().splitlines()[-1] == want, loaded.stdout + loaded.stderr
