@@ -277,14 +277,21 @@ def test_piped_output_is_whole_and_free_of_tensorflow(files: dict[str, Path], tm
     assert any(line.startswith("DATASET DRIFTED: ") for line in out.stdout.splitlines())
     noise = ("tensorflow", "absl", "oneDNN", "cuda", "I0000", "W0000")
     assert not any(word in out.stdout + out.stderr for word in noise), out.stderr
+    loaded = _loaded_by(args, "sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow')")
+    assert loaded == "[]", loaded
+
+
+def _loaded_by(args: list[str], modules: str) -> str:
+    """What ``modules`` (a Python expression over ``sys.modules``) prints after ``driftwarden ARGS`` ran in a
+    fresh interpreter (the command must find drift: exit 1)."""
     probe = (
         "import sys\nfrom typer.testing import CliRunner\nfrom service.cli import app\n"
         f"r = CliRunner().invoke(app, {args!r})\n"
         "assert r.exit_code == 1, r.output\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow'))"
+        f"print({modules})"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    return loaded.stdout.strip()
 
 
 def test_drift_on_parquet_imports_neither_arrow_compute_nor_the_html_page(files: dict[str, Path]) -> None:
@@ -293,11 +300,7 @@ def test_drift_on_parquet_imports_neither_arrow_compute_nor_the_html_page(files:
     args = ["drift", str(files["reference.parquet"]), str(files["current.parquet"]), "--target", TARGET]
     args += ["--prediction-column", "prediction"]
     for extra, want in (([], "[]"), (["--html", "-"], "['monitors.html']")):
-        probe = (
-            "import sys\nfrom typer.testing import CliRunner\nfrom service.cli import app\n"
-            f"r = CliRunner().invoke(app, {[*args, *extra]!r})\n"
-            "assert r.exit_code == 1, r.output\n"
-            "print(sorted(m for m in ('pyarrow.compute', 'monitors.html') if m in sys.modules))"
+        loaded = _loaded_by(
+            [*args, *extra], "sorted(m for m in ('pyarrow.compute', 'monitors.html') if m in sys.modules)"
         )
-        loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-        assert loaded.stdout.strip().splitlines()[-1] == want, loaded.stdout + loaded.stderr
+        assert loaded.splitlines()[-1] == want, loaded
