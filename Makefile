@@ -22,9 +22,10 @@ demo: $(STAMP)
 	$(BIN)/driftwarden demo $(DEMO_ARGS)
 
 ## The whole test suite (SQLite and the PostgreSQL at 127.0.0.1:5432, real TF cluster processes, real uvicorn),
-## on TEST_WORKERS pytest-xdist workers (most tests wait on processes and servers; a module, and each folder
-## sharing a cluster or server, stays on one worker: see tests/conftest.py). `make test TEST_WORKERS=0`: one process.
-TEST_WORKERS ?= 2
+## in one process. `make test TEST_WORKERS=2` runs it on two pytest-xdist workers (a module, and each folder
+## sharing a cluster or server, stays on one worker: see tests/conftest.py): not yet the default, as
+## tests/service/test_cloudevents.py::test_unpaired_halves_and_error_answers failed there once in four runs.
+TEST_WORKERS ?= 0
 # The project's packages, byte-compiled before the tests: the suite's processes (CLI runs, servers, cluster nodes)
 # then import them without compiling their source, also where PYTHONDONTWRITEBYTECODE keeps Python from caching.
 PACKAGES := driftwarden core access registry predictions monitors training alerts service migrations
