@@ -29,20 +29,6 @@ def _pg_available() -> bool:
         return False
 
 
-# Folders whose session fixtures start a cluster or a server that their modules share.
-SHARED_FOLDERS = ("tests/spark/", "tests/api/")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's ``--dist loadgroup`` (``make test``): a module's tests stay on one worker (its
-    module fixtures start once), and so do a shared folder's (its session fixtures start once)."""
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = next((folder for folder in SHARED_FOLDERS if path.startswith(folder)), path)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session, dropped at the end.
