@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from core.tabular import CodedColumn, text_codes
-from registry.tails import DEFAULT_CHANCE, allowed_range, finite_sorted
+from registry.tails import DEFAULT_CHANCE, AllowedRange, allowed_range, finite_sorted
 
 MAX_CATEGORIES = 64  # a string column with more distinct values is not treated as categorical
 MAX_CATEGORY_CHARS = 256  # default longest categorical value a contract accepts (or the longest trained on)
@@ -301,22 +301,10 @@ def infer_feature(
     missing_rate = float(missing.mean()) if n else 0.0
     present = values[~missing] if missing.any() else values
     if values.dtype.kind in "iufb":
-        dtype = "int64" if values.dtype.kind in "iub" else "float64"
         lo = float(np.min(present)) if present.size else 0.0
         hi = float(np.max(present)) if present.size else 0.0
         allowed = allowed_range(present, chance=range_chance)
-        return FeatureSpec(
-            name=name,
-            kind=FeatureKind.NUMERIC,
-            dtype=dtype,
-            nullable=bool(missing.any()),
-            missing_rate=missing_rate,
-            observed_min=lo,
-            observed_max=hi,
-            allowed_min=allowed.low,
-            allowed_max=allowed.high,
-            allowed_chance=allowed.chance,
-        )
+        return _numeric_spec(name, values, missing=int(missing.sum()), lo=lo, hi=hi, allowed=allowed)
     return _categorical_spec(
         name,
         Counter(str(v) for v in present.tolist()),
@@ -337,16 +325,24 @@ def _infer_ordered(
     finite = finite_sorted(present)
     if _signed_zero_end(values, present, finite):
         return None
-    missing = n - present.size
+    lo, hi = (float(present[0]), float(present[-1])) if present.size else (0.0, 0.0)
     allowed = allowed_range(present, chance=range_chance, ordered=True)
+    return _numeric_spec(name, values, missing=n - present.size, lo=lo, hi=hi, allowed=allowed)
+
+
+def _numeric_spec(
+    name: str, values: np.ndarray, *, missing: int, lo: float, hi: float, allowed: AllowedRange
+) -> FeatureSpec:
+    """A numeric feature's spec: its dtype, its ``missing`` count's rate, its observed and allowed ranges."""
+    n = len(values)
     return FeatureSpec(
         name=name,
         kind=FeatureKind.NUMERIC,
         dtype="int64" if values.dtype.kind in "iub" else "float64",
         nullable=missing > 0,
         missing_rate=missing / n if n else 0.0,
-        observed_min=float(present[0]) if present.size else 0.0,
-        observed_max=float(present[-1]) if present.size else 0.0,
+        observed_min=lo,
+        observed_max=hi,
         allowed_min=allowed.low,
         allowed_max=allowed.high,
         allowed_chance=allowed.chance,
