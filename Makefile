@@ -25,6 +25,8 @@ demo: $(STAMP)
 ## in one process. `make test TEST_WORKERS=2` runs it on two pytest-xdist workers, a test module on one worker
 ## (--dist loadfile: its module fixtures start once); not yet the default (see the README).
 TEST_WORKERS ?= 0
+# More pytest options, e.g. `make test PYTEST_ARGS="--durations=30"` or `PYTEST_ARGS="-x tests/monitors"`.
+PYTEST_ARGS ?=
 # The project's packages, byte-compiled before the tests: the suite's processes (CLI runs, servers, cluster nodes)
 # then import them without compiling their source, also where PYTHONDONTWRITEBYTECODE keeps Python from caching.
 PACKAGES := driftwarden core access registry predictions monitors training alerts service migrations
@@ -36,7 +38,7 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	bash scripts/audit.sh
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

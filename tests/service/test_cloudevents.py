@@ -231,10 +231,18 @@ def test_both_protocols_and_both_tasks(replicas: tuple[Server, Server]) -> None:
 
 def test_unpaired_halves_and_error_answers(replicas: tuple[Server, Server]) -> None:
     """A request alone is logged without predictions once the wait is over (its inputs count for drift), a
-    response alone expires, an error answer is counted and never logged."""
+    response alone expires, an error answer is counted and never logged; each replica's metrics count what
+    it handled."""
     a, b = replicas
-    rows, _ = _rows(2, seed=4)
-    alone, orphan, failed = (str(uuid.uuid4()) for _ in range(3))
+    rows, data = _rows(2, seed=4)
+    alone, orphan, failed, paired = (str(uuid.uuid4()) for _ in range(4))
+    probs = [float(p) for p in own_models.answers("binary", data)]
+    # a pair of its own, so the metrics read below hold a "logged" series whatever ran before
+    assert _send(a, _event(REQUEST_TYPE, paired, {"instances": rows}, model="ce_bin")).json()["outcome"] == (
+        "waiting"
+    )
+    logged = _send(b, _event(RESPONSE_TYPE, paired, {"predictions": probs}, model="ce_bin"))
+    assert logged.status_code == 200 and logged.json()["outcome"] == "logged", logged.text
     assert (
         _send(a, _event(REQUEST_TYPE, alone, {"instances": rows}, model="ce_bin")).json()["outcome"]
         == "waiting"
