@@ -22,9 +22,10 @@ demo: $(STAMP)
 	$(BIN)/driftwarden demo $(DEMO_ARGS)
 
 ## The whole test suite (SQLite and the PostgreSQL at 127.0.0.1:5432, real TF cluster processes, real uvicorn),
-## in one process. `make test TEST_WORKERS=2` runs it on two pytest-xdist workers, a test module on one worker
-## (--dist loadfile: its module fixtures start once); not yet the default (see the README).
-TEST_WORKERS ?= 0
+## on two pytest-xdist workers, a test module on one worker (--dist loadfile: its module fixtures start once),
+## the long modules first (tests/conftest.py: LONG_MODULES; --no-loadscope-reorder keeps that order).
+## `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
 # More pytest options, e.g. `make test PYTEST_ARGS="--durations=30"` or `PYTEST_ARGS="-x tests/monitors"`.
 PYTEST_ARGS ?=
 # The project's packages, byte-compiled before the tests: the suite's processes (CLI runs, servers, cluster nodes)
@@ -38,7 +39,7 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	bash scripts/audit.sh
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGES)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
