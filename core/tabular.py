@@ -506,10 +506,13 @@ def fold_batches(
     start: Callable[[], S],
     add: Callable[[S, dict[str, Column]], None],
     read_ahead: int = 1,
+    release: bool = True,
 ) -> S:
     """Fold every batch of ``columns`` into a state made by ``start`` (made again if a CSV column widens).
 
-    The next ``read_ahead`` batches are read by a thread while ``add`` works (0: no thread).
+    The next ``read_ahead`` batches are read by a thread while ``add`` works (0: no thread). ``release``:
+    hand Arrow's memory back to the system at the end (False for a caller that folds the file again at once,
+    column after column, and releases it after the last: the next pass reuses those pages).
     """
     while True:
         state = start()
@@ -521,7 +524,13 @@ def fold_batches(
         except _Widened:
             continue
         finally:
-            pa.default_memory_pool().release_unused()  # hand the batches' memory back to the system
+            if release:
+                release_memory()
+
+
+def release_memory() -> None:
+    """Hand the memory Arrow kept of the batches read back to the system."""
+    pa.default_memory_pool().release_unused()
 
 
 def write_table(columns: Mapping[str, np.ndarray], path: str | Path) -> Path:

@@ -36,6 +36,7 @@ from core.tabular import (
     TableStream,
     as_float,
     fold_batches,
+    release_memory,
 )
 from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
 from monitors.file_facts import Assembled, FileFacts, column_facts
@@ -94,8 +95,10 @@ def read_reference(
     handed each column once it is whole: a Parquet file (or a table in memory) is then read one column after
     the other (the same batches, the same facts), so the caller's work on a column overlaps the reading of
     the next; a CSV is read in one pass (its rows hold every column), its columns handed over at the end.
+    Column after column, a Parquet file is decoded in this thread (the caller's threads keep the cores busy:
+    Arrow's for one column cost more than they save) and Arrow's memory is handed back once, at the end.
     """
-    stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes)
+    stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes, threads=on_column is None)
     keep = _to_read(stream.names, stream.names if columns is None else columns)
     rows = partial(_read_rows, stream, target=target, prediction=prediction, numeric_target=numeric_target)
     if on_column is None or stream.format == "csv":
@@ -105,17 +108,27 @@ def read_reference(
                 on_column(name, read[name])
         return facts, read
     facts, read = FileFacts(names=stream.names), {}
-    for name in keep:
-        one, column = rows([name])
-        facts.rows, facts.columns[name], read[name] = one.rows, one.columns[name], column[name]
-        on_column(name, read[name])
+    try:
+        for name in keep:
+            one, column = rows([name], release=False)
+            facts.rows, facts.columns[name], read[name] = one.rows, one.columns[name], column[name]
+            on_column(name, read[name])
+    finally:
+        release_memory()  # the pages the passes shared, once
     return facts, read
 
 
 def _read_rows(
-    stream: TableStream, keep: list[str], *, target: str | None, prediction: str | None, numeric_target: bool
+    stream: TableStream,
+    keep: list[str],
+    *,
+    target: str | None,
+    prediction: str | None,
+    numeric_target: bool,
+    release: bool = True,
 ) -> tuple[FileFacts, dict[str, Column]]:
-    """The columns ``keep`` of ``stream`` in one pass over its batches, and their facts."""
+    """The columns ``keep`` of ``stream`` in one pass over its batches, and their facts (``release``: as
+    :func:`core.tabular.fold_batches`)."""
 
     @dataclass
     class State:
@@ -133,7 +146,7 @@ def _read_rows(
             state.facts.columns[name].add(values)
             state.columns[name].add(values)
 
-    state = fold_batches(stream, columns=keep, start=start, add=add)
+    state = fold_batches(stream, columns=keep, start=start, add=add, release=release)
     return state.facts, {name: state.columns.pop(name).column() for name in keep}
 
 
