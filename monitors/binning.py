@@ -72,7 +72,8 @@ def count_on_grid(
         x = np.sort(x)  # NaN sorts last
         n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
         return count_sorted(x[:n_valid], grid, missing=int(x.size - n_valid), limits=limits)
-    valid = x[~np.isnan(x)]
+    nan = np.isnan(x)
+    valid = x[~nan] if nan.any() else x  # no copy of a column without a missing value
     outside = 0
     if limits[0] is not None:
         outside += int(np.count_nonzero(valid < limits[0]))
@@ -138,18 +139,25 @@ class GridIndex:
         if self.buckets == 1:
             return np.zeros(x.shape, dtype=np.int64)
         with np.errstate(over="ignore"):  # a value far beyond the grid: inf, clipped to the last bucket
-            t = (x - self.low) * self.scale
+            t = np.subtract(x, self.low)
+            np.multiply(t, self.scale, out=t)
         np.clip(t, 0, self.buckets - 1, out=t)
         return t.astype(np.int64)
 
     def count(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cell counts and sums of ``x`` (no NaN)."""
-        base = self.start[self.bucket(x)]
-        cell = 2 * base
+        """Cell counts and sums of ``x`` (no NaN).
+
+        In place where it can be (the buckets become the cells); ``take`` with ``mode="clip"`` checks no
+        bounds, and needs none: a bucket indexes ``start``, and ``start + step`` the padded ``points``.
+        """
+        bucket = self.bucket(x)
+        base = np.take(self.start, bucket, mode="clip")
+        cell = np.multiply(base, 2, out=bucket)
         for step in range(self.depth):
-            point = self.points[base + step]
-            cell += point <= x
-            cell += point < x
+            point = np.take(self.points, base + step if step else base, mode="clip")
+            passed = np.less_equal(point, x).view(np.int8)  # 0 below the point, 1 on it, 2 above it
+            passed += np.less(point, x).view(np.int8)
+            cell += passed
         cells = np.bincount(cell, minlength=self.size)
         sums = np.bincount(cell, weights=x, minlength=self.size)
         return cells.astype(np.int64), sums

@@ -63,6 +63,37 @@ def test_the_index_counts_what_the_sort_counts(
     assert_same(count_on_grid(x, grid, limits=limits), by_sorting(x, grid, limits))
 
 
+def by_fancy_indexing(index: GridIndex, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The index's count as first written (fancy indexing, a copy per step): the reference of the in-place
+    count, which must give the same cells and the very same sums (the same additions in the same order)."""
+    bucket = np.zeros(x.size, dtype=np.int64)
+    if index.buckets > 1:
+        with np.errstate(over="ignore"):
+            t = (x - index.low) * index.scale
+        bucket = np.clip(t, 0, index.buckets - 1).astype(np.int64)
+    base = index.start[bucket]
+    cell = 2 * base
+    for step in range(index.depth):
+        point = index.points[base + step]
+        cell += point <= x
+        cell += point < x
+    return np.bincount(cell, minlength=index.size), np.bincount(cell, weights=x, minlength=index.size)
+
+
+@settings(max_examples=300, deadline=None)
+@given(grids_and_values())
+def test_the_index_counts_in_place_what_it_counted_with_copies(case: tuple[np.ndarray, np.ndarray]) -> None:
+    grid, x = case
+    index = GridIndex.of(grid)
+    if index is None:
+        return
+    valid = x[~np.isnan(x)]
+    cells, sums = index.count(valid)
+    want_cells, want_sums = by_fancy_indexing(index, valid)
+    assert cells.tolist() == want_cells.tolist()
+    assert sums.tobytes() == want_sums.tobytes()
+
+
 def test_an_uneven_grid_is_counted_by_sorting() -> None:
     # 40 points within 1e-9 of each other beside one far away: one bucket would hold them all
     grid = np.unique(np.concatenate([np.arange(40) * 1e-11, [1e6]]))
