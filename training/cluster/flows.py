@@ -31,6 +31,8 @@ from training.cluster.run_spec import Mode, PreparedData, RunFiles, TrainingRunS
 from training.cluster.sharding import check_shards
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from training.cluster.export import ServingModule
 
 log = logging.getLogger("driftwarden.training")
@@ -99,10 +101,7 @@ def run_training(
     profile = _profile(data, outputs)
     seconds = time.monotonic() - t0
     with db.session() as session:
-        parent = job.parent_version
-        if parent is None:
-            prev = latest_version(session=session, model_name=job.model_name)
-            parent = prev.version if prev else None
+        parent = _parent_version(session, job)
         facts = {
             **_lineage(job, data, cluster_shape=cluster_shape, seconds=seconds, parent=parent),
             "model_fn": model_fn,
@@ -167,6 +166,14 @@ def _profile(data: PreparedData, outputs: np.ndarray) -> dict[str, Any]:
     return build_reference_profile(
         data.train_columns, data.schema, predictions=outputs, labels=data.holdout_y, sample=held_out
     )
+
+
+def _parent_version(session: Session, job: TrainingRunSpec) -> int | None:
+    """The version a run follows: the job's own, else the model's latest (None before its first)."""
+    if job.parent_version is not None:
+        return job.parent_version
+    latest = latest_version(session=session, model_name=job.model_name)
+    return latest.version if latest else None
 
 
 def _lineage(
