@@ -23,6 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from core.order import PartialSort
 from core.tabular import Column, as_float
 
 
@@ -195,6 +196,33 @@ def count_sorted(
     if n_valid:
         sums[nonempty] = np.add.reduceat(x, starts[nonempty])
     return GridCounts(cells=cells, sums=sums, missing=missing, outside=outside)
+
+
+def count_ordered(order: PartialSort, grid: np.ndarray) -> GridCounts:
+    """:func:`count_on_grid` of the values of a partial sort whose sorted buckets hold every grid point (a
+    grid of its own order statistics), without a pass over the values: the values of the buckets that hold
+    a grid point are counted one by one in their cells, and every other bucket whole in the open cell it
+    lies in (so the sums do not depend on which other buckets were sorted). A column sorted whole is
+    counted as :func:`count_sorted` counts it."""
+    if order.whole:
+        return count_sorted(order.values, grid)
+    at = order.bucket_of(grid)  # non-decreasing, as the grid
+    if not order.sorted_buckets[at].all():
+        raise ValueError("a grid point in a bucket the partial sort did not sort")
+    size = 2 * len(grid) + 1
+    holds = np.zeros(order.counts.size, dtype=bool)
+    holds[at] = True
+    v = order.values[holds[order.bucket_of(order.values)]]
+    cell = np.searchsorted(grid, v, side="left") + np.searchsorted(grid, v, side="right")
+    rest = np.flatnonzero(~holds & (order.counts > 0))
+    open_cell = 2 * np.searchsorted(at, rest, side="left")  # after the grid points of lower buckets
+    cells = np.bincount(cell, minlength=size) + np.bincount(
+        open_cell, weights=order.counts[rest], minlength=size
+    ).astype(np.int64)
+    sums = np.bincount(cell, weights=v, minlength=size) + np.bincount(
+        open_cell, weights=order.sums[rest], minlength=size
+    )
+    return GridCounts(cells=cells, sums=sums, missing=0)
 
 
 def cdf_at_cell_ends(cells: np.ndarray) -> np.ndarray:

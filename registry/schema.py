@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from core.tabular import CodedColumn, text_codes
-from registry.tails import DEFAULT_CHANCE, AllowedRange, allowed_range, finite_sorted
+from registry.tails import (
+    DEFAULT_CHANCE,
+    AllowedRange,
+    SortedEnds,
+    allowed_range,
+    finite_sorted,
+    sorted_range,
+)
 
 MAX_CATEGORIES = 64  # a string column with more distinct values is not treated as categorical
 MAX_CATEGORY_CHARS = 256  # default longest categorical value a contract accepts (or the longest trained on)
@@ -278,15 +285,16 @@ def infer_feature(
     range_chance: float = DEFAULT_CHANCE,
     wide: bool = False,
     wide_above: int | None = None,
-    ordered: np.ndarray | None = None,
+    ordered: np.ndarray | OrderedColumn | None = None,
 ) -> FeatureSpec:
     """Infer one feature's spec from its training column; a numeric one's allowed range refuses a legitimate
     value with ``range_chance`` (:func:`registry.tails.allowed_range`). A string column with more than
     ``MAX_CATEGORIES`` values is refused unless ``wide`` (named to be embedded) or it has more than
     ``wide_above``: then it keeps its level count and its most frequent ``MAX_CATEGORIES`` values. Text
     may come as codes (:class:`core.tabular.CodedColumn`); text held as objects is coded first. ``ordered``:
-    a numeric column's values as float64 sorted ascending (NaN last), which a caller that sorts them anyway
-    hands over: the same spec, read off its ends without a pass over the values."""
+    a numeric column's values as float64 sorted ascending (NaN last), or what is read of them
+    (:class:`OrderedColumn`), which a caller that orders them anyway hands over: the same spec, read off
+    their ends without a pass over the values."""
     if isinstance(values, CodedColumn):
         return _infer_text(name, values, wide=wide, wide_above=wide_above)
     coded = text_codes(values) if values.dtype == object else None
@@ -315,19 +323,36 @@ def infer_feature(
     )
 
 
+@dataclass(frozen=True)
+class OrderedColumn:
+    """What :func:`infer_feature` reads of a numeric column in order: how many of its values are present
+    (not NaN), the smallest and largest of them (infinities included), and the sorted ends of its finite
+    ones (:class:`registry.tails.SortedEnds`)."""
+
+    present: int
+    lo: float
+    hi: float
+    finite: SortedEnds
+
+    @classmethod
+    def of(cls, ordered: np.ndarray) -> OrderedColumn:
+        """What is read of a column's values sorted ascending as float64 (NaN last)."""
+        present = ordered[: int(np.searchsorted(ordered, np.nan, side="left"))] if ordered.size else ordered
+        lo, hi = (float(present[0]), float(present[-1])) if present.size else (0.0, 0.0)
+        return cls(present=int(present.size), lo=lo, hi=hi, finite=SortedEnds.of(finite_sorted(present)))
+
+
 def _infer_ordered(
-    name: str, values: np.ndarray, ordered: np.ndarray, *, range_chance: float
+    name: str, values: np.ndarray, ordered: np.ndarray | OrderedColumn, *, range_chance: float
 ) -> FeatureSpec | None:
-    """:func:`infer_feature` of a numeric column from its values sorted (float64, NaN last); None when an
-    extreme is a zero of both signs, whose sign as ``np.min`` gives it only the values' own order decides."""
-    n = len(values)
-    present = ordered[: int(np.searchsorted(ordered, np.nan, side="left"))] if n else ordered
-    finite = finite_sorted(present)
-    if _signed_zero_end(values, present, finite):
+    """:func:`infer_feature` of a numeric column from its values in order; None when an extreme is a zero
+    of both signs, whose sign as ``np.min`` gives it only the values' own order decides."""
+    known = OrderedColumn.of(ordered) if isinstance(ordered, np.ndarray) else ordered
+    if _signed_zero_end(values, known):
         return None
-    lo, hi = (float(present[0]), float(present[-1])) if present.size else (0.0, 0.0)
-    allowed = allowed_range(present, chance=range_chance, ordered=True)
-    return _numeric_spec(name, values, missing=n - present.size, lo=lo, hi=hi, allowed=allowed)
+    allowed = sorted_range(known.finite, chance=range_chance)
+    missing = len(values) - known.present
+    return _numeric_spec(name, values, missing=missing, lo=known.lo, hi=known.hi, allowed=allowed)
 
 
 def _numeric_spec(
@@ -349,13 +374,13 @@ def _numeric_spec(
     )
 
 
-def _signed_zero_end(values: np.ndarray, present: np.ndarray, finite: np.ndarray) -> bool:
-    """Whether an end of the sorted values (or of their finite ones) is zero and the column's zeros have
+def _signed_zero_end(values: np.ndarray, known: OrderedColumn) -> bool:
+    """Whether an end of the ordered values (or of their finite ones) is zero and the column's zeros have
     both signs: -0.0 and 0.0 are equals, so which of them ``np.min`` gives is the values' order's (and a sort
     may give either back); zeros of one sign keep it."""
-    if values.dtype.kind != "f" or not any(
-        v == 0 for v in (*present[:1], *present[-1:], *finite[:1], *finite[-1:])
-    ):
+    ends = (known.lo, known.hi) if known.present else ()
+    finite = (*known.finite.low[:1], *known.finite.high[-1:])
+    if values.dtype.kind != "f" or not any(v == 0 for v in (*ends, *finite)):
         return False
     signs = np.signbit(values[values == 0])
     return bool(signs.any() and not signs.all())

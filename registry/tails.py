@@ -144,27 +144,58 @@ def fit_gpd(excesses: np.ndarray) -> tuple[float, float]:
     return k_hat / best, -k_hat
 
 
-def _beyond(values: np.ndarray, *, side: int, at: int, ordered: bool) -> tuple[float, np.ndarray]:
-    """The ``at``-th smallest of ``side * values`` (the side's threshold) and those after it, in any order;
-    read off the ends of ``values`` when they are ``ordered`` (sorted ascending), else by a partition."""
-    if not ordered:
-        oriented = np.partition(side * values, at)  # the side's tail at the top, beyond its threshold
-        return float(oriented[at]), oriented[at + 1 :]
-    if side > 0:
-        return float(values[at]), values[at + 1 :]
-    cut = values.size - 1 - at  # side * values ascending is values descending, negated
-    return float(-values[cut]), -values[:cut]
+def _threshold_rank(n: int) -> int:
+    """The rank (ascending, from 0) of a side's threshold among ``n`` values sorted along that side."""
+    share = min(max(TAIL_SHARE, MIN_EXCEEDANCES / n), MAX_TAIL_SHARE, MAX_EXCEEDANCES / n)
+    return int(math.floor((1.0 - share) * (n - 1)))
 
 
-def fit_tail(values: np.ndarray, *, side: int, ordered: bool = False) -> Tail | None:
-    """The fit of one side of a sample's finite ``values`` (None: too few values, or too few distinct ones
-    beyond the threshold); ``ordered``: the values are sorted ascending (the same fit, no partition)."""
+def end_size(n: int) -> int:
+    """How many of ``n`` values sorted ascending a tail fit reads at each end: the threshold and the values
+    beyond it (:func:`fit_tail`), or the extreme alone for a sample too small to fit."""
+    return n - _threshold_rank(n) if n >= MIN_SAMPLE else min(n, 1)
+
+
+@dataclass(frozen=True)
+class SortedEnds:
+    """Finite values as the allowed range reads them: their count, and the :func:`end_size` smallest
+    (``low``) and largest (``high``) of them, each ascending. A caller that knows the order of these alone
+    (:func:`core.order.partial_sort`) need not sort the rest."""
+
+    count: int
+    low: np.ndarray
+    high: np.ndarray
+
+    @classmethod
+    def of(cls, ordered: np.ndarray) -> SortedEnds:
+        """The ends of finite values sorted ascending."""
+        k = end_size(ordered.size)
+        return cls(count=int(ordered.size), low=ordered[:k], high=ordered[ordered.size - k :])
+
+
+def fit_tail(values: np.ndarray, *, side: int) -> Tail | None:
+    """The fit of one side of a sample's finite ``values``, in any order (None: too few values, or too few
+    distinct ones beyond the threshold)."""
     n = values.size
     if n < MIN_SAMPLE:
         return None
-    share = min(max(TAIL_SHARE, MIN_EXCEEDANCES / n), MAX_TAIL_SHARE, MAX_EXCEEDANCES / n)
-    at = int(math.floor((1.0 - share) * (n - 1)))
-    threshold, top = _beyond(values, side=side, at=at, ordered=ordered)
+    at = _threshold_rank(n)
+    oriented = np.partition(side * values, at)  # the side's tail at the top, beyond its threshold
+    return _fit_beyond(float(oriented[at]), oriented[at + 1 :], n=n, side=side)
+
+
+def fit_sorted_tail(ends: SortedEnds, *, side: int) -> Tail | None:
+    """:func:`fit_tail` of the values whose ends are ``ends``: the same fit, read off the sorted end."""
+    if ends.count < MIN_SAMPLE:
+        return None
+    if side > 0:  # the threshold, then the values above it
+        return _fit_beyond(float(ends.high[0]), ends.high[1:], n=ends.count, side=side)
+    return _fit_beyond(float(-ends.low[-1]), -ends.low[:-1], n=ends.count, side=side)
+
+
+def _fit_beyond(threshold: float, top: np.ndarray, *, n: int, side: int) -> Tail | None:
+    """The fit of a side (``side * values``) from its ``threshold`` and the ``top`` values after it in its
+    order (any order among them), out of ``n`` values."""
     excesses = top[top > threshold] - threshold
     if excesses.size < MIN_EXCEEDANCES or np.unique(excesses).size < MIN_DISTINCT:
         return None
@@ -193,22 +224,40 @@ def allowed_range(
 ) -> AllowedRange:
     """The allowed range of a numeric feature from its reference ``values`` (missing ones ignored) at
     ``chance`` per value of refusing a legitimate one (half on each fitted side). ``ordered``: the values
-    are float64 sorted ascending (NaN last), read without a copy or a partition; the same range, but for
-    the sign of an extreme that is a zero of both signs (-0.0 and 0.0 sort as equals)."""
+    are float64 sorted ascending (NaN last), read without a copy or a partition (:func:`sorted_range`);
+    the same range, but for the sign of an extreme that is a zero of both signs (-0.0 and 0.0 sort as
+    equals)."""
+    if ordered:
+        return sorted_range(SortedEnds.of(finite_sorted(values)), chance=chance)
+    _check_chance(chance)
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    lo = float(x.min()) if x.size else 0.0
+    hi = float(x.max()) if x.size else 0.0
+    constant = hi == lo
+    lower = None if constant else fit_tail(x, side=-1)
+    upper = None if constant else fit_tail(x, side=+1)
+    return _range(lo, hi, lower, upper, chance=chance)
+
+
+def sorted_range(ends: SortedEnds, *, chance: float = DEFAULT_CHANCE) -> AllowedRange:
+    """:func:`allowed_range` of the finite values whose sorted ends are ``ends``."""
+    _check_chance(chance)
+    lo, hi = (float(ends.low[0]), float(ends.high[-1])) if ends.count else (0.0, 0.0)
+    constant = hi == lo
+    lower = None if constant else fit_sorted_tail(ends, side=-1)
+    upper = None if constant else fit_sorted_tail(ends, side=+1)
+    return _range(lo, hi, lower, upper, chance=chance)
+
+
+def _check_chance(chance: float) -> None:
     if not 0.0 < chance < TAIL_SHARE:
         raise ValueError(f"the range chance must lie in (0, {TAIL_SHARE}), got {chance}")
-    if ordered:
-        x = finite_sorted(values)
-        lo, hi = (float(x[0]), float(x[-1])) if x.size else (0.0, 0.0)
-    else:
-        x = np.asarray(values, dtype=np.float64)
-        x = x[np.isfinite(x)]
-        lo = float(x.min()) if x.size else 0.0
-        hi = float(x.max()) if x.size else 0.0
+
+
+def _range(lo: float, hi: float, lower: Tail | None, upper: Tail | None, *, chance: float) -> AllowedRange:
+    """The range from the observed extremes and each side's fit (None: that side by the span rule)."""
     span = max(hi - lo, abs(hi), 1.0)
-    constant = hi == lo
-    lower = None if constant else fit_tail(x, side=-1, ordered=ordered)
-    upper = None if constant else fit_tail(x, side=+1, ordered=ordered)
     low = min(lo, lower.bound(chance / 2)) if lower is not None else lo - span
     high = max(hi, upper.bound(chance / 2)) if upper is not None else hi + span
     lower_chance = chance / 2 if lower is not None else 0.0

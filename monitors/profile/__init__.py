@@ -80,7 +80,6 @@ from monitors.profile.summaries import (
     categorical_summary,
     numeric_summary,
     quantile_positions,
-    sorted_values,
 )
 from monitors.rows import RowSample
 from registry.schema import FeatureKind, FeatureSpec, ModelSchema, Task
@@ -232,6 +231,5 @@ __all__ = [
     "read_profile",
     "reconstruction_error",
     "reference_sample",
-    "sorted_values",
     "write_profile",
 ]

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from core.order import PartialSort, Scratch, partial_sort
 from core.tabular import Column, as_float, value_counts
-from monitors.binning import count_sorted
+from monitors.binning import coarse_counts, count_ordered
 from monitors.profile.profiles import N_BINS, N_QUANTILES, OTHER_LEVELS, PROFILE_LEVELS
 from registry.schema import FeatureKind
 
@@ -39,51 +40,75 @@ def quantile_positions(n: int, q: np.ndarray) -> np.ndarray:
 
 
 def numeric_summary(
-    values: Column,
+    values: Column, *, name: str, n_quantiles: int = N_QUANTILES, n_bins: int = N_BINS
+) -> dict[str, Any]:
+    """Summary dict of one numeric column (NaN = missing): :func:`present_summary` of its present values."""
+    x = as_float(values)
+    missing = np.isnan(x)
+    present = x[~missing] if missing.any() else x
+    return present_summary(
+        present, missing=int(x.size - present.size), name=name, n_quantiles=n_quantiles, n_bins=n_bins
+    )
+
+
+def present_summary(
+    present: np.ndarray,
     *,
+    missing: int,
     name: str,
     n_quantiles: int = N_QUANTILES,
     n_bins: int = N_BINS,
-    ordered: np.ndarray | None = None,
+    order: PartialSort | None = None,
 ) -> dict[str, Any]:
-    """Summary dict of one numeric column (NaN = missing); one sort of the values, or none when the caller
-    gives them ``ordered`` (:func:`sorted_values`)."""
-    x = sorted_values(values) if ordered is None else ordered
-    n_valid = int(np.searchsorted(x, np.nan, side="left")) if x.size and np.isnan(x[-1]) else x.size
-    present = x[:n_valid]
+    """Summary dict of a numeric column's ``present`` values (float64, no NaN; ``missing`` more were NaN):
+    its quantiles read off a partial sort (``order``: the caller's :func:`quantile_order` of them), its
+    grid counted on the values."""
     out: dict[str, Any] = {"kind": FeatureKind.NUMERIC.value, "name": name, "count": int(present.size)}
-    out["missing"] = int(x.size - present.size)
+    out["missing"] = int(missing)
     if present.size == 0:
         out.update(
             mean=0.0, std=0.0, min=None, max=None, quantiles=[], grid=[], grid_counts=[0], grid_sums=[0.0]
         )
         out.update(bin_cuts=[], bin_counts=[0])
         return out
-    q = present[quantile_positions(present.size, np.linspace(0.0, 1.0, n_quantiles))]
+    positions = quantile_positions(present.size, np.linspace(0.0, 1.0, n_quantiles))
+    if order is None or order.size != present.size:
+        order = partial_sort(present, ranks=positions)
+    q = order.take(positions)
     grid = np.unique(q)
-    counts = count_sorted(present, grid)
+    counts = count_ordered(order, grid)
+    ordered = order.values if order.whole else present  # a whole sort's sums are taken as they always were
     # decile cuts are taken from the sketch itself, so they are grid points
     cuts = np.unique(q[np.round(np.arange(1, n_bins) * (n_quantiles - 1) / n_bins).astype(np.int64)])
     cuts = cuts[cuts < grid[-1]]  # a cut at the maximum would leave an always-empty last bin
-    bin_counts = np.diff(np.concatenate([[0], np.searchsorted(present, cuts, side="right"), [present.size]]))
     out.update(
-        mean=float(present.mean()),
-        std=float(present.std()),
-        min=float(present[0]),
-        max=float(present[-1]),
+        mean=float(ordered.mean()),
+        std=float(ordered.std()),
+        min=float(q[0]),
+        max=float(q[-1]),
         quantiles=q.tolist(),
         grid=grid.tolist(),
         grid_counts=counts.cells.tolist(),
         grid_sums=counts.sums.tolist(),
         bin_cuts=cuts.tolist(),
-        bin_counts=bin_counts.astype(int).tolist(),
+        bin_counts=coarse_counts(counts.cells, grid, cuts).tolist(),
     )
     return out
 
 
-def sorted_values(values: Column) -> np.ndarray:
-    """A numeric column as float64 sorted ascending, NaN last: what :func:`numeric_summary` reads."""
-    return np.sort(as_float(values))
+def quantile_order(
+    present: np.ndarray,
+    *,
+    spans: list[tuple[int, int]] | None = None,
+    n_quantiles: int = N_QUANTILES,
+    scratch: Scratch | None = None,
+) -> PartialSort:
+    """The partial sort of a column's present values (float64, no NaN) that :func:`present_summary` reads
+    its quantiles off, sorted over ``spans`` too (a caller's other reads); ``scratch``: as
+    :func:`core.order.partial_sort`."""
+    positions = quantile_positions(present.size, np.linspace(0.0, 1.0, n_quantiles))
+    ranks = positions if present.size else positions[:0]
+    return partial_sort(present, ranks=ranks, spans=spans or (), scratch=scratch)
 
 
 def categorical_summary(values: Column, *, name: str) -> dict[str, Any]:

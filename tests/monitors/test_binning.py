@@ -11,7 +11,9 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from monitors.binning import GridCounts, GridIndex, count_on_grid, count_sorted
+from core.order import partial_sort
+from monitors.binning import GridCounts, GridIndex, count_on_grid, count_ordered, count_sorted
+from monitors.profile import quantile_positions
 
 FINITE = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
 ANY = st.one_of(
@@ -120,3 +122,34 @@ def test_an_index_leaves_with_its_grid() -> None:
     assert key in GridIndex._cache
     del grid  # a profile dropped after its run: its grids' indexes must not pile up
     assert key not in GridIndex._cache
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(["normal", "lognormal", "uniform", "counts", "cauchy"]),
+    st.integers(min_value=1, max_value=20_000),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 3_000),
+)
+def test_a_partial_sort_counts_its_own_quantile_grid_as_the_sort(
+    shape: str, n: int, seed: int, tail: int
+) -> None:
+    """``count_ordered`` on the grid of a column's quantiles: the cells of the sort, sums equal to rounding,
+    and the same sums whatever other spans the partial sort was asked (the offline path asks the tails)."""
+    rng = np.random.default_rng(seed)
+    x = {
+        "normal": lambda: rng.normal(50.0, 10.0, n),
+        "lognormal": lambda: rng.lognormal(10.0, 1.0, n),
+        "uniform": lambda: rng.uniform(-1.0, 1.0, n),
+        "counts": lambda: rng.poisson(3.0, n).astype(np.float64),
+        "cauchy": lambda: rng.standard_cauchy(n),
+    }[shape]()
+    ranks = quantile_positions(n, np.linspace(0.0, 1.0, 1001))
+    order = partial_sort(x, ranks=ranks)
+    grid = np.unique(order.take(ranks))
+    got = count_ordered(order, grid)
+    assert_same(got, by_sorting(x, grid, (None, None)))
+    k = min(tail, n)
+    with_tails = count_ordered(partial_sort(x, ranks=ranks, spans=[(0, k), (n - k, n)]), grid)
+    assert with_tails.cells.tolist() == got.cells.tolist()
+    assert with_tails.sums.tolist() == got.sums.tolist()
