@@ -127,16 +127,16 @@ def test_an_index_leaves_with_its_grid() -> None:
 @settings(max_examples=100, deadline=None)
 @given(
     st.sampled_from(["normal", "lognormal", "uniform", "counts", "cauchy"]),
-    st.integers(min_value=1, max_value=20_000),
+    st.one_of(st.integers(min_value=1, max_value=5_000), st.integers(min_value=40_000, max_value=100_000)),
     st.integers(0, 2**32 - 1),
-    st.integers(0, 3_000),
+    st.integers(0, 6_000),
 )
 def test_a_partial_sort_counts_its_own_quantile_grid_as_the_sort(
     shape: str, n: int, seed: int, tail: int
 ) -> None:
     """``count_ordered`` on the grid of a column's quantiles: the cells of the sort, sums equal to rounding,
     and the same sums whatever other spans the partial sort was asked (the offline path asks the tails)."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # above core.order.MIN_PARTIAL values, smooth shapes sort in part
     x = {
         "normal": lambda: rng.normal(50.0, 10.0, n),
         "lognormal": lambda: rng.lognormal(10.0, 1.0, n),
