@@ -17,6 +17,7 @@ service runs. What is particular to files:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,6 +63,10 @@ if TYPE_CHECKING:  # types only; monitors.sketch is imported when sketching: it 
     from monitors.sketch import WindowSketch
 
 CURRENT_SAMPLE_SEED = 0  # the seed of CURRENT's row sample: the same file gives the same rows
+
+THREADS_IMPORT = ("numpy.ma",)
+"""What the reference's threads would otherwise import on first use, imported before they start: numpy loads
+``numpy.ma`` when ``np.unique`` first runs (numpy 2), which the sort threads call (``registry.tails``)."""
 
 Source = Path | MemoryTable
 """One side of a comparison: a ``.csv`` / ``.parquet`` file, or a table in memory (the Python API's)."""
@@ -370,6 +375,7 @@ def compare(
             prediction=prediction,
             min_rows=min_rows,
             task=task,
+            meanwhile=_load_statistics,  # the comparison's tests need them; the sorts leave this thread idle
         )
     if sample_rows is None:
         from core.config import get_settings
@@ -450,15 +456,20 @@ def reference_side(
     prediction: str | None,
     min_rows: int,
     task: Task | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> _Sides:
     """Read and check the reference file, then (when it passed) infer its schema (of ``task``, default
     binary) unless one is given and build its profile (``document``: as JSON); the file's columns are
     dropped once the profile holds what is needed of them. Each numeric column is sorted once, for its spec
-    and its summary, on threads, while the next columns are read (:class:`SortedPass`)."""
+    and its summary, on threads, while the next columns are read (:class:`SortedPass`); ``meanwhile`` runs
+    in this thread once the file is read and checked, while the last sorts run (it must not start a thread
+    that imports: :func:`_load_statistics`)."""
     where = f"REFERENCE {path}"
     exclude = {c for c in (target, prediction) if c}
     task = (task or Task.BINARY) if schema is None else schema.kind
     only = None if schema is None else numeric_features(schema)
+    for module in THREADS_IMPORT:
+        importlib.import_module(module)
     with SortedPass(infer=schema is None, skip=exclude, only=only) as sorter:
         facts, columns = read_reference(
             path,
@@ -488,6 +499,8 @@ def reference_side(
         )
         if sides.findings:
             return sides
+        if meanwhile is not None:
+            meanwhile()
         try:
             passed = sorter.results()
             sides.schema = schema or reference_schema(
@@ -503,6 +516,18 @@ def reference_side(
             raise Invalid(f"{where}: {exc}") from None
     _profile_reference(sides, columns, prediction=prediction, passed=passed)
     return sides
+
+
+def _load_statistics() -> None:
+    """Import the statistics' tail functions (``scipy.special``, ~0.15 CPU-seconds; see
+    :mod:`monitors.drift.base`): :func:`compare` has :func:`reference_side` call it while the reference's
+    sorts run, instead of loading it on one core before reading (a profile alone never needs it).
+
+    Between reading the last column and the sorts' results that thread only waits; the sort threads alive
+    meanwhile import nothing (what they would import on first use is imported before they start:
+    :data:`THREADS_IMPORT`), so no two threads import at once (tests/monitors/test_offline_threads.py).
+    """
+    importlib.import_module("scipy.special")
 
 
 def _profile_reference(
