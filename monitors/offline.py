@@ -248,17 +248,24 @@ def sketch_current(
     def add(state: State, batch: dict[str, Column]) -> None:
         rows = len(next(iter(batch.values()))) if batch else 0
         state.facts.rows += rows
-        for name, values in batch.items():
-            state.facts.columns[name].add(values)
         if state.sketch is None or profile is None:
+            for name, values in batch.items():
+                state.facts.columns[name].add(values)
             return
         columns = {name: batch[name] for name in features}
         answers = None if prediction is None else as_float(batch[prediction])
         found = None if labels is None else as_float(batch[labels])
-        state.sketch.update(profile, columns, predictions=answers, labels=found, pool=pool)
+
+        def facts_and_sample() -> None:  # this thread's work on the batch, while the pool counts it
+            for name, values in batch.items():
+                state.facts.columns[name].add(values)
+            if reservoir is not None:
+                reservoir.add(columns, predictions=answers, labels=found)
+
+        state.sketch.update(
+            profile, columns, predictions=answers, labels=found, pool=pool, meanwhile=facts_and_sample
+        )
         state.sketch.rows = state.facts.rows
-        if reservoir is not None:
-            reservoir.add(columns, predictions=answers, labels=found)
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sketch") as pool:
         state = fold_batches(stream, columns=keep, start=start, add=add)
