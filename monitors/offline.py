@@ -382,7 +382,7 @@ def compare(
             prediction=prediction,
             min_rows=min_rows,
             task=task,
-            meanwhile=_load_statistics,  # the comparison's tests need them; the sorts leave this thread idle
+            meanwhile=_load_what_follows,  # the sorts leave this thread idle
         )
     if sample_rows is None:
         from core.config import get_settings
@@ -470,7 +470,7 @@ def reference_side(
     dropped once the profile holds what is needed of them. Each numeric column is sorted once, for its spec
     and its summary, on threads, while the next columns are read (:class:`SortedPass`); ``meanwhile`` runs
     in this thread once the file is read and checked, while the last sorts run (it must not start a thread
-    that imports: :func:`_load_statistics`)."""
+    that imports: :func:`_load_what_follows`)."""
     where = f"REFERENCE {path}"
     exclude = {c for c in (target, prediction) if c}
     task = (task or Task.BINARY) if schema is None else schema.kind
@@ -525,16 +525,22 @@ def reference_side(
     return sides
 
 
-def _load_statistics() -> None:
-    """Import the statistics' tail functions (``scipy.special``, ~0.15 CPU-seconds; see
-    :mod:`monitors.drift.base`): :func:`compare` has :func:`reference_side` call it while the reference's
-    sorts run, instead of loading it on one core before reading (a profile alone never needs it).
+LOADED_WHILE_SORTING = ("scipy.special", "monitors.sketch", "monitors.engine", "monitors.explain")
+"""What a comparison imports after its reference side: the statistics' tail functions (``scipy.special``,
+~0.15 CPU-seconds; see :mod:`monitors.drift.base`), the sketch, the engine and the explanations (~0.05 s)."""
+
+
+def _load_what_follows() -> None:
+    """Import :data:`LOADED_WHILE_SORTING`: :func:`compare` has :func:`reference_side` call it while the
+    reference's sorts run, instead of loading them on one core before reading and between the stages (a
+    profile alone needs none of them).
 
     Between reading the last column and the sorts' results that thread only waits; the sort threads alive
     meanwhile import nothing (what they would import on first use is imported before they start:
     :data:`THREADS_IMPORT`), so no two threads import at once (tests/monitors/test_offline_threads.py).
     """
-    importlib.import_module("scipy.special")
+    for module in LOADED_WHILE_SORTING:
+        importlib.import_module(module)
 
 
 def _profile_reference(

@@ -1,7 +1,8 @@
-"""``driftwarden drift`` imports ``scipy.special`` in its main thread while the reference's sorts run
-(``monitors.offline._load_statistics``), not before reading: that is safe only while no other thread imports
-anything meanwhile (two threads importing at once can deadlock on a circular import or see a module half
-made). Each run records every module loaded with the thread that loaded it, in a fresh interpreter."""
+"""``driftwarden drift`` imports ``scipy.special`` (and the sketch, the engine and the explanations) in its
+main thread while the reference's sorts run (``monitors.offline._load_what_follows``), not before reading:
+that is safe only while no other thread imports anything meanwhile (two threads importing at once can
+deadlock on a circular import or see a module half made). Each run records every module loaded with the
+thread that loaded it, in a fresh interpreter."""
 
 from __future__ import annotations
 
