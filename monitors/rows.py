@@ -76,11 +76,12 @@ class RowSample:
     def categorical(self) -> list[str]:
         return [k for k, v in self.kinds.items() if v is FeatureKind.CATEGORICAL]
 
-    def take(self, index: np.ndarray) -> RowSample:
-        """The rows at ``index`` (positions or a boolean mask)."""
+    def take(self, index: np.ndarray, *, features: bool = True) -> RowSample:
+        """The rows at ``index`` (positions or a boolean mask); ``features=False``: their predictions and
+        labels only (no feature column copied)."""
         return RowSample(
-            columns={k: v[index] for k, v in self.columns.items()},
-            kinds=dict(self.kinds),
+            columns={k: v[index] for k, v in self.columns.items()} if features else {},
+            kinds=dict(self.kinds) if features else {},
             predictions=self.predictions[index],
             labels=None if self.labels is None else self.labels[index],
             population=self.population,
