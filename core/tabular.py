@@ -101,7 +101,17 @@ class CodedColumn:
 
     @classmethod
     def concat(cls, parts: Sequence[CodedColumn]) -> CodedColumn:
-        """One column from batches whose dictionaries differ (codes remapped onto one dictionary)."""
+        """One column from batches whose dictionaries differ (codes remapped onto one dictionary, each value
+        once, in the order first seen); batches of one dictionary of distinct values (a Parquet column
+        chunk's, read batch by batch) are joined as they are, which gives the same codes."""
+        words = parts[0].categories.tolist() if parts else []
+        if parts and len(set(words)) == len(words) and all(p.categories.tolist() == words for p in parts[1:]):
+            categories = np.empty(len(words), dtype=object)
+            categories[:] = words
+            return cls(
+                codes=np.concatenate([p.codes for p in parts]).astype(np.int32, copy=False),
+                categories=categories,
+            )
         index: dict[str, int] = {}
         codes = []
         for part in parts:

@@ -146,14 +146,19 @@ def _print_explained(report: DriftReport, console: Console) -> None:
         )
 
 
+PIPED_WIDTH = 10_000
+"""The width a table is rendered on when the output is no terminal: wider than any report's table, so
+each takes its natural width (a table that does not expand is as wide as its content needs)."""
+
+
 def _print_table(console: Console, table: Table) -> None:
-    """The table at the console's width on a terminal; elsewhere at least as wide as its content needs."""
-    needed = console.measure(table, options=console.options.update_width(10_000)).maximum
-    if console.is_terminal or needed <= console.width:
+    """The table at the console's width on a terminal; elsewhere at its natural width (rendered on
+    :data:`PIPED_WIDTH`: measuring it first to set the console's width to it cost a third of printing)."""
+    if console.is_terminal:
         console.print(table)
         return
     width = console.width
-    console.width = needed
+    console.width = PIPED_WIDTH
     try:
         console.print(table)
     finally:

@@ -17,6 +17,7 @@ service runs. What is particular to files:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,6 +63,10 @@ if TYPE_CHECKING:  # types only; monitors.sketch is imported when sketching: it 
     from monitors.sketch import WindowSketch
 
 CURRENT_SAMPLE_SEED = 0  # the seed of CURRENT's row sample: the same file gives the same rows
+
+THREADS_IMPORT = ("numpy.ma",)
+"""What the reference's threads would otherwise import on first use, imported before they start: numpy loads
+``numpy.ma`` when ``np.unique`` first runs (numpy 2), which the sort threads call (``registry.tails``)."""
 
 Source = Path | MemoryTable
 """One side of a comparison: a ``.csv`` / ``.parquet`` file, or a table in memory (the Python API's)."""
@@ -243,17 +248,24 @@ def sketch_current(
     def add(state: State, batch: dict[str, Column]) -> None:
         rows = len(next(iter(batch.values()))) if batch else 0
         state.facts.rows += rows
-        for name, values in batch.items():
-            state.facts.columns[name].add(values)
         if state.sketch is None or profile is None:
+            for name, values in batch.items():
+                state.facts.columns[name].add(values)
             return
         columns = {name: batch[name] for name in features}
         answers = None if prediction is None else as_float(batch[prediction])
         found = None if labels is None else as_float(batch[labels])
-        state.sketch.update(profile, columns, predictions=answers, labels=found, pool=pool)
+
+        def facts_and_sample() -> None:  # this thread's work on the batch, while the pool counts it
+            for name, values in batch.items():
+                state.facts.columns[name].add(values)
+            if reservoir is not None:
+                reservoir.add(columns, predictions=answers, labels=found)
+
+        state.sketch.update(
+            profile, columns, predictions=answers, labels=found, pool=pool, meanwhile=facts_and_sample
+        )
         state.sketch.rows = state.facts.rows
-        if reservoir is not None:
-            reservoir.add(columns, predictions=answers, labels=found)
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sketch") as pool:
         state = fold_batches(stream, columns=keep, start=start, add=add)
@@ -370,6 +382,7 @@ def compare(
             prediction=prediction,
             min_rows=min_rows,
             task=task,
+            meanwhile=_load_what_follows,  # the sorts leave this thread idle
         )
     if sample_rows is None:
         from core.config import get_settings
@@ -450,15 +463,20 @@ def reference_side(
     prediction: str | None,
     min_rows: int,
     task: Task | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> _Sides:
     """Read and check the reference file, then (when it passed) infer its schema (of ``task``, default
     binary) unless one is given and build its profile (``document``: as JSON); the file's columns are
     dropped once the profile holds what is needed of them. Each numeric column is sorted once, for its spec
-    and its summary, on threads, while the next columns are read (:class:`SortedPass`)."""
+    and its summary, on threads, while the next columns are read (:class:`SortedPass`); ``meanwhile`` runs
+    in this thread once the file is read and checked, while the last sorts run (it must not start a thread
+    that imports: :func:`_load_what_follows`)."""
     where = f"REFERENCE {path}"
     exclude = {c for c in (target, prediction) if c}
     task = (task or Task.BINARY) if schema is None else schema.kind
     only = None if schema is None else numeric_features(schema)
+    for module in THREADS_IMPORT:
+        importlib.import_module(module)
     with SortedPass(infer=schema is None, skip=exclude, only=only) as sorter:
         facts, columns = read_reference(
             path,
@@ -488,6 +506,8 @@ def reference_side(
         )
         if sides.findings:
             return sides
+        if meanwhile is not None:
+            meanwhile()
         try:
             passed = sorter.results()
             sides.schema = schema or reference_schema(
@@ -503,6 +523,24 @@ def reference_side(
             raise Invalid(f"{where}: {exc}") from None
     _profile_reference(sides, columns, prediction=prediction, passed=passed)
     return sides
+
+
+LOADED_WHILE_SORTING = ("scipy.special", "monitors.sketch", "monitors.engine", "monitors.explain")
+"""What a comparison imports after its reference side: the statistics' tail functions (``scipy.special``,
+~0.15 CPU-seconds; see :mod:`monitors.drift.base`), the sketch, the engine and the explanations (~0.05 s)."""
+
+
+def _load_what_follows() -> None:
+    """Import :data:`LOADED_WHILE_SORTING`: :func:`compare` has :func:`reference_side` call it while the
+    reference's sorts run, instead of loading them on one core before reading and between the stages (a
+    profile alone needs none of them).
+
+    Between reading the last column and the sorts' results that thread only waits; the sort threads alive
+    meanwhile import nothing (what they would import on first use is imported before they start:
+    :data:`THREADS_IMPORT`), so no two threads import at once (tests/monitors/test_offline_threads.py).
+    """
+    for module in LOADED_WHILE_SORTING:
+        importlib.import_module(module)
 
 
 def _profile_reference(

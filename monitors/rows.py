@@ -76,11 +76,12 @@ class RowSample:
     def categorical(self) -> list[str]:
         return [k for k, v in self.kinds.items() if v is FeatureKind.CATEGORICAL]
 
-    def take(self, index: np.ndarray) -> RowSample:
-        """The rows at ``index`` (positions or a boolean mask)."""
+    def take(self, index: np.ndarray, *, features: bool = True) -> RowSample:
+        """The rows at ``index`` (positions or a boolean mask); ``features=False``: their predictions and
+        labels only (no feature column copied)."""
         return RowSample(
-            columns={k: v[index] for k, v in self.columns.items()},
-            kinds=dict(self.kinds),
+            columns={k: v[index] for k, v in self.columns.items()} if features else {},
+            kinds=dict(self.kinds) if features else {},
             predictions=self.predictions[index],
             labels=None if self.labels is None else self.labels[index],
             population=self.population,
@@ -167,10 +168,21 @@ def uniform_positions(n: int, k: int, *, seed: int = 0) -> np.ndarray:
 def category_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A categorical column's int64 codes (-1: missing, None or "") into its sorted distinct levels, and the
     levels (an object array). The text is compared as Python strings, never copied into a fixed-width array:
-    one 2 MB category in a sample of 20,000 rows would make that copy 160 GB."""
+    one 2 MB category in a sample of 20,000 rows would make that copy 160 GB. When every present value is a
+    ``str`` (text: the samples hold nothing else), the distinct words are sorted, not every value (the same
+    levels and codes as ``np.unique``, whose object sort compares each value: ~3 of ~4 ms for 10,000 rows)."""
     col = np.asarray(values, dtype=object)
     missing = np.equal(col, np.array([None], dtype=object)) | (col == "")
-    levels, inverse = np.unique(col[~missing], return_inverse=True)
+    present = col[~missing]
+    words = present.tolist()
+    if all(type(w) is str for w in words):  # str's order is total: as np.unique sorts and merges them
+        found = sorted(set(words))
+        index = {w: i for i, w in enumerate(found)}
+        inverse = np.fromiter(map(index.__getitem__, words), dtype=np.int64, count=len(words))
+        levels = np.empty(len(found), dtype=object)
+        levels[:] = found
+    else:
+        levels, inverse = np.unique(present, return_inverse=True)
     codes = np.full(col.size, -1, dtype=np.int64)
     codes[~missing] = inverse.reshape(-1)
     return codes, levels

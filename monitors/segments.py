@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -218,8 +219,11 @@ class _Cut:
         """Whether both samples hold at least ``minimum`` rows of the segment."""
         return bool(np.count_nonzero(self.w_mask) >= minimum and np.count_nonzero(self.r_mask) >= minimum)
 
-    def inside(self) -> tuple[RowSample, RowSample]:
-        return self.window.take(self.w_mask), self.reference.take(self.r_mask)
+    def inside(self, *, features: bool = True) -> tuple[RowSample, RowSample]:
+        """The segment's rows of both samples (``features=False``: their predictions and labels only)."""
+        return self.window.take(self.w_mask, features=features), self.reference.take(
+            self.r_mask, features=features
+        )
 
     def coded_inside(self) -> _Side:
         return _Side(self.figures, self.code, inside=True)
@@ -227,15 +231,19 @@ class _Cut:
     def coded_outside(self) -> _Side:
         return _Side(self.figures, self.code, inside=False)
 
-    def outside(self) -> tuple[RowSample, RowSample]:
-        return self.window.take(~self.w_mask), self.reference.take(~self.r_mask)
+    def outside(self, *, features: bool = True) -> tuple[RowSample, RowSample]:
+        """The rest of the partition's rows of both samples (``features``: as :meth:`inside`)."""
+        return self.window.take(~self.w_mask, features=features), self.reference.take(
+            ~self.r_mask, features=features
+        )
 
 
 def _row(
     segment: Segment, cut: _Cut, *, profile: Profile, config: MonitorConfig, level: float
 ) -> dict[str, Any]:
     """One segment's row of the table."""
-    window, reference = cut.inside()
+    features = profile.task is Task.REGRESSION  # only a regression's estimate reads them (its loss model)
+    window, reference = cut.inside(features=features)
     out: dict[str, Any] = {
         **segment.describe(),
         "rows": window.rows,
@@ -262,7 +270,8 @@ def _row(
         ]
         return out
     out["judged"] = True
-    _judge_performance(out, (window, reference), cut.outside, profile=profile, config=config, level=level)
+    rest = partial(cut.outside, features=features)
+    _judge_performance(out, (window, reference), rest, profile=profile, config=config, level=level)
     coded, coded_rest = cut.coded_inside(), cut.coded_outside()
     _judge_drift(out, coded, coded_rest, skip=segment.feature, config=config, level=level)
     out["quality"] = _quality(coded, rest=coded_rest, config=config, level=level)

@@ -18,6 +18,12 @@ loads it, for the exact small-sample law). What scipy.stats would add on top of 
 contingency table, an adjustment, a weighted CDF distance, mid-ranks) is a few lines of numpy, and
 tests/monitors/test_statistics_without_scipy_stats.py checks each against scipy.stats on many random
 inputs: every result is identical to the bit.
+
+The tests that validate a monitor config (:mod:`monitors.config` reads :mod:`monitors.drift.catalog`) import
+``scipy.special`` only when they first compute a tail, not when their modules load: its import costs ~0.15
+CPU-seconds (most of it scipy's array-API layer, which loads numpy's f2py, testing and masked arrays), and
+``driftwarden drift`` checks its options before reading anything, so there it loaded on one core before the
+first byte was read. :func:`monitors.offline.compare` has it imported while the reference's sorts run.
 """
 
 from __future__ import annotations

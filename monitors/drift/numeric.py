@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import kolmogorov, rel_entr
 
 from monitors.binning import GridCounts, cdf_at_cell_ends, cell_points, coarse_counts, count_on_grid
 from monitors.drift.base import DriftTest, Measurement, Rule
@@ -37,6 +36,8 @@ def ks_p_value(d: float, *, n: int, m: int, exact_max_n: int = KS_EXACT_MAX_N) -
 
         p = kstwo.sf(d, np.round(en))
     else:
+        from scipy.special import kolmogorov  # here: see monitors.drift.base on when scipy.special loads
+
         e = np.sqrt(en)
         p = kolmogorov((e + 0.12 + 0.11 / e) * d)
     return float(np.clip(p, 0.0, 1.0))
@@ -197,6 +198,8 @@ def js_distance(reference: np.ndarray, current: np.ndarray) -> float:
     r = reference.astype(np.float64) / reference.sum()
     c = current.astype(np.float64) / current.sum()
     m = (r + c) / 2.0
+    from scipy.special import rel_entr  # here: see monitors.drift.base on when scipy.special loads
+
     bits = (np.sum(rel_entr(r, m)) + np.sum(rel_entr(c, m))) / np.log(2)
     return float(np.sqrt(bits / 2.0))
 

@@ -108,6 +108,22 @@ def test_coded_column_counts_and_numbers_like_the_objects() -> None:
     assert value_counts(numbers) == Counter(numbers.tolist())
 
 
+def test_coded_batches_of_one_dictionary_join_as_batches_of_several_do() -> None:
+    """Batches sharing a dictionary are joined without remapping: the same codes and words as the remapping
+    gives (forced here by a word no row uses, which it appends last); a dictionary holding a word twice is
+    remapped (each word once)."""
+    rng = np.random.default_rng(5)
+    words = np.array(["b", "a", "", "c"], dtype=object)
+    parts = [CodedColumn(codes=rng.integers(-1, 4, n).astype(np.int32), categories=words) for n in (7, 0, 9)]
+    joined = CodedColumn.concat(parts)
+    extra = np.array([*words, "unused"], dtype=object)
+    remapped = CodedColumn.concat([*parts[:2], CodedColumn(codes=parts[2].codes, categories=extra)])
+    assert joined.codes.dtype == np.int32 and np.array_equal(joined.codes, remapped.codes)
+    assert joined.categories.tolist() == remapped.categories.tolist()[:-1] == words.tolist()
+    twice = CodedColumn.concat([CodedColumn(codes=np.array([0, 1, -1], np.int32), categories=words[[1, 1]])])
+    assert twice.categories.tolist() == ["a"] and twice.codes.tolist() == [0, 0, -1]
+
+
 def _stream_of(columns: dict[str, pa.Array], tmp: Path | None = None) -> TableStream:
     import tempfile
 

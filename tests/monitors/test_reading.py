@@ -203,3 +203,41 @@ def test_the_terminal_prints_harm_summary_causes_segments_and_weak_slices(shifte
         < at("weak slice")
         < at("ATTENTION")
     )
+
+
+@pytest.mark.parametrize(
+    ("title", "cells"),
+    [
+        ("Drift", [("age", "0.12")]),  # narrower than the console
+        ("Drift", [("a_feature_with_a_long_name_" * 4, "x" * 90)]),  # wider than it
+        ("A title far wider than the columns under it, " * 4, [("a", "1")]),
+    ],
+)
+def test_piped_tables_take_their_natural_width(title: str, cells: list[tuple[str, str]]) -> None:
+    """Not on a terminal, a table prints as it does on a console exactly as wide as the table measures (what
+    the command did before rendering on PIPED_WIDTH without measuring); on a terminal, at its width."""
+    from rich.table import Table
+
+    from monitors.console import PIPED_WIDTH, _print_table
+
+    def table() -> Table:
+        out = Table(title=title)
+        out.add_column("feature")
+        out.add_column("value", justify="right")
+        for row in cells:
+            out.add_row(*row)
+        return out
+
+    def console(width: int, *, terminal: bool = False) -> Console:
+        return Console(file=io.StringIO(), width=width, force_terminal=terminal, color_system=None)
+
+    piped = console(80)
+    _print_table(piped, table())
+    assert piped.width == 80
+    natural = piped.measure(table(), options=piped.options.update_width(PIPED_WIDTH)).maximum
+    measured = console(natural)
+    measured.print(table())
+    assert piped.file.getvalue() == measured.file.getvalue()  # type: ignore[attr-defined]
+    terminal = console(80, terminal=True)
+    _print_table(terminal, table())
+    assert max(len(line) for line in terminal.file.getvalue().splitlines()) <= 80  # type: ignore[attr-defined]
