@@ -42,3 +42,19 @@ def fix_mmap_threshold(threshold_bytes: int) -> bool:
         return False
     log.debug("malloc: blocks of %d bytes and more get their own mappings", threshold_bytes)
     return True
+
+
+def trim_heap() -> bool:
+    """Hand the free pages of every malloc arena back to the system (glibc's ``malloc_trim``).
+
+    For a phase that freed many large buffers carved out of the heap (threads' work buffers, a reference's
+    columns: the dynamic threshold above puts them there) before the next phase allocates its own: without
+    it the next phase grows on top of pages nothing uses. Returns whether it ran (glibc only).
+    """
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    malloc_trim = ctypes.CDLL(None).malloc_trim
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    malloc_trim(0)
+    return True

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from core.errors import Invalid
+from core.memory import trim_heap
 from core.tabular import (
     BATCH_ROWS,
     CSV_BLOCK_BYTES,
@@ -384,6 +385,7 @@ def compare(
             task=task,
             meanwhile=_load_what_follows,  # the sorts leave this thread idle
         )
+        trim_heap()  # the reference's columns and the sorts' buffers are gone: CURRENT grows in their place
     if sample_rows is None:
         from core.config import get_settings
 
