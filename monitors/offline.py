@@ -383,7 +383,7 @@ def compare(
             prediction=prediction,
             min_rows=min_rows,
             task=task,
-            meanwhile=_load_what_follows,  # the sorts leave this thread idle
+            meanwhile=_load_what_follows,  # while the last sorts finish
         )
         trim_heap()  # the reference's columns and the sorts' buffers are gone: CURRENT grows in their place
     if sample_rows is None:
@@ -469,7 +469,8 @@ def reference_side(
 ) -> _Sides:
     """Read and check the reference file, then (when it passed) infer its schema (of ``task``, default
     binary) unless one is given and build its profile (``document``: as JSON); the file's columns are
-    dropped once the profile holds what is needed of them. Each numeric column is sorted once, for its spec
+    dropped once the profile holds what is needed of them. Each numeric column is put in order once (a partial
+    sort), for its spec
     and its summary, on threads, while the next columns are read (:class:`SortedPass`); ``meanwhile`` runs
     in this thread once the file is read and checked, while the last sorts run (it must not start a thread
     that imports: :func:`_load_what_follows`)."""
@@ -533,12 +534,13 @@ LOADED_WHILE_SORTING = ("scipy.special", "monitors.sketch", "monitors.engine", "
 
 
 def _load_what_follows() -> None:
-    """Import :data:`LOADED_WHILE_SORTING`: :func:`compare` has :func:`reference_side` call it while the
-    reference's sorts run, instead of loading them on one core before reading and between the stages (a
-    profile alone needs none of them).
+    """Import :data:`LOADED_WHILE_SORTING`: :func:`compare` has :func:`reference_side` call it once the
+    reference is read, while the last sorts finish, instead of loading them on one core before reading and
+    between the stages (a profile alone needs none of them). Since the sorts became partial sorts they
+    mostly finish with the reading, so most of this import time is waited for again (~0.2 s, one core).
 
-    Between reading the last column and the sorts' results that thread only waits; the sort threads alive
-    meanwhile import nothing (what they would import on first use is imported before they start:
+    Between reading the last column and the sorts' results that thread would only wait; the sort threads
+    alive meanwhile import nothing (what they would import on first use is imported before they start:
     :data:`THREADS_IMPORT`), so no two threads import at once (tests/monitors/test_offline_threads.py).
     """
     for module in LOADED_WHILE_SORTING:
