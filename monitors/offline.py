@@ -215,6 +215,7 @@ def sketch_current(
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = CSV_BLOCK_BYTES,
     reservoir: RowReservoir | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> tuple[FileFacts, WindowSketch | None]:
     """Read the current file batch by batch: gather its facts and fold it into a sketch on ``profile``.
 
@@ -224,9 +225,13 @@ def sketch_current(
     reset when the file is read again from its start).
     ``labels`` are counted only with a prediction column, as :func:`monitors.engine.compare` counts them;
     the facts keep the distinct values of ``target`` (the checked label column; its range with
-    ``numeric_target``) and the range of ``prediction``.
+    ``numeric_target``) and the range of ``prediction``. ``meanwhile`` runs once in this thread while the
+    pool counts the first batch (with a profile and a batch: else never; it must not start a thread that
+    imports: :func:`_load_what_follows`).
     """
     from monitors.sketch import WindowSketch
+
+    pending = [] if meanwhile is None else [meanwhile]
 
     stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes)
     features = _present(stream.names, features)
@@ -262,6 +267,8 @@ def sketch_current(
                 state.facts.columns[name].add(values)
             if reservoir is not None:
                 reservoir.add(columns, predictions=answers, labels=found)
+            while pending:
+                pending.pop()()
 
         state.sketch.update(
             profile, columns, predictions=answers, labels=found, pool=pool, meanwhile=facts_and_sample
@@ -383,7 +390,6 @@ def compare(
             prediction=prediction,
             min_rows=min_rows,
             task=task,
-            meanwhile=_load_what_follows,  # while the last sorts finish
         )
         trim_heap()  # the reference's columns and the sorts' buffers are gone: CURRENT grows in their place
     if sample_rows is None:
@@ -398,6 +404,7 @@ def compare(
         min_rows=min_rows,
         config=config,
         sample_rows=sample_rows,
+        meanwhile=_load_what_follows,  # while the pool counts CURRENT's first batch
     )
     failed = f"cannot compare CURRENT {current} with {sides.source}"
     if sides.failure is not None:
@@ -465,15 +472,12 @@ def reference_side(
     prediction: str | None,
     min_rows: int,
     task: Task | None = None,
-    meanwhile: Callable[[], None] | None = None,
 ) -> _Sides:
     """Read and check the reference file, then (when it passed) infer its schema (of ``task``, default
     binary) unless one is given and build its profile (``document``: as JSON); the file's columns are
     dropped once the profile holds what is needed of them. Each numeric column is put in order once (a partial
     sort), for its spec
-    and its summary, on threads, while the next columns are read (:class:`SortedPass`); ``meanwhile`` runs
-    in this thread once the file is read and checked, while the last sorts run (it must not start a thread
-    that imports: :func:`_load_what_follows`)."""
+    and its summary, on threads, while the next columns are read (:class:`SortedPass`)."""
     where = f"REFERENCE {path}"
     exclude = {c for c in (target, prediction) if c}
     task = (task or Task.BINARY) if schema is None else schema.kind
@@ -509,8 +513,6 @@ def reference_side(
         )
         if sides.findings:
             return sides
-        if meanwhile is not None:
-            meanwhile()
         try:
             passed = sorter.results()
             sides.schema = schema or reference_schema(
@@ -528,22 +530,21 @@ def reference_side(
     return sides
 
 
-LOADED_WHILE_SORTING = ("scipy.special", "monitors.sketch", "monitors.engine", "monitors.explain")
-"""What a comparison imports after its reference side: the statistics' tail functions (``scipy.special``,
-~0.15 CPU-seconds; see :mod:`monitors.drift.base`), the sketch, the engine and the explanations (~0.05 s)."""
+LOADED_WHILE_COUNTING = ("scipy.special", "monitors.engine", "monitors.explain")
+"""What a comparison imports after reading: the statistics' tail functions (``scipy.special``, ~0.15
+CPU-seconds; see :mod:`monitors.drift.base`), the engine and the explanations (~0.05 s)."""
 
 
 def _load_what_follows() -> None:
-    """Import :data:`LOADED_WHILE_SORTING`: :func:`compare` has :func:`reference_side` call it once the
-    reference is read, while the last sorts finish, instead of loading them on one core before reading and
-    between the stages (a profile alone needs none of them). Since the sorts became partial sorts they
-    mostly finish with the reading, so most of this import time is waited for again (~0.2 s, one core).
+    """Import :data:`LOADED_WHILE_COUNTING`: :func:`compare` has :func:`sketch_current` call it while the
+    pool counts CURRENT's first batch (this thread would wait for the pool), instead of loading them on one
+    core before reading or between the stages (a profile alone needs none of them).
 
-    Between reading the last column and the sorts' results that thread would only wait; the sort threads
-    alive meanwhile import nothing (what they would import on first use is imported before they start:
-    :data:`THREADS_IMPORT`), so no two threads import at once (tests/monitors/test_offline_threads.py).
+    No thread but this one imports anything in a comparison (what the sort threads would import on first use
+    is imported before they start: :data:`THREADS_IMPORT`), so no two threads import at once
+    (tests/monitors/test_offline_threads.py).
     """
-    for module in LOADED_WHILE_SORTING:
+    for module in LOADED_WHILE_COUNTING:
         importlib.import_module(module)
 
 
@@ -595,10 +596,12 @@ def _current_side(
     min_rows: int,
     config: MonitorConfig,
     sample_rows: int = 0,
+    meanwhile: Callable[[], None] | None = None,
 ) -> WindowSketch | None:
     """Read the current file into a sketch (when the reference passed and gave a profile) and check it and
     the options against both sides; raise every finding. ``sample_rows`` > 0: ``sides.current_sample``
-    keeps a uniform sample of at most that many of its rows (:class:`monitors.reservoir.RowReservoir`)."""
+    keeps a uniform sample of at most that many of its rows (:class:`monitors.reservoir.RowReservoir`).
+    ``meanwhile``: as :func:`sketch_current`."""
     where = f"CURRENT {path}"
     features = [] if sides.schema is None else sides.schema.feature_names
     reservoir = None
@@ -615,6 +618,7 @@ def _current_side(
         threshold=config.classification_threshold,
         numeric_target=sides.task is Task.REGRESSION,
         reservoir=reservoir,
+        meanwhile=meanwhile,
     )
     if reservoir is not None and sketch is not None:
         sides.current_sample = reservoir.sample()
