@@ -38,11 +38,16 @@ print(json.dumps({"events": events, "alive": alive}))
 """
 
 
+def _run(code: str, *args: str) -> list[str]:
+    """The words ``python -c CODE ARGS`` prints on its last line, in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1].split(" ")
+
+
 def _imports(args: list[str]) -> dict[str, Any]:
     """Every import of ``driftwarden ARGS`` in a fresh interpreter: (thread, module) in order, and the names
     of the threads alive when ``scipy.special`` was imported."""
-    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True)
-    found: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(" ".join(_run(PROBE, *args)))
     return found
 
 
@@ -100,8 +105,7 @@ def test_numpy_loads_masked_arrays_on_the_first_unique() -> None:
         "np.unique(np.array([2.0, 1.0, 2.0]))\n"
         "print(before, 'numpy.ma' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    assert _run(probe) == ["False", "True"]
     assert "numpy.ma" in THREADS_IMPORT
 
 
@@ -114,5 +118,4 @@ def test_a_profile_alone_loads_no_statistics() -> None:
         "driftwarden.profile(pa.table({'a': rng.normal(size=500), 'b': rng.standard_t(3, 500)}))\n"
         "print('scipy.special' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.split()[-1] == "False"
+    assert _run(probe) == ["False"]
