@@ -52,19 +52,11 @@ class PartialSort:
     low: float = 0.0
     scale: float = 0.0
 
-    @property
-    def before(self) -> np.ndarray:
-        """The values below each bucket."""
-        return self.ends - self.counts
-
     def bucket_of(self, values: np.ndarray) -> np.ndarray:
         """The bucket of each of ``values`` (no NaN), by the rule the column's values were put in theirs."""
         if self.whole:
             return np.zeros(np.shape(values), dtype=np.intp)
-        t = np.subtract(values, self.low, dtype=np.float64)
-        np.multiply(t, self.scale, out=t)
-        np.clip(t, 0, self.counts.size - 1, out=t)
-        return t.astype(np.intp)
+        return _buckets(np.asarray(values, dtype=np.float64), low=self.low, scale=self.scale)
 
     def _positions(self, ranks: np.ndarray) -> np.ndarray:
         """Where the sorted column's ``ranks`` are in ``values``."""
@@ -131,12 +123,13 @@ def partial_sort(
     scale = BUCKETS / (high - low) if math.isfinite(high - low) and high > low else 0.0
     if not (scale > 0 and math.isfinite(scale)):
         return _whole(x, scratch)
-    t = np.empty(n) if scratch is None else scratch.get("work", n, np.float64)
-    np.subtract(x, low, out=t)  # non-decreasing in x, as every step below: so is the bucket
-    np.multiply(t, scale, out=t)
-    np.clip(t, 0, BUCKETS - 1, out=t)
-    bucket = np.empty(n, dtype=np.intp) if scratch is None else scratch.get("bucket", n, np.intp)
-    np.copyto(bucket, t, casting="unsafe")  # truncation: the floor of these non-negative values
+    bucket = _buckets(
+        x,
+        low=low,
+        scale=scale,
+        work=None if scratch is None else scratch.get("work", n, np.float64),
+        out=None if scratch is None else scratch.get("bucket", n, np.intp),
+    )
     counts = np.bincount(bucket, minlength=BUCKETS)
     ends = np.cumsum(counts)
     wanted = np.zeros(BUCKETS, dtype=bool)
@@ -160,6 +153,26 @@ def partial_sort(
         low=low,
         scale=scale,
     )
+
+
+def _buckets(
+    values: np.ndarray,
+    *,
+    low: float,
+    scale: float,
+    work: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The bucket of each of ``values``: ``floor((value - low) * scale)``, clipped to the buckets. Every step
+    is non-decreasing in the value, so is the bucket; the one rule for a column's values and for values
+    looked up later (:meth:`PartialSort.bucket_of`). ``work`` / ``out``: buffers to use."""
+    t = np.subtract(values, low, out=work)
+    np.multiply(t, scale, out=t)
+    np.clip(t, 0, BUCKETS - 1, out=t)
+    if out is None:
+        return t.astype(np.intp)
+    np.copyto(out, t, casting="unsafe")  # truncation: the floor of these non-negative values
+    return out
 
 
 def _mask(scratch: Scratch | None, n: int) -> np.ndarray:
