@@ -43,6 +43,7 @@ from core.tabular import (
 from monitors.checks import Finding, check_options, check_rows, check_table, raise_findings
 from monitors.file_facts import Assembled, FileFacts, column_facts
 from monitors.profile import WORKERS, Profile, build_reference_profile, profile_from_dict
+from monitors.profile.held import HeldRows
 from monitors.profile.ordered import Sorted, SortedPass
 from monitors.reservoir import RowReservoir
 from monitors.rows import RowSample
@@ -91,7 +92,7 @@ def read_reference(
     numeric_target: bool = False,
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = CSV_BLOCK_BYTES,
-    on_column: Callable[[str, Column], None] | None = None,
+    on_column: Callable[[str, Column], bool] | None = None,
 ) -> tuple[FileFacts, dict[str, Column]]:
     """Read the reference's ``columns`` (those it has; default all): numbers as arrays, text as codes.
 
@@ -101,6 +102,8 @@ def read_reference(
     handed each column once it is whole: a Parquet file (or a table in memory) is then read one column after
     the other (the same batches, the same facts), so the caller's work on a column overlaps the reading of
     the next; a CSV is read in one pass (its rows hold every column), its columns handed over at the end.
+    When ``on_column`` returns True it has taken the column: it is left out of the columns returned (and,
+    read column after column, is not held while the next ones are read).
     Column after column, a Parquet file is decoded in this thread (the caller's threads keep the cores busy:
     Arrow's for one column cost more than they save) and Arrow's memory is handed back once, at the end.
     """
@@ -110,15 +113,18 @@ def read_reference(
     if on_column is None or stream.format == "csv":
         facts, read = rows(keep)
         for name in keep:
-            if on_column is not None:
-                on_column(name, read[name])
+            if on_column is not None and on_column(name, read[name]):
+                del read[name]
         return facts, read
     facts, read = FileFacts(names=stream.names), {}
     try:
         for name in keep:
             one, column = rows([name], release=False)
-            facts.rows, facts.columns[name], read[name] = one.rows, one.columns[name], column[name]
-            on_column(name, read[name])
+            facts.rows, facts.columns[name] = one.rows, one.columns[name]
+            values = column.pop(name)
+            if not on_column(name, values):
+                read[name] = values
+            del values  # a taken column is not held while the next one is read
     finally:
         release_memory()  # the pages the passes shared, once
     return facts, read
@@ -170,22 +176,23 @@ def reference_schema(
     output of ``task`` (a multi-class model's ``classes``; a regression's expected range from the target's).
 
     Text is inferred from its distinct values; its missing rate is the counted one. The columns are inferred
-    on threads (:func:`registry.schema.infer_features`), but those ``inferred`` already (by name).
+    on threads (:func:`registry.schema.infer_features`), but those ``inferred`` already (by name), which
+    ``columns`` need not hold. The features are in the order the facts were gathered (the file's).
     """
-    kept = {name: values for name, values in columns.items() if name not in exclude}
+    names = [name for name in facts.columns if name not in exclude]  # in the file's order
     done = inferred or {}
     rest = infer_features(
         {
-            name: facts.columns[name].sample() if isinstance(values, CodedColumn) else values
-            for name, values in kept.items()
+            name: facts.columns[name].sample() if isinstance(values := columns[name], CodedColumn) else values
+            for name in names
             if name not in done
         }
     )
     found = iter(rest)
-    specs = [done[name] if name in done else next(found) for name in kept]
     features: list[FeatureSpec] = []
-    for spec, (name, values) in zip(specs, kept.items(), strict=True):
-        if isinstance(values, CodedColumn):
+    for name in names:
+        spec = done[name] if name in done else next(found)
+        if isinstance(columns.get(name), CodedColumn):
             rate = facts.missing_rate(name)
             spec = dataclasses.replace(spec, missing_rate=rate, nullable=rate > 0)
         features.append(spec)
@@ -484,6 +491,18 @@ def reference_side(
     only = None if schema is None else numeric_features(schema)
     for module in THREADS_IMPORT:
         importlib.import_module(module)
+    held: HeldRows | None = None
+    whole = task is Task.REGRESSION and prediction is not None  # its loss model reads every row
+
+    def take(name: str, values: Column) -> bool:
+        """Hand a column to the sorts; keep only its profiled rows when they take it."""
+        nonlocal held
+        if not sorter.add(name, values) or whole or isinstance(values, CodedColumn):
+            return False
+        held = held or HeldRows(len(values))
+        held.hold(name, values)
+        return True
+
     with SortedPass(infer=schema is None, skip=exclude, only=only) as sorter:
         facts, columns = read_reference(
             path,
@@ -493,7 +512,7 @@ def reference_side(
             target=target,
             prediction=prediction,
             numeric_target=task is Task.REGRESSION,
-            on_column=sorter.add,
+            on_column=take,
         )
         sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
         sides.tables[where] = facts.for_checks()
@@ -526,7 +545,7 @@ def reference_side(
             )
         except ValueError as exc:
             raise Invalid(f"{where}: {exc}") from None
-    _profile_reference(sides, columns, prediction=prediction, passed=passed)
+    _profile_reference(sides, columns, prediction=prediction, passed=passed, held=held)
     return sides
 
 
@@ -549,11 +568,21 @@ def _load_what_follows() -> None:
 
 
 def _profile_reference(
-    sides: _Sides, columns: dict[str, Column], *, prediction: str | None, passed: dict[str, Sorted]
+    sides: _Sides,
+    columns: dict[str, Column],
+    *,
+    prediction: str | None,
+    passed: dict[str, Sorted],
+    held: HeldRows | None,
 ) -> None:
-    """Build the reference profile on the sides' schema (the numeric summaries ``passed`` made already);
-    why it could not be built is the sides' ``failure``."""
+    """Build the reference profile on the sides' schema (the numeric summaries ``passed`` made already, of
+    columns ``held`` at the profiled rows or whole in ``columns``); why it could not be built is the sides'
+    ``failure``."""
     assert sides.schema is not None
+    failed = [p.failure for p in passed.values() if p.failure is not None]
+    if failed:  # the summary the profile would make again of the column fails the same way
+        sides.failure = failed[0]
+        return
     sides.label = sides.label or (sides.schema.target or None)
     preds = columns.get(prediction) if prediction else None
     labels = columns.get(sides.label) if sides.label and preds is not None else None
@@ -564,6 +593,7 @@ def _profile_reference(
             predictions=None if preds is None else np.asarray(preds, dtype=np.float64),
             labels=None if labels is None else np.asarray(labels),
             summaries={name: p.summary for name, p in passed.items() if p.summary is not None},
+            held=held,
         )
         sides.profile = profile_from_dict(built)
         sides.document = built

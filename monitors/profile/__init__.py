@@ -53,6 +53,7 @@ from monitors.profile.documents import (
     read_profile,
     write_profile,
 )
+from monitors.profile.held import HeldRows, taker
 from monitors.profile.outputs import metric_sd, multiclass_outputs, performance_spread, regression_outputs
 from monitors.profile.pca import pca_errors, pca_summary, reconstruction_error
 from monitors.profile.profiles import (
@@ -105,6 +106,7 @@ def build_reference_profile(
     labels: np.ndarray | None = None,
     sample: RowSample | None = None,
     summaries: Mapping[str, dict[str, Any]] | None = None,
+    held: HeldRows | None = None,
 ) -> dict[str, Any]:
     """Build the JSON-serialisable reference profile of ``columns`` under ``schema``.
 
@@ -118,28 +120,37 @@ def build_reference_profile(
     training rows but predicts the held-out ones).
 
     ``summaries``: numeric features' :func:`numeric_summary` already made, by name (a caller that sorted
-    the columns for something else too: each column is sorted once); the others are made here.
+    the columns for something else too: each column is sorted once); the others are made here. A feature
+    whose summary is given may be absent from ``columns`` when ``held`` holds it at the rows the profile
+    reads (:mod:`monitors.profile.held`); a regression's loss model, which reads every row, needs it whole.
     """
+    held_names = set() if held is None else set(held.columns)
     for spec in schema.features:
-        if spec.name not in columns:
+        if spec.name in held_names and spec.name not in (summaries or {}):
+            raise ValueError(f"feature {spec.name!r} is held at some rows only, without its summary")
+        if spec.name not in columns and spec.name not in held_names:
             raise ValueError(f"feature {spec.name!r} of the schema is missing from the data")
     cols = {
         spec.name: as_coded(c if isinstance(c := columns[spec.name], CodedColumn) else np.asarray(c))
         for spec in schema.features
+        if spec.name not in held_names
     }
     numeric = [spec.name for spec in schema.features if spec.kind is FeatureKind.NUMERIC]
+    rows = held.rows if held is not None else max((len(c) for c in cols.values()), default=0)
+    take = taker(cols, held)
 
     def summary(spec: FeatureSpec) -> dict[str, Any]:
-        return _feature_summary(spec, cols[spec.name], given=(summaries or {}).get(spec.name))
+        given = (summaries or {}).get(spec.name)
+        return _feature_summary(spec, cols[spec.name] if given is None else None, given=given)
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="profile") as pool:
-        pca = pool.submit(pca_summary, cols, numeric)  # the longest task: first
+        pca = pool.submit(pca_summary, take, rows, numeric)  # the longest task: first
         summarised = pool.map(summary, schema.features)
         features = {spec.name: done for spec, done in zip(schema.features, summarised, strict=True)}
         multivariate = pca.result()
     out: dict[str, Any] = {
         "format": PROFILE_FORMAT,
-        "rows": max((len(c) for c in cols.values()), default=0),
+        "rows": rows,
         "target": schema.target,
         "task": schema.task,
         "n_quantiles": N_QUANTILES,
@@ -150,11 +161,15 @@ def build_reference_profile(
         "calibration": None,
         "multivariate": multivariate,
         "performance_spread": None,
-        "sample": (sample or own_sample(cols, schema, predictions=predictions, labels=labels)).as_dict(),
+        "sample": (
+            sample or own_sample(take, rows, schema, predictions=predictions, labels=labels)
+        ).as_dict(),
     }
     if predictions is not None and schema.kind is Task.MULTICLASS:
         out.update(multiclass_outputs(predictions, labels, schema.classes))
     elif predictions is not None and schema.kind is Task.REGRESSION:
+        if held_names:
+            raise ValueError("a regression's loss model reads every row: its features cannot be held in part")
         out.update(regression_outputs(cols, schema, predictions, labels))
     elif predictions is not None:
         p = np.asarray(predictions, dtype=np.float64).reshape(-1)
@@ -173,12 +188,19 @@ def build_reference_profile(
     return out
 
 
-def _feature_summary(spec: FeatureSpec, values: Column, *, given: dict[str, Any] | None) -> dict[str, Any]:
-    """One feature's summary: its categories' counts, or its numeric summary (``given``: made already) with
-    the contract's ranges."""
+def _feature_summary(
+    spec: FeatureSpec, values: Column | None, *, given: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One feature's summary: its categories' counts, or its numeric summary (``given``: made already, else
+    made of ``values``) with the contract's ranges."""
     if spec.kind is not FeatureKind.NUMERIC:
+        assert values is not None  # a categorical feature is never held in part
         return categorical_summary(values, name=spec.name)
-    out = dict(given) if given is not None else numeric_summary(values, name=spec.name)
+    if given is not None:
+        out = dict(given)
+    else:
+        assert values is not None  # a numeric feature without its summary is whole
+        out = numeric_summary(values, name=spec.name)
     out.update(
         observed_min=spec.observed_min,
         observed_max=spec.observed_max,

@@ -29,10 +29,11 @@ from registry.tails import SortedEnds, end_size
 @dataclass(frozen=True)
 class Sorted:
     """What is read off a numeric column put in order once: its spec (None: not inferred) and its summary for
-    the profile (None: left to the profile, which makes it again or says why it cannot)."""
+    the profile (None: ``failure`` says why it could not be made)."""
 
     spec: FeatureSpec | None
     summary: dict[str, Any] | None
+    failure: ValueError | TypeError | None = None
 
 
 class SortedPass:
@@ -56,11 +57,13 @@ class SortedPass:
     ) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def add(self, name: str, values: Column) -> None:
-        """Order ``values`` (column ``name``) on a thread when it is one this pass orders."""
+    def add(self, name: str, values: Column) -> bool:
+        """Order ``values`` (column ``name``) on a thread when it is one this pass orders (then True)."""
         wanted = name not in self.skip and (self.only is None or name in self.only)
         if wanted and not isinstance(values, CodedColumn) and values.dtype.kind in "iufb":  # numbers
             self.jobs[name] = self.pool.submit(self._one, name, values)
+            return True
+        return False
 
     def results(self) -> dict[str, Sorted]:
         """Every column's spec and summary, by name; the first error of a column (in order) is raised."""
@@ -85,8 +88,8 @@ class SortedPass:
             order = quantile_order(present, scratch=scratch)
         try:
             summary = present_summary(present, missing=len(values) - present.size, name=name, order=order)
-        except (ValueError, TypeError):
-            summary = None
+        except (ValueError, TypeError) as exc:
+            return Sorted(spec=spec, summary=None, failure=exc)
         return Sorted(spec=spec, summary=summary)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +19,19 @@ features and the 1,001 quantiles of the held-out errors, at a bounded cost howev
 PCA_VARIANCE = 0.9
 
 
-def pca_summary(columns: Mapping[str, Column], names: list[str]) -> dict[str, Any] | None:
-    """PCA of the standardised ``names`` with a held-out reference error distribution (None: too few rows).
+def pca_positions(rows: int) -> np.ndarray:
+    """The rows of a ``rows``-row reference the multivariate detector is fitted on: at most
+    :data:`PCA_MAX_ROWS`, evenly spaced (every row of a shorter one)."""
+    if rows <= PCA_MAX_ROWS:
+        return np.arange(rows)
+    return np.linspace(0, rows - 1, PCA_MAX_ROWS).astype(np.int64)
+
+
+def pca_summary(
+    take: Callable[[str, np.ndarray], Column], rows: int, names: list[str]
+) -> dict[str, Any] | None:
+    """PCA of the standardised ``names`` (of a ``rows``-row reference; ``take(name, positions)`` gives a
+    column's values at those rows) with a held-out reference error distribution (None: too few rows).
 
     The sampled rows are cross-fitted in two folds (even and odd positions): a PCA (center, scale, axes) is
     fitted on each, and the reconstruction errors summarised are those of each fold under the OTHER fold's
@@ -30,11 +41,10 @@ def pca_summary(columns: Mapping[str, Column], names: list[str]) -> dict[str, An
     """
     if len(names) < 2:
         return None
-    rows = len(columns[names[0]])
-    pick = np.linspace(0, rows - 1, PCA_MAX_ROWS).astype(np.int64) if rows > PCA_MAX_ROWS else slice(None)
-    x = np.empty((min(rows, PCA_MAX_ROWS), len(names)), order="F")  # sampled rows first, one column a time
+    pick = pca_positions(rows)
+    x = np.empty((pick.size, len(names)), order="F")  # sampled rows first, one column a time
     for j, n in enumerate(names):
-        x[:, j] = as_float(columns[n][pick])
+        x[:, j] = as_float(take(n, pick))
     even, odd = np.ascontiguousarray(x[0::2]), np.ascontiguousarray(x[1::2])
     if odd.shape[0] < 2 * len(names):  # the smaller fold (odd has at most as many rows as even)
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -30,6 +30,13 @@ def _sample_labels(labels: np.ndarray | None, index: np.ndarray) -> np.ndarray |
         return None
 
 
+def sample_positions(
+    rows: int, *, size: int = REFERENCE_SAMPLE_ROWS, seed: int = REFERENCE_SAMPLE_SEED
+) -> np.ndarray:
+    """The rows of a ``rows``-row reference in its sample: ``size`` at most, drawn uniformly (seeded)."""
+    return uniform_positions(rows, size, seed=seed)
+
+
 def reference_sample(
     columns: Mapping[str, Column],
     schema: ModelSchema,
@@ -39,20 +46,43 @@ def reference_sample(
     rows: int = REFERENCE_SAMPLE_ROWS,
     seed: int = REFERENCE_SAMPLE_SEED,
 ) -> RowSample:
-    """A uniform sample of at most ``rows`` of the reference's rows (:func:`monitors.rows.uniform_positions`,
-    seeded): the schema's features, the model's answers (NaN without them) and the labels where given;
-    ``population`` is the number of rows it is drawn from.
+    """A uniform sample of at most ``rows`` of the reference's rows (:func:`sample_positions`): the schema's
+    features, the model's answers (NaN without them) and the labels where given; ``population`` is the
+    number of rows it is drawn from.
 
     ``predictions`` and ``labels`` must belong to the same rows as ``columns``."""
     n = max((len(columns[spec.name]) for spec in schema.features), default=0)
+    return sample_of(
+        lambda name, at: columns[name][at],
+        n,
+        schema,
+        predictions=predictions,
+        labels=labels,
+        rows=rows,
+        seed=seed,
+    )
+
+
+def sample_of(
+    take: Callable[[str, np.ndarray], Column],
+    n: int,
+    schema: ModelSchema,
+    *,
+    predictions: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
+    rows: int = REFERENCE_SAMPLE_ROWS,
+    seed: int = REFERENCE_SAMPLE_SEED,
+) -> RowSample:
+    """:func:`reference_sample` of an ``n``-row reference whose columns ``take(name, positions)`` gives at
+    those rows."""
     if predictions is not None and len(predictions) != n:
         raise ValueError(f"{len(predictions)} predictions for {n} rows of features")
     if labels is not None and len(labels) != n:
         raise ValueError(f"{len(labels)} labels for {n} rows of features")
-    index = uniform_positions(n, rows, seed=seed)
+    index = sample_positions(n, size=rows, seed=seed)
     sampled: dict[str, np.ndarray] = {}
     for spec in schema.features:
-        values = columns[spec.name][index]
+        values = take(spec.name, index)
         numeric = spec.kind is FeatureKind.NUMERIC
         sampled[spec.name] = as_float(values).astype(np.float64) if numeric else sample_texts(values)
     answers: np.ndarray = (
@@ -72,15 +102,15 @@ def reference_sample(
 
 
 def own_sample(
-    cols: Mapping[str, Column],
+    take: Callable[[str, np.ndarray], Column],
+    n: int,
     schema: ModelSchema,
     *,
     predictions: np.ndarray | None,
     labels: np.ndarray | None,
 ) -> RowSample:
-    """:func:`reference_sample` of the profiled rows; the features alone (answers NaN, no labels) when the
+    """:func:`sample_of` the ``n`` profiled rows; the features alone (answers NaN, no labels) when the
     predictions are not of those rows and the caller gave no sample of its own."""
-    n = max((len(c) for c in cols.values()), default=0)
     if predictions is not None and len(predictions) != n:
         predictions, labels = None, None
-    return reference_sample(cols, schema, predictions=predictions, labels=labels)
+    return sample_of(take, n, schema, predictions=predictions, labels=labels)

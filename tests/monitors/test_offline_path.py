@@ -242,10 +242,16 @@ def test_the_reference_sorted_once_gives_the_schema_and_profile_of_the_columns(
     path = files[f"reference.{suffix}"]
     facts, columns = read_reference(path, target=TARGET, prediction="prediction")
     handed: list[str] = []
-    by_column = read_reference(
-        path, target=TARGET, prediction="prediction", on_column=lambda name, _: handed.append(name)
-    )
+
+    def hand(name: str, _: object) -> bool:
+        handed.append(name)
+        return False  # not taken: the column stays among those returned
+
+    by_column = read_reference(path, target=TARGET, prediction="prediction", on_column=hand)
     assert handed == facts.names == list(by_column[1])
+    taken = read_reference(path, on_column=lambda name, values: not isinstance(values, CodedColumn))
+    assert list(taken[1]) == [n for n in facts.names if isinstance(columns[n], CodedColumn)]  # the rest taken
+    assert taken[0].rows == facts.rows
     assert by_column[0].rows == facts.rows
     assert by_column[0].for_checks().keys() == facts.for_checks().keys()
     for name in facts.names:
