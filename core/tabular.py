@@ -470,6 +470,29 @@ class TableStream:
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise _unreadable(self.path, self.format, exc) from exc
 
+    def pieces(self, name: str) -> Iterator[Column]:
+        """Column ``name`` whole, one row group of a Parquet file (one chunk of a table in memory) at a time:
+        a file of one row group gives the column in one piece, decoded once (zero-copy where Arrow allows, so
+        read-only). Not for a CSV, whose rows hold every column: read it with :meth:`batches`."""
+        if self.memory is not None:
+            for chunk in self.memory.table.column(name).chunks:
+                yield _batch_column(chunk)
+            return
+        if self.format != "parquet":
+            raise ValueError(f"{self.path}: a CSV is read by rows (batches), not by column")
+        try:
+            source = pq.ParquetFile(
+                self.path,
+                read_dictionary=[name] if name in self._text else None,
+                pre_buffer=False,
+                buffer_size=PARQUET_BUFFER_BYTES,
+            )
+            for group in range(source.num_row_groups):
+                for chunk in source.read_row_group(group, columns=[name], use_threads=False).column(0).chunks:
+                    yield _batch_column(chunk)
+        except (pa.ArrowException, OSError) as exc:
+            raise _unreadable(self.path, self.format, exc) from exc
+
 
 def _read_ahead(batches: Iterator[T], depth: int) -> Iterator[T]:
     """The items of ``batches``, produced by a thread up to ``depth`` ahead (Arrow decodes without the GIL,

@@ -123,7 +123,7 @@ def column_facts(name: str, target: str | None, prediction: str | None, numeric_
 
 class Assembled:
     """One column assembled from its batches: numbers into one array (allocated once when the row count is
-    known), codes onto one dictionary."""
+    known; a first batch of every row is kept as it is, no copy), codes onto one dictionary."""
 
     def __init__(self, rows: int | None) -> None:
         self.rows = rows
@@ -134,6 +134,9 @@ class Assembled:
     def add(self, values: Column) -> None:
         if self.rows is None or isinstance(values, CodedColumn):
             self.parts.append(values)
+            return
+        if self.array is None and len(values) == self.rows:  # the whole column in one batch
+            self.array, self.filled = values, len(values)
             return
         if self.array is None:
             self.array = np.empty(self.rows, dtype=values.dtype)

@@ -100,8 +100,9 @@ def read_reference(
     and the range of ``prediction`` (the checks report labels that are not the task's and probabilities
     outside [0, 1]). ``batch_rows`` / ``block_bytes``: the size of a Parquet / CSV batch. ``on_column`` is
     handed each column once it is whole: a Parquet file (or a table in memory) is then read one column after
-    the other (the same batches, the same facts), so the caller's work on a column overlaps the reading of
-    the next; a CSV is read in one pass (its rows hold every column), its columns handed over at the end.
+    the other (whole, by row group: :meth:`core.tabular.TableStream.pieces`; the same values, the same
+    facts), so the caller's work on a column overlaps the reading of the next; a CSV is read in one pass (its
+    rows hold every column), its columns handed over at the end.
     When ``on_column`` returns True it has taken the column: it is left out of the columns returned (and,
     read column after column, is not held while the next ones are read).
     Column after column, a Parquet file is decoded in this thread (the caller's threads keep the cores busy:
@@ -119,14 +120,18 @@ def read_reference(
     facts, read = FileFacts(names=stream.names), {}
     try:
         for name in keep:
-            one, column = rows([name], release=False)
-            facts.rows, facts.columns[name] = one.rows, one.columns[name]
-            values = column.pop(name)
+            facts.columns[name] = column_facts(name, target, prediction, numeric_target)
+            whole = Assembled(stream.rows)
+            for piece in stream.pieces(name):
+                facts.columns[name].add(piece)
+                whole.add(piece)
+            values = whole.column()
+            facts.rows = len(values)
             if not on_column(name, values):
                 read[name] = values
-            del values  # a taken column is not held while the next one is read
+            del values, whole  # a taken column is not held while the next one is read
     finally:
-        release_memory()  # the pages the passes shared, once
+        release_memory()  # the pages the columns shared, once
     return facts, read
 
 
@@ -137,10 +142,8 @@ def _read_rows(
     target: str | None,
     prediction: str | None,
     numeric_target: bool,
-    release: bool = True,
 ) -> tuple[FileFacts, dict[str, Column]]:
-    """The columns ``keep`` of ``stream`` in one pass over its batches, and their facts (``release``: as
-    :func:`core.tabular.fold_batches`)."""
+    """The columns ``keep`` of ``stream`` in one pass over its batches, and their facts."""
 
     @dataclass
     class State:
@@ -158,7 +161,7 @@ def _read_rows(
             state.facts.columns[name].add(values)
             state.columns[name].add(values)
 
-    state = fold_batches(stream, columns=keep, start=start, add=add, release=release)
+    state = fold_batches(stream, columns=keep, start=start, add=add)
     return state.facts, {name: state.columns.pop(name).column() for name in keep}
 
 

@@ -1,0 +1,78 @@
+"""A column read whole, row group after row group (``TableStream.pieces``, what ``driftwarden drift`` reads
+REFERENCE column by column with): the very values and facts of the same column read in batches, for a file of
+one row group and of several (an integer column that meets a null only in a later group, text whose
+dictionary differs between groups, booleans), and for a table in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from core.tabular import CodedColumn, MemoryTable, TableStream, write_table
+from monitors.offline import read_reference
+
+ROWS = 5_000
+
+
+def _table() -> pa.Table:
+    rng = np.random.default_rng(8)
+    counts = rng.integers(0, 9, ROWS).astype(object)
+    counts[ROWS - 7] = None  # a null in the last row group only: the column turns to floats there
+    words = np.where(np.arange(ROWS) < ROWS // 2, "early", "late").astype(object)
+    words[::13] = rng.choice(["a", "b", "c"], size=len(words[::13]))
+    words[::101] = None
+    return pa.table(
+        {
+            "x": pa.array(rng.normal(size=ROWS)),
+            "counts": pa.array(counts.tolist(), type=pa.int64()),
+            "word": pa.array(words.tolist(), type=pa.string()),
+            "flag": pa.array((rng.random(ROWS) < 0.3).tolist()),
+        }
+    )
+
+
+@pytest.fixture(scope="module", params=[ROWS, 1_200], ids=["one-group", "groups"])
+def parquet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("pieces") / "table.parquet"
+    pq.write_table(_table(), path, row_group_size=request.param)
+    return path
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, CodedColumn) or isinstance(b, CodedColumn):
+        assert isinstance(a, CodedColumn) and isinstance(b, CodedColumn)
+        return a.decode().tolist() == b.decode().tolist()
+    x, y = np.asarray(a), np.asarray(b)
+    return x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
+
+
+@pytest.mark.parametrize("source", ["file", "memory"])
+def test_a_column_read_whole_is_the_column_read_in_batches(parquet: Path, source: str) -> None:
+    table = pq.read_table(parquet)
+    read: Path | MemoryTable = parquet if source == "file" else MemoryTable(table)
+    if source == "file":
+        assert (pq.ParquetFile(parquet).num_row_groups > 1) == (table.column("x").num_chunks > 1)
+    facts, batched = read_reference(read, target="counts", prediction="x", batch_rows=700)
+    by_column = read_reference(read, target="counts", prediction="x", on_column=lambda name, _: False)
+    assert list(by_column[1]) == list(batched) == table.column_names
+    assert by_column[0].rows == facts.rows == ROWS
+    for name in table.column_names:
+        assert by_column[0].columns[name] == facts.columns[name], name
+        assert _same(by_column[1][name], batched[name]), name
+    assert np.asarray(batched["counts"]).dtype == np.float64  # the null made the integers floats
+    assert isinstance(batched["word"], CodedColumn)
+
+
+def test_a_single_row_group_is_one_piece_and_a_csv_is_read_by_rows(tmp_path: Path) -> None:
+    path = tmp_path / "one.parquet"
+    pq.write_table(_table(), path, row_group_size=ROWS)
+    stream = TableStream(path)
+    pieces = list(stream.pieces("x"))
+    assert len(pieces) == 1 and len(pieces[0]) == ROWS
+    csv = write_table({"x": np.arange(3.0)}, tmp_path / "t.csv")
+    with pytest.raises(ValueError, match="read by rows"):
+        list(TableStream(csv).pieces("x"))
