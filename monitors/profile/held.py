@@ -25,7 +25,11 @@ Take = Callable[[str, np.ndarray], Column]
 def profiled_positions(rows: int) -> np.ndarray:
     """The rows of a ``rows``-row reference that its profile reads of a numeric feature besides the feature's
     summary (sorted, distinct)."""
-    return np.union1d(pca_positions(rows), sample_positions(rows))
+    both = np.concatenate([pca_positions(rows), sample_positions(rows)])
+    both.sort(kind="stable")  # two sorted runs, merged (np.union1d would sort them again: ~7 ms for 1M rows)
+    first = np.ones(both.size, dtype=bool)
+    np.not_equal(both[1:], both[:-1], out=first[1:])
+    return both[first]
 
 
 class HeldRows:

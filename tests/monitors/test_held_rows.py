@@ -14,7 +14,8 @@ from core.tabular import CodedColumn, write_table
 from monitors.offline import read_reference, reference_schema, reference_side
 from monitors.profile import build_reference_profile, numeric_summary
 from monitors.profile.held import HeldRows, profiled_positions
-from monitors.profile.pca import PCA_MAX_ROWS
+from monitors.profile.pca import PCA_MAX_ROWS, pca_positions
+from monitors.profile.samples import sample_positions
 from registry.schema import ModelSchema, OutputSpec, Task, infer_feature
 from tests.monitors.helpers import true_probability
 from training.cluster.datagen import TARGET, generate
@@ -113,3 +114,10 @@ def test_the_offline_reference_side_holds_rows_and_makes_the_same_profile(refere
     )
     assert sides.schema is not None and sides.schema.to_dict() == schema.to_dict()
     assert json.dumps(sides.document, sort_keys=True) == json.dumps(want, sort_keys=True)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 4_999, 5_000, 5_001, PCA_MAX_ROWS, PCA_MAX_ROWS + 1, 1_000_000])
+def test_the_profiled_rows_are_the_pca_rows_and_the_sample_rows(rows: int) -> None:
+    want = np.union1d(pca_positions(rows), sample_positions(rows))
+    got = profiled_positions(rows)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
