@@ -6,9 +6,10 @@ values into :data:`BUCKETS` buckets of equal width, counts each bucket (one pass
 values of the buckets that hold an asked rank or part of an asked span. Since a value's bucket never
 decreases as the value grows, a lower bucket holds only smaller values: those sorted buckets, one after the
 other, are exactly the stretches of the fully sorted column that they cover. The answers are the same
-numbers as those of ``np.sort``; only the time differs. When the sorted buckets would hold more than
-:data:`SORT_SHARE` of the values (values piled on a few points, a very long tail, an infinity), the column
-is sorted whole instead.
+numbers as those of ``np.sort``; only the time differs. A column whose values pile on a few points (counts,
+rounded values) has buckets that each hold one value many times over: those *flat* buckets are told apart
+(every value the same, bit for bit) and read without a sort. When the buckets left to sort would hold more
+than :data:`SORT_SHARE` of the values (a very long tail, an infinity), the column is sorted whole instead.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ class PartialSort:
     ``values`` holds the sorted buckets one after the other (the whole column sorted when ``whole``, as one
     bucket: decided by the values and the ranks asked, so a span that sorts every bucket leaves it False).
     Per bucket: ``counts`` and ``sums`` of its values, ``ends`` (the values up to and with it), ``offset``
-    (where a sorted bucket's values start in ``values``) and ``sorted_buckets``. A value's bucket is
+    (where a sorted bucket's values start in ``values``) and ``sorted_buckets`` (those that may be read).
+    ``flat`` (None: not looked for) marks the buckets whose values are all one value, ``points[b]``: a flat
+    bucket that may be read is read from there, not from ``values``. A value's bucket is
     ``floor((value - low) * scale)``, clipped to the buckets (:meth:`bucket_of`).
     """
 
@@ -51,6 +54,8 @@ class PartialSort:
     whole: bool  # sorted whole (``values`` is the sorted column, one bucket), by the ranks asked
     low: float = 0.0
     scale: float = 0.0
+    flat: np.ndarray | None = None  # bool per bucket: one value, many times
+    points: np.ndarray | None = None  # per bucket: the value of a flat one
 
     def bucket_of(self, values: np.ndarray) -> np.ndarray:
         """The bucket of each of ``values`` (no NaN), by the rule the column's values were put in theirs."""
@@ -58,32 +63,45 @@ class PartialSort:
             return np.zeros(np.shape(values), dtype=np.intp)
         return _buckets(np.asarray(values, dtype=np.float64), low=self.low, scale=self.scale)
 
-    def _positions(self, ranks: np.ndarray) -> np.ndarray:
-        """Where the sorted column's ``ranks`` are in ``values``."""
+    def _buckets_of(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The buckets of the sorted column's ``ranks`` (which must have been asked) and each rank's place
+        among its bucket's values."""
         ranks = np.asarray(ranks, dtype=np.int64)
         if ranks.size and (ranks.min() < 0 or ranks.max() >= self.size):
             raise IndexError(f"ranks must lie in [0, {self.size}); got {ranks.min()}..{ranks.max()}")
         if self.whole:
-            return ranks
+            return np.zeros(ranks.shape, dtype=np.intp), ranks
         bucket = np.searchsorted(self.ends, ranks, side="right")
         if not self.sorted_buckets[bucket].all():
             raise ValueError("a rank that partial_sort was not asked for (its bucket is not sorted)")
-        return self.offset[bucket] + (ranks - (self.ends[bucket] - self.counts[bucket]))
+        return bucket, ranks - (self.ends[bucket] - self.counts[bucket])
 
     def take(self, ranks: np.ndarray) -> np.ndarray:
         """``np.sort(x)[ranks]`` for ranks that were asked."""
-        return self.values[self._positions(ranks)]
+        bucket, within = self._buckets_of(ranks)
+        if self.flat is None or self.points is None:
+            return self.values[self.offset[bucket] + within]
+        flat = self.flat[bucket]
+        out = np.empty(bucket.shape, dtype=np.float64)
+        out[flat] = self.points[bucket[flat]]
+        sorted_ = ~flat
+        out[sorted_] = self.values[self.offset[bucket[sorted_]] + within[sorted_]]
+        return out
 
     def span(self, start: int, stop: int) -> np.ndarray:
-        """``np.sort(x)[start:stop]`` (a view) for a span that was asked (or lies within one)."""
+        """``np.sort(x)[start:stop]`` for a span that was asked (or lies within one): a view of ``values``,
+        or a copy when it meets a flat bucket."""
         if not 0 <= start <= stop <= self.size:
             raise IndexError(f"span [{start}, {stop}) is not within [0, {self.size}]")
         if start == stop:
             return self.values[:0]
-        first, last = self._positions(np.array([start, stop - 1]))
-        if last - first != stop - 1 - start:  # an unsorted bucket in between
+        (first, last), within = self._buckets_of(np.array([start, stop - 1]))
+        if self.flat is not None and self.flat[first : last + 1].any():
+            return self.take(np.arange(start, stop))  # every bucket of the span checked
+        begin, end = self.offset[[first, last]] + within if not self.whole else within
+        if end - begin != stop - 1 - start:  # an unsorted bucket in between
             raise ValueError("a span that partial_sort was not asked for (a bucket in it is not sorted)")
-        return self.values[first : last + 1]
+        return self.values[begin : end + 1]
 
 
 class Scratch:
@@ -117,7 +135,7 @@ def partial_sort(
     callers that ask the same ranks of the same values get the same kind of answer."""
     n = int(x.size)
     ranks = np.asarray(ranks, dtype=np.int64)
-    if n < MIN_PARTIAL or _piled(x):
+    if n < MIN_PARTIAL:
         return _whole(x, scratch)
     low, high = float(x.min()), float(x.max())
     scale = BUCKETS / (high - low) if math.isfinite(high - low) and high > low else 0.0
@@ -132,18 +150,20 @@ def partial_sort(
     )
     counts = np.bincount(bucket, minlength=BUCKETS)
     ends = np.cumsum(counts)
+    flat, points = _flat_buckets(x, bucket, counts, scratch) if _piled(x) else (None, None)
     wanted = np.zeros(BUCKETS, dtype=bool)
     wanted[np.searchsorted(ends, ranks[(ranks >= 0) & (ranks < n)], side="right")] = True
-    if counts[wanted].sum() > SORT_SHARE * n:
+    if counts[wanted if flat is None else wanted & ~flat].sum() > SORT_SHARE * n:
         return _whole(x, scratch)
     for a, b in spans:
         if min(b, n) > max(a, 0):
             first, last = np.searchsorted(ends, [max(a, 0), min(b, n) - 1], side="right")
             wanted[first : last + 1] = True
-    kept = np.where(wanted, counts, 0)
+    to_sort = wanted if flat is None else wanted & ~flat
+    kept = np.where(to_sort, counts, 0)
     return PartialSort(
         size=n,
-        values=np.sort(x[np.take(wanted, bucket, out=_mask(scratch, n))]),  # a few percent of the values
+        values=np.sort(x[np.take(to_sort, bucket, out=_mask(scratch, n))]),  # a few percent of the values
         counts=counts,
         sums=np.bincount(bucket, weights=x, minlength=BUCKETS),
         ends=ends,
@@ -152,7 +172,25 @@ def partial_sort(
         whole=False,
         low=low,
         scale=scale,
+        flat=flat,
+        points=points,
     )
+
+
+def _flat_buckets(
+    x: np.ndarray, bucket: np.ndarray, counts: np.ndarray, scratch: Scratch | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which buckets hold one value only, bit for bit (so -0.0 and 0.0 are two values), and that value:
+    each bucket's point is one of its values (whichever is written last), and a bucket is flat when no value
+    of it differs from its point (~5 ms for a million values, against ~15-35 ms to sort them whole)."""
+    bits = x.view(np.int64)
+    point = np.zeros(BUCKETS, dtype=np.int64)
+    point[bucket] = bits
+    n = bits.size
+    seen = np.take(point, bucket, out=None if scratch is None else scratch.get("point", n, np.int64))
+    differs = np.not_equal(seen, bits, out=_mask(scratch, n))
+    mixed = np.bincount(bucket[differs], minlength=BUCKETS)
+    return (counts > 0) & (mixed == 0), point.view(np.float64)
 
 
 def _buckets(
@@ -185,8 +223,8 @@ PILE_SAMPLE = 1024
 
 def _piled(x: np.ndarray) -> bool:
     """Whether the column's values look piled on a few points (half of an even sample repeats): its
-    buckets would each hold one point and every rank's bucket many values, so it is sorted whole. Only the
-    time depends on this guess."""
+    buckets would each hold one point, many times over, so its flat buckets are looked for. Only the time
+    depends on this guess."""
     sample = np.sort(x[:: x.size // PILE_SAMPLE])
     return int(np.count_nonzero(sample[1:] == sample[:-1])) * 2 > sample.size
 

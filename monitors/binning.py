@@ -201,8 +201,9 @@ def count_sorted(
 def count_ordered(order: PartialSort, grid: np.ndarray) -> GridCounts:
     """:func:`count_on_grid` of the values of a partial sort whose sorted buckets hold every grid point (a
     grid of its own order statistics), without a pass over the values: the values of the buckets that hold
-    a grid point are counted one by one in their cells, and every other bucket whole in the open cell it
-    lies in (so the sums do not depend on which other buckets were sorted). A column sorted whole is
+    a grid point are counted one by one in their cells (a flat bucket's all in its point's cell), and every
+    other bucket whole in the open cell it lies in (so the sums do not depend on which other buckets were
+    sorted). A column sorted whole is
     counted as :func:`count_sorted` counts it."""
     if order.whole:
         return count_sorted(order.values, grid)
@@ -214,14 +215,18 @@ def count_ordered(order: PartialSort, grid: np.ndarray) -> GridCounts:
     holds[at] = True
     v = order.values[holds[order.bucket_of(order.values)]]
     cell = np.searchsorted(grid, v, side="left") + np.searchsorted(grid, v, side="right")
+    cells = np.bincount(cell, minlength=size)
+    sums = np.bincount(cell, weights=v, minlength=size).astype(np.float64, copy=False)  # no value: ints
+    if order.flat is not None and order.points is not None:  # a flat bucket's values share one cell
+        flat = np.flatnonzero(holds & order.flat)
+        point = order.points[flat]
+        cell = np.searchsorted(grid, point, side="left") + np.searchsorted(grid, point, side="right")
+        cells += np.bincount(cell, weights=order.counts[flat], minlength=size).astype(np.int64)
+        sums += np.bincount(cell, weights=order.sums[flat], minlength=size)
     rest = np.flatnonzero(~holds & (order.counts > 0))
     open_cell = 2 * np.searchsorted(at, rest, side="left")  # after the grid points of lower buckets
-    cells = np.bincount(cell, minlength=size) + np.bincount(
-        open_cell, weights=order.counts[rest], minlength=size
-    ).astype(np.int64)
-    sums = np.bincount(cell, weights=v, minlength=size) + np.bincount(
-        open_cell, weights=order.sums[rest], minlength=size
-    )
+    cells += np.bincount(open_cell, weights=order.counts[rest], minlength=size).astype(np.int64)
+    sums += np.bincount(open_cell, weights=order.sums[rest], minlength=size)
     return GridCounts(cells=cells, sums=sums, missing=0)
 
 

@@ -126,7 +126,7 @@ def test_an_index_leaves_with_its_grid() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(
-    st.sampled_from(["normal", "lognormal", "uniform", "counts", "cauchy"]),
+    st.sampled_from(["normal", "lognormal", "uniform", "counts", "rounded", "cauchy"]),
     st.one_of(st.integers(min_value=1, max_value=5_000), st.integers(min_value=40_000, max_value=100_000)),
     st.integers(0, 2**32 - 1),
     st.integers(0, 6_000),
@@ -141,7 +141,8 @@ def test_a_partial_sort_counts_its_own_quantile_grid_as_the_sort(
         "normal": lambda: rng.normal(50.0, 10.0, n),
         "lognormal": lambda: rng.lognormal(10.0, 1.0, n),
         "uniform": lambda: rng.uniform(-1.0, 1.0, n),
-        "counts": lambda: rng.poisson(3.0, n).astype(np.float64),
+        "counts": lambda: rng.poisson(3.0, n).astype(np.float64),  # piled: read from flat buckets
+        "rounded": lambda: np.round(rng.exponential(5.0, n), 1),
         "cauchy": lambda: rng.standard_cauchy(n),
     }[shape]()
     ranks = quantile_positions(n, np.linspace(0.0, 1.0, 1001))
