@@ -187,7 +187,8 @@ def _flat_buckets(
     point = np.zeros(BUCKETS, dtype=np.int64)
     point[bucket] = bits
     n = bits.size
-    seen = np.take(point, bucket, out=None if scratch is None else scratch.get("point", n, np.int64))
+    spare = None if scratch is None else scratch.get("work", n, np.float64)  # free once the buckets are made
+    seen = np.take(point, bucket, out=None if spare is None else spare.view(np.int64))
     differs = np.not_equal(seen, bits, out=_mask(scratch, n))
     mixed = np.bincount(bucket[differs], minlength=BUCKETS)
     return (counts > 0) & (mixed == 0), point.view(np.float64)

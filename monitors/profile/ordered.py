@@ -48,6 +48,7 @@ class SortedPass:
         self.local = threading.local()  # each thread's Scratch: a column's order is read before the next
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sort")
         self.jobs: dict[str, Future[Sorted]] = {}
+        self.slots = threading.Semaphore(WORKERS + 1)  # columns handed over and not yet sorted, at most
 
     def __enter__(self) -> SortedPass:
         return self
@@ -58,10 +59,15 @@ class SortedPass:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def add(self, name: str, values: Column) -> bool:
-        """Order ``values`` (column ``name``) on a thread when it is one this pass orders (then True)."""
+        """Order ``values`` (column ``name``) on a thread when it is one this pass orders (then True); waits
+        while :data:`~monitors.profile.WORKERS` + 1 columns are not sorted yet (a reader faster than the sorts
+        would hold every column it read whole, and fresh pages for each cost more than the reading)."""
         wanted = name not in self.skip and (self.only is None or name in self.only)
         if wanted and not isinstance(values, CodedColumn) and values.dtype.kind in "iufb":  # numbers
-            self.jobs[name] = self.pool.submit(self._one, name, values)
+            self.slots.acquire()  # a column waiting for its sort is held whole: a few at most
+            job = self.pool.submit(self._one, name, values)
+            job.add_done_callback(lambda _: self.slots.release())
+            self.jobs[name] = job
             return True
         return False
 
