@@ -539,15 +539,12 @@ def fold_batches(
     start: Callable[[], S],
     add: Callable[[S, dict[str, Column]], None],
     read_ahead: int = 1,
-    release: bool = True,
 ) -> S:
     """Fold every batch of ``columns`` into a state made by ``start`` (made again if a CSV column widens).
 
     The next ``read_ahead`` batches are read by a thread while ``add`` works (0: no thread); that thread
     imports nothing (what decoding a CSV's or a table's text loads is imported first, in this thread), so a
-    caller may import meanwhile. ``release``:
-    hand Arrow's memory back to the system at the end (False for a caller that folds the file again at once,
-    column after column, and releases it after the last: the next pass reuses those pages).
+    caller may import meanwhile. Arrow's memory is handed back to the system at the end.
     """
     if read_ahead > 0 and stream.format != "parquet":
         import pyarrow.compute  # noqa: F401  # what _coded imports for CSV text: here, not on the read-ahead thread
@@ -561,8 +558,7 @@ def fold_batches(
         except _Widened:
             continue
         finally:
-            if release:
-                release_memory()
+            release_memory()
 
 
 def release_memory() -> None:
