@@ -52,14 +52,9 @@ def reference_sample(
 
     ``predictions`` and ``labels`` must belong to the same rows as ``columns``."""
     n = max((len(columns[spec.name]) for spec in schema.features), default=0)
+    index = sample_positions(n, size=rows, seed=seed)
     return sample_of(
-        lambda name, at: columns[name][at],
-        n,
-        schema,
-        predictions=predictions,
-        labels=labels,
-        rows=rows,
-        seed=seed,
+        lambda name, at: columns[name][at], n, schema, index, predictions=predictions, labels=labels
     )
 
 
@@ -67,19 +62,17 @@ def sample_of(
     take: Callable[[str, np.ndarray], Column],
     n: int,
     schema: ModelSchema,
+    index: np.ndarray,
     *,
-    predictions: np.ndarray | None = None,
-    labels: np.ndarray | None = None,
-    rows: int = REFERENCE_SAMPLE_ROWS,
-    seed: int = REFERENCE_SAMPLE_SEED,
+    predictions: np.ndarray | None,
+    labels: np.ndarray | None,
 ) -> RowSample:
-    """:func:`reference_sample` of an ``n``-row reference whose columns ``take(name, positions)`` gives at
-    those rows."""
+    """The rows ``index`` of an ``n``-row reference whose columns ``take(name, positions)`` gives at those
+    rows, as :func:`reference_sample` keeps them."""
     if predictions is not None and len(predictions) != n:
         raise ValueError(f"{len(predictions)} predictions for {n} rows of features")
     if labels is not None and len(labels) != n:
         raise ValueError(f"{len(labels)} labels for {n} rows of features")
-    index = sample_positions(n, size=rows, seed=seed)
     sampled: dict[str, np.ndarray] = {}
     for spec in schema.features:
         values = take(spec.name, index)
@@ -113,4 +106,4 @@ def own_sample(
     predictions are not of those rows and the caller gave no sample of its own."""
     if predictions is not None and len(predictions) != n:
         predictions, labels = None, None
-    return sample_of(take, n, schema, predictions=predictions, labels=labels)
+    return sample_of(take, n, schema, sample_positions(n), predictions=predictions, labels=labels)
