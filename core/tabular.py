@@ -124,6 +124,9 @@ class CodedColumn:
 
 Column = np.ndarray | CodedColumn
 
+Take = Callable[[str, np.ndarray], Column]
+"""The values of column ``name`` at the rows ``positions`` (sorted, distinct): a table read at some rows."""
+
 
 def text_codes(values: np.ndarray) -> CodedColumn | None:
     """An object column of text as :class:`CodedColumn`, by one hashing pass in C (``pandas.factorize``):

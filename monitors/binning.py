@@ -203,8 +203,7 @@ def count_ordered(order: PartialSort, grid: np.ndarray) -> GridCounts:
     grid of its own order statistics), without a pass over the values: the values of the buckets that hold
     a grid point are counted one by one in their cells (a flat bucket's all in its point's cell), and every
     other bucket whole in the open cell it lies in (so the sums do not depend on which other buckets were
-    sorted). A column sorted whole is
-    counted as :func:`count_sorted` counts it."""
+    sorted). A column sorted whole is counted as :func:`count_sorted` counts it."""
     if order.whole:
         return count_sorted(order.values, grid)
     at = order.bucket_of(grid)  # non-decreasing, as the grid

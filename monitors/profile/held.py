@@ -10,16 +10,13 @@ seen, so a reader can keep those rows of each column as it is read and let the r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
-from core.tabular import Column
+from core.tabular import Column, Take
 from monitors.profile.pca import pca_positions
 from monitors.profile.samples import sample_positions
-
-Take = Callable[[str, np.ndarray], Column]
-"""The values of column ``name`` at the rows ``positions`` (sorted, distinct)."""
 
 
 def profiled_positions(rows: int) -> np.ndarray:

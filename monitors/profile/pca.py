@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from core.tabular import Column, as_float
+from core.tabular import Column, Take, as_float
 from monitors.profile.profiles import PCAProfile
 from monitors.profile.summaries import numeric_summary
 
@@ -27,9 +27,7 @@ def pca_positions(rows: int) -> np.ndarray:
     return np.linspace(0, rows - 1, PCA_MAX_ROWS).astype(np.int64)
 
 
-def pca_summary(
-    take: Callable[[str, np.ndarray], Column], rows: int, names: list[str]
-) -> dict[str, Any] | None:
+def pca_summary(take: Take, rows: int, names: list[str]) -> dict[str, Any] | None:
     """PCA of the standardised ``names`` (of a ``rows``-row reference; ``take(name, positions)`` gives a
     column's values at those rows) with a held-out reference error distribution (None: too few rows).
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
-from core.tabular import Column, as_float
+from core.tabular import Column, Take, as_float
 from monitors.reservoir import sample_texts
 from monitors.rows import RowSample, uniform_positions
 from registry.schema import FeatureKind, ModelSchema
@@ -59,7 +59,7 @@ def reference_sample(
 
 
 def sample_of(
-    take: Callable[[str, np.ndarray], Column],
+    take: Take,
     n: int,
     schema: ModelSchema,
     index: np.ndarray,
@@ -95,7 +95,7 @@ def sample_of(
 
 
 def own_sample(
-    take: Callable[[str, np.ndarray], Column],
+    take: Take,
     n: int,
     schema: ModelSchema,
     *,
