@@ -71,10 +71,11 @@ def present_summary(
         )
         out.update(bin_cuts=[], bin_counts=[0])
         return out
-    positions = quantile_positions(present.size, np.linspace(0.0, 1.0, n_quantiles))
-    if order is None or order.size != present.size:
-        order = partial_sort(present, ranks=positions)
-    q = order.take(positions)
+    if order is None:
+        order = quantile_order(present, n_quantiles=n_quantiles)
+    elif order.size != present.size:
+        raise ValueError(f"{name}: a sort of {order.size} values given for {present.size} present values")
+    q = order.take(quantile_positions(present.size, np.linspace(0.0, 1.0, n_quantiles)))
     grid = np.unique(q)
     counts = count_ordered(order, grid)
     ordered = order.values if order.whole else present  # a whole sort's sums are taken as they always were
