@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from monitors.drift.numeric import infinities_at_finite_ends
 from monitors.profile import CategoricalProfile, NumericProfile, Profile
 from monitors.report import DriftReport
 from monitors.rows import Additive, Predictor, RowSample, category_codes, uniform_positions
@@ -111,6 +112,7 @@ def drift_size(name: str, *, window: RowSample, reference: RowSample, profile: P
             grid, scale = np.quantile(ref, np.linspace(0, 1, 1001)), float(np.std(ref)) or 1.0
         if not x.size:
             return 0.0, "sd"
+        x, grid = infinities_at_finite_ends([x, grid])  # as the Wasserstein test reads an infinity
         here = np.quantile(x, np.linspace(0.0, 1.0, grid.size))
         return float(np.mean(np.abs(here - grid))) / scale, "sd"
     if isinstance(known, CategoricalProfile):

@@ -6,6 +6,7 @@ current window (counted on the *reference's* grid), so the window is never held 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,13 +145,35 @@ def wasserstein_1d(u: np.ndarray, v: np.ndarray, u_weights: np.ndarray, v_weight
 
 
 def wasserstein(reference: NumericCounts, current: NumericCounts) -> float:
-    """First Wasserstein distance between the two grid histograms, in the feature's units."""
+    """First Wasserstein distance between the two grid histograms, in the feature's units.
+
+    An infinite value counts as the most extreme finite value either side holds on its side (the cells of
+    ``-inf`` and ``inf`` are moved there): a distance through an infinity would be infinite, or NaN, whatever
+    the finite values did, while this one grows with the share of values that went to an infinity.
+    """
     _check(reference, current)
     if reference.n == 0 or current.n == 0:
         return 0.0
     u = cell_points(reference.grid, cells=reference.cells, sums=reference.sums)
     v = cell_points(current.grid, cells=current.cells, sums=current.sums)
-    return wasserstein_1d(u, v, reference.cells.astype(np.float64), current.cells.astype(np.float64))
+    u_weights, v_weights = reference.cells.astype(np.float64), current.cells.astype(np.float64)
+    u, v = infinities_at_finite_ends([u, v], held=[u_weights > 0, v_weights > 0])
+    return wasserstein_1d(u, v, u_weights, v_weights)
+
+
+def infinities_at_finite_ends(
+    sides: Sequence[np.ndarray], *, held: Sequence[np.ndarray] | None = None
+) -> list[np.ndarray]:
+    """The sides' values (NaN-free, or cell points) as a distance between them reads them: ``-inf`` and
+    ``inf`` at the lowest and highest finite value of any side (0 when none is finite), counting only the
+    values where ``held`` (each side's cells that hold values) is True; a NaN (an empty cell's point) at the
+    lowest. Sides without an infinity are returned as they are."""
+    if all(np.isfinite(x).all() for x in sides):
+        return list(sides)
+    marks = held or [np.ones(x.shape, dtype=bool) for x in sides]
+    finite = np.concatenate([x[m & np.isfinite(x)] for x, m in zip(sides, marks, strict=True)])
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    return [np.nan_to_num(x, nan=low, neginf=low, posinf=high) for x in sides]
 
 
 class Wasserstein(DriftTest[NumericCounts]):
@@ -162,7 +185,8 @@ class Wasserstein(DriftTest[NumericCounts]):
     cell is lost, so the error is at most each open cell's mass times its width, small with a
     1001-quantile grid, and zero when the reference has at most 1001 distinct values and the window
     lies on them or outside the reference range. Effect: ``W1 / sd_ref`` ("the distribution moved
-    this many reference standard deviations"; IQR/1.349 when sd is 0). No p-value; no epsilon.
+    this many reference standard deviations"; IQR/1.349 when sd is 0). An infinite value counts as the
+    most extreme finite one (:func:`wasserstein`). No p-value; no epsilon.
     """
 
     name = "wasserstein"

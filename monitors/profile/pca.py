@@ -43,6 +43,7 @@ def pca_summary(take: Take, rows: int, names: list[str]) -> dict[str, Any] | Non
     x = np.empty((pick.size, len(names)), order="F")  # sampled rows first, one column a time
     for j, n in enumerate(names):
         x[:, j] = as_float(take(n, pick))
+    np.copyto(x, np.nan, where=np.isinf(x))  # an infinity is fitted as missing, as pca_errors reads it
     even, odd = np.ascontiguousarray(x[0::2]), np.ascontiguousarray(x[1::2])
     if odd.shape[0] < 2 * len(names):  # the smaller fold (odd has at most as many rows as even)
         return None
@@ -99,9 +100,10 @@ def _fold_errors(rows: np.ndarray, pca: _Fitted) -> np.ndarray:
 def pca_errors(columns: Mapping[str, Column], pca: PCAProfile) -> np.ndarray:
     """Reconstruction error of each row of ``columns`` under the reference ``pca``.
 
-    Each row is standardised with the reference center and scale, a missing value at the center (0), then
-    measured by :func:`reconstruction_error`. The block is built transposed (a feature per row: contiguous
-    copies), which is also the order the matrix product reads fastest.
+    Each row is standardised with the reference center and scale, a missing or infinite value at the center
+    (0: an infinity would make the row's error infinite or NaN, whatever its other values; the feature's own
+    checks count it), then measured by :func:`reconstruction_error`. The block is built transposed (a
+    feature per row: contiguous copies), which is also the order the matrix product reads fastest.
     """
     rows = len(columns[pca.features[0]]) if pca.features else 0
     zt = np.empty((len(pca.features), rows))
@@ -109,9 +111,7 @@ def pca_errors(columns: Mapping[str, Column], pca: PCAProfile) -> np.ndarray:
         zt[j] = as_float(columns[name])
     zt -= pca.center[:, None]
     zt /= pca.scale[:, None]
-    np.copyto(zt, 0.0, where=np.isnan(zt))  # as np.nan_to_num, without its passes for the infinities
-    if np.isinf(zt).any():
-        np.nan_to_num(zt, copy=False)
+    np.copyto(zt, 0.0, where=~np.isfinite(zt))
     return reconstruction_error(zt.T, pca.residual_components)
 
 

@@ -62,7 +62,8 @@ def present_summary(
 ) -> dict[str, Any]:
     """Summary dict of a numeric column's ``present`` values (float64, no NaN; ``missing`` more were NaN):
     its quantiles read off a partial sort (``order``: the caller's :func:`quantile_order` of them), its
-    grid counted on the values."""
+    grid counted on the values. An infinity is a value (a quantile, a grid point, an end cell's count);
+    ``mean`` and ``std`` are those of the finite values (an infinity would make both inf or NaN)."""
     out: dict[str, Any] = {"kind": FeatureKind.NUMERIC.value, "name": name, "count": int(present.size)}
     out["missing"] = int(missing)
     if present.size == 0:
@@ -79,12 +80,14 @@ def present_summary(
     grid = np.unique(q)
     counts = count_ordered(order, grid)
     ordered = order.values if order.whole else present  # a whole sort's sums are taken as they always were
+    if not (np.isfinite(q[0]) and np.isfinite(q[-1])):  # an infinity: the spread is the finite values'
+        ordered = ordered[np.isfinite(ordered)]
     # decile cuts are taken from the sketch itself, so they are grid points
     cuts = np.unique(q[np.round(np.arange(1, n_bins) * (n_quantiles - 1) / n_bins).astype(np.int64)])
     cuts = cuts[cuts < grid[-1]]  # a cut at the maximum would leave an always-empty last bin
     out.update(
-        mean=float(ordered.mean()),
-        std=float(ordered.std()),
+        mean=float(ordered.mean()) if ordered.size else 0.0,
+        std=float(ordered.std()) if ordered.size else 0.0,
         min=float(q[0]),
         max=float(q[-1]),
         quantiles=q.tolist(),

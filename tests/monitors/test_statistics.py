@@ -13,6 +13,7 @@ from monitors.drift import (
     CategoricalPSI,
     ChiSquare,
     KolmogorovSmirnov,
+    NumericCounts,
     NumericJensenShannon,
     NumericPSI,
     UnseenCategories,
@@ -69,6 +70,27 @@ def test_wasserstein_is_exact_on_discrete_data() -> None:
     assert got.statistic == pytest.approx(want, rel=REL)
     assert got.effect == pytest.approx(want / ref.std(), rel=REL)
     assert got.p_value is None
+
+
+@pytest.mark.filterwarnings("error")  # no NaN or overflow on the way
+def test_wasserstein_counts_an_infinity_as_the_most_extreme_finite_value() -> None:
+    """Infinities on either side: the distance is scipy's with each -inf and inf at the lowest and highest
+    finite value of both samples (finite, not NaN), and grows with the share of values gone to infinity."""
+    rng = np.random.default_rng(5)
+    ref = rng.integers(0, 30, 20_000).astype(np.float64)
+    ref[:3], ref[3] = np.inf, -np.inf
+    cur = rng.integers(3, 30, 4_000).astype(np.float64)
+    cur = np.concatenate([cur, [35.0, 35.0], [np.inf] * 40, [-np.inf] * 2])  # one value per cell: exact
+    r, c = numeric_pair(ref, cur)
+    got = Wasserstein()(r, c)
+    both = np.concatenate([ref, cur])
+    low, high = both[np.isfinite(both)].min(), both[np.isfinite(both)].max()
+    finite_at_ends = [np.nan_to_num(x, neginf=low, posinf=high) for x in (ref, cur)]
+    assert got.statistic == pytest.approx(stats.wasserstein_distance(*finite_at_ends), rel=REL)
+    assert got.effect == pytest.approx(got.statistic / ref[np.isfinite(ref)].std(), rel=REL)
+    more = cur.copy()
+    more[:1_000] = np.inf  # a quarter of the window gone to infinity
+    assert Wasserstein()(r, NumericCounts.from_values(more, reference=r)).statistic > 3 * got.statistic
 
 
 def test_wasserstein_on_continuous_data_is_close() -> None:
