@@ -47,6 +47,8 @@ class TableError(Invalid, ValueError):
 
 def _to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     t = column.type
+    if pa.types.is_decimal(t):  # a database's money or measure: a number, as a CSV of it reads
+        return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         if column.null_count:  # NaN for the nulls (a boolean with nulls would be objects otherwise)
             return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
@@ -240,13 +242,15 @@ def _numbers(
 
 
 def _batch_column(array: pa.Array) -> Column:
-    """Numbers as ``read_table`` types them (int64, or float64 with NaN for nulls; zero-copy where Arrow
-    allows, so read-only), anything else as codes."""
+    """Numbers as ``read_table`` types them (int64, or float64 with NaN for nulls, decimals too; zero-copy
+    where Arrow allows, so read-only), anything else as codes."""
     t = array.type
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         # a list per cell (a multi-class model's probabilities): its JSON text, as a CSV would hold it
         text = [None if v is None else json.dumps(v) for v in array.to_pylist()]
         return _coded(pa.array(text, type=pa.string()))
+    if pa.types.is_decimal(t):  # as read_table reads it: float64
+        return _numbers(array.cast(pa.float64()), np.float64)
     if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)):
         return _coded(array)
     if array.null_count or pa.types.is_floating(t):

@@ -5,6 +5,7 @@ dictionary differs between groups, booleans), and for a table in memory."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from core.tabular import CodedColumn, MemoryTable, TableStream, write_table
+from core.tabular import CodedColumn, MemoryTable, TableStream, read_table, write_table
 from monitors.offline import read_reference
 
 ROWS = 5_000
+AMOUNTS = [None if i == 3 else Decimal(f"{100 + (i % 997) * 0.37:.2f}") for i in range(ROWS)]
 
 
 def _table() -> pa.Table:
@@ -31,6 +33,7 @@ def _table() -> pa.Table:
             "counts": pa.array(counts.tolist(), type=pa.int64()),
             "word": pa.array(words.tolist(), type=pa.string()),
             "flag": pa.array((rng.random(ROWS) < 0.3).tolist()),
+            "amount": pa.array(AMOUNTS, type=pa.decimal128(10, 2)),  # a database's money column
         }
     )
 
@@ -65,6 +68,11 @@ def test_a_column_read_whole_is_the_column_read_in_batches(parquet: Path, source
         assert _same(by_column[1][name], batched[name]), name
     assert np.asarray(batched["counts"]).dtype == np.float64  # the null made the integers floats
     assert isinstance(batched["word"], CodedColumn)
+    money = np.array([np.nan if v is None else float(v) for v in AMOUNTS])
+    wholes = [batched["amount"], *([read_table(parquet)["amount"]] if source == "file" else [])]
+    for amounts in wholes:  # decimals are numbers, as a CSV of them reads (Arrow's cast: within an ulp)
+        assert isinstance(amounts, np.ndarray) and amounts.dtype == np.float64
+        np.testing.assert_allclose(amounts, money, rtol=1e-15)
 
 
 def test_a_single_row_group_is_one_piece_and_a_csv_is_read_by_rows(tmp_path: Path) -> None:
