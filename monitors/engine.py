@@ -34,7 +34,7 @@ from monitors.performance import (
     multiclass_estimate_from_counts,
     multiclass_from_counts,
 )
-from monitors.profile import WORKERS, CategoricalProfile, NumericProfile, Profile
+from monitors.profile import OTHER_LEVELS, WORKERS, CategoricalProfile, NumericProfile, Profile
 from monitors.quality import QualityCheck, good_turing_unseen, rate_check, violation_check
 from monitors.report import DatasetDrift, DriftReport, FeatureDrift, Histogram
 from monitors.sketch import MulticlassCounts, WindowSketch, split_missing
@@ -241,7 +241,7 @@ def _categorical_feature(
                 check="unseen_category",
                 count=unseen,
                 rows=cur.n,
-                expected_rate=good_turing_unseen(ref_profile.categories),
+                expected_rate=good_turing_unseen(ref_profile.categories, folded=OTHER_LEVELS),
                 **rate,
             ),
         ),

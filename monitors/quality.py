@@ -95,7 +95,12 @@ def violation_check(
     )
 
 
-def good_turing_unseen(counts: dict[str, int]) -> float:
-    """Good-Turing estimate of the probability mass of categories never seen: ``n_1 / N``."""
+def good_turing_unseen(counts: dict[str, int], *, folded: str | None = None) -> float:
+    """Good-Turing estimate of the probability mass of categories never seen: ``n_1 / N``; ``folded``: the
+    key under which a profile counts the rare levels it did not keep, whose share is added (a window's value
+    of those levels is none of the kept categories either: an id column's, nearly every one)."""
     total = sum(counts.values())
-    return sum(1 for v in counts.values() if v == 1) / total if total else 0.0
+    if not total:
+        return 0.0
+    rest = counts.get(folded, 0) if folded is not None else 0
+    return min(1.0, (sum(1 for v in counts.values() if v == 1) + rest) / total)
