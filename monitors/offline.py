@@ -49,6 +49,7 @@ from monitors.reservoir import RowReservoir
 from monitors.rows import RowSample
 from monitors.task_options import check_task_options
 from registry.schema import (
+    MAX_CATEGORIES,
     FeatureKind,
     FeatureSpec,
     ModelSchema,
@@ -178,9 +179,10 @@ def reference_schema(
     """The schema inferred from the reference, as ``registry.schema.infer_feature`` infers it, with the
     output of ``task`` (a multi-class model's ``classes``; a regression's expected range from the target's).
 
-    Text is inferred from its distinct values; its missing rate is the counted one. The columns are inferred
-    on threads (:func:`registry.schema.infer_features`), but those ``inferred`` already (by name), which
-    ``columns`` need not hold. The features are in the order the facts were gathered (the file's).
+    Text is inferred from its distinct values; its missing rate is the counted one; text of more than
+    ``MAX_CATEGORIES`` values is a wide categorical (no model is trained here to embed it). The columns are
+    inferred on threads (:func:`registry.schema.infer_features`), but those ``inferred`` already (by name),
+    which ``columns`` need not hold. The features are in the order the facts were gathered (the file's).
     """
     names = [name for name in facts.columns if name not in exclude]  # in the file's order
     done = inferred or {}
@@ -189,7 +191,8 @@ def reference_schema(
             name: facts.columns[name].sample() if isinstance(values := columns[name], CodedColumn) else values
             for name in names
             if name not in done
-        }
+        },
+        wide_above=MAX_CATEGORIES,
     )
     found = iter(rest)
     features: list[FeatureSpec] = []
