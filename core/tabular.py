@@ -195,6 +195,11 @@ def value_counts(values: Column) -> Counter[Any]:
     return Counter(values.tolist())
 
 
+def _temporal(schema: pa.Schema) -> set[str]:
+    """The names of a schema's date, time, timestamp and duration columns (a CSV's ISO dates: Arrow's)."""
+    return {f.name for f in schema if pa.types.is_temporal(f.type)}
+
+
 def _coded(array: pa.Array) -> CodedColumn:
     """A text (or other non-numeric) Arrow array as codes; non-strings become ``str(value)``."""
     if pa.types.is_null(array.type):
@@ -396,12 +401,14 @@ class TableStream:
         self.threads = threads
         self.rows: int | None = None
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
+        self.temporal: set[str] = set()  # the columns of dates, times and durations (read as text)
         self._types: dict[str, pa.DataType] = {}
         if self.memory is not None:
             self.format = "memory"
             schema = self.memory.table.schema
             self.names: list[str] = [str(name) for name in schema.names]
             self.booleans = {f.name for f in schema if pa.types.is_boolean(f.type)}
+            self.temporal = _temporal(schema)
             self.rows = self.memory.table.num_rows
             _unique_names(self.path, self.names)
             return
@@ -411,6 +418,7 @@ class TableStream:
                 meta = pq.ParquetFile(self.path)
                 self.names = list(meta.schema_arrow.names)
                 self.booleans = {f.name for f in meta.schema_arrow if pa.types.is_boolean(f.type)}
+                self.temporal = _temporal(meta.schema_arrow)
                 self.rows = meta.metadata.num_rows
                 self._text = [
                     f.name
@@ -421,6 +429,7 @@ class TableStream:
                 with self._open_csv(None) as reader:
                     self.names = list(reader.schema.names)
                     self.booleans = {f.name for f in reader.schema if pa.types.is_boolean(f.type)}
+                    self.temporal = _temporal(reader.schema)
                     _utf8(self.path, self.format, reader.schema)
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise _unreadable(self.path, self.format, exc) from exc

@@ -94,8 +94,10 @@ def read_reference(
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = CSV_BLOCK_BYTES,
     on_column: Callable[[str, Column], bool] | None = None,
+    temporal: bool = True,
 ) -> tuple[FileFacts, dict[str, Column]]:
-    """Read the reference's ``columns`` (those it has; default all): numbers as arrays, text as codes.
+    """Read the reference's ``columns`` (those it has; default all, its dates and times too unless not
+    ``temporal``): numbers as arrays, text as codes.
 
     The facts keep the distinct values of ``target`` (its range with ``numeric_target``: a regression's)
     and the range of ``prediction`` (the checks report labels that are not the task's and probabilities
@@ -110,7 +112,8 @@ def read_reference(
     Arrow's for one column cost more than they save) and Arrow's memory is handed back once, at the end.
     """
     stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes, threads=on_column is None)
-    keep = _to_read(stream.names, stream.names if columns is None else columns)
+    every = [name for name in stream.names if temporal or name not in stream.temporal]
+    keep = _to_read(stream.names, every if columns is None else columns)
     rows = partial(_read_rows, stream, target=target, prediction=prediction, numeric_target=numeric_target)
     if on_column is None or stream.format == "csv":
         facts, read = rows(keep)
@@ -519,6 +522,7 @@ def reference_side(
             prediction=prediction,
             numeric_target=task is Task.REGRESSION,
             on_column=take,
+            temporal=False,  # a date or time column is no feature unless the schema names one
         )
         sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
         sides.tables[where] = facts.for_checks()
@@ -529,7 +533,7 @@ def reference_side(
             min_rows=min_rows,
             features=schema.feature_names
             if schema is not None
-            else [c for c in facts.names if c not in exclude],
+            else [c for c in facts.names if c not in exclude and c in facts.columns],
             feature_source=sides.source,
             target=target,
             prediction=prediction,

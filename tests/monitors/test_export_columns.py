@@ -1,0 +1,75 @@
+"""`driftwarden drift` on files as a database exports them: a decimal amount is a number, and a date or
+timestamp column (later in every new window by nature) is no feature but listed as ignored."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from service.cli import app
+
+ROWS = 5_000
+
+
+def _export(seed: int, *, start: dt.datetime, shift: float = 0.0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    minutes = rng.integers(0, 60 * 24 * 30, ROWS)
+    return pa.table(
+        {
+            "x": rng.normal(0.0, 1.0, ROWS),
+            "amount": pa.array(
+                [Decimal(f"{v:.2f}") for v in rng.normal(100 + 10 * shift, 10, ROWS)], pa.decimal128(10, 2)
+            ),
+            "created_at": pa.array(
+                [start + dt.timedelta(minutes=int(m)) for m in minutes], pa.timestamp("us")
+            ),
+            "day": pa.array([(start + dt.timedelta(minutes=int(m))).date() for m in minutes], pa.date32()),
+        }
+    )
+
+
+@pytest.fixture(scope="module", params=["parquet", "csv"])
+def files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("export")
+    tables = {
+        "reference": _export(1, start=dt.datetime(2026, 1, 1)),
+        "current": _export(2, start=dt.datetime(2026, 3, 1), shift=0.5),  # a month later; amounts moved
+    }
+    out = {}
+    for name, table in tables.items():
+        out[name] = root / f"{name}.{request.param}"
+        if request.param == "parquet":
+            pq.write_table(table, out[name])
+        else:
+            pacsv.write_csv(table, out[name])  # ISO dates and times, which Arrow reads back as such
+    return out
+
+
+def _report(files: dict[str, Path], tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        app, ["drift", str(files["reference"]), str(files["current"]), "--json", str(out)]
+    )
+    assert result.exit_code == 1, result.output
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def test_an_amount_is_a_number_and_dates_are_ignored(files: dict[str, Path], tmp_path: Path) -> None:
+    report = _report(files, tmp_path)
+    kinds = {f["name"]: f["kind"] for f in report["features"]}
+    assert kinds == {"x": "numeric", "amount": "numeric"}
+    assert sorted(report["ignored_columns"]) == ["created_at", "day"]
+    amount = next(f for f in report["features"] if f["name"] == "amount")
+    assert amount["drifted"] and amount["result"]["effect"] == pytest.approx(0.5, abs=0.06)
+    assert not next(f for f in report["features"] if f["name"] == "x")["drifted"]
