@@ -4,19 +4,16 @@ timestamp column (later in every new window by nature) is no feature but listed 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-from service.cli import app
+from tests.monitors.helpers import drift_report
 
 ROWS = 5_000
 
@@ -55,18 +52,9 @@ def files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return out
 
 
-def _report(files: dict[str, Path], tmp_path: Path) -> dict[str, Any]:
-    out = tmp_path / "report.json"
-    result = CliRunner().invoke(
-        app, ["drift", str(files["reference"]), str(files["current"]), "--json", str(out)]
-    )
-    assert result.exit_code == 1, result.output
-    report: dict[str, Any] = json.loads(out.read_text())
-    return report
-
-
 def test_an_amount_is_a_number_and_dates_are_ignored(files: dict[str, Path], tmp_path: Path) -> None:
-    report = _report(files, tmp_path)
+    code, report = drift_report(files["reference"], files["current"], tmp_path)
+    assert code == 1
     kinds = {f["name"]: f["kind"] for f in report["features"]}
     assert kinds == {"x": "numeric", "amount": "numeric"}
     assert sorted(report["ignored_columns"]) == ["created_at", "day"]

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from core.tabular import Columns, write_table
 from monitors.profile import build_reference_profile
 from registry.schema import infer_schema
-from service.cli import app
+from tests.monitors.helpers import drift_report
 
 ROWS = 20_000
 
@@ -56,26 +54,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: write_table(cols, root / f"{name}.parquet") for name, cols in tables.items()}
 
 
-def _drift(
-    files: dict[str, Path],
-    current: str,
-    tmp_path: Path,
-    *,
-    reference: str = "reference",
-    more: tuple[str, ...] = (),
-) -> tuple[int, dict[str, Any]]:
-    out = tmp_path / "report.json"
-    args = ["drift", str(files[reference]), str(files[current]), "--json", str(out), *more]
-    result = CliRunner().invoke(app, args)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result.exit_code, json.loads(out.read_text())
-
-
 @pytest.mark.filterwarnings("error")  # a NaN or an overflow on the way would warn
 def test_a_shift_of_the_finite_values_is_drift_with_a_finite_effect(
     files: dict[str, Path], tmp_path: Path
 ) -> None:
-    code, report = _drift(files, "shifted", tmp_path)
+    code, report = drift_report(files["reference"], files["shifted"], tmp_path)
     assert code == 1
     ratio = next(f for f in report["features"] if f["name"] == "ratio")
     assert ratio["drifted"] and ratio["result"]["effect"] == pytest.approx(0.5, abs=0.05)
@@ -86,7 +69,7 @@ def test_a_shift_of_the_finite_values_is_drift_with_a_finite_effect(
 def test_the_same_finite_values_without_the_infinities_are_stable(
     files: dict[str, Path], tmp_path: Path
 ) -> None:
-    code, report = _drift(files, "same", tmp_path)
+    code, report = drift_report(files["reference"], files["same"], tmp_path)
     assert code == 0, report["features"]
     ratio = next(f for f in report["features"] if f["name"] == "ratio")
     assert not ratio["drifted"] and 0.0 <= ratio["result"]["effect"] < 0.05
@@ -96,7 +79,7 @@ def test_the_same_finite_values_without_the_infinities_are_stable(
 def test_the_explanations_read_the_shift_of_the_finite_values(files: dict[str, Path], tmp_path: Path) -> None:
     """With the model's answers and labels: the drift's size in the attribution is the shift's, not NaN."""
     labelled = ("--target", "label", "--prediction-column", "prediction")
-    code, report = _drift(files, "labelled shifted", tmp_path, reference="labelled reference", more=labelled)
+    code, report = drift_report(files["labelled reference"], files["labelled shifted"], tmp_path, *labelled)
     assert code == 1
     ratio = next(f for f in report["attribution"]["features"] if f["name"] == "ratio")
     assert ratio["drift"] == pytest.approx(0.5, abs=0.05) and ratio["drift_unit"] == "sd"

@@ -4,18 +4,16 @@ levels plus one count of the others, so the profile stays bounded and chi-square
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from core.tabular import write_table
 from monitors.drift.categorical import CategoricalCounts, ChiSquare
 from monitors.profile import OTHER_LEVELS, PROFILE_LEVELS, categorical_summary
-from service.cli import app
+from tests.monitors.helpers import drift_report
 
 
 def _ids(rng: np.random.Generator, n: int, levels: int, *, prefix: str = "m") -> np.ndarray:
@@ -65,17 +63,6 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: write_table(cols, root / f"{name}.parquet") for name, cols in tables.items()}
 
 
-def _drift(exports: dict[str, Path], current: str, tmp_path: Path) -> tuple[int, dict[str, Any]]:
-    out = tmp_path / "report.json"
-    result = CliRunner().invoke(
-        app, ["drift", str(exports["reference"]), str(exports[current]), "--json", str(out)]
-    )
-    assert result.exit_code in (0, 1), (
-        result.output
-    )  # it was 2: "embed it with `--embed city`", no such option
-    return result.exit_code, json.loads(out.read_text())
-
-
 def _flagged(report: dict[str, Any]) -> set[tuple[str, str]]:
     return {(q["feature"], q["check"]) for q in report["quality"] if q["flagged"]}
 
@@ -85,7 +72,7 @@ def test_drift_compares_text_of_many_values_as_a_folded_categorical(
 ) -> None:
     """An id and a long-tailed text column from the same source: compared, stable, and no quality alarm
     (a window's value of a level the profile folded is none of the kept ones: expected, not unseen)."""
-    code, report = _drift(exports, "same", tmp_path)
+    code, report = drift_report(exports["reference"], exports["same"], tmp_path)  # was exit 2: "--embed"
     kinds = {f["name"]: f["kind"] for f in report["features"]}
     assert kinds == {"amount": "numeric", "city": "categorical", "user_id": "categorical"}
     assert code == 0 and not _flagged(report), report["quality"]
@@ -95,7 +82,7 @@ def test_new_values_of_a_folded_categorical_are_still_an_alarm(
     exports: dict[str, Path], tmp_path: Path
 ) -> None:
     """30 % of the window's cities never seen: the unseen-category check flags them, and city drifted."""
-    code, report = _drift(exports, "new cities", tmp_path)
+    code, report = drift_report(exports["reference"], exports["new cities"], tmp_path)
     assert code == 1 and ("city", "unseen_category") in _flagged(report)
     assert ("user_id", "unseen_category") not in _flagged(report)
     assert next(f for f in report["features"] if f["name"] == "city")["drifted"]
