@@ -510,9 +510,10 @@ class TableStream:
             raise _unreadable(self.path, self.format, exc) from exc
 
 
-def _read_ahead(batches: Iterator[T], depth: int) -> Iterator[T]:
+def _read_ahead(batches: Iterator[T], depth: int, meanwhile: Callable[[], None] | None = None) -> Iterator[T]:
     """The items of ``batches``, produced by a thread up to ``depth`` ahead (Arrow decodes without the GIL,
-    so reading the next batch overlaps with work on this one); its errors are raised here, in order."""
+    so reading the next batch overlaps with work on this one); its errors are raised here, in order.
+    ``meanwhile`` runs in this thread once the thread has started on the first item."""
     items: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -534,6 +535,8 @@ def _read_ahead(batches: Iterator[T], depth: int) -> Iterator[T]:
     worker = threading.Thread(target=produce, name="table-read-ahead", daemon=True)
     worker.start()
     try:
+        if meanwhile is not None:
+            meanwhile()
         while True:
             more, item = items.get()
             if not more:
@@ -555,23 +558,29 @@ def fold_batches(
     start: Callable[[], S],
     add: Callable[[S, dict[str, Column]], None],
     read_ahead: int = 1,
+    meanwhile: Callable[[], None] | None = None,
 ) -> S:
     """Fold every batch of ``columns`` into a state made by ``start`` (made again if a CSV column widens).
 
     The next ``read_ahead`` batches are read by a thread while ``add`` works (0: no thread); that thread
     imports nothing (what decoding a CSV's or a table's text loads is imported first, in this thread), so a
-    caller may import meanwhile. Arrow's memory is handed back to the system at the end.
+    caller may import meanwhile: ``meanwhile`` runs once, in this thread, before the first batch reaches
+    ``add``, while the read-ahead thread reads it (a Parquet file of one row group is decoded whole then).
+    Arrow's memory is handed back to the system at the end.
     """
     if read_ahead > 0 and stream.format != "parquet":
         import pyarrow.compute  # noqa: F401  # what _coded imports for CSV text: here, not on the read-ahead thread
     while True:
         state = start()
         batches = stream.batches(columns)
+        if meanwhile is not None and read_ahead == 0:
+            meanwhile()
         try:
-            for batch in _read_ahead(batches, read_ahead) if read_ahead > 0 else batches:
+            for batch in _read_ahead(batches, read_ahead, meanwhile) if read_ahead > 0 else batches:
                 add(state, batch)
             return state
         except _Widened:
+            meanwhile = None  # it ran
             continue
         finally:
             release_memory()

@@ -241,13 +241,11 @@ def sketch_current(
     reset when the file is read again from its start).
     ``labels`` are counted only with a prediction column, as :func:`monitors.engine.compare` counts them;
     the facts keep the distinct values of ``target`` (the checked label column; its range with
-    ``numeric_target``) and the range of ``prediction``. ``meanwhile`` runs once in this thread while the
-    pool counts the first batch (with a profile and a batch: else never; it must not start a thread that
-    imports: :func:`_load_what_follows`).
+    ``numeric_target``) and the range of ``prediction``. With a profile, ``meanwhile`` runs once in this
+    thread while the read-ahead thread decodes the first batch (:func:`core.tabular.fold_batches`; it must not
+    start a thread that imports: :func:`_load_what_follows`).
     """
     from monitors.sketch import WindowSketch
-
-    pending = [] if meanwhile is None else [meanwhile]
 
     stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes)
     features = _present(stream.names, features)
@@ -283,8 +281,6 @@ def sketch_current(
                 state.facts.columns[name].add(values)
             if reservoir is not None:
                 reservoir.add(columns, predictions=answers, labels=found)
-            while pending:
-                pending.pop()()
 
         state.sketch.update(
             profile, columns, predictions=answers, labels=found, pool=pool, meanwhile=facts_and_sample
@@ -292,7 +288,9 @@ def sketch_current(
         state.sketch.rows = state.facts.rows
 
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sketch") as pool:
-        state = fold_batches(stream, columns=keep, start=start, add=add)
+        state = fold_batches(
+            stream, columns=keep, start=start, add=add, meanwhile=None if profile is None else meanwhile
+        )
     return state.facts, state.sketch
 
 
@@ -420,7 +418,7 @@ def compare(
         min_rows=min_rows,
         config=config,
         sample_rows=sample_rows,
-        meanwhile=_load_what_follows,  # while the pool counts CURRENT's first batch
+        meanwhile=_load_what_follows,  # while CURRENT's first batch is decoded
     )
     failed = f"cannot compare CURRENT {current} with {sides.source}"
     if sides.failure is not None:
@@ -559,21 +557,24 @@ def reference_side(
     return sides
 
 
-LOADED_WHILE_COUNTING = ("scipy.special", "monitors.engine", "monitors.explain")
-"""What a comparison imports after reading: the statistics' tail functions (``scipy.special``, ~0.15
-CPU-seconds; see :mod:`monitors.drift.base`), the engine and the explanations (~0.05 s)."""
+LOADED_WHILE_READING = ("scipy.special", "monitors.engine", "monitors.explain")
+"""What a comparison imports while CURRENT's first batch is read: the statistics' tail functions
+(``scipy.special``, ~0.15 CPU-seconds; see :mod:`monitors.drift.base`), the engine and the explanations
+(~0.05 s)."""
 
 
 def _load_what_follows() -> None:
-    """Import :data:`LOADED_WHILE_COUNTING`: :func:`compare` has :func:`sketch_current` call it while the
-    pool counts CURRENT's first batch (this thread would wait for the pool), instead of loading them on one
-    core before reading or between the stages (a profile alone needs none of them).
+    """Import :data:`LOADED_WHILE_READING`: :func:`compare` has :func:`sketch_current` call it while a thread
+    decodes CURRENT's first batch (Arrow, without the GIL: this thread would only wait for it), instead of
+    loading them on one core before reading or between the stages (a profile alone needs none of them). Run
+    while the pool counted the first batch instead, it left the cores idle: the counting is over long before
+    the import (~0.15 s).
 
     No thread but this one imports anything in a comparison (what the sort threads would import on first use
     is imported before they start: :data:`THREADS_IMPORT`), so no two threads import at once
     (tests/monitors/test_offline_threads.py).
     """
-    for module in LOADED_WHILE_COUNTING:
+    for module in LOADED_WHILE_READING:
         importlib.import_module(module)
 
 

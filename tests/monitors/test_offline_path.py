@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,38 @@ def test_csv_column_widened_by_a_later_block_as_read_table_types_it(tmp_path: Pa
         assert (joined.dtype == object) == (whole[name].dtype == object), name
         assert joined.tolist() == whole[name].tolist() or np.array_equal(joined, whole[name], equal_nan=True)
     assert whole["n"].dtype == np.float64 and whole["m"].dtype == object
+
+
+@pytest.mark.parametrize(("read_ahead", "reading"), [(1, True), (0, False)])
+def test_meanwhile_runs_once_while_the_first_batch_is_read(
+    tmp_path: Path, read_ahead: int, reading: bool
+) -> None:
+    """The caller's ``meanwhile`` runs once, before the first batch reaches ``add``, while the read-ahead
+    thread decodes it (with a read-ahead); a CSV widened by a later block is read again, not ``meanwhile``."""
+    rows = ["n"] + [str(i) for i in range(20_000)] + ["2.5"]
+    path = tmp_path / "late.csv"
+    path.write_text("\n".join(rows) + "\n")
+    calls: list[tuple[int, bool]] = []
+    parts: list[dict[str, Any]] = []
+
+    def start() -> list[dict[str, Any]]:
+        parts.clear()  # read again from the start when a column widens
+        return parts
+
+    def meanwhile() -> None:
+        alive = any(t.name == "table-read-ahead" for t in threading.enumerate())
+        calls.append((len(parts), alive))
+
+    fold_batches(
+        TableStream(path, block_bytes=16 << 10),
+        columns=None,
+        start=start,
+        add=lambda acc, batch: acc.append(batch),
+        read_ahead=read_ahead,
+        meanwhile=meanwhile,
+    )
+    assert calls == [(0, reading)]
+    assert len(parts) > 3 and np.concatenate([np.asarray(p["n"]) for p in parts]).dtype == np.float64
 
 
 def test_a_broken_file_is_one_table_error(tmp_path: Path) -> None:

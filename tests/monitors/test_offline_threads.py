@@ -1,5 +1,6 @@
 """``driftwarden drift`` imports ``scipy.special`` (and the engine and the explanations) in its main thread
-while the pool counts CURRENT's first batch (``monitors.offline._load_what_follows``), not before reading:
+while the read-ahead thread decodes CURRENT's first batch (``monitors.offline._load_what_follows``), not
+before reading:
 that is safe only while no other thread imports anything meanwhile (two threads importing at once can
 deadlock on a circular import or see a module half made). Each run records every module loaded with the
 thread that loaded it, in a fresh interpreter: no thread but the main one imports anything, ever."""
@@ -91,8 +92,8 @@ def test_no_thread_but_the_main_one_imports(
     events = [tuple(e) for e in found["events"]]
     loaders = [thread for thread, module in events if module == "scipy.special"]
     assert loaders[:1] == ["MainThread"], loaders
-    counting = [name for name in found["alive"] if name.startswith("sketch")]
-    assert bool(counting) == overlap, found["alive"]  # the import overlaps the counting of CURRENT
+    reading = [name for name in found["alive"] if name == "table-read-ahead"]
+    assert bool(reading) == overlap, found["alive"]  # the import overlaps the reading of CURRENT
     assert [e for e in events if e[0] != "MainThread"] == []  # the sort, profile, sketch and reading threads
 
 
