@@ -88,10 +88,14 @@ class Profile:
         }
 
     def save(self, path: str | Path) -> Path:
-        """Write the profile as one JSON file at ``path``; returns the path."""
+        """Write the profile as one JSON file at ``path``; returns the path. A column's infinities are
+        written as ``Infinity`` / ``-Infinity`` (the extension of JSON that :meth:`load` and Python's ``json``
+        read), as the registry writes a version's profile."""
+        from monitors.profile import profile_json
+
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.to_dict(), allow_nan=False, separators=(",", ":")))
+        p.write_text(profile_json(self.to_dict()))
         return p
 
     @classmethod

@@ -50,6 +50,7 @@ from monitors.profile.documents import (
     categorical_from_dict,
     numeric_from_dict,
     profile_from_dict,
+    profile_json,
     read_profile,
     write_profile,
 )
@@ -249,6 +250,7 @@ __all__ = [
     "pca_errors",
     "performance_spread",
     "profile_from_dict",
+    "profile_json",
     "quantile_positions",
     "read_profile",
     "reconstruction_error",

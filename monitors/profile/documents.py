@@ -110,11 +110,19 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
     )
 
 
+def profile_json(document: Mapping[str, Any]) -> str:
+    """A profile document (or a document holding one) as JSON text. A numeric column that holds an infinity
+    keeps it in its profile (its minimum or maximum, a quantile, a grid point, a cell's sum; its schema's
+    observed range): it is written as ``Infinity`` / ``-Infinity``, the extension of JSON that Python's
+    ``json`` (and so :func:`read_profile`) reads back, as the registry writes a version's ``profile.json``."""
+    return json.dumps(document, separators=(",", ":"))
+
+
 def write_profile(profile: Mapping[str, Any], path: str | Path) -> Path:
-    """Write a profile dict as JSON."""
+    """Write a profile dict as JSON (:func:`profile_json`)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(profile, allow_nan=False, separators=(",", ":")))
+    p.write_text(profile_json(profile))
     return p
 
 

@@ -152,3 +152,21 @@ def test_a_saved_profile_compares_exactly_like_the_frame(
     (tmp_path / "other.json").write_text('{"format": "something else"}')
     with pytest.raises(driftwarden.InvalidInput, match="not a profile saved by"):
         driftwarden.Profile.load(tmp_path / "other.json")
+
+
+def test_a_profile_of_a_column_with_infinities_is_saved_and_loaded(
+    reference_frame: pd.DataFrame, shifted_frame: pd.DataFrame, tmp_path: Path
+) -> None:
+    """A ratio over a zero gives a column its infinities: they are values of its profile (its minimum and
+    maximum, a quantile, a grid point), which saving wrote to no file (a ValueError from ``json``)."""
+    reference = reference_frame.copy()
+    reference.loc[reference.index[:3], "income"] = float("inf")
+    reference.loc[reference.index[3], "income"] = float("-inf")
+    profiled = driftwarden.profile(reference, target=TARGET)
+    path = profiled.save(tmp_path / "infinite.profile.json")
+    text = path.read_text()
+    assert "-Infinity" in text and "NaN" not in text
+    loaded = driftwarden.Profile.load(path)
+    assert loaded.to_dict() == profiled.to_dict()
+    expected = driftwarden.compare(profiled, shifted_frame).to_dict()
+    assert driftwarden.compare(loaded, shifted_frame).to_dict() == expected
