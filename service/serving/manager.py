@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ import numpy as np
 
 from core.database import Database
 from core.scheduling import every
-from registry.schema import FeatureKind, ModelSchema
+from registry.schema import FeatureKind, FeatureSpec, ModelSchema
 from registry.service import ServingPlan, read_schema, read_signature, serving_plans
 from registry.signature import SourceSignature, output_key
 from service.serving.batcher import MicroBatcher, Runner, Traffic
@@ -33,6 +34,7 @@ from service.serving.metrics import Metrics, NullMetrics
 log = logging.getLogger("driftwarden.serving.manager")
 
 RETIRE_GRACE_S = 5.0
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class NotServed(LookupError):
@@ -67,14 +69,25 @@ class ServedModel:
 
 
 def warmup_columns(schema: ModelSchema) -> dict[str, np.ndarray]:
-    """One plausible row, to trace and warm the signature before it takes traffic."""
+    """One plausible row, to trace and warm the signature before it takes traffic (and the health checks'
+    canary): a numeric feature's observed minimum, unless it is not finite as the model's float32 (a reference
+    holding -inf), then its observed maximum, then its allowed range's ends, then 0."""
     cols: dict[str, np.ndarray] = {}
     for f in schema.features:
         if f.kind is FeatureKind.NUMERIC:
-            cols[f.name] = np.array([f.observed_min or 0.0], dtype=np.float32)
+            cols[f.name] = np.array([_plausible(f)], dtype=np.float32)
         else:
             cols[f.name] = np.array([f.categories[0] if f.categories else ""], dtype=object)
     return cols
+
+
+def _plausible(spec: FeatureSpec) -> float:
+    """A value of a numeric feature for the warm-up row: the first of its observed and allowed ends that is
+    finite as a float32 (to an infinite input a small Keras network answers NaN: the canary would fail)."""
+    for end in (spec.observed_min, spec.observed_max, spec.allowed_min, spec.allowed_max):
+        if end is not None and math.isfinite(end) and abs(end) <= FLOAT32_MAX:
+            return float(end)
+    return 0.0
 
 
 class ModelManager:
