@@ -50,8 +50,8 @@ def _to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if pa.types.is_decimal(t):  # a database's money or measure: a number, as a CSV of it reads
         return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        if column.null_count:  # NaN for the nulls (a boolean with nulls would be objects otherwise)
-            return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        if column.null_count or pa.types.is_uint64(t):  # NaN for the nulls; see _batch_column on uint64
+            return column.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
         return column.to_numpy().astype(np.int64)
     if pa.types.is_floating(t):
         return column.to_numpy(zero_copy_only=False).astype(np.float64)
@@ -232,8 +232,8 @@ def _numbers(
     array's buffers: zero-copy (read-only) when it has that type and no null. Not through ``Array.to_numpy``
     or ``fill_null``, which load pandas (seconds on a busy machine) for a command that needs none of it."""
     target = {np.int32: pa.int32(), np.int64: pa.int64(), np.float64: pa.float64()}[dtype]
-    if array.type != target:
-        array = array.cast(target)
+    if array.type != target:  # an integer beyond 2**53 becomes the nearest float64 (as numpy's astype)
+        array = array.cast(target, safe=not pa.types.is_floating(target))
     n = len(array)
     validity, data = array.buffers()[:2]
     if data is None or not n:
@@ -248,7 +248,8 @@ def _numbers(
 
 def _batch_column(array: pa.Array) -> Column:
     """Numbers as ``read_table`` types them (int64, or float64 with NaN for nulls, decimals too; zero-copy
-    where Arrow allows, so read-only), anything else as codes."""
+    where Arrow allows, so read-only), anything else as codes. An unsigned 64-bit column (a hash, an id) is
+    float64 in every batch, whatever its values: int64 cannot hold those from 2**63 on."""
     t = array.type
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         # a list per cell (a multi-class model's probabilities): its JSON text, as a CSV would hold it
@@ -258,7 +259,7 @@ def _batch_column(array: pa.Array) -> Column:
         return _numbers(array.cast(pa.float64()), np.float64)
     if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)):
         return _coded(array)
-    if array.null_count or pa.types.is_floating(t):
+    if array.null_count or pa.types.is_floating(t) or pa.types.is_uint64(t):
         return _numbers(array, np.float64)
     return _numbers(array, np.int64)
 

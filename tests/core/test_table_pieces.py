@@ -18,6 +18,8 @@ from monitors.offline import read_reference
 
 ROWS = 5_000
 AMOUNTS = [None if i == 3 else Decimal(f"{100 + (i % 997) * 0.37:.2f}") for i in range(ROWS)]
+HASHES = [(i * 0x9E3779B97F4A7C15) % 2**64 for i in range(ROWS)]  # unsigned 64-bit: half from 2**63 on
+IDS = [None if i == 11 else 2**62 + 7 * i for i in range(ROWS)]  # beyond 2**53, with a null
 
 
 def _table() -> pa.Table:
@@ -34,6 +36,9 @@ def _table() -> pa.Table:
             "word": pa.array(words.tolist(), type=pa.string()),
             "flag": pa.array((rng.random(ROWS) < 0.3).tolist()),
             "amount": pa.array(AMOUNTS, type=pa.decimal128(10, 2)),  # a database's money column
+            "hash": pa.array(HASHES, type=pa.uint64()),
+            "id": pa.array(IDS, type=pa.int64()),
+            "small": pa.array(np.arange(ROWS, dtype=np.uint32)),
         }
     )
 
@@ -73,6 +78,18 @@ def test_a_column_read_whole_is_the_column_read_in_batches(parquet: Path, source
     for amounts in wholes:  # decimals are numbers, as a CSV of them reads (Arrow's cast: within an ulp)
         assert isinstance(amounts, np.ndarray) and amounts.dtype == np.float64
         np.testing.assert_allclose(amounts, money, rtol=1e-15)
+    # integers int64 cannot hold, or float64 only to the nearest value, were a file not read (TableError:
+    # 'Integer value ... not in range') or, by read_table, unsigned values from 2**63 on read as negatives
+    wanted = {
+        "hash": (np.array(HASHES, dtype=np.float64), np.float64),
+        "id": (np.array([np.nan if v is None else float(v) for v in IDS]), np.float64),
+        "small": (np.arange(ROWS, dtype=np.int64), np.int64),
+    }
+    whole = read_table(parquet) if source == "file" else None
+    for name, (values, dtype) in wanted.items():
+        for got in [batched[name], *([whole[name]] if whole is not None else [])]:
+            assert isinstance(got, np.ndarray) and got.dtype == dtype, name
+            assert np.array_equal(got, values, equal_nan=True), name
 
 
 def test_a_single_row_group_is_one_piece_and_a_csv_is_read_by_rows(tmp_path: Path) -> None:
