@@ -12,6 +12,7 @@ how to fix it (answered by the CLI root as ``error: ...`` with exit code 2).
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import queue
 import re
@@ -330,8 +331,28 @@ def _unique_names(p: Path, names: Sequence[str]) -> None:
         raise TableError(f"{p} has duplicate column names {duplicates}: rename them so each is unique")
 
 
+CSV_DELIMITERS = (",", ";", "\t", "|")
+"""The separators a CSV file may use: a comma, or a semicolon (a spreadsheet's export where the comma is the
+decimal mark), a tab or a bar."""
+
+
+def csv_delimiter(path: Path) -> str:
+    """The separator of a CSV file: of :data:`CSV_DELIMITERS`, the one that splits its header line into the
+    most fields (quotes respected), a comma on a tie (a file of one column). Read as comma-separated, a
+    semicolon-separated file was one text column named ``x;y`` whose every row is a category."""
+    with path.open("rb") as f:
+        header = f.readline(1 << 20).decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n")
+    fields = {d: len(next(csv.reader([header], delimiter=d), [])) for d in CSV_DELIMITERS}
+    return max(CSV_DELIMITERS, key=lambda d: (fields[d], d == ","))
+
+
+def _csv_parse(path: Path) -> pacsv.ParseOptions:
+    return pacsv.ParseOptions(delimiter=csv_delimiter(path))
+
+
 def read_table(path: str | Path) -> Columns:
-    """Read a ``.csv`` or ``.parquet`` file into columns; nulls become NaN or None.
+    """Read a ``.csv`` (its separator: :func:`csv_delimiter`) or ``.parquet`` file into columns; nulls become
+    NaN or None.
 
     Raises :class:`TableError` for a missing, empty, malformed or unsupported file, or duplicate column names.
     """
@@ -339,7 +360,9 @@ def read_table(path: str | Path) -> Columns:
     fmt = _readable(p)
     try:
         if fmt == "csv":
-            table = pacsv.read_csv(p, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+            table = pacsv.read_csv(
+                p, parse_options=_csv_parse(p), convert_options=pacsv.ConvertOptions(strings_can_be_null=True)
+            )
         else:
             table = pq.read_table(p)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
@@ -377,14 +400,14 @@ class TableStream:
     """A ``.csv`` or ``.parquet`` file (or a :class:`MemoryTable`) read in batches of numpy columns (text as
     :class:`CodedColumn`).
 
-    Parquet is read row group by row group (dictionary pages stay codes), CSV block by block, so memory is
-    bounded by a batch whatever the file's size. Opening checks what :func:`read_table` checks (missing,
-    empty, malformed, unsupported, duplicate names); ``names`` are the columns, ``rows`` the row count when
-    the file's metadata knows it (Parquet), ``booleans`` the columns of true/false values (CSV: as its first
-    block types them), which batches give as 1/0. A CSV column typed by its first block is widened as
-    :func:`read_table` would type it (int -> float -> text) when a later block needs it; iterate with
-    :func:`fold_batches`, which starts the fold again in that case. ``threads=False`` decodes Parquet in the
-    calling thread (less memory; for a caller whose own threads keep the cores busy).
+    Parquet is read row group by row group (dictionary pages stay codes), CSV block by block (its separator:
+    :func:`csv_delimiter`), so memory is bounded by a batch whatever the file's size. Opening checks what
+    :func:`read_table` checks (missing, empty, malformed, unsupported, duplicate names); ``names`` are the
+    columns, ``rows`` the row count when the file's metadata knows it (Parquet), ``booleans`` the columns of
+    true/false values (CSV: as its first block types them), which batches give as 1/0. A CSV column typed by
+    its first block is widened as :func:`read_table` would type it (int -> float -> text) when a later block
+    needs it; iterate with :func:`fold_batches`, which starts the fold again in that case. ``threads=False``
+    decodes Parquet in the calling thread (less memory; for a caller whose own threads keep the cores busy).
     """
 
     def __init__(
@@ -404,6 +427,7 @@ class TableStream:
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
         self.temporal: set[str] = set()  # the columns of dates, times and durations (read as text)
         self._types: dict[str, pa.DataType] = {}
+        self._parse = pacsv.ParseOptions()
         if self.memory is not None:
             self.format = "memory"
             schema = self.memory.table.schema
@@ -427,6 +451,7 @@ class TableStream:
                     if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
                 ]
             else:
+                self._parse = _csv_parse(self.path)
                 with self._open_csv(None) as reader:
                     self.names = list(reader.schema.names)
                     self.booleans = {f.name for f in reader.schema if pa.types.is_boolean(f.type)}
@@ -440,6 +465,7 @@ class TableStream:
         return pacsv.open_csv(
             self.path,
             read_options=pacsv.ReadOptions(block_size=self.block_bytes),
+            parse_options=self._parse,
             convert_options=pacsv.ConvertOptions(
                 strings_can_be_null=True,
                 include_columns=list(columns) if columns is not None else None,
