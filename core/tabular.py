@@ -336,23 +336,57 @@ CSV_DELIMITERS = (",", ";", "\t", "|")
 decimal mark), a tab or a bar."""
 
 
-def csv_delimiter(path: Path) -> str:
-    """The separator of a CSV file: of :data:`CSV_DELIMITERS`, the one that splits its header line into the
-    most fields (quotes respected), a comma on a tie (a file of one column). Read as comma-separated, a
-    semicolon-separated file was one text column named ``x;y`` whose every row is a category."""
+CSV_SNIFF_BYTES = 1 << 16
+"""The head of a CSV file read for its separator and decimal mark."""
+
+_COMMA_DECIMAL = re.compile(r"[+-]?\d+,\d+")
+_POINT_DECIMAL = re.compile(r"[+-]?\d*\.\d+")
+
+
+@dataclass(frozen=True)
+class CsvFormat:
+    """How a CSV file writes its fields and numbers: ``delimiter`` and ``decimal_point``."""
+
+    delimiter: str = ","
+    decimal_point: str = "."
+
+
+def csv_format(path: Path) -> CsvFormat:
+    """The separator and decimal mark of a CSV file, read off its head.
+
+    The separator: of :data:`CSV_DELIMITERS`, the one that splits the header line into the most fields
+    (quotes respected), a comma on a tie (a file of one column). The decimal mark: a comma when the separator
+    is not one and the first rows hold more numbers written with a decimal comma (``50,25``) than with a
+    point (a spreadsheet's export where the comma is the decimal mark), else a point. Read as a plain CSV, a
+    semicolon-separated file was one text column named ``x;y`` whose every row is a category, and numbers
+    written ``50,25`` were text."""
     with path.open("rb") as f:
-        header = f.readline(1 << 20).decode("utf-8", errors="replace").lstrip("\ufeff").rstrip("\r\n")
+        head = f.read(CSV_SNIFF_BYTES).decode("utf-8", errors="replace").lstrip("\ufeff")
+    lines = head.splitlines()
+    if len(head) == CSV_SNIFF_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # cut short
+    header = lines[0] if lines else ""
     fields = {d: len(next(csv.reader([header], delimiter=d), [])) for d in CSV_DELIMITERS}
-    return max(CSV_DELIMITERS, key=lambda d: (fields[d], d == ","))
+    delimiter = max(CSV_DELIMITERS, key=lambda d: (fields[d], d == ","))
+    if delimiter == ",":
+        return CsvFormat()
+    cells = [cell.strip() for row in csv.reader(lines[1:], delimiter=delimiter) for cell in row]
+    comma = sum(1 for cell in cells if _COMMA_DECIMAL.fullmatch(cell))
+    point = sum(1 for cell in cells if _POINT_DECIMAL.fullmatch(cell))
+    return CsvFormat(delimiter=delimiter, decimal_point="," if comma > point else ".")
 
 
-def _csv_parse(path: Path) -> pacsv.ParseOptions:
-    return pacsv.ParseOptions(delimiter=csv_delimiter(path))
+def _csv_options(path: Path) -> tuple[pacsv.ParseOptions, pacsv.ConvertOptions]:
+    """Arrow's options to read the CSV file at ``path`` whole (:func:`csv_format`; an empty text is null)."""
+    found = csv_format(path)
+    return pacsv.ParseOptions(delimiter=found.delimiter), pacsv.ConvertOptions(
+        strings_can_be_null=True, decimal_point=found.decimal_point
+    )
 
 
 def read_table(path: str | Path) -> Columns:
-    """Read a ``.csv`` (its separator: :func:`csv_delimiter`) or ``.parquet`` file into columns; nulls become
-    NaN or None.
+    """Read a ``.csv`` (its separator and decimal mark: :func:`csv_format`) or ``.parquet`` file into columns;
+    nulls become NaN or None.
 
     Raises :class:`TableError` for a missing, empty, malformed or unsupported file, or duplicate column names.
     """
@@ -360,9 +394,8 @@ def read_table(path: str | Path) -> Columns:
     fmt = _readable(p)
     try:
         if fmt == "csv":
-            table = pacsv.read_csv(
-                p, parse_options=_csv_parse(p), convert_options=pacsv.ConvertOptions(strings_can_be_null=True)
-            )
+            parse, convert = _csv_options(p)
+            table = pacsv.read_csv(p, parse_options=parse, convert_options=convert)
         else:
             table = pq.read_table(p)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
@@ -401,7 +434,7 @@ class TableStream:
     :class:`CodedColumn`).
 
     Parquet is read row group by row group (dictionary pages stay codes), CSV block by block (its separator:
-    :func:`csv_delimiter`), so memory is bounded by a batch whatever the file's size. Opening checks what
+    :func:`csv_format`), so memory is bounded by a batch whatever the file's size. Opening checks what
     :func:`read_table` checks (missing, empty, malformed, unsupported, duplicate names); ``names`` are the
     columns, ``rows`` the row count when the file's metadata knows it (Parquet), ``booleans`` the columns of
     true/false values (CSV: as its first block types them), which batches give as 1/0. A CSV column typed by
@@ -427,7 +460,7 @@ class TableStream:
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
         self.temporal: set[str] = set()  # the columns of dates, times and durations (read as text)
         self._types: dict[str, pa.DataType] = {}
-        self._parse = pacsv.ParseOptions()
+        self._csv = CsvFormat()
         if self.memory is not None:
             self.format = "memory"
             schema = self.memory.table.schema
@@ -451,7 +484,7 @@ class TableStream:
                     if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
                 ]
             else:
-                self._parse = _csv_parse(self.path)
+                self._csv = csv_format(self.path)
                 with self._open_csv(None) as reader:
                     self.names = list(reader.schema.names)
                     self.booleans = {f.name for f in reader.schema if pa.types.is_boolean(f.type)}
@@ -465,9 +498,10 @@ class TableStream:
         return pacsv.open_csv(
             self.path,
             read_options=pacsv.ReadOptions(block_size=self.block_bytes),
-            parse_options=self._parse,
+            parse_options=pacsv.ParseOptions(delimiter=self._csv.delimiter),
             convert_options=pacsv.ConvertOptions(
                 strings_can_be_null=True,
+                decimal_point=self._csv.decimal_point,
                 include_columns=list(columns) if columns is not None else None,
                 column_types=self._types,
             ),
