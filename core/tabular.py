@@ -461,6 +461,7 @@ class TableStream:
         self.temporal: set[str] = set()  # the columns of dates, times and durations (read as text)
         self._types: dict[str, pa.DataType] = {}
         self._csv = CsvFormat()
+        self._by_column: pq.ParquetFile | None = None  # the Parquet file :meth:`pieces` reads
         if self.memory is not None:
             self.format = "memory"
             schema = self.memory.table.schema
@@ -558,12 +559,11 @@ class TableStream:
         if self.format != "parquet":
             raise ValueError(f"{self.path}: a CSV is read by rows (batches), not by column")
         try:
-            source = pq.ParquetFile(
-                self.path,
-                read_dictionary=[name] if name in self._text else None,
-                pre_buffer=False,
-                buffer_size=PARQUET_BUFFER_BYTES,
-            )
+            if self._by_column is None:  # opened once: each opening reads every column's metadata (in Python)
+                self._by_column = pq.ParquetFile(
+                    self.path, read_dictionary=self._text, pre_buffer=False, buffer_size=PARQUET_BUFFER_BYTES
+                )
+            source = self._by_column
             for group in range(source.num_row_groups):
                 for chunk in source.read_row_group(group, columns=[name], use_threads=False).column(0).chunks:
                     yield _batch_column(chunk)
