@@ -626,8 +626,7 @@ def fold_batches(
     The next ``read_ahead`` batches are read by a thread while ``add`` works (0: no thread); that thread
     imports nothing (what decoding a CSV's or a table's text loads is imported first, in this thread), so a
     caller may import meanwhile: ``meanwhile`` runs once, in this thread, before the first batch reaches
-    ``add``, while the read-ahead thread reads it (a Parquet file of one row group is decoded whole then).
-    Arrow's memory is handed back to the system at the end.
+    ``add``, while the read-ahead thread reads it. Arrow's memory is handed back to the system at the end.
     """
     if read_ahead > 0 and stream.format != "parquet":
         import pyarrow.compute  # noqa: F401  # what _coded imports for CSV text: here, not on the read-ahead thread

@@ -404,6 +404,7 @@ def compare(
             prediction=prediction,
             min_rows=min_rows,
             task=task,
+            meanwhile=_load_what_follows,  # while the PCA is fitted
         )
         trim_heap()  # the reference's columns and the sorts' buffers are gone: CURRENT grows in their place
     if sample_rows is None:
@@ -418,7 +419,7 @@ def compare(
         min_rows=min_rows,
         config=config,
         sample_rows=sample_rows,
-        meanwhile=_load_what_follows,  # while CURRENT's first batch is decoded
+        meanwhile=_load_what_follows,  # while CURRENT's first batch is decoded (a registered reference's)
     )
     failed = f"cannot compare CURRENT {current} with {sides.source}"
     if sides.failure is not None:
@@ -486,12 +487,13 @@ def reference_side(
     prediction: str | None,
     min_rows: int,
     task: Task | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> _Sides:
     """Read and check the reference file, then (when it passed) infer its schema (of ``task``, default
     binary) unless one is given and build its profile (``document``: as JSON); the file's columns are
     dropped once the profile holds what is needed of them. Each numeric column is put in order once (a partial
-    sort), for its spec
-    and its summary, on threads, while the next columns are read (:class:`SortedPass`)."""
+    sort), for its spec and its summary, on threads, while the next columns are read (:class:`SortedPass`).
+    ``meanwhile`` runs in this thread while the profile's threads fit its PCA (when it is built)."""
     where = f"REFERENCE {path}"
     exclude = {c for c in (target, prediction) if c}
     task = (task or Task.BINARY) if schema is None else schema.kind
@@ -553,28 +555,29 @@ def reference_side(
             )
         except ValueError as exc:
             raise Invalid(f"{where}: {exc}") from None
-    _profile_reference(sides, columns, prediction=prediction, passed=passed, held=held)
+    _profile_reference(sides, columns, prediction=prediction, passed=passed, held=held, meanwhile=meanwhile)
     return sides
 
 
-LOADED_WHILE_READING = ("scipy.special", "monitors.engine", "monitors.explain")
-"""What a comparison imports while CURRENT's first batch is read: the statistics' tail functions
-(``scipy.special``, ~0.15 CPU-seconds; see :mod:`monitors.drift.base`), the engine and the explanations
-(~0.05 s)."""
+LOADED_WHILE_FITTING = ("scipy.special", "monitors.engine", "monitors.explain")
+"""What a comparison imports while the reference's PCA is fitted (or, for a registered reference, while
+CURRENT's first batch is read): the statistics' tail functions (``scipy.special``, ~0.15 CPU-seconds; see
+:mod:`monitors.drift.base`), the engine and the explanations (~0.05 s)."""
 
 
 def _load_what_follows() -> None:
-    """Import :data:`LOADED_WHILE_READING`: :func:`compare` has :func:`sketch_current` call it while a thread
-    decodes CURRENT's first batch (Arrow, without the GIL: this thread would only wait for it), instead of
-    loading them on one core before reading or between the stages (a profile alone needs none of them). Run
-    while the pool counted the first batch instead, it left the cores idle: the counting is over long before
-    the import (~0.15 s).
+    """Import :data:`LOADED_WHILE_FITTING`: :func:`compare` has :func:`reference_side` call it while the
+    profile's threads fit the reference's PCA (numpy and BLAS, mostly without the GIL: this thread would only
+    wait for them), and :func:`sketch_current` while a thread decodes CURRENT's first batch (a second call
+    imports nothing; the only one for a registered reference), instead of loading them on one core before
+    reading or between the stages (a profile alone needs none of them). Run while the pool counted CURRENT's
+    first batch instead, it left the cores idle: the counting is over long before the import (~0.15 s).
 
     No thread but this one imports anything in a comparison (what the sort threads would import on first use
     is imported before they start: :data:`THREADS_IMPORT`), so no two threads import at once
     (tests/monitors/test_offline_threads.py).
     """
-    for module in LOADED_WHILE_READING:
+    for module in LOADED_WHILE_FITTING:
         importlib.import_module(module)
 
 
@@ -585,10 +588,11 @@ def _profile_reference(
     prediction: str | None,
     passed: dict[str, Sorted],
     held: HeldRows | None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> None:
     """Build the reference profile on the sides' schema (the numeric summaries ``passed`` made already, of
     columns ``held`` at the profiled rows or whole in ``columns``); why it could not be built is the sides'
-    ``failure``."""
+    ``failure``. ``meanwhile``: as :func:`monitors.profile.build_reference_profile`'s."""
     assert sides.schema is not None
     failed = [p.failure for p in passed.values() if p.failure is not None]
     if failed:  # the summary the profile would make again of the column fails the same way
@@ -605,6 +609,7 @@ def _profile_reference(
             labels=None if labels is None else np.asarray(labels),
             summaries={name: p.summary for name, p in passed.items() if p.summary is not None},
             held=held,
+            meanwhile=meanwhile,
         )
         sides.profile = profile_from_dict(built)
         sides.document = built

@@ -23,7 +23,7 @@ The tests that validate a monitor config (:mod:`monitors.config` reads :mod:`mon
 ``scipy.special`` only when they first compute a tail, not when their modules load: its import costs ~0.15
 CPU-seconds (most of it scipy's array-API layer, which loads numpy's f2py, testing and masked arrays), and
 ``driftwarden drift`` checks its options before reading anything, so there it loaded on one core before the
-first byte was read. :func:`monitors.offline.compare` has it imported while CURRENT's first batch is read.
+first byte was read. :func:`monitors.offline.compare` has it imported while the reference's PCA is fitted.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ read); :func:`build_reference_profile` here puts them together.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -108,6 +108,7 @@ def build_reference_profile(
     sample: RowSample | None = None,
     summaries: Mapping[str, dict[str, Any]] | None = None,
     held: HeldRows | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Build the JSON-serialisable reference profile of ``columns`` under ``schema``.
 
@@ -124,6 +125,9 @@ def build_reference_profile(
     the columns for something else too: each column is sorted once); the others are made here. A feature
     whose summary is given may be absent from ``columns`` when ``held`` holds it at the rows the profile
     reads (:mod:`monitors.profile.held`); a regression's loss model, which reads every row, needs it whole.
+
+    ``meanwhile`` runs in this thread while the pool fits the PCA and summarises the features (a caller's
+    imports: the pool's threads import nothing).
     """
     held_names = set() if held is None else set(held.columns)
     for spec in schema.features:
@@ -147,6 +151,8 @@ def build_reference_profile(
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="profile") as pool:
         pca = pool.submit(pca_summary, take, rows, numeric)  # the longest task: first
         summarised = pool.map(summary, schema.features)
+        if meanwhile is not None:
+            meanwhile()
         features = {spec.name: done for spec, done in zip(schema.features, summarised, strict=True)}
         multivariate = pca.result()
     out: dict[str, Any] = {
