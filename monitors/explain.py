@@ -60,7 +60,12 @@ def explain(
         return report
     # the segments re-test the families the whole window's verdicts test: half of each family's level
     report.segments = segment_table(
-        reference=reference, window=window, profile=profile, config=config, level=level / 2
+        reference=reference,
+        window=window,
+        profile=profile,
+        config=config,
+        level=level / 2,
+        ranked=[f.name for f in report.features],  # most drifted first
     )
     drifted = [f.name for f in report.features if f.drifted]
     if not drifted:

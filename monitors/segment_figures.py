@@ -9,6 +9,7 @@ and a sort of every column for each segment and each rest.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,32 +84,35 @@ def figures(
     size: int,
     skip: str,
     pools: dict[str, Pooled],
+    names: Sequence[str] | None = None,
 ) -> Figures:
     """The figures of the partition whose rows have segment ``codes`` (window's, reference's; a code
-    outside ``0..size-1``: no segment) in samples with categories as codes; ``skip``: the partition's own
+    outside ``0..size-1``: no segment) in samples with categories as codes, of the features ``names``
+    (default: every feature both samples hold, in the window's order); ``skip``: the partition's own
     feature (no drift figures)."""
-    names = [n for n in window.kinds if n in reference.columns]
+    wanted = list(window.kinds) if names is None else names
+    shown = [n for n in wanted if n in window.kinds and n in reference.columns]
     samples = (window, reference)
     keep = tuple((c >= 0) & (c < size) for c in codes)
     rows = (_per_code(codes[0], keep[0], size), _per_code(codes[1], keep[1], size))
     missing: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     total_missing: dict[str, Sizes] = {}
-    for name in names:
+    for name in shown:
         gaps = [_missing(s, name) for s in samples]
         missing[name] = (
             _per_code(codes[0], keep[0] & gaps[0], size),
             _per_code(codes[1], keep[1] & gaps[1], size),
         )
         total_missing[name] = (int(np.count_nonzero(gaps[0])), int(np.count_nonzero(gaps[1])))
-    coded = {n: (pools[n], _pooled_codes(pools[n], codes)) for n in names if n != skip and n in pools}
+    coded = {n: (pools[n], _pooled_codes(pools[n], codes)) for n in shown if n != skip and n in pools}
     ks = {n: _ks(pool, segment, size) for n, (pool, segment) in coded.items()}
     counts = {
         n: _category_counts(window.columns[n], reference.columns[n], codes, keep, size)
-        for n in names
+        for n in shown
         if n != skip and window.kinds[n] is not FeatureKind.NUMERIC
     }
     total_rows = (window.rows, reference.rows)
-    return Figures(size, window.kinds, names, rows, total_rows, missing, total_missing, ks, coded, counts)
+    return Figures(size, window.kinds, shown, rows, total_rows, missing, total_missing, ks, coded, counts)
 
 
 def _per_code(codes: np.ndarray, keep: np.ndarray, size: int) -> np.ndarray:
