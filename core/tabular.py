@@ -201,6 +201,20 @@ def _temporal(schema: pa.Schema) -> set[str]:
     return {f.name for f in schema if pa.types.is_temporal(f.type)}
 
 
+_PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+
+
+def _pandas_index(schema: pa.Schema) -> set[str]:
+    """The columns holding a pandas frame's unnamed index (``df.to_parquet()`` writes one as a column
+    ``__index_level_0__`` unless it is 0..n-1), by the pandas metadata of the file: row numbers, no data."""
+    try:
+        meta = schema.pandas_metadata or {}
+    except ValueError:  # metadata that is not JSON: no index known
+        return set()
+    listed = meta.get("index_columns", []) if isinstance(meta, dict) else []
+    return {c for c in listed if isinstance(c, str) and _PANDAS_INDEX.fullmatch(c) and c in schema.names}
+
+
 def _coded(array: pa.Array) -> CodedColumn:
     """A text (or other non-numeric) Arrow array as codes; non-strings become ``str(value)``."""
     if pa.types.is_null(array.type):
@@ -459,6 +473,7 @@ class TableStream:
         self.rows: int | None = None
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
         self.temporal: set[str] = set()  # the columns of dates, times and durations (read as text)
+        self.index: set[str] = set()  # the columns of a pandas frame's unnamed index (row numbers)
         self._types: dict[str, pa.DataType] = {}
         self._csv = CsvFormat()
         self._by_column: pq.ParquetFile | None = None  # the Parquet file :meth:`pieces` reads
@@ -468,6 +483,7 @@ class TableStream:
             self.names: list[str] = [str(name) for name in schema.names]
             self.booleans = {f.name for f in schema if pa.types.is_boolean(f.type)}
             self.temporal = _temporal(schema)
+            self.index = _pandas_index(schema)
             self.rows = self.memory.table.num_rows
             _unique_names(self.path, self.names)
             return
@@ -478,6 +494,7 @@ class TableStream:
                 self.names = list(meta.schema_arrow.names)
                 self.booleans = {f.name for f in meta.schema_arrow if pa.types.is_boolean(f.type)}
                 self.temporal = _temporal(meta.schema_arrow)
+                self.index = _pandas_index(meta.schema_arrow)
                 self.rows = meta.metadata.num_rows
                 self._text = [
                     f.name
@@ -494,6 +511,12 @@ class TableStream:
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise _unreadable(self.path, self.format, exc) from exc
         _unique_names(self.path, self.names)
+
+    @property
+    def bookkeeping(self) -> set[str]:
+        """The columns that are no feature unless a schema names them: dates and times (every new window lies
+        later by nature) and a pandas frame's unnamed index (row numbers)."""
+        return self.temporal | self.index
 
     def _open_csv(self, columns: Sequence[str] | None) -> pacsv.CSVStreamingReader:
         return pacsv.open_csv(

@@ -94,10 +94,11 @@ def read_reference(
     batch_rows: int = BATCH_ROWS,
     block_bytes: int = CSV_BLOCK_BYTES,
     on_column: Callable[[str, Column], bool] | None = None,
-    temporal: bool = True,
+    features_only: bool = False,
 ) -> tuple[FileFacts, dict[str, Column]]:
-    """Read the reference's ``columns`` (those it has; default all, its dates and times too unless not
-    ``temporal``): numbers as arrays, text as codes.
+    """Read the reference's ``columns`` (those it has; default all, or with ``features_only`` all that can be
+    features: not its dates and times, nor an index pandas wrote, :attr:`TableStream.bookkeeping`): numbers
+    as arrays, text as codes.
 
     The facts keep the distinct values of ``target`` (its range with ``numeric_target``: a regression's)
     and the range of ``prediction`` (the checks report labels that are not the task's and probabilities
@@ -112,7 +113,7 @@ def read_reference(
     Arrow's for one column cost more than they save) and Arrow's memory is handed back once, at the end.
     """
     stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes, threads=on_column is None)
-    every = [name for name in stream.names if temporal or name not in stream.temporal]
+    every = [name for name in stream.names if not (features_only and name in stream.bookkeeping)]
     keep = _to_read(stream.names, every if columns is None else columns)
     rows = partial(_read_rows, stream, target=target, prediction=prediction, numeric_target=numeric_target)
     if on_column is None or stream.format == "csv":
@@ -522,7 +523,7 @@ def reference_side(
             prediction=prediction,
             numeric_target=task is Task.REGRESSION,
             on_column=take,
-            temporal=False,  # a date or time column is no feature unless the schema names one
+            features_only=True,  # a date, a time or a pandas index is no feature unless the schema names it
         )
         sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
         sides.tables[where] = facts.for_checks()

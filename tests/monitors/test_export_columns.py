@@ -1,5 +1,6 @@
-"""`driftwarden drift` on files as a database exports them: a decimal amount is a number, and a date or
-timestamp column (later in every new window by nature) is no feature but listed as ignored."""
+"""`driftwarden drift` on files as a database or pandas exports them: a decimal amount is a number, and a
+date or timestamp column (later in every new window by nature) or a pandas index (row numbers) is no
+feature but listed as ignored."""
 
 from __future__ import annotations
 
@@ -61,3 +62,26 @@ def test_an_amount_is_a_number_and_dates_are_ignored(files: dict[str, Path], tmp
     amount = next(f for f in report["features"] if f["name"] == "amount")
     assert amount["drifted"] and amount["result"]["effect"] == pytest.approx(0.5, abs=0.06)
     assert not next(f for f in report["features"] if f["name"] == "x")["drifted"]
+
+
+def test_an_index_pandas_wrote_is_no_feature(tmp_path: Path) -> None:
+    """``df.to_parquet()`` writes a frame's index as a column ``__index_level_0__`` unless it is 0..n-1 (a
+    filtered frame's): row numbers, different in every window. Taken for a feature, it drifted in every
+    comparison, or stopped one whose other file had no such column ('CURRENT lacks the feature column')."""
+    import pandas as pd
+
+    rng = np.random.default_rng(4)
+    frames = [pd.DataFrame({"x": rng.normal(size=ROWS), "c": rng.choice(["a", "b"], ROWS)}) for _ in "ab"]
+    reference, current = tmp_path / "ref.parquet", tmp_path / "cur.parquet"
+    sliced = tmp_path / "sliced.parquet"
+    frames[0][frames[0]["c"] == "a"].to_parquet(reference)  # rows 0, 3, 4, ... of the frame
+    frames[1][frames[1]["c"] == "a"].to_parquet(current)
+    frames[1].iloc[100:].to_parquet(sliced)  # a range index: metadata only, no column
+    assert "__index_level_0__" in pq.ParquetFile(reference).schema_arrow.names
+    assert "__index_level_0__" not in pq.ParquetFile(sliced).schema_arrow.names
+    code, report = drift_report(reference, current, tmp_path)
+    assert code == 0, report
+    assert sorted(f["name"] for f in report["features"]) == ["c", "x"]
+    assert report["ignored_columns"] == ["__index_level_0__"]
+    code, report = drift_report(reference, sliced, tmp_path)
+    assert sorted(f["name"] for f in report["features"]) == ["c", "x"] and "ignored_columns" not in report
