@@ -206,7 +206,8 @@ _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
 
 def _pandas_index(schema: pa.Schema) -> set[str]:
     """The columns holding a pandas frame's unnamed index (``df.to_parquet()`` writes one as a column
-    ``__index_level_0__`` unless it is 0..n-1), by the pandas metadata of the file: row numbers, no data."""
+    ``__index_level_0__`` unless it is 0..n-1), by the pandas metadata of the file: row numbers, no data.
+    Read as pandas reads the file, they are the frame's index, not columns: the tables here leave them out."""
     try:
         meta = schema.pandas_metadata or {}
     except ValueError:  # metadata that is not JSON: no index known
@@ -416,7 +417,8 @@ def read_table(path: str | Path) -> Columns:
         raise _unreadable(p, fmt, exc) from exc
     _utf8(p, fmt, table.schema)
     _unique_names(p, table.column_names)
-    return {name: _to_numpy(table.column(name)) for name in table.column_names}
+    index = _pandas_index(table.schema)
+    return {name: _to_numpy(table.column(name)) for name in table.column_names if name not in index}
 
 
 class _Widened(Exception):
@@ -473,17 +475,16 @@ class TableStream:
         self.rows: int | None = None
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
         self.temporal: set[str] = set()  # the columns of dates, times and durations (read as text)
-        self.index: set[str] = set()  # the columns of a pandas frame's unnamed index (row numbers)
         self._types: dict[str, pa.DataType] = {}
         self._csv = CsvFormat()
         self._by_column: pq.ParquetFile | None = None  # the Parquet file :meth:`pieces` reads
         if self.memory is not None:
             self.format = "memory"
             schema = self.memory.table.schema
-            self.names: list[str] = [str(name) for name in schema.names]
+            index = _pandas_index(schema)
+            self.names: list[str] = [str(name) for name in schema.names if name not in index]
             self.booleans = {f.name for f in schema if pa.types.is_boolean(f.type)}
             self.temporal = _temporal(schema)
-            self.index = _pandas_index(schema)
             self.rows = self.memory.table.num_rows
             _unique_names(self.path, self.names)
             return
@@ -491,10 +492,10 @@ class TableStream:
         try:
             if self.format == "parquet":
                 meta = pq.ParquetFile(self.path)
-                self.names = list(meta.schema_arrow.names)
+                index = _pandas_index(meta.schema_arrow)
+                self.names = [name for name in meta.schema_arrow.names if name not in index]
                 self.booleans = {f.name for f in meta.schema_arrow if pa.types.is_boolean(f.type)}
                 self.temporal = _temporal(meta.schema_arrow)
-                self.index = _pandas_index(meta.schema_arrow)
                 self.rows = meta.metadata.num_rows
                 self._text = [
                     f.name
@@ -511,12 +512,6 @@ class TableStream:
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise _unreadable(self.path, self.format, exc) from exc
         _unique_names(self.path, self.names)
-
-    @property
-    def bookkeeping(self) -> set[str]:
-        """The columns that are no feature unless a schema names them: dates and times (every new window lies
-        later by nature) and a pandas frame's unnamed index (row numbers)."""
-        return self.temporal | self.index
 
     def _open_csv(self, columns: Sequence[str] | None) -> pacsv.CSVStreamingReader:
         return pacsv.open_csv(

@@ -97,8 +97,7 @@ def read_reference(
     features_only: bool = False,
 ) -> tuple[FileFacts, dict[str, Column]]:
     """Read the reference's ``columns`` (those it has; default all, or with ``features_only`` all that can be
-    features: not its dates and times, nor an index pandas wrote, :attr:`TableStream.bookkeeping`): numbers
-    as arrays, text as codes.
+    features: not its dates and times): numbers as arrays, text as codes.
 
     The facts keep the distinct values of ``target`` (its range with ``numeric_target``: a regression's)
     and the range of ``prediction`` (the checks report labels that are not the task's and probabilities
@@ -113,7 +112,7 @@ def read_reference(
     Arrow's for one column cost more than they save) and Arrow's memory is handed back once, at the end.
     """
     stream = TableStream(path, batch_rows=batch_rows, block_bytes=block_bytes, threads=on_column is None)
-    every = [name for name in stream.names if not (features_only and name in stream.bookkeeping)]
+    every = [name for name in stream.names if not (features_only and name in stream.temporal)]
     keep = _to_read(stream.names, every if columns is None else columns)
     rows = partial(_read_rows, stream, target=target, prediction=prediction, numeric_target=numeric_target)
     if on_column is None or stream.format == "csv":
@@ -523,7 +522,7 @@ def reference_side(
             prediction=prediction,
             numeric_target=task is Task.REGRESSION,
             on_column=take,
-            features_only=True,  # a date, a time or a pandas index is no feature unless the schema names it
+            features_only=True,  # a date or a time is no feature unless the schema names one
         )
         sides = _Sides(source=where if schema is None else schema_source, registered=False, label=target)
         sides.tables[where] = facts.for_checks()
