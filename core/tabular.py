@@ -205,9 +205,12 @@ _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
 
 
 def _pandas_index(schema: pa.Schema) -> set[str]:
-    """The columns holding a pandas frame's unnamed index (``df.to_parquet()`` writes one as a column
-    ``__index_level_0__`` unless it is 0..n-1), by the pandas metadata of the file: row numbers, no data.
-    Read as pandas reads the file, they are the frame's index, not columns: the tables here leave them out."""
+    """The columns holding a pandas frame's unnamed index: ``df.to_parquet()`` writes one as a column
+    ``__index_level_0__`` unless it is 0..n-1 (told by the file's pandas metadata), ``df.to_csv()`` as a
+    first column without a name. Row numbers, no data; pandas reads them back as the frame's index, not
+    columns: the tables here leave them out."""
+    if schema.names and schema.names[0] == "":  # a CSV's (Parquet's column names are never empty here)
+        return {""}
     try:
         meta = schema.pandas_metadata or {}
     except ValueError:  # metadata that is not JSON: no index known
@@ -505,7 +508,8 @@ class TableStream:
             else:
                 self._csv = csv_format(self.path)
                 with self._open_csv(None) as reader:
-                    self.names = list(reader.schema.names)
+                    index = _pandas_index(reader.schema)
+                    self.names = [name for name in reader.schema.names if name not in index]
                     self.booleans = {f.name for f in reader.schema if pa.types.is_boolean(f.type)}
                     self.temporal = _temporal(reader.schema)
                     _utf8(self.path, self.format, reader.schema)

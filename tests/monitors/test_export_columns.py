@@ -89,3 +89,11 @@ def test_an_index_pandas_wrote_is_no_feature(tmp_path: Path) -> None:
     assert TableStream(reference).names == ["x", "c"]
     code, report = drift_report(reference, sliced, tmp_path)
     assert sorted(f["name"] for f in report["features"]) == ["c", "x"] and "ignored_columns" not in report
+    # df.to_csv() writes the index as a first column without a name: a numeric feature named ''
+    csvs = [tmp_path / "ref.csv", tmp_path / "cur.csv"]
+    for frame, path in zip(frames, csvs, strict=True):
+        frame[frame["c"] == "a"].to_csv(path)
+    assert csvs[0].read_text().startswith(",x,c\n")
+    assert list(read_table(csvs[0])) == ["x", "c"] and TableStream(csvs[0]).names == ["x", "c"]
+    code, report = drift_report(csvs[0], csvs[1], tmp_path)
+    assert sorted(f["name"] for f in report["features"]) == ["c", "x"] and "ignored_columns" not in report
