@@ -204,13 +204,13 @@ def _temporal(schema: pa.Schema) -> set[str]:
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
 
 
-def _pandas_index(schema: pa.Schema) -> set[str]:
+def _pandas_index(schema: pa.Schema, *, from_csv: bool = False) -> set[str]:
     """The columns holding a pandas frame's unnamed index: ``df.to_parquet()`` writes one as a column
     ``__index_level_0__`` unless it is 0..n-1 (told by the file's pandas metadata), ``df.to_csv()`` as a
     first column without a name. Row numbers, no data; pandas reads them back as the frame's index, not
     columns: the tables here leave them out."""
-    if schema.names and schema.names[0] == "":  # a CSV's (Parquet's column names are never empty here)
-        return {""}
+    if from_csv:
+        return {""} if schema.names and schema.names[0] == "" else set()
     try:
         meta = schema.pandas_metadata or {}
     except ValueError:  # metadata that is not JSON: no index known
@@ -420,7 +420,7 @@ def read_table(path: str | Path) -> Columns:
         raise _unreadable(p, fmt, exc) from exc
     _utf8(p, fmt, table.schema)
     _unique_names(p, table.column_names)
-    index = _pandas_index(table.schema)
+    index = _pandas_index(table.schema, from_csv=fmt == "csv")
     return {name: _to_numpy(table.column(name)) for name in table.column_names if name not in index}
 
 
@@ -508,7 +508,7 @@ class TableStream:
             else:
                 self._csv = csv_format(self.path)
                 with self._open_csv(None) as reader:
-                    index = _pandas_index(reader.schema)
+                    index = _pandas_index(reader.schema, from_csv=True)
                     self.names = [name for name in reader.schema.names if name not in index]
                     self.booleans = {f.name for f in reader.schema if pa.types.is_boolean(f.type)}
                     self.temporal = _temporal(reader.schema)
