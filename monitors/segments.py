@@ -206,12 +206,8 @@ def segment_table(
         if n in r_coded.columns and n in examined
     }
     coded = [(part, part.codes(w_coded, vocabulary), part.codes(r_coded, vocabulary)) for part in parts]
-    judged = sum(
-        1
-        for part, w, r in coded
-        for s in part.segments
-        if min(np.count_nonzero(w == s.code), np.count_nonzero(r == s.code)) >= config.segment_min_rows
-    )
+    minimum = config.segment_min_rows
+    judged = sum(_enough(w == s.code, r == s.code, minimum) for part, w, r in coded for s in part.segments)
     each = level / max(judged, 1)
     rows = []
     for part, w, r in coded:  # one partition's figures at a time: they hold every examined feature's rows
@@ -231,6 +227,11 @@ def segment_table(
     return sorted(rows, key=_rank)
 
 
+def _enough(w_mask: np.ndarray, r_mask: np.ndarray, minimum: int) -> bool:
+    """Whether both samples hold at least ``minimum`` rows of a segment (its rows: the masks)."""
+    return bool(np.count_nonzero(w_mask) >= minimum and np.count_nonzero(r_mask) >= minimum)
+
+
 @dataclass(frozen=True)
 class _Cut:
     """A segment's rows in both samples (``inside``) and the rest of its partition (``outside``), as they are
@@ -245,7 +246,7 @@ class _Cut:
 
     def enough(self, minimum: int) -> bool:
         """Whether both samples hold at least ``minimum`` rows of the segment."""
-        return bool(np.count_nonzero(self.w_mask) >= minimum and np.count_nonzero(self.r_mask) >= minimum)
+        return _enough(self.w_mask, self.r_mask, minimum)
 
     def inside(self, *, features: bool = True) -> tuple[RowSample, RowSample]:
         """The segment's rows of both samples (``features=False``: their predictions and labels only)."""
