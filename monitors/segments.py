@@ -194,11 +194,12 @@ def segment_table(
 ) -> list[dict[str, Any]]:
     """Per segment, its rows, performance, quality and drift against the reference's segment, ranked by the
     worst change (flagged first); ``level`` is shared by the segments' tests (Bonferroni). A segment is
-    examined on :data:`SEGMENT_FEATURES` features at most: ``ranked`` first (the run's features, most drifted
-    first), then the window's others in its order."""
+    examined on :data:`SEGMENT_FEATURES` features at most, chosen from ``ranked`` first (the run's features,
+    most drifted first), then from the window's others in its order."""
     kinds = {k: v for k, v in window.kinds.items() if k in reference.columns}
     parts = partitions(profile=profile, config=config, kinds=kinds)
-    examined = list(dict.fromkeys([*(n for n in ranked if n in kinds), *kinds]))[:SEGMENT_FEATURES]
+    chosen = set(list(dict.fromkeys([*(n for n in ranked if n in kinds), *kinds]))[:SEGMENT_FEATURES])
+    examined = [n for n in kinds if n in chosen]  # in the window's order, as they always were
     w_coded, r_coded, vocabulary = _encoded(window, reference)
     pools = {
         n: pool_values(w_coded.columns[n], r_coded.columns[n])
