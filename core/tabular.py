@@ -32,6 +32,8 @@ from core.errors import Invalid
 
 Columns = dict[str, np.ndarray]
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+"""Compressions of a CSV file read as it is (``x.csv.gz``): Arrow decompresses it by its name."""
 BATCH_ROWS = 65_536  # Parquet rows per batch of a TableStream
 PARQUET_BUFFER_BYTES = 1 << 20  # Parquet column chunks are read through a buffer this size, not whole
 CSV_BLOCK_BYTES = 16 << 20  # CSV bytes per block (one batch) of a TableStream
@@ -284,10 +286,14 @@ def _batch_column(array: pa.Array) -> Column:
 
 
 def _format(p: Path, *, verb: str) -> str:
+    if verb == "read" and p.suffix.lower() in COMPRESSED and p.with_suffix("").suffix.lower() == ".csv":
+        return "csv"
     fmt = SUFFIXES.get(p.suffix.lower())
     if fmt is None:
+        packed = ", ".join(".csv" + c for c in COMPRESSED)
+        read = f" (a CSV may come compressed: {packed})" if verb == "read" else ""
         raise TableError(
-            f"cannot {verb} {p}: unsupported file type {p.suffix or '(none)'!r}; use .csv or .parquet"
+            f"cannot {verb} {p}: unsupported file type {p.suffix or '(none)'!r}; use .csv or .parquet{read}"
         )
     return fmt
 
@@ -378,7 +384,7 @@ def csv_format(path: Path) -> CsvFormat:
     point (a spreadsheet's export where the comma is the decimal mark), else a point. Read as a plain CSV, a
     semicolon-separated file was one text column named ``x;y`` whose every row is a category, and numbers
     written ``50,25`` were text."""
-    with path.open("rb") as f:
+    with pa.input_stream(str(path), compression="detect") as f:  # x.csv.gz: decompressed
         head = f.read(CSV_SNIFF_BYTES).decode("utf-8", errors="replace").lstrip("\ufeff")
     lines = head.splitlines()
     if len(head) == CSV_SNIFF_BYTES and len(lines) > 1:

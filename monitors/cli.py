@@ -146,7 +146,10 @@ def _numpy_settings() -> None:
 def drift_cmd(
     files: Annotated[
         list[Path],
-        typer.Argument(help="REFERENCE CURRENT (.csv/.parquet); only CURRENT with --reference-version."),
+        typer.Argument(
+            help="REFERENCE CURRENT (.csv, also compressed: .csv.gz, .bz2, .zst, .lz4; or .parquet); only "
+            "CURRENT with --reference-version."
+        ),
     ],
     schema_file: Annotated[
         Path | None,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from core.tabular import CsvFormat, TableStream, csv_format, fold_batches, read_table
+from core.tabular import CsvFormat, TableError, TableStream, csv_format, fold_batches, read_table
 from service.cli import app
 
 ROWS = 400
@@ -78,3 +78,28 @@ def test_drift_reads_a_semicolon_export_as_its_comma_twin(tmp_path: Path) -> Non
     assert drifted == {"income"}
     same = [[f for f in reports[name]["features"] if f["name"] != "note"] for name in reports]  # text differs
     assert same[0] == same[1] and [f["name"] for f in same[0]] == ["income", "city"]
+
+
+@pytest.mark.parametrize("packed", [".gz", ".bz2"])
+def test_a_compressed_csv_is_read_as_it_is(tmp_path: Path, packed: str) -> None:
+    """An export compressed by its producer (``x.csv.gz``) is read as the CSV it holds: it was refused
+    ('unsupported file type .gz'), though Arrow decompresses it by its name."""
+    import bz2
+    import gzip
+
+    plain = _write(tmp_path / "t.csv", ";", mark=",")
+    path = tmp_path / f"t.csv{packed}"
+    path.write_bytes((gzip if packed == ".gz" else bz2).compress(plain.read_bytes()))
+    assert csv_format(path) == CsvFormat(delimiter=";", decimal_point=",")
+    whole, wanted = read_table(path), read_table(plain)
+    assert list(whole) == list(wanted) and np.array_equal(whole["income"], wanted["income"])
+    stream = TableStream(path, block_bytes=4 << 10)
+    batches: list[dict[str, Any]] = fold_batches(
+        stream, columns=None, start=list, add=lambda acc, b: acc.append(b)
+    )
+    assert np.array_equal(np.concatenate([b["income"] for b in batches]), wanted["income"])
+    other = tmp_path / "t.json.gz"
+    other.write_bytes(path.read_bytes())
+    refused = r"unsupported file type '\.gz'; use \.csv or \.parquet \(a CSV may come compressed"
+    with pytest.raises(TableError, match=refused):
+        read_table(other)
