@@ -400,11 +400,10 @@ def csv_format(path: Path) -> CsvFormat:
     return CsvFormat(delimiter=delimiter, decimal_point="," if comma > point else ".")
 
 
-def _csv_options(path: Path) -> tuple[pacsv.ParseOptions, pacsv.ConvertOptions]:
-    """Arrow's options to read the CSV file at ``path`` whole (:func:`csv_format`; an empty text is null)."""
-    found = csv_format(path)
+def _csv_options(found: CsvFormat, **convert: Any) -> tuple[pacsv.ParseOptions, pacsv.ConvertOptions]:
+    """Arrow's options to read a CSV file of format ``found`` (an empty text is null; ``convert``: more)."""
     return pacsv.ParseOptions(delimiter=found.delimiter), pacsv.ConvertOptions(
-        strings_can_be_null=True, decimal_point=found.decimal_point
+        strings_can_be_null=True, decimal_point=found.decimal_point, **convert
     )
 
 
@@ -418,7 +417,7 @@ def read_table(path: str | Path) -> Columns:
     fmt = _readable(p)
     try:
         if fmt == "csv":
-            parse, convert = _csv_options(p)
+            parse, convert = _csv_options(csv_format(p))
             table = pacsv.read_csv(p, parse_options=parse, convert_options=convert)
         else:
             table = pq.read_table(p)
@@ -484,16 +483,13 @@ class TableStream:
         self.rows: int | None = None
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
         self.temporal: set[str] = set()  # the columns of dates, times and durations (read as text)
+        self.names: list[str] = []
         self._types: dict[str, pa.DataType] = {}
         self._csv = CsvFormat()
         self._by_column: pq.ParquetFile | None = None  # the Parquet file :meth:`pieces` reads
         if self.memory is not None:
             self.format = "memory"
-            schema = self.memory.table.schema
-            index = _pandas_index(schema)
-            self.names: list[str] = [str(name) for name in schema.names if name not in index]
-            self.booleans = {f.name for f in schema if pa.types.is_boolean(f.type)}
-            self.temporal = _temporal(schema)
+            self._columns_of(self.memory.table.schema)
             self.rows = self.memory.table.num_rows
             _unique_names(self.path, self.names)
             return
@@ -501,10 +497,7 @@ class TableStream:
         try:
             if self.format == "parquet":
                 meta = pq.ParquetFile(self.path)
-                index = _pandas_index(meta.schema_arrow)
-                self.names = [name for name in meta.schema_arrow.names if name not in index]
-                self.booleans = {f.name for f in meta.schema_arrow if pa.types.is_boolean(f.type)}
-                self.temporal = _temporal(meta.schema_arrow)
+                self._columns_of(meta.schema_arrow)
                 self.rows = meta.metadata.num_rows
                 self._text = [
                     f.name
@@ -514,26 +507,27 @@ class TableStream:
             else:
                 self._csv = csv_format(self.path)
                 with self._open_csv(None) as reader:
-                    index = _pandas_index(reader.schema, from_csv=True)
-                    self.names = [name for name in reader.schema.names if name not in index]
-                    self.booleans = {f.name for f in reader.schema if pa.types.is_boolean(f.type)}
-                    self.temporal = _temporal(reader.schema)
+                    self._columns_of(reader.schema, from_csv=True)
                     _utf8(self.path, self.format, reader.schema)
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise _unreadable(self.path, self.format, exc) from exc
         _unique_names(self.path, self.names)
 
+    def _columns_of(self, schema: pa.Schema, *, from_csv: bool = False) -> None:
+        """``names`` (a pandas index left out), ``booleans`` and ``temporal`` from the table's schema."""
+        index = _pandas_index(schema, from_csv=from_csv)
+        self.names = [str(name) for name in schema.names if name not in index]
+        self.booleans = {f.name for f in schema if pa.types.is_boolean(f.type)}
+        self.temporal = _temporal(schema)
+
     def _open_csv(self, columns: Sequence[str] | None) -> pacsv.CSVStreamingReader:
+        wanted = list(columns) if columns is not None else None
+        parse, convert = _csv_options(self._csv, include_columns=wanted, column_types=self._types)
         return pacsv.open_csv(
             self.path,
             read_options=pacsv.ReadOptions(block_size=self.block_bytes),
-            parse_options=pacsv.ParseOptions(delimiter=self._csv.delimiter),
-            convert_options=pacsv.ConvertOptions(
-                strings_can_be_null=True,
-                decimal_point=self._csv.decimal_point,
-                include_columns=list(columns) if columns is not None else None,
-                column_types=self._types,
-            ),
+            parse_options=parse,
+            convert_options=convert,
         )
 
     def _widen(self, exc: pa.ArrowInvalid) -> bool:
