@@ -49,9 +49,12 @@ class TableError(Invalid, ValueError):
 
 
 def _to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    column = _plain(column)
     t = column.type
     if pa.types.is_decimal(t):  # a database's money or measure: a number, as a CSV of it reads
         return column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    if pa.types.is_duration(t):
+        return _seconds(column).to_numpy(zero_copy_only=False)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         if column.null_count or pa.types.is_uint64(t):  # NaN for the nulls; see _batch_column on uint64
             return column.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
@@ -198,9 +201,47 @@ def value_counts(values: Column) -> Counter[Any]:
     return Counter(values.tolist())
 
 
+PERIOD = "pandas.period"
+"""The Arrow extension pandas writes a ``Period`` column as (a month, a day: its storage counts them)."""
+
+
+def _extension(field: pa.Field) -> str:
+    """The name of a field's Arrow extension type: a registered one's, or the one its metadata names (pandas'
+    types read where pandas is not loaded: their storage, the name in the field's metadata)."""
+    if isinstance(field.type, pa.BaseExtensionType):
+        return str(field.type.extension_name)
+    return (field.metadata or {}).get(b"ARROW:extension:name", b"").decode(errors="replace")
+
+
 def _temporal(schema: pa.Schema) -> set[str]:
-    """The names of a schema's date, time, timestamp and duration columns (a CSV's ISO dates: Arrow's)."""
-    return {f.name for f in schema if pa.types.is_temporal(f.type)}
+    """The names of a schema's date, time and timestamp columns (a CSV's ISO dates: Arrow's) and pandas'
+    periods. A duration is none of them: it is an amount, read as seconds (:func:`_seconds`)."""
+    return {
+        f.name
+        for f in schema
+        if (pa.types.is_temporal(f.type) and not pa.types.is_duration(f.type)) or _extension(f) == PERIOD
+    }
+
+
+def _plain(array: Any) -> Any:
+    """An Arrow (chunked) array of an extension type (pandas' periods and intervals) as its storage."""
+    if not isinstance(array.type, pa.BaseExtensionType):
+        return array
+    if isinstance(array, pa.ChunkedArray):
+        return pa.chunked_array([c.storage for c in array.chunks], type=array.type.storage_type)
+    return array.storage
+
+
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+def _seconds(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A duration column (Arrow's ``duration``, a pandas ``timedelta64``) as float64 seconds, nulls kept: an
+    amount (a session's length, a delivery's delay) whose distribution may drift like any number's."""
+    import pyarrow.compute as pc  # here: only a duration needs it (~25 ms to load)
+
+    ticks = array.cast(pa.int64()).cast(pa.float64())
+    return pc.divide(ticks, float(_PER_SECOND[array.type.unit]))
 
 
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
@@ -267,17 +308,28 @@ def _numbers(
     return out
 
 
+def _nested(t: pa.DataType) -> bool:
+    """A type whose cells hold several values: a list, a record (struct) or a map."""
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or (
+        pa.types.is_struct(t) or pa.types.is_map(t)
+    )
+
+
 def _batch_column(array: pa.Array) -> Column:
     """Numbers as ``read_table`` types them (int64, or float64 with NaN for nulls, decimals too; zero-copy
     where Arrow allows, so read-only), anything else as codes. An unsigned 64-bit column (a hash, an id) is
     float64 in every batch, whatever its values: int64 cannot hold those from 2**63 on."""
+    array = _plain(array)
     t = array.type
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        # a list per cell (a multi-class model's probabilities): its JSON text, as a CSV would hold it
-        text = [None if v is None else json.dumps(v) for v in array.to_pylist()]
+    if _nested(t):
+        # a list per cell (a multi-class model's probabilities), a record, a map: its JSON text, as a CSV
+        # would hold it (what JSON has no type for, a date or bytes, as its text)
+        text = [None if v is None else json.dumps(v, default=str) for v in array.to_pylist()]
         return _coded(pa.array(text, type=pa.string()))
     if pa.types.is_decimal(t):  # as read_table reads it: float64
         return _numbers(array.cast(pa.float64()), np.float64)
+    if pa.types.is_duration(t):  # as read_table reads it: seconds
+        return _numbers(_seconds(array), np.float64)
     if not (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t)):
         return _coded(array)
     if array.null_count or pa.types.is_floating(t) or pa.types.is_uint64(t):
@@ -482,7 +534,7 @@ class TableStream:
         self.threads = threads
         self.rows: int | None = None
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
-        self.temporal: set[str] = set()  # the columns of dates, times and durations (read as text)
+        self.temporal: set[str] = set()  # the columns of dates, times and timestamps (read as text)
         self.names: list[str] = []
         self._types: dict[str, pa.DataType] = {}
         self._csv = CsvFormat()
