@@ -310,8 +310,12 @@ def _numbers(
 
 def _nested(t: pa.DataType) -> bool:
     """A type whose cells hold several values: a list, a record (struct) or a map."""
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or (
-        pa.types.is_struct(t) or pa.types.is_map(t)
+    return (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_struct(t)
+        or pa.types.is_map(t)
     )
 
 
