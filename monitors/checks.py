@@ -115,6 +115,9 @@ def check_features_present(
     ]
 
 
+UNNAMED = "the column without a name (an empty field of the header line: a separator that ends every line?)"
+
+
 def check_all_missing(
     columns: Mapping[str, np.ndarray], names: Sequence[str], *, where: str
 ) -> list[Finding]:
@@ -125,9 +128,10 @@ def check_all_missing(
         if col is None or len(col) == 0:
             continue
         if bool(is_missing(np.asarray(col)).all()):
+            named = f"column {name!r}" if name else UNNAMED
             out.append(
                 Finding(
-                    f"column {name!r} of {where} has no value in any of its {len(col)} rows: fix the export, "
+                    f"{named} of {where} has no value in any of its {len(col)} rows: fix the export, "
                     "or drop the column from both files (or from --schema)",
                     column=name,
                 )

@@ -61,6 +61,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     same["prediction"] = true_probability(same)
     same["income"] = np.full(1000, np.nan)
     out["empty_column"] = write_table(same, root / "empty_column.csv")
+    out["trailing"] = root / "trailing.csv"  # a separator that ends every line: a column without a name
+    out["trailing"].write_text("".join(line + ",\n" for line in out["reference"].read_text().splitlines()))
     labelled = generate(3000, seed=71)
     labelled["prediction"] = true_probability(labelled)
     labelled[TARGET] = np.array(["yes" if v else "no" for v in labelled[TARGET]], dtype=object)
@@ -166,6 +168,13 @@ def test_insufficient_or_missing_data_is_never_stable(data: dict[str, Path]) -> 
         _drift(data["reference"], data["empty_column"], "--target", "default"),
         "column 'income'",
         "empty_column.csv",
+        "no value",
+    )
+    _assert_one_line_error(
+        _drift(data["trailing"], data["same"]),
+        "the column without a name",
+        "a separator that ends every line",
+        "trailing.csv",
         "no value",
     )
 
