@@ -6,6 +6,7 @@ numbers held), and ``50,25`` was text."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from core.tabular import CsvFormat, TableError, TableStream, csv_format, fold_batches, read_table
+from core.tabular import (
+    CSV_SNIFF_BYTES,
+    CsvFormat,
+    TableError,
+    TableStream,
+    csv_format,
+    fold_batches,
+    read_table,
+)
 from service.cli import app
 
 ROWS = 400
@@ -59,10 +68,11 @@ def test_one_column_and_a_quoted_header_keep_the_comma(tmp_path: Path) -> None:
     quoted = tmp_path / "quoted.csv"
     quoted.write_text('"price; eur",qty\n1,2\n')
     assert csv_format(quoted) == CsvFormat() and list(read_table(quoted)) == ["price; eur", "qty"]
-    points = tmp_path / "points.csv"  # a decimal point wins over a few commas that may be thousands
+    points = tmp_path / "points.csv"  # a decimal point wins over a few commas, which group thousands then
     points.write_text("a;b\n1,250;0.5\n2.5;0.25\n3.5;1\n")
-    assert csv_format(points) == CsvFormat(delimiter=";")
+    assert csv_format(points) == CsvFormat(delimiter=";", grouped=frozenset({"a"}))
     assert read_table(points)["b"].tolist() == [0.5, 0.25, 1]
+    assert read_table(points)["a"].tolist() == [1250, 2.5, 3.5]
 
 
 def test_drift_reads_a_semicolon_export_as_its_comma_twin(tmp_path: Path) -> None:
@@ -103,3 +113,83 @@ def test_a_compressed_csv_is_read_as_it_is(tmp_path: Path, packed: str) -> None:
     refused = r"unsupported file type '\.gz'; use \.csv or \.parquet \(a CSV may come compressed"
     with pytest.raises(TableError, match=refused):
         read_table(other)
+
+
+def _amounts(path: Path, sep: str, mark: str, *, rows: int, odd: int | None = None, seed: int = 3) -> Path:
+    """A spreadsheet's export of formatted amounts: thousands grouped (``"12,345.67"``, ``12.345,67`` where
+    the comma is the decimal mark), some under a thousand, some empty; row ``odd``'s amount is no number."""
+    rng = np.random.default_rng(seed)
+    lines = [sep.join(["amount", "city"])]
+    for i in range(rows):
+        value = rng.lognormal(7, 1.5) * (-1 if i % 17 == 0 else 1)
+        text = f"{value:,.2f}"
+        if mark == ",":
+            text = text.replace(",", "_").replace(".", ",").replace("_", ".")
+        cell = "" if i % 23 == 0 else "unknown" if i == odd else f'"{text}"' if sep == "," else text
+        lines.append(sep.join([cell, ["Köln", "Lyon"][i % 2]]))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _cells(path: Path, sep: str) -> list[str]:
+    """The amount cells of a file written by :func:`_amounts`, as written."""
+    with path.open(encoding="utf-8", newline="") as f:
+        return [amount for amount, _ in list(csv.reader(f, delimiter=sep))[1:]]
+
+
+def _plain_amounts(grouped: Path, sep: str, mark: str) -> np.ndarray:
+    """The amounts of a file written by :func:`_amounts`, parsed here (NaN for an empty cell)."""
+    plain = [cell.replace("." if mark == "," else ",", "").replace(",", ".") for cell in _cells(grouped, sep)]
+    return np.array([float(cell) if cell else np.nan for cell in plain])
+
+
+@pytest.mark.parametrize(("sep", "mark"), [(",", "."), (";", ",")])
+def test_numbers_with_their_thousands_grouped_are_numbers(tmp_path: Path, sep: str, mark: str) -> None:
+    """``"1,234.5"`` (``1.234,5`` where the comma is the decimal mark) was text: a column of amounts became a
+    category per amount, compared by a chi-square."""
+    path = _amounts(tmp_path / "amounts.csv", sep, mark, rows=2_000)
+    assert csv_format(path).grouped == {"amount"}
+    wanted = _plain_amounts(path, sep, mark)
+    whole = read_table(path)["amount"]
+    assert whole.dtype == np.float64 and np.isnan(whole[0]) and whole[1] > 0 > whole[17]
+    np.testing.assert_allclose(whole, wanted, rtol=1e-15)
+    batches: list[dict[str, Any]] = fold_batches(
+        TableStream(path, block_bytes=8 << 10), columns=None, start=list, add=lambda acc, b: acc.append(b)
+    )
+    assert len(batches) > 3
+    assert np.array_equal(np.concatenate([b["amount"] for b in batches]), whole, equal_nan=True)
+
+
+def test_a_cell_that_is_no_number_past_the_head_keeps_the_column_text(tmp_path: Path) -> None:
+    """The head of the file decides (its first 64 KiB); a later cell that is no number makes the whole column
+    text, in both readers (the stream reads the file again from its start)."""
+    path = _amounts(tmp_path / "amounts.csv", ",", ".", rows=6_000, odd=5_500)
+    assert path.read_bytes().index(b"unknown") > CSV_SNIFF_BYTES  # past the head that decides
+    assert csv_format(path).grouped == {"amount"}
+    whole = read_table(path)["amount"]
+    assert whole.dtype == object and whole[5_500] == "unknown" and whole[1] == _cells(path, ",")[1]
+    batches: list[dict[str, Any]] = fold_batches(
+        TableStream(path, block_bytes=16 << 10), columns=None, start=list, add=lambda acc, b: acc.append(b)
+    )
+    streamed = [v for b in batches for v in b["amount"].decode().tolist()]
+    assert streamed == whole.tolist()
+
+
+def test_drift_reads_grouped_amounts_as_their_plain_twin(tmp_path: Path) -> None:
+    reports = {}
+    for name, grouped in (("grouped", True), ("plain", False)):
+        pair = []
+        for side, seed in (("ref", 4), ("cur", 5)):
+            path = _amounts(tmp_path / f"{name}_{side}.csv", ",", ".", rows=1_500, seed=seed)
+            if not grouped:
+                amounts = ["" if np.isnan(v) else f"{v:.2f}" for v in _plain_amounts(path, ",", ".")]
+                cities = [line.rsplit(",", 1)[1] for line in path.read_text().splitlines()[1:]]
+                rows = [f"{a},{c}" for a, c in zip(amounts, cities, strict=True)]
+                path.write_text("\n".join(["amount,city", *rows]) + "\n", encoding="utf-8")
+            pair.append(str(path))
+        out = tmp_path / f"{name}.json"
+        result = CliRunner().invoke(app, ["drift", *pair, "--json", str(out)])
+        assert result.exit_code in (0, 1), result.output
+        reports[name] = json.loads(out.read_text())["features"]
+    assert [f["kind"] for f in reports["grouped"] if f["name"] == "amount"] == ["numeric"]
+    assert reports["grouped"] == reports["plain"]
