@@ -419,6 +419,14 @@ decimal mark), a tab or a bar."""
 CSV_SNIFF_BYTES = 1 << 16
 """The head of a CSV file read for its separator and decimal mark."""
 
+CSV_NULLS = (
+    *("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN"),
+    *("<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"),
+)
+"""The cells of a CSV file that are no value: pandas' (``read_csv``'s default), which are Arrow's and
+``None`` and ``<NA>`` (a Python ``str(None)``, a pandas missing value printed): read as numbers by pandas, a
+column holding them was text here."""
+
 _COMMA_DECIMAL = re.compile(r"[+-]?\d+,\d+")
 _POINT_DECIMAL = re.compile(r"[+-]?\d*\.\d+")
 
@@ -510,7 +518,11 @@ def _csv_options(
     numbers as text, for :func:`_ungrouped`; ``column_types`` and ``convert``: more)."""
     types = {name: pa.string() for name in found.grouped} | dict(column_types or {})
     return pacsv.ParseOptions(delimiter=found.delimiter), pacsv.ConvertOptions(
-        strings_can_be_null=True, decimal_point=found.decimal_point, column_types=types, **convert
+        strings_can_be_null=True,
+        null_values=CSV_NULLS,
+        decimal_point=found.decimal_point,
+        column_types=types,
+        **convert,
     )
 
 

@@ -193,3 +193,18 @@ def test_drift_reads_grouped_amounts_as_their_plain_twin(tmp_path: Path) -> None
         reports[name] = json.loads(out.read_text())["features"]
     assert [f["kind"] for f in reports["grouped"] if f["name"] == "amount"] == ["numeric"]
     assert reports["grouped"] == reports["plain"]
+
+
+def test_pandas_missing_values_are_missing(tmp_path: Path) -> None:
+    """``None`` (Python's ``str(None)``) and ``<NA>`` (pandas' missing value, printed) are missing, as pandas
+    reads them: a column of numbers holding them was text, compared as a category per number."""
+    path = tmp_path / "t.csv"
+    cells = ["1.5", "None", "2.5", "<NA>", "", "NA", "4"]
+    path.write_text("score,word\n" + "".join(f"{c},{w}\n" for c, w in zip(cells, "abNcd<e", strict=True)))
+    wanted = [1.5, np.nan, 2.5, np.nan, np.nan, np.nan, 4.0]
+    np.testing.assert_array_equal(read_table(path)["score"], wanted)
+    batches: list[dict[str, Any]] = fold_batches(
+        TableStream(path), columns=None, start=list, add=lambda acc, b: acc.append(b)
+    )
+    np.testing.assert_array_equal(batches[0]["score"], wanted)
+    assert read_table(path)["word"].tolist() == ["a", "b", "N", "c", "d", "<", "e"]
