@@ -614,6 +614,7 @@ class TableStream:
         self.booleans: set[str] = set()  # the columns of true/false values (read as 1/0)
         self.temporal: set[str] = set()  # the columns of dates, times and timestamps (read as text)
         self.names: list[str] = []
+        self._header: list[str] = []  # every column of the file, a pandas index too
         self._types: dict[str, pa.DataType] = {}
         self._csv = CsvFormat()
         self._by_column: pq.ParquetFile | None = None  # the Parquet file :meth:`pieces` reads
@@ -646,7 +647,8 @@ class TableStream:
     def _columns_of(self, schema: pa.Schema, *, from_csv: bool = False) -> None:
         """``names`` (a pandas index left out), ``booleans`` and ``temporal`` from the table's schema."""
         index = _pandas_index(schema, from_csv=from_csv)
-        self.names = [str(name) for name in schema.names if name not in index]
+        self._header = [str(name) for name in schema.names]  # a CSV's columns, as its errors number them
+        self.names = [name for name in self._header if name not in index]
         self.booleans = {f.name for f in schema if pa.types.is_boolean(f.type)}
         self.temporal = _temporal(schema)
 
@@ -679,7 +681,7 @@ class TableStream:
         found = _CONVERSION.search(str(exc))
         if found is None or self.format != "csv":
             return False
-        name, was = self.names[int(found.group(1))], found.group(2)
+        name, was = self._header[int(found.group(1))], found.group(2)
         wider = _WIDER.get(was, pa.string())
         if was == "string" or self._types.get(name) == wider:
             return False

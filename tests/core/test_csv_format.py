@@ -208,3 +208,30 @@ def test_pandas_missing_values_are_missing(tmp_path: Path) -> None:
     )
     np.testing.assert_array_equal(batches[0]["score"], wanted)
     assert read_table(path)["word"].tolist() == ["a", "b", "N", "c", "d", "<", "e"]
+
+
+def _both_readers(path: Path) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """The file read whole, and read as a stream of small blocks (each column's values, in order)."""
+    batches: list[dict[str, Any]] = fold_batches(
+        TableStream(path, block_bytes=16 << 10), columns=None, start=list, add=lambda acc, b: acc.append(b)
+    )
+    assert len(batches) > 3
+    streamed = {
+        name: [v for b in batches for v in (b[name].decode() if hasattr(b[name], "decode") else b[name])]
+        for name in batches[0]
+    }
+    return read_table(path), streamed
+
+
+def test_a_later_block_widens_the_right_column_beside_a_pandas_index(tmp_path: Path) -> None:
+    """``df.to_csv()``'s unnamed index column is no column, but Arrow counts it when it names the column a
+    later block could not convert: the stream widened the column after it, and stopped with 'CSV conversion
+    error to int64' where ``read_table`` read the file."""
+    path = tmp_path / "indexed.csv"
+    rows = [f"{i},{i},{i % 7}" for i in range(7_000)] + ["7000,1.5,x", "7001,2,3"]
+    path.write_text(",a,b\n" + "\n".join(rows) + "\n")
+    whole, streamed = _both_readers(path)
+    assert list(whole) == list(streamed) == ["a", "b"]
+    assert whole["a"].dtype == np.float64 and whole["a"][-2:].tolist() == [1.5, 2.0]
+    np.testing.assert_array_equal(streamed["a"], whole["a"])
+    assert whole["b"].dtype == object and streamed["b"] == whole["b"].tolist()
