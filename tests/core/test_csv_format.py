@@ -223,6 +223,29 @@ def _both_readers(path: Path) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     return read_table(path), streamed
 
 
+@pytest.mark.parametrize("then", ["", "unknown"])
+def test_grouped_numbers_first_met_past_the_head(tmp_path: Path, then: str) -> None:
+    """Amounts sorted from the smallest: the head holds plain numbers, the thousands come later. They were
+    text, in both readers; a later cell that is no number still makes the column text, in both."""
+    path = tmp_path / "sorted.csv"
+    rows = [f"{i / 9:.2f},a" for i in range(9_000)] + ['"1,234.50",b', '"12,000",c', f"{then},d", "5,e"]
+    path.write_text("amount,word\n" + "\n".join(rows) + "\n")
+    assert path.read_bytes().index(b"1,234.50") > CSV_SNIFF_BYTES and not csv_format(path).grouped
+    whole, streamed = _both_readers(path)
+    if then:
+        assert whole["amount"].dtype == object and whole["amount"][-4:].tolist() == [
+            "1,234.50",
+            "12,000",
+            then,
+            "5",
+        ]
+        assert streamed["amount"] == whole["amount"].tolist()
+    else:
+        assert whole["amount"].dtype == np.float64
+        np.testing.assert_array_equal(whole["amount"][-4:], [1234.5, 12000, np.nan, 5])
+        np.testing.assert_array_equal(streamed["amount"], whole["amount"])
+
+
 def test_a_later_block_widens_the_right_column_beside_a_pandas_index(tmp_path: Path) -> None:
     """``df.to_csv()``'s unnamed index column is no column, but Arrow counts it when it names the column a
     later block could not convert: the stream widened the column after it, and stopped with 'CSV conversion
