@@ -497,6 +497,17 @@ def _grouped_columns(found: CsvFormat, names: list[str], rows: list[list[str]]) 
     return frozenset(out)
 
 
+def _grouped_text(column: pa.Array | pa.ChunkedArray, found: CsvFormat) -> bool:
+    """Whether a text column holds numbers only, as the file of format ``found`` writes them, at least one
+    with its thousands grouped (empty cells are nulls)."""
+    import pyarrow.compute as pc  # here: only a text column of a CSV needs it (~25 ms to load)
+
+    if not pc.any(pc.match_substring_regex(column, f"^{found.numbers(grouped=True).pattern}$")).as_py():
+        return False
+    either = "|".join(found.numbers(grouped=g).pattern for g in (True, False))
+    return not pc.sum(pc.invert(pc.match_substring_regex(column, f"^(?:{either})$"))).as_py()
+
+
 def _ungrouped(array: pa.Array | pa.ChunkedArray, found: CsvFormat) -> pa.Array | pa.ChunkedArray:
     """A column of numbers written with grouped thousands (text) as float64; ArrowInvalid when one of its
     cells is not a number as the file writes numbers (the column is text then)."""
@@ -551,18 +562,10 @@ def read_table(path: str | Path) -> Columns:
 
 def _numbers_of(table: pa.Table, found: CsvFormat) -> pa.Table:
     """``table`` (a CSV file of format ``found``, read whole) with its columns of grouped numbers as float64:
-    each text column whose every cell is a number as the file writes numbers, at least one of them grouped
-    (wherever in the file: the head's :attr:`CsvFormat.grouped` are among them)."""
-    import pyarrow.compute as pc  # here: only a text column needs it (~25 ms to load)
-
-    grouped = found.numbers(grouped=True).pattern
+    each text column whose every cell is a number, at least one grouped (:func:`_grouped_text`; wherever in
+    the file: the head's :attr:`CsvFormat.grouped` are among them)."""
     for k, field in enumerate(table.schema):
-        if not pa.types.is_string(field.type):
-            continue
-        column = table.column(k)
-        if not pc.any(pc.match_substring_regex(column, f"^{grouped}$")).as_py():
-            continue
-        with contextlib.suppress(pa.ArrowInvalid):  # a cell that is no number: the column is text
+        if pa.types.is_string(field.type) and _grouped_text(column := table.column(k), found):
             table = table.set_column(k, field.name, _ungrouped(column, found))
     return table
 
@@ -623,6 +626,7 @@ class TableStream:
         self.temporal: set[str] = set()  # the columns of dates, times and timestamps (read as text)
         self.names: list[str] = []
         self._header: list[str] = []  # every column of the file, a pandas index too
+        self._ungroupable: set[str] = set()  # CSV columns found to hold a cell that is no grouped number
         self._types: dict[str, pa.DataType] = {}
         self._csv = CsvFormat()
         self._by_column: pq.ParquetFile | None = None  # the Parquet file :meth:`pieces` reads
@@ -670,6 +674,17 @@ class TableStream:
             convert_options=convert,
         )
 
+    def _grouped_in(self, first: pa.RecordBatch) -> None:
+        """Add to :attr:`CsvFormat.grouped` the text columns of a CSV's first block (which types them for the
+        whole file) that hold grouped numbers only (:func:`_grouped_text`): met past the head that
+        :func:`csv_format` read, as :func:`read_table` finds them."""
+        for field in first.schema:
+            name = field.name
+            known = name in self._csv.grouped or name in self._ungroupable
+            if not known and pa.types.is_string(field.type) and _grouped_text(first.column(name), self._csv):
+                grouped = self._csv.grouped | {name}
+                self._csv = CsvFormat(self._csv.delimiter, self._csv.decimal_point, grouped)
+
     def _number(self, name: str, column: pa.Array) -> pa.Array:
         """A CSV column of grouped numbers (:attr:`CsvFormat.grouped`) as float64, others as they are; a cell
         that is no such number makes the column text for the whole file, read again (:class:`_Widened`), as
@@ -682,6 +697,7 @@ class TableStream:
             found = self._csv
             self._csv = CsvFormat(found.delimiter, found.decimal_point, grouped=found.grouped - {name})
             self._types[name] = pa.string()
+            self._ungroupable.add(name)
             raise _Widened(f"column {name!r} holds a cell that is no number") from None
 
     def _widen(self, exc: pa.ArrowInvalid) -> bool:
@@ -693,7 +709,8 @@ class TableStream:
             return False
         name, was, value = self._header[int(found.group(1))], found.group(2), found.group(3) or ""
         grouped = self._csv.numbers(grouped=True)
-        if was != "string" and name not in self._csv.grouped and grouped.fullmatch(value):
+        known = name in self._csv.grouped or name in self._ungroupable
+        if was != "string" and not known and grouped.fullmatch(value):
             self._csv = CsvFormat(self._csv.delimiter, self._csv.decimal_point, self._csv.grouped | {name})
             self._types[name] = pa.string()  # grouped thousands past the head: _number reads them
             return True
@@ -721,8 +738,12 @@ class TableStream:
                 )
             else:
                 batches = iter(self._open_csv(wanted))
+            first = self.format == "csv"
             for batch in batches:
                 _utf8(self.path, self.format, batch.schema)
+                if first:
+                    self._grouped_in(batch)
+                    first = False
                 yield {name: _batch_column(self._number(name, batch.column(name))) for name in wanted}
         except pa.ArrowInvalid as exc:
             if self._widen(exc):

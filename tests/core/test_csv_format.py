@@ -258,3 +258,19 @@ def test_a_later_block_widens_the_right_column_beside_a_pandas_index(tmp_path: P
     assert whole["a"].dtype == np.float64 and whole["a"][-2:].tolist() == [1.5, 2.0]
     np.testing.assert_array_equal(streamed["a"], whole["a"])
     assert whole["b"].dtype == object and streamed["b"] == whole["b"].tolist()
+
+
+def test_grouped_numbers_past_the_head_within_the_first_block(tmp_path: Path) -> None:
+    """Past the 64 KiB head but in the stream's first block (16 MiB by default), which types the column as
+    text: the stream finds them there, as ``read_table`` does."""
+    path = tmp_path / "sorted.csv"
+    rows = [f"{i / 9:.2f},a" for i in range(9_000)] + ['"1,234.50",b', '"12,000",c', "5,e"]
+    path.write_text("amount,word\n" + "\n".join(rows) + "\n")
+    assert path.read_bytes().index(b"1,234.50") > CSV_SNIFF_BYTES and not csv_format(path).grouped
+    batches: list[dict[str, Any]] = fold_batches(
+        TableStream(path), columns=None, start=list, add=lambda acc, b: acc.append(b)
+    )
+    assert len(batches) == 1
+    whole = read_table(path)["amount"]
+    assert whole.dtype == np.float64 and whole[-3:].tolist() == [1234.5, 12000, 5]
+    np.testing.assert_array_equal(batches[0]["amount"], whole)
