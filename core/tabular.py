@@ -32,6 +32,10 @@ from core.errors import Invalid
 
 Columns = dict[str, np.ndarray]
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+"""The files written (and read) by their suffix."""
+READ_SUFFIXES = {**SUFFIXES, ".tsv": "csv"}
+"""The files read by their suffix: a tab-separated export (``.tsv``) too, read as a CSV (its separator is
+read off its header line, :func:`csv_format`)."""
 COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 """Compressions of a CSV file read as it is (``x.csv.gz``): Arrow decompresses it by its name."""
 BATCH_ROWS = 65_536  # Parquet rows per batch of a TableStream
@@ -342,15 +346,20 @@ def _batch_column(array: pa.Array) -> Column:
 
 
 def _format(p: Path, *, verb: str) -> str:
-    if verb == "read" and p.suffix.lower() in COMPRESSED and p.with_suffix("").suffix.lower() == ".csv":
+    known = READ_SUFFIXES if verb == "read" else SUFFIXES
+    if (
+        verb == "read"
+        and p.suffix.lower() in COMPRESSED
+        and known.get(p.with_suffix("").suffix.lower()) == "csv"
+    ):
         return "csv"
-    fmt = SUFFIXES.get(p.suffix.lower())
+    fmt = known.get(p.suffix.lower())
     if fmt is None:
         packed = ", ".join(".csv" + c for c in COMPRESSED)
-        read = f" (a CSV may come compressed: {packed})" if verb == "read" else ""
-        raise TableError(
-            f"cannot {verb} {p}: unsupported file type {p.suffix or '(none)'!r}; use .csv or .parquet{read}"
-        )
+        use = "use .csv or .parquet"
+        if verb == "read":
+            use += f" (a tab-separated file may be .tsv; a CSV may come compressed: {packed})"
+        raise TableError(f"cannot {verb} {p}: unsupported file type {p.suffix or '(none)'!r}; {use}")
     return fmt
 
 

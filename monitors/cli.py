@@ -147,8 +147,8 @@ def drift_cmd(
     files: Annotated[
         list[Path],
         typer.Argument(
-            help="REFERENCE CURRENT (.csv, also compressed: .csv.gz, .bz2, .zst, .lz4; or .parquet); only "
-            "CURRENT with --reference-version."
+            help="REFERENCE CURRENT (.csv or .tsv, also compressed: .csv.gz, .bz2, .zst, .lz4; or .parquet); "
+            "only CURRENT with --reference-version."
         ),
     ],
     schema_file: Annotated[

@@ -23,6 +23,7 @@ from core.tabular import (
     csv_format,
     fold_batches,
     read_table,
+    write_table,
 )
 from service.cli import app
 
@@ -110,7 +111,9 @@ def test_a_compressed_csv_is_read_as_it_is(tmp_path: Path, packed: str) -> None:
     assert np.array_equal(np.concatenate([b["income"] for b in batches]), wanted["income"])
     other = tmp_path / "t.json.gz"
     other.write_bytes(path.read_bytes())
-    refused = r"unsupported file type '\.gz'; use \.csv or \.parquet \(a CSV may come compressed"
+    refused = (
+        r"unsupported file type '\.gz'; use \.csv or \.parquet \(a tab-separated file may be \.tsv; a CSV"
+    )
     with pytest.raises(TableError, match=refused):
         read_table(other)
 
@@ -274,3 +277,22 @@ def test_grouped_numbers_past_the_head_within_the_first_block(tmp_path: Path) ->
     whole = read_table(path)["amount"]
     assert whole.dtype == np.float64 and whole[-3:].tolist() == [1234.5, 12000, 5]
     np.testing.assert_array_equal(batches[0]["amount"], whole)
+
+
+def test_a_tab_separated_export_named_tsv_is_read_as_a_csv(tmp_path: Path) -> None:
+    """``x.tsv`` (and ``x.tsv.gz``) was refused ('unsupported file type .tsv') though its separator is read
+    off its header line like any CSV's."""
+    import gzip
+
+    plain = _write(tmp_path / "t.csv", "\t")
+    wanted = read_table(plain)
+    for name, data in (("t.tsv", plain.read_bytes()), ("t.tsv.gz", gzip.compress(plain.read_bytes()))):
+        path = tmp_path / name
+        path.write_bytes(data)
+        whole = read_table(path)
+        assert list(whole) == ["income", "city", "note"] and np.array_equal(whole["income"], wanted["income"])
+        assert TableStream(path).names == list(whole)
+    with pytest.raises(
+        TableError, match=r"cannot write .*unsupported file type '\.tsv'; use \.csv or \.parquet$"
+    ):
+        write_table({"a": np.zeros(3)}, tmp_path / "out.tsv")
