@@ -461,6 +461,12 @@ class CsvFormat:
         whole = rf"\d{{1,3}}(?:{t}\d{{3}})+" if grouped else r"\d+"
         return re.compile(rf"[+-]?{whole}(?:{d}\d+)?")
 
+    def cell(self, *, grouped_only: bool = False) -> str:
+        """The regular expression (Arrow's) of a whole cell holding a number as this file writes it, its
+        thousands grouped or not (``grouped_only``: grouped)."""
+        kinds = (True,) if grouped_only else (True, False)
+        return "^(?:" + "|".join(self.numbers(grouped=g).pattern for g in kinds) + ")$"
+
 
 def csv_format(path: Path) -> CsvFormat:
     """The separator, the decimal mark and the columns of grouped numbers of a CSV file, read off its head.
@@ -511,10 +517,9 @@ def _grouped_text(column: pa.Array | pa.ChunkedArray, found: CsvFormat) -> bool:
     with its thousands grouped (empty cells are nulls)."""
     import pyarrow.compute as pc  # here: only a text column of a CSV needs it (~25 ms to load)
 
-    if not pc.any(pc.match_substring_regex(column, f"^{found.numbers(grouped=True).pattern}$")).as_py():
+    if not pc.any(pc.match_substring_regex(column, found.cell(grouped_only=True))).as_py():
         return False
-    either = "|".join(found.numbers(grouped=g).pattern for g in (True, False))
-    return not pc.sum(pc.invert(pc.match_substring_regex(column, f"^(?:{either})$"))).as_py()
+    return not pc.sum(pc.invert(pc.match_substring_regex(column, found.cell()))).as_py()
 
 
 def _ungrouped(array: pa.Array | pa.ChunkedArray, found: CsvFormat) -> pa.Array | pa.ChunkedArray:
@@ -522,8 +527,7 @@ def _ungrouped(array: pa.Array | pa.ChunkedArray, found: CsvFormat) -> pa.Array 
     cells is not a number as the file writes numbers (the column is text then)."""
     import pyarrow.compute as pc  # here: only such a column needs it (~25 ms to load)
 
-    either = "|".join(found.numbers(grouped=g).pattern for g in (True, False))
-    if pc.sum(pc.invert(pc.match_substring_regex(array, f"^(?:{either})$"))).as_py():  # nulls: none
+    if pc.sum(pc.invert(pc.match_substring_regex(array, found.cell()))).as_py():  # nulls: none
         raise pa.ArrowInvalid("a cell that is no number")
     text = pc.replace_substring(array, pattern=found.thousands, replacement="")
     if found.decimal_point != ".":
