@@ -62,11 +62,11 @@ LOCAL_RATIO = 2.0
 """A segment's change is its own when it is more than this many times the same change in the rest of the
 window: a mixture moves linearly with the share of shifted rows (KS distance, total variation)."""
 TASK_METRIC = {Task.BINARY: "roc_auc", Task.MULTICLASS: "macro_f1", Task.REGRESSION: "rmse"}
+"""The metric of a segment: the harm figure's default per task (alerts/rules.py maps ``roc_auc`` to these)."""
 MAX_PARTITIONS = MAX_SEGMENTS
 """Segmenting features at most: those the settings name (at most as many), then the default ones."""
 SEGMENT_FEATURES = 100
 """Features a segment is examined on (drift, missing values) at most: the run's most drifted first."""
-"""The metric of a segment: the harm figure's default per task (alerts/rules.py maps ``roc_auc`` to these)."""
 
 
 @dataclass(frozen=True)
