@@ -519,16 +519,22 @@ def _grouped_text(column: pa.Array | pa.ChunkedArray, found: CsvFormat) -> bool:
 
     if not pc.any(pc.match_substring_regex(column, found.cell(grouped_only=True))).as_py():
         return False
+    return _all_numbers(column, found)
+
+
+def _all_numbers(column: pa.Array | pa.ChunkedArray, found: CsvFormat) -> bool:
+    """Whether every cell of a text column is a number as the file of format ``found`` writes them (its
+    thousands grouped or not; nulls are no cells)."""
+    import pyarrow.compute as pc  # here: only a text column of a CSV needs it (~25 ms to load)
+
     return not pc.sum(pc.invert(pc.match_substring_regex(column, found.cell()))).as_py()
 
 
 def _ungrouped(array: pa.Array | pa.ChunkedArray, found: CsvFormat) -> pa.Array | pa.ChunkedArray:
-    """A column of numbers written with grouped thousands (text) as float64; ArrowInvalid when one of its
-    cells is not a number as the file writes numbers (the column is text then)."""
+    """A column of numbers written with grouped thousands (text, each cell checked by the caller:
+    :func:`_all_numbers`) as float64."""
     import pyarrow.compute as pc  # here: only such a column needs it (~25 ms to load)
 
-    if pc.sum(pc.invert(pc.match_substring_regex(array, found.cell()))).as_py():  # nulls: none
-        raise pa.ArrowInvalid("a cell that is no number")
     text = pc.replace_substring(array, pattern=found.thousands, replacement="")
     if found.decimal_point != ".":
         text = pc.replace_substring(text, pattern=found.decimal_point, replacement=".")
@@ -704,14 +710,13 @@ class TableStream:
         :func:`read_table` reads it."""
         if name not in self._csv.grouped:
             return column
-        try:
+        if _all_numbers(column, self._csv):
             return _ungrouped(column, self._csv)
-        except pa.ArrowInvalid:
-            found = self._csv
-            self._csv = CsvFormat(found.delimiter, found.decimal_point, grouped=found.grouped - {name})
-            self._types[name] = pa.string()
-            self._ungroupable.add(name)
-            raise _Widened(f"column {name!r} holds a cell that is no number") from None
+        found = self._csv
+        self._csv = CsvFormat(found.delimiter, found.decimal_point, grouped=found.grouped - {name})
+        self._types[name] = pa.string()
+        self._ungroupable.add(name)
+        raise _Widened(f"column {name!r} holds a cell that is no number")
 
     def _widen(self, exc: pa.ArrowInvalid) -> bool:
         """Widen the column a CSV conversion error names (False when it is not such an error): to the
